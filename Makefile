@@ -1,0 +1,40 @@
+# kanri's two entry points (see README.md): `make up` installs everything and runs the main job; `make test` runs
+# every check CI runs. Both are idempotent: with nothing changed, setup takes seconds.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: setup up down test lint typecheck unit integration controlplane bench
+
+setup: $(VENV)/.installed controlplane
+
+# Reinstall only when the declared dependencies change.
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $@
+
+# Rebuilds the Go binary only when controlplane/ (or the Go toolchain) changed.
+controlplane: $(VENV)/.installed
+	$(BIN)/kanri local build
+
+up: setup
+	$(BIN)/kanri local up
+
+down:
+	$(BIN)/kanri local down
+
+lint: $(VENV)/.installed
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+
+typecheck: $(VENV)/.installed
+	$(BIN)/mypy
+
+test: setup lint typecheck
+	$(BIN)/pytest
+
+bench: setup
+	$(BIN)/python bench/controlplane.py

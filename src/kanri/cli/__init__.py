@@ -1,0 +1,1 @@
+"""The ``kanri`` command."""

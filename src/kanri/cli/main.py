@@ -1,0 +1,21 @@
+"""Entry point of the ``kanri`` command."""
+
+from __future__ import annotations
+
+import typer
+
+from kanri import __version__
+from kanri.cli import local
+
+app = typer.Typer(no_args_is_help=True, help="kanri: Kubernetes operators in Python, and a PostgreSQL operator.")
+app.add_typer(local.app, name="local")
+
+
+@app.command()
+def version() -> None:
+    """Print kanri's version."""
+    typer.echo(__version__)
+
+
+if __name__ == "__main__":
+    app()

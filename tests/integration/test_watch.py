@@ -1,0 +1,78 @@
+"""Watches on the real API server deliver bookmarks, which is what keeps a long-lived informer's resourceVersion
+fresh (and what lets it notice that a quiet watch is still alive)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kubernetes_asyncio import client as k8s
+
+
+async def read_watch(response: Any) -> list[dict[str, Any]]:
+    """Every event of a raw watch stream until the server closes it."""
+    events: list[dict[str, Any]] = []
+    async for line in response.content:
+        if line.strip():
+            events.append(json.loads(line))
+    response.release()
+    return events
+
+
+async def test_watch_with_timeout_receives_a_bookmark_before_the_server_closes_it(
+    kube_api: k8s.ApiClient, namespace: str
+) -> None:
+    core = k8s.CoreV1Api(kube_api)
+    listed = await core.list_namespaced_config_map(namespace)
+    start_version = listed.metadata.resource_version
+    created = await core.create_namespaced_config_map(
+        namespace, k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name="watched"))
+    )
+
+    response = await core.list_namespaced_config_map(
+        namespace,
+        watch=True,
+        allow_watch_bookmarks=True,
+        resource_version=start_version,
+        timeout_seconds=6,
+        _preload_content=False,
+    )
+    events = await read_watch(response)
+
+    added = [e for e in events if e["type"] == "ADDED"]
+    assert [e["object"]["metadata"]["name"] for e in added] == ["watched"]
+    bookmarks = [e for e in events if e["type"] == "BOOKMARK"]
+    assert bookmarks, f"no bookmark among {[e['type'] for e in events]}"
+    # A bookmark carries only a resourceVersion, at least as new as what the watch has delivered.
+    assert int(bookmarks[-1]["object"]["metadata"]["resourceVersion"]) >= int(created.metadata.resource_version)
+    assert "data" not in bookmarks[-1]["object"]
+
+
+async def test_watch_list_ends_its_initial_events_with_a_bookmark(kube_api: k8s.ApiClient, namespace: str) -> None:
+    core = k8s.CoreV1Api(kube_api)
+    for name in ("one", "two"):
+        await core.create_namespaced_config_map(namespace, k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name=name)))
+
+    response = await core.list_namespaced_config_map(
+        namespace,
+        watch=True,
+        allow_watch_bookmarks=True,
+        send_initial_events=True,
+        resource_version_match="NotOlderThan",
+        resource_version="",
+        timeout_seconds=3,
+        _preload_content=False,
+    )
+    events = await read_watch(response)
+
+    names = [e["object"]["metadata"]["name"] for e in events if e["type"] == "ADDED"]
+    # kube-root-ca.crt appears once the root-CA publisher controller has reached this namespace.
+    assert set(names) - {"kube-root-ca.crt"} == {"one", "two"}
+    initial_end = [
+        e
+        for e in events
+        if e["type"] == "BOOKMARK"
+        and e["object"]["metadata"].get("annotations", {}).get("k8s.io/initial-events-end") == "true"
+    ]
+    assert len(initial_end) == 1
+    assert events.index(initial_end[0]) > max(i for i, e in enumerate(events) if e["type"] == "ADDED")
