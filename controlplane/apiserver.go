@@ -7,8 +7,8 @@ import (
 	"github.com/spf13/pflag"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/rest"
-	logsapi "k8s.io/component-base/logs/api/v1"
 	basecompatibility "k8s.io/component-base/compatibility"
+	logsapi "k8s.io/component-base/logs/api/v1"
 	apiserverapp "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	apiserveroptions "k8s.io/kubernetes/cmd/kube-apiserver/app/options"
 )

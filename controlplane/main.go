@@ -83,18 +83,21 @@ func run() error {
 		return err
 	}
 
+	// Everything that should stop the control plane cancels runCtx with its cause: a signal, the parent's exit, or
+	// a component failing.
+	runCtx, stopRun := context.WithCancelCause(context.Background())
+	defer stopRun(nil)
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
-	stop := make(chan string, 1)
 	go func() {
 		sig := <-signals
-		stop <- sig.String()
+		stopRun(&stopRequest{fmt.Sprintf("signal %s", sig)})
 		<-signals
 		klog.Flush()
 		os.Exit(2) // a second signal means "now"
 	}()
 	if *parentPID > 0 {
-		go watchParent(*parentPID, stop)
+		go watchParent(*parentPID, stopRun)
 	}
 
 	etcd, err := startEtcd(filepath.Join(*dataDir, "etcd"), cfg.EtcdClientPort, cfg.EtcdPeerPort, "warn")
@@ -107,41 +110,33 @@ func run() error {
 	kcmCtx, stopKCM := context.WithCancel(context.Background())
 	defer stopAPI()
 	defer stopKCM()
-	failed := make(chan error, 3)
 	var apiDone, kcmDone sync.WaitGroup
 
 	apiDone.Go(func() {
 		if err := runAPIServer(apiCtx, apiserverArgs(cfg, p)); err != nil && apiCtx.Err() == nil {
-			failed <- fmt.Errorf("kube-apiserver: %w", err)
+			stopRun(fmt.Errorf("kube-apiserver: %w", err))
 		}
 	})
 	go func() {
 		if err := <-etcd.Err(); err != nil {
-			failed <- fmt.Errorf("etcd: %w", err)
+			stopRun(fmt.Errorf("etcd: %w", err))
 		}
 	}()
 
-	readyCtx, cancelReady := context.WithTimeout(context.Background(), 3*time.Minute)
+	readyCtx, cancelReady := context.WithTimeout(runCtx, 3*time.Minute)
 	defer cancelReady()
-	go func() {
-		select {
-		case <-stop:
-		case <-failed:
-		}
-		cancelReady()
-	}()
 	if err := waitForAPIServer(readyCtx, adminKubeconfig); err != nil {
 		shutdown(stopKCM, &kcmDone, stopAPI, &apiDone)
-		return fmt.Errorf("API server never became ready: %w", err)
+		return fmt.Errorf("API server never became ready: %w", causeOf(runCtx, err))
 	}
 	kcmDone.Go(func() {
 		if err := runControllerManager(kcmCtx, controllerManagerArgs(cfg, p, kcmKubeconfig)); err != nil && kcmCtx.Err() == nil {
-			failed <- fmt.Errorf("kube-controller-manager: %w", err)
+			stopRun(fmt.Errorf("kube-controller-manager: %w", err))
 		}
 	})
 	if err := waitForControllers(readyCtx, adminKubeconfig); err != nil {
 		shutdown(stopKCM, &kcmDone, stopAPI, &apiDone)
-		return fmt.Errorf("controllers never became ready: %w", err)
+		return fmt.Errorf("controllers never became ready: %w", causeOf(runCtx, err))
 	}
 	cancelReady()
 
@@ -150,17 +145,33 @@ func run() error {
 		"seconds": time.Since(started).Seconds(),
 	})
 
+	<-runCtx.Done()
+	cause := context.Cause(runCtx)
+	var request *stopRequest
 	var runErr error
-	select {
-	case reason := <-stop:
-		klog.InfoS("stopping", "reason", reason)
-	case runErr = <-failed:
+	if errors.As(cause, &request) {
+		klog.InfoS("stopping", "reason", request.reason)
+	} else {
+		runErr = cause
 		klog.ErrorS(runErr, "a component failed; stopping the rest")
 	}
 	shutdown(stopKCM, &kcmDone, stopAPI, &apiDone)
 	etcd.Close()
 	emit(map[string]any{"event": "stopped", "seconds": time.Since(started).Seconds()})
 	return runErr
+}
+
+// stopRequest is the cause of a requested stop (signal, parent gone), as opposed to a failure.
+type stopRequest struct{ reason string }
+
+func (s *stopRequest) Error() string { return s.reason }
+
+// causeOf prefers the reason the run was stopped over the bare "context canceled" of a wait cut short by it.
+func causeOf(runCtx context.Context, err error) error {
+	if cause := context.Cause(runCtx); cause != nil {
+		return cause
+	}
+	return err
 }
 
 // shutdown stops the controllers before the API server they talk to; etcd is closed by the caller last.
@@ -182,10 +193,10 @@ func waitTimeout(wg *sync.WaitGroup, d time.Duration) {
 }
 
 // watchParent reports when the given process is gone, so a test session that dies never leaves a cluster behind.
-func watchParent(pid int, stop chan<- string) {
+func watchParent(pid int, stop context.CancelCauseFunc) {
 	for {
 		if err := unix.Kill(pid, 0); errors.Is(err, unix.ESRCH) || os.Getppid() != pid {
-			stop <- fmt.Sprintf("parent %d exited", pid)
+			stop(&stopRequest{fmt.Sprintf("parent %d exited", pid)})
 			return
 		}
 		time.Sleep(500 * time.Millisecond)

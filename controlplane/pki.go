@@ -26,12 +26,12 @@ type pki struct {
 
 func (p pki) path(name string) string { return filepath.Join(p.dir, name) }
 
-func (p pki) caCert() string        { return p.path("ca.crt") }
-func (p pki) caKey() string         { return p.path("ca.key") }
-func (p pki) servingCert() string   { return p.path("apiserver.crt") }
-func (p pki) servingKey() string    { return p.path("apiserver.key") }
-func (p pki) saPublicKey() string   { return p.path("sa.pub") }
-func (p pki) saPrivateKey() string  { return p.path("sa.key") }
+func (p pki) caCert() string             { return p.path("ca.crt") }
+func (p pki) caKey() string              { return p.path("ca.key") }
+func (p pki) servingCert() string        { return p.path("apiserver.crt") }
+func (p pki) servingKey() string         { return p.path("apiserver.key") }
+func (p pki) saPublicKey() string        { return p.path("sa.pub") }
+func (p pki) saPrivateKey() string       { return p.path("sa.key") }
 func (p pki) clientCert(n string) string { return p.path(n + ".crt") }
 func (p pki) clientKey(n string) string  { return p.path(n + ".key") }
 

@@ -3,6 +3,7 @@ fresh (and what lets it notice that a quiet watch is still alive)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -24,28 +25,32 @@ async def test_watch_with_timeout_receives_a_bookmark_before_the_server_closes_i
 ) -> None:
     core = k8s.CoreV1Api(kube_api)
     listed = await core.list_namespaced_config_map(namespace)
-    start_version = listed.metadata.resource_version
-    created = await core.create_namespaced_config_map(
-        namespace, k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name="watched"))
-    )
-
     response = await core.list_namespaced_config_map(
         namespace,
         watch=True,
         allow_watch_bookmarks=True,
-        resource_version=start_version,
+        resource_version=listed.metadata.resource_version,
         timeout_seconds=6,
         _preload_content=False,
     )
-    events = await read_watch(response)
+    reading = asyncio.create_task(read_watch(response))
+    # The watch cache sends a bookmark only when its resourceVersion moved past where the watch started (no news, no
+    # bookmark): a change during the watch guarantees one, about two seconds before the server's timeout.
+    await asyncio.sleep(1)
+    created = await core.create_namespaced_config_map(
+        namespace, k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name="watched"))
+    )
+    events = await reading
 
+    types = [e["type"] for e in events]
     added = [e for e in events if e["type"] == "ADDED"]
     assert [e["object"]["metadata"]["name"] for e in added] == ["watched"]
-    bookmarks = [e for e in events if e["type"] == "BOOKMARK"]
-    assert bookmarks, f"no bookmark among {[e['type'] for e in events]}"
+    assert "BOOKMARK" in types, f"no bookmark among {types}"
+    bookmark = events[types.index("BOOKMARK")]
+    assert types.index("BOOKMARK") > types.index("ADDED")
     # A bookmark carries only a resourceVersion, at least as new as what the watch has delivered.
-    assert int(bookmarks[-1]["object"]["metadata"]["resourceVersion"]) >= int(created.metadata.resource_version)
-    assert "data" not in bookmarks[-1]["object"]
+    assert int(bookmark["object"]["metadata"]["resourceVersion"]) >= int(created.metadata.resource_version)
+    assert "data" not in bookmark["object"]
 
 
 async def test_watch_list_ends_its_initial_events_with_a_bookmark(kube_api: k8s.ApiClient, namespace: str) -> None:

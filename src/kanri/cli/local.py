@@ -11,7 +11,8 @@ from rich.console import Console
 from kanri.local import BuildError, ControlPlane, ControlPlaneError, controlplane_binary, paths
 
 app = typer.Typer(no_args_is_help=True, help="The local Kubernetes control plane (etcd, kube-apiserver, controllers).")
-err = Console(stderr=True)
+# soft_wrap: paths must stay on one line so they can be copied (or parsed) from the output.
+err = Console(stderr=True, soft_wrap=True)
 
 ClusterOption = Annotated[str, typer.Option("--name", help="Name of the local cluster (one data dir per name).")]
 
