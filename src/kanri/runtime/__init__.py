@@ -1,0 +1,1 @@
+"""kanri.runtime: a level-triggered controller runtime for Python operators."""

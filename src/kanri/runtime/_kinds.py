@@ -1,0 +1,67 @@
+"""Resource kinds and their REST paths. Objects stay raw JSON dicts; a Kind says where they live."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A Kubernetes resource type: ``Kind("apps/v1", "StatefulSet", "statefulsets")``."""
+
+    api_version: str
+    kind: str
+    plural: str
+    namespaced: bool = True
+
+    @property
+    def group(self) -> str:
+        return self.api_version.rpartition("/")[0]
+
+    @property
+    def version(self) -> str:
+        return self.api_version.rpartition("/")[2]
+
+    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+        """The REST path: collection when ``name`` is None, all namespaces when ``namespace`` is None."""
+        root = f"/apis/{self.api_version}" if self.group else f"/api/{self.version}"
+        parts = [root]
+        if self.namespaced and namespace:
+            parts.append(f"namespaces/{namespace}")
+        parts.append(self.plural)
+        if name is not None:
+            parts.append(name)
+            if subresource:
+                parts.append(subresource)
+        return "/".join(parts)
+
+    def __str__(self) -> str:
+        return f"{self.kind}.{self.api_version}"
+
+
+def namespace_of(obj: dict[str, Any]) -> str:
+    """The object's namespace ("" for cluster-scoped objects)."""
+    return str(obj.get("metadata", {}).get("namespace") or "")
+
+
+def name_of(obj: dict[str, Any]) -> str:
+    return str(obj["metadata"]["name"])
+
+
+# Built-in kinds operators commonly touch. Others: construct a Kind, or Client.discover().
+NAMESPACE = Kind("v1", "Namespace", "namespaces", namespaced=False)
+CONFIG_MAP = Kind("v1", "ConfigMap", "configmaps")
+SECRET = Kind("v1", "Secret", "secrets")
+SERVICE = Kind("v1", "Service", "services")
+SERVICE_ACCOUNT = Kind("v1", "ServiceAccount", "serviceaccounts")
+POD = Kind("v1", "Pod", "pods")
+PVC = Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims")
+EVENT = Kind("v1", "Event", "events")
+STATEFUL_SET = Kind("apps/v1", "StatefulSet", "statefulsets")
+DEPLOYMENT = Kind("apps/v1", "Deployment", "deployments")
+LEASE = Kind("coordination.k8s.io/v1", "Lease", "leases")
+ROLE = Kind("rbac.authorization.k8s.io/v1", "Role", "roles")
+ROLE_BINDING = Kind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings")
+POD_DISRUPTION_BUDGET = Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets")
+CRD = Kind("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", namespaced=False)
