@@ -27,8 +27,8 @@ down:
 	$(BIN)/kanri local down
 
 lint: $(VENV)/.installed
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench examples
+	$(BIN)/ruff format --check src tests bench examples
 
 typecheck: $(VENV)/.installed
 	$(BIN)/mypy

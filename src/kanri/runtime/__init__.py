@@ -1,1 +1,91 @@
-"""kanri.runtime: a level-triggered controller runtime for Python operators."""
+"""kanri.runtime: a level-triggered controller runtime for Python operators.
+
+The public API is this module's names; everything else is private. See docs/runtime.md.
+"""
+
+from kanri.runtime._cache import Cache
+from kanri.runtime._client import Client, ClientMetrics, RetryPolicy, Unlimited
+from kanri.runtime._clock import Clock, FakeClock, SystemClock
+from kanri.runtime._conditions import get_condition, is_true, remove_condition, set_condition
+from kanri.runtime._controller import Controller, ControllerOptions, Reconciler, Result
+from kanri.runtime._crd import CustomResource, PrinterColumn, Scale, SchemaError, crd_for, crd_yaml
+from kanri.runtime._errors import ApiError, PermanentError, ReconcileError, TransientError
+from kanri.runtime._events import EventRecorder
+from kanri.runtime._finalizers import add_finalizer, finalizer_step, has_finalizer, remove_finalizer
+from kanri.runtime._informer import Informer, WatchTiming
+from kanri.runtime._kinds import Kind
+from kanri.runtime._leader import LeaderElector, LeadershipLost
+from kanri.runtime._logging import configure_logging
+from kanri.runtime._manager import Manager, ManagerOptions
+from kanri.runtime._model import (
+    Condition,
+    Conditions,
+    IntOrString,
+    KubeModel,
+    Quantity,
+    cel,
+    list_map,
+    list_set,
+    parse_quantity,
+)
+from kanri.runtime._ownership import child_name, controller_of, is_controlled_by, owner_reference, set_owner
+from kanri.runtime._queue import Priority, Request, WorkQueue
+
+__all__ = [
+    "ApiError",
+    "Cache",
+    "Client",
+    "ClientMetrics",
+    "Clock",
+    "Condition",
+    "Conditions",
+    "Controller",
+    "ControllerOptions",
+    "CustomResource",
+    "EventRecorder",
+    "FakeClock",
+    "Informer",
+    "IntOrString",
+    "Kind",
+    "KubeModel",
+    "LeaderElector",
+    "LeadershipLost",
+    "Manager",
+    "ManagerOptions",
+    "PermanentError",
+    "PrinterColumn",
+    "Priority",
+    "Quantity",
+    "ReconcileError",
+    "Reconciler",
+    "Request",
+    "Result",
+    "RetryPolicy",
+    "Scale",
+    "SchemaError",
+    "SystemClock",
+    "TransientError",
+    "Unlimited",
+    "WatchTiming",
+    "WorkQueue",
+    "add_finalizer",
+    "cel",
+    "child_name",
+    "configure_logging",
+    "controller_of",
+    "crd_for",
+    "crd_yaml",
+    "finalizer_step",
+    "get_condition",
+    "has_finalizer",
+    "is_controlled_by",
+    "is_true",
+    "list_map",
+    "list_set",
+    "owner_reference",
+    "parse_quantity",
+    "remove_condition",
+    "remove_finalizer",
+    "set_condition",
+    "set_owner",
+]

@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from kanri.runtime._errors import ApiError
 from kanri.runtime._kinds import Kind, name_of, namespace_of
+from kanri.runtime._ratelimit import TokenBucket
 
 Obj = dict[str, Any]
 # A JSON patch is a list of operations; merge patches and objects are dicts.
@@ -33,10 +34,17 @@ _IDEMPOTENT = frozenset({"GET", "HEAD"})
 _MAX_RETRY_AFTER = 30.0
 
 
-class RateLimiter(Protocol):
+class RequestLimiter(Protocol):
     """Anything that hands out request slots: ``reserve()`` returns how long to wait for this one."""
 
     def reserve(self) -> float: ...
+
+
+class Unlimited:
+    """A limiter that never waits (for benchmarks measuring the API server's own limit)."""
+
+    def reserve(self) -> float:
+        return 0.0
 
 
 @dataclass(frozen=True)
@@ -81,7 +89,7 @@ class Client:
         self,
         api: k8s_client.ApiClient,
         *,
-        rate_limiter: RateLimiter | None = None,
+        rate_limiter: RequestLimiter | None = None,
         retry: RetryPolicy | None = None,
         metrics: ClientMetrics | None = None,
         user_agent: str = "kanri",
@@ -90,7 +98,8 @@ class Client:
         self._config: k8s_client.Configuration = api.configuration
         self._host = str(self._config.host).rstrip("/")
         self._host_label = urlsplit(self._host).netloc
-        self._limiter = rate_limiter
+        # controller-runtime's client default (client-go's own is 5 qps / burst 10, too low for an operator).
+        self._limiter = rate_limiter if rate_limiter is not None else TokenBucket(rate=20.0, burst=30)
         self._retry = retry or RetryPolicy()
         self._metrics = metrics
         self._user_agent = user_agent

@@ -42,13 +42,15 @@ def set_condition(
     reason: str,
     message: str,
     observed_generation: int | None,
-    now: datetime,
+    now: datetime | None = None,
 ) -> bool:
     """Add or update the condition of ``type`` in place; return whether anything changed.
 
     ``status`` may be a bool (True -> "True", False -> "False"). ``lastTransitionTime`` is set to ``now`` when the
-    condition is new or its status flips, and kept otherwise. ``observed_generation`` None leaves the field out.
+    condition is new or its status flips, and kept otherwise (``now`` defaults to the current UTC time; inject it
+    in tests). ``observed_generation`` None leaves the field out.
     """
+    now = now or datetime.now(UTC)
     wanted = _status(status)
     if not _TYPE.fullmatch(type) or len(type) > 316:
         raise ValueError(f"invalid condition type {type!r}: CamelCase, optionally prefixed by a DNS name and '/'")

@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Literal
 import yaml
 from pydantic import Field, model_validator
 
+from kanri.runtime._kinds import Kind
 from kanri.runtime._model import KubeModel, Rule
 
 __all__ = ["CustomResource", "PrinterColumn", "ResourceInfo", "Scale", "SchemaError", "crd_for", "crd_yaml"]
@@ -99,6 +100,11 @@ class ResourceInfo:
     @property
     def list_kind(self) -> str:
         return f"{self.kind}List"
+
+    @property
+    def api_kind(self) -> Kind:
+        """The :class:`Kind` the client, cache and controllers use for objects of this resource."""
+        return Kind(self.api_version, self.kind, self.plural, namespaced=self.scope == "Namespaced")
 
     def __post_init__(self) -> None:
         # Refuse names the API server would refuse, at class creation rather than at install time.

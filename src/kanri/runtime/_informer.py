@@ -116,7 +116,7 @@ class Informer:
             old = self.store.upsert(obj)
             # Unchanged objects are reported too: a relist is also a periodic chance to look again.
             self._notify(Event("ADDED" if old is None else "MODIFIED", obj, old, from_list=True))
-        for key in set(self.store.keys()) - seen:
+        for key in set(self.store.object_keys()) - seen:
             gone = self.store.remove(key)
             if gone is not None:
                 self._notify(Event("DELETED", gone, gone, from_list=True))

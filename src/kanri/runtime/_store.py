@@ -85,7 +85,7 @@ class Store:
         """Objects with an ownerReference to ``uid``."""
         return self.by_index(OWNER_INDEX, uid)
 
-    def keys(self) -> builtins.list[Key]:
+    def object_keys(self) -> builtins.list[Key]:
         return list(self._objects)
 
     def upsert(self, obj: Obj) -> Obj | None:

@@ -1,0 +1,88 @@
+"""A complete operator on kanri.runtime: each Greeting gets a ConfigMap holding its message.
+
+python examples/greeting/operator.py --kubeconfig PATH --install-crd
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from typing import Any
+
+from pydantic import Field
+
+from kanri import runtime as kr
+from kanri.runtime.kinds import CONFIG_MAP, CRD
+
+
+class GreetingSpec(kr.KubeModel):
+    message: str
+    """The text to put in the ConfigMap."""
+
+
+class GreetingStatus(kr.KubeModel):
+    observed_generation: int | None = None
+    conditions: kr.Conditions = Field(default_factory=list)
+
+
+class Greeting(kr.CustomResource, group="example.kanri.dev", version="v1", kind="Greeting", plural="greetings",
+               short_names=("gr",), printer_columns=(kr.PrinterColumn("Message", ".spec.message"),)):  # fmt: skip
+    """A message the operator publishes as a ConfigMap."""
+
+    spec: GreetingSpec
+    status: GreetingStatus | None = None
+
+
+GREETING = Greeting.resource.api_kind
+
+
+class GreetingReconciler:
+    def __init__(self, manager: kr.Manager) -> None:
+        self.cache, self.client = manager.cache, manager.client
+
+    async def reconcile(self, request: kr.Request) -> kr.Result | None:
+        greeting = self.cache.get(GREETING, request.name, request.namespace)
+        if greeting is None or greeting["metadata"].get("deletionTimestamp"):
+            return None  # the garbage collector removes the ConfigMap through its ownerReference
+        name = kr.child_name(request.name, "greeting")
+        data = {"message": greeting["spec"]["message"]}
+        current = self.cache.get(CONFIG_MAP, name, request.namespace)
+        if current is None or current.get("data") != data:  # write only what differs
+            owner = [kr.owner_reference(greeting)]
+            desired = {
+                "metadata": {"name": name, "namespace": request.namespace, "ownerReferences": owner},
+                "data": data,
+            }
+            await self.client.apply(CONFIG_MAP, desired, field_manager="greeting-operator")
+        await self.report(greeting)
+        return None
+
+    async def report(self, greeting: dict[str, Any]) -> None:
+        status = greeting.get("status") or {}
+        conditions = [dict(c) for c in status.get("conditions", [])]
+        generation = greeting["metadata"]["generation"]
+        changed = kr.set_condition(conditions, type="Ready", status="True", reason="Published",
+                                   message="ConfigMap is up to date", observed_generation=generation)  # fmt: skip
+        if changed or status.get("observedGeneration") != generation:
+            patch = {"status": {"observedGeneration": generation, "conditions": conditions}}
+            meta = greeting["metadata"]
+            await self.client.patch_status(GREETING, meta["name"], patch, meta["namespace"])
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--kubeconfig")
+    parser.add_argument("--install-crd", action="store_true")
+    parser.add_argument("--health-port", type=int, default=8081)
+    args = parser.parse_args()
+    kr.configure_logging()
+    async with await kr.Client.auto(args.kubeconfig) as client:
+        if args.install_crd:
+            await client.apply(CRD, kr.crd_for(Greeting), field_manager="greeting-operator")
+        manager = kr.Manager(client, kr.ManagerOptions(name="greeting-operator", health_port=args.health_port))
+        manager.add(kr.Controller("greeting", GreetingReconciler(manager), for_kind=GREETING).owns(CONFIG_MAP))
+        await manager.run()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

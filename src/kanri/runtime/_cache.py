@@ -1,0 +1,74 @@
+"""One shared informer per kind: the read side of every controller in a manager."""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+from typing import Any
+
+from kanri.runtime._client import Client
+from kanri.runtime._informer import Informer, WatchTiming
+from kanri.runtime._kinds import Kind
+from kanri.runtime._store import Store
+
+Obj = dict[str, Any]
+
+
+class Cache:
+    """Informers keyed by kind, shared by all controllers (one LIST+WATCH per kind, however many controllers read it).
+
+    Reads (``get``, ``list``, ``owned_by``) come from memory and never block on the API. Objects returned are the
+    cached dicts: copy before changing them.
+    """
+
+    def __init__(self, client: Client, *, namespace: str | None = None, timing: WatchTiming | None = None) -> None:
+        self._client = client
+        self._namespace = namespace
+        self._timing = timing
+        self._informers: dict[Kind, Informer] = {}
+        self._group: asyncio.TaskGroup | None = None
+
+    def informer(self, kind: Kind) -> Informer:
+        """The informer of ``kind``, created on first use (and started at once when the cache runs)."""
+        informer = self._informers.get(kind)
+        if informer is None:
+            namespace = self._namespace if kind.namespaced else None
+            informer = Informer(self._client, kind, namespace=namespace, timing=self._timing)
+            self._informers[kind] = informer
+            if self._group is not None:
+                self._group.create_task(informer.run(), name=f"informer {kind}")
+        return informer
+
+    def store(self, kind: Kind) -> Store:
+        return self.informer(kind).store
+
+    def get(self, kind: Kind, name: str, namespace: str = "") -> Obj | None:
+        return self.store(kind).get(namespace if kind.namespaced else "", name)
+
+    def list(
+        self, kind: Kind, namespace: str | None = None, labels: dict[str, str] | None = None
+    ) -> builtins.list[Obj]:
+        return self.store(kind).list(namespace, labels)
+
+    def owned_by(self, kind: Kind, uid: str) -> builtins.list[Obj]:
+        """Objects of ``kind`` with an ownerReference to ``uid``."""
+        return self.store(kind).owned_by(uid)
+
+    def synced(self, kinds: builtins.list[Kind] | None = None) -> bool:
+        return all(self.informer(k).synced.is_set() for k in (kinds or builtins.list(self._informers)))
+
+    async def wait_for_sync(self, kinds: builtins.list[Kind] | None = None) -> None:
+        """Return once every informer of ``kinds`` (all, when None) has completed its first list."""
+        for kind in kinds or builtins.list(self._informers):
+            await self.informer(kind).synced.wait()
+
+    async def run(self) -> None:
+        """Run every informer (including ones added later) until cancelled."""
+        async with asyncio.TaskGroup() as group:
+            self._group = group
+            try:
+                for kind, informer in builtins.list(self._informers.items()):
+                    group.create_task(informer.run(), name=f"informer {kind}")
+                await asyncio.Event().wait()
+            finally:
+                self._group = None

@@ -1,0 +1,291 @@
+"""A controller: watches kinds, maps every change to a primary object's key, and reconciles keys with workers.
+
+The reconciler sees only a :class:`Request` (namespace/name), never the event: it reads the latest state from the
+cache, which is what makes the loop level-triggered. How a reconcile ended decides what happens next:
+
+| outcome | next |
+|---|---|
+| returns ``None`` / ``Result()`` | backoff forgotten; nothing until the next change or resync |
+| returns ``Result(requeue_after=s)`` | backoff forgotten; looked at again in ``s`` seconds |
+| raises :class:`PermanentError` | not retried until ``metadata.generation`` changes; reason written to a condition |
+| raises anything else (incl. timeout) | retried with per-key exponential backoff |
+
+An exception never kills a worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import random
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol, cast
+
+import structlog
+
+from kanri.runtime._cache import Cache
+from kanri.runtime._client import Client
+from kanri.runtime._conditions import set_condition
+from kanri.runtime._controller_metrics import ControllerMetrics
+from kanri.runtime._errors import ApiError, PermanentError
+from kanri.runtime._informer import Event
+from kanri.runtime._kinds import Kind
+from kanri.runtime._queue import Priority, QueueShutDown, Request, WorkQueue
+from kanri.runtime._queue_metrics import WorkQueueMetrics
+from kanri.runtime._ratelimit import ExponentialBackoff, MaxOfRateLimiter, TokenBucket
+
+Obj = dict[str, Any]
+log = structlog.get_logger("kanri.controller")
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a successful reconcile asks for: nothing, or another look after ``requeue_after`` seconds."""
+
+    requeue_after: float | None = None
+
+
+class Reconciler(Protocol):
+    """The whole user contract: make the world match the object named by ``request``."""
+
+    async def reconcile(self, request: Request) -> Result | None: ...
+
+
+ReconcileFunc = Callable[[Request], Awaitable[Result | None]]
+Mapper = Callable[[Obj], Iterable[Request]]
+
+
+@dataclass(frozen=True)
+class ControllerOptions:
+    """Tuning of one controller; defaults follow controller-runtime where it has one."""
+
+    max_concurrent_reconciles: int = 1
+    reconcile_timeout: float = 300.0
+    resync_period: float | None = 600.0
+    """Every primary key is looked at again this often (jittered +-10%, at background priority); None disables."""
+    backoff_base: float = 0.005
+    backoff_max: float = 1000.0
+    qps: float = 10.0
+    burst: int = 100
+    permanent_error_condition: str | None = "Ready"
+    """Condition type set False with the error's reason on a PermanentError (None: leave status alone)."""
+
+
+class Controller:
+    """Reconciles objects of ``for_kind``; build with :meth:`owns` and :meth:`watches`, then add to a Manager."""
+
+    def __init__(
+        self,
+        name: str,
+        reconciler: Reconciler | ReconcileFunc,
+        *,
+        for_kind: Kind,
+        options: ControllerOptions | None = None,
+    ) -> None:
+        self.name = name
+        self.for_kind = for_kind
+        self.options = options or ControllerOptions()
+        if self.options.max_concurrent_reconciles < 1:
+            raise ValueError("max_concurrent_reconciles must be at least 1")
+        method = getattr(reconciler, "reconcile", None)
+        self._reconcile = cast(ReconcileFunc, method if method is not None else reconciler)
+        self._owned: list[Kind] = []
+        self._mapped: list[tuple[Kind, Mapper]] = []
+        self._queue: WorkQueue | None = None
+        # Keys whose last reconcile failed permanently, with the generation that failed.
+        self._failed_generation: dict[Request, int] = {}
+
+    def owns(self, kind: Kind) -> Controller:
+        """Changes to ``kind`` objects controlled by a primary object (ownerReference with controller=true) queue it."""
+        self._owned.append(kind)
+        return self
+
+    def watches(self, kind: Kind, mapper: Mapper) -> Controller:
+        """Changes to ``kind`` objects queue whatever keys ``mapper`` returns."""
+        self._mapped.append((kind, mapper))
+        return self
+
+    @property
+    def kinds(self) -> list[Kind]:
+        return [self.for_kind, *self._owned, *(kind for kind, _ in self._mapped)]
+
+    @property
+    def queue(self) -> WorkQueue:
+        if self._queue is None:
+            raise RuntimeError(f"controller {self.name} is not set up; add it to a Manager")
+        return self._queue
+
+    # --- wiring (called by the Manager) ----------------------------------------------------------------------------
+
+    def setup(self, cache: Cache, client: Client, metrics: ControllerMetrics, queue_metrics: WorkQueueMetrics) -> None:
+        """Create the queue and connect informers to it. Events queue keys even before workers start (a standby
+        replica keeps a warm queue and cache, so taking over is fast)."""
+        limiter = MaxOfRateLimiter(
+            ExponentialBackoff(self.options.backoff_base, self.options.backoff_max),
+            TokenBucket(self.options.qps, self.options.burst),
+        )
+        self._queue = WorkQueue(self.name, rate_limiter=limiter, metrics=queue_metrics)
+        self._cache = cache
+        self._client = client
+        self._metrics = metrics
+        metrics.max_concurrent.labels(self.name).set(self.options.max_concurrent_reconciles)
+        metrics.watch_deletions(self.name, cache.store(self.for_kind))
+        cache.informer(self.for_kind).add_handler(self._on_primary)
+        for kind in self._owned:
+            cache.informer(kind).add_handler(self._on_owned)
+        for kind, mapper in self._mapped:
+            cache.informer(kind).add_handler(self._mapped_handler(mapper))
+
+    def _on_primary(self, event: Event) -> None:
+        meta = event.obj["metadata"]
+        request = Request(meta.get("namespace") or "", meta["name"])
+        if event.type == "DELETED":
+            self._failed_generation.pop(request, None)
+        self.queue.add(request, Priority.BACKGROUND if event.from_list else Priority.LIVE)
+
+    def _on_owned(self, event: Event) -> None:
+        priority = Priority.BACKGROUND if event.from_list else Priority.LIVE
+        for obj in (event.obj, event.old):
+            if obj is None:
+                continue
+            for ref in obj["metadata"].get("ownerReferences") or ():
+                if (
+                    ref.get("controller")
+                    and ref.get("kind") == self.for_kind.kind
+                    and (ref.get("apiVersion", "").rpartition("/")[0] == self.for_kind.group)
+                ):
+                    self.queue.add(Request(obj["metadata"].get("namespace") or "", ref["name"]), priority)
+
+    def _mapped_handler(self, mapper: Mapper) -> Callable[[Event], None]:
+        def handle(event: Event) -> None:
+            priority = Priority.BACKGROUND if event.from_list else Priority.LIVE
+            for request in mapper(event.obj):
+                self.queue.add(request, priority)
+
+        return handle
+
+    # --- running ---------------------------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Wait for the caches, then reconcile with ``max_concurrent_reconciles`` workers until the queue shuts down."""
+        await self._cache.wait_for_sync(self.kinds)
+        log.info("controller started", controller=self.name, workers=self.options.max_concurrent_reconciles)
+        async with asyncio.TaskGroup() as group:
+            resync = group.create_task(self._resync_loop(), name=f"{self.name} resync")
+            workers = [
+                group.create_task(self._worker(), name=f"{self.name} worker {i}")
+                for i in range(self.options.max_concurrent_reconciles)
+            ]
+            await asyncio.gather(*workers)
+            resync.cancel()
+        log.info("controller stopped", controller=self.name)
+
+    def stop(self) -> None:
+        """Stop handing out keys; reconciles in flight finish, then :meth:`run` returns."""
+        self.queue.shutdown(drain=False)
+
+    async def _resync_loop(self) -> None:
+        period = self.options.resync_period
+        if period is None:
+            return
+        store = self._cache.store(self.for_kind)
+        while True:
+            await asyncio.sleep(period * random.uniform(0.9, 1.1))
+            for namespace, name in store.object_keys():
+                self.queue.add(Request(namespace, name), Priority.BACKGROUND)
+
+    async def _worker(self) -> None:
+        while True:
+            try:
+                request = await self.queue.get()
+            except QueueShutDown:
+                return
+            self._metrics.active_workers.labels(self.name).inc()
+            try:
+                await self._process(request)
+            finally:
+                self._metrics.active_workers.labels(self.name).dec()
+                self.queue.done(request)
+
+    async def _process(self, request: Request) -> None:
+        obj = self._cache.get(self.for_kind, request.name, request.namespace)
+        meta = obj["metadata"] if obj is not None else {}
+        generation = int(meta.get("generation", 0))
+        failed = self._failed_generation.get(request)
+        if failed is not None and obj is not None and generation == failed:
+            return  # permanent failure at this generation: wait for the user to change the object
+        self._failed_generation.pop(request, None)
+        context = {
+            "controller": self.name,
+            "namespace": request.namespace,
+            "name": request.name,
+            "uid": meta.get("uid"),
+            "generation": generation,
+            "reconcile_id": secrets.token_hex(8),
+        }
+        with structlog.contextvars.bound_contextvars(**context):
+            started = time.monotonic()
+            result_label = "success"
+            try:
+                async with asyncio.timeout(self.options.reconcile_timeout):
+                    result = await self._reconcile(request)
+            except PermanentError as exc:
+                result_label = "error"
+                self._metrics.terminal_errors.labels(self.name).inc()
+                self._metrics.reconcile_errors.labels(self.name).inc()
+                self._failed_generation[request] = generation
+                self.queue.forget(request)
+                log.warning("reconcile failed permanently", reason=exc.reason, error=exc.message)
+                await self._report_permanent(obj, exc)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                result_label = "error"
+                self._metrics.reconcile_errors.labels(self.name).inc()
+                self.queue.add_rate_limited(request)
+                if isinstance(exc, ApiError) and exc.conflict:
+                    # Someone changed the object under us: routine, retried from the fresh cache.
+                    log.info("reconcile hit a conflict; retrying", error=str(exc))
+                elif isinstance(exc, TimeoutError):
+                    log.warning("reconcile timed out; retrying", timeout=self.options.reconcile_timeout)
+                else:
+                    log.exception("reconcile failed; retrying", retries=self.queue.num_requeues(request))
+            else:
+                self.queue.forget(request)
+                if result is not None and result.requeue_after is not None:
+                    result_label = "requeue_after"
+                    self.queue.add_after(request, result.requeue_after)
+            finally:
+                self._metrics.reconcile_time.labels(self.name).observe(time.monotonic() - started)
+            self._metrics.reconcile_total.labels(self.name, result_label).inc()
+
+    async def _report_permanent(self, obj: Obj | None, exc: PermanentError) -> None:
+        """Put a permanent failure's reason where the user looks: a False condition on the object's status."""
+        condition_type = self.options.permanent_error_condition
+        if obj is None or condition_type is None:
+            return
+        conditions = copy.deepcopy((obj.get("status") or {}).get("conditions") or [])
+        changed = set_condition(
+            conditions,
+            type=condition_type,
+            status="False",
+            reason=exc.reason,
+            message=exc.message,
+            observed_generation=int(obj["metadata"].get("generation", 0)),
+            now=datetime.now(UTC),
+        )
+        if not changed:
+            return
+        patch = {
+            "metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
+            "status": {"conditions": conditions},
+        }
+        with contextlib.suppress(ApiError):
+            await self._client.patch_status(
+                self.for_kind, obj["metadata"]["name"], patch, obj["metadata"].get("namespace")
+            )

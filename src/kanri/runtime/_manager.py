@@ -1,0 +1,188 @@
+"""The Manager runs controllers: shared cache, leader election, health and metrics endpoints, graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from dataclasses import dataclass
+
+import structlog
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from kanri.runtime._cache import Cache
+from kanri.runtime._client import Client
+from kanri.runtime._controller import Controller
+from kanri.runtime._controller_metrics import ControllerMetrics
+from kanri.runtime._informer import WatchTiming
+from kanri.runtime._leader import LeaderElector, default_identity
+from kanri.runtime._queue_metrics import WorkQueueMetrics
+
+log = structlog.get_logger("kanri.manager")
+
+
+@dataclass(frozen=True)
+class ManagerOptions:
+    """How a Manager runs. Leader-election timings are controller-runtime's defaults."""
+
+    name: str
+    """Names the leader-election Lease and appears in logs."""
+    leader_election: bool = True
+    leader_election_namespace: str = "default"
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    identity: str | None = None
+    """Unique per process; defaults to hostname + a random suffix."""
+    health_host: str = "0.0.0.0"
+    health_port: int | None = 8081
+    """Serves /healthz, /readyz and /metrics; 0 picks a free port (see ``Manager.health_port``), None disables."""
+    graceful_shutdown_timeout: float = 30.0
+    """How long reconciles in flight may take to finish after a stop is requested."""
+    namespace: str | None = None
+    """Watch only this namespace (None: all namespaces)."""
+    watch_timing: WatchTiming | None = None
+
+
+class Manager:
+    """Runs controllers against one cluster.
+
+    Usage::
+
+        async with await Client.from_kubeconfig() as client:
+            manager = Manager(client, ManagerOptions(name="widgets"))
+            manager.add(Controller("widgets", reconcile, for_kind=WIDGET).owns(CONFIG_MAP))
+            await manager.run()          # until SIGTERM/SIGINT (or stop())
+
+    Caches run on every replica (a standby has a warm cache); controllers run only on the leader. Losing the lease
+    stops every reconcile at once and ``run`` raises ``LeadershipLost`` (exit and let the Deployment restart the
+    process, as controller-runtime does). A stop request lets reconciles in flight finish within
+    ``graceful_shutdown_timeout``, then releases the lease so a successor starts without waiting for it to expire.
+    """
+
+    def __init__(self, client: Client, options: ManagerOptions, *, registry: CollectorRegistry | None = None) -> None:
+        self.client = client
+        self.options = options
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.cache = Cache(client, namespace=options.namespace, timing=options.watch_timing)
+        self._controller_metrics = ControllerMetrics(self.registry)
+        self._queue_metrics = WorkQueueMetrics(self.registry)
+        self._controllers: list[Controller] = []
+        self._stop_requested = asyncio.Event()
+        self._leading = False
+        self.health_port: int | None = None
+        self.identity = options.identity or default_identity()
+
+    def add(self, controller: Controller) -> None:
+        """Register a controller (before ``run``)."""
+        controller.setup(self.cache, self.client, self._controller_metrics, self._queue_metrics)
+        self._controllers.append(controller)
+
+    @property
+    def controllers(self) -> list[Controller]:
+        return list(self._controllers)
+
+    def stop(self) -> None:
+        """Ask for a graceful stop: no new reconciles, in-flight ones finish, the lease is released."""
+        self._stop_requested.set()
+
+    def ready(self) -> bool:
+        """Ready when every informer has synced (leader or standby alike)."""
+        return self.cache.synced()
+
+    async def run(self, *, handle_signals: bool = True) -> None:
+        """Run until :meth:`stop`, SIGTERM/SIGINT (when ``handle_signals``), or loss of leadership."""
+        loop = asyncio.get_running_loop()
+        if handle_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.stop)
+        try:
+            async with asyncio.TaskGroup() as group:
+                background = [group.create_task(self.cache.run(), name="cache")]
+                if self.options.health_port is not None:
+                    background.append(group.create_task(self._serve_health(), name="health"))
+                leading = group.create_task(self._campaign(), name="leader")
+                stop = group.create_task(self._stop_requested.wait(), name="stop")
+                await asyncio.wait([leading, stop], return_when=asyncio.FIRST_COMPLETED)
+                if not leading.done():
+                    await self._graceful_stop(leading)
+                stop.cancel()
+                for task in background:
+                    task.cancel()
+        except BaseExceptionGroup as errors:
+            if len(errors.exceptions) == 1:
+                raise errors.exceptions[0] from None
+            raise
+        finally:
+            if handle_signals:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(sig)
+        log.info("manager stopped", manager=self.options.name)
+
+    async def _campaign(self) -> None:
+        if not self.options.leader_election:
+            await self._lead()
+            return
+        elector = LeaderElector(
+            self.client,
+            namespace=self.options.leader_election_namespace,
+            name=self.options.name,
+            identity=self.identity,
+            lease_duration=self.options.lease_duration,
+            renew_deadline=self.options.renew_deadline,
+            retry_period=self.options.retry_period,
+            registry=self.registry,
+        )
+        await elector.run(self._lead)
+
+    async def _lead(self) -> None:
+        """Leader-only work: run every controller until each has stopped."""
+        self._leading = True
+        log.info("starting controllers", manager=self.options.name, identity=self.identity)
+        try:
+            async with asyncio.TaskGroup() as group:
+                for controller in self._controllers:
+                    group.create_task(controller.run(), name=f"controller {controller.name}")
+        finally:
+            self._leading = False
+
+    async def _graceful_stop(self, leading: asyncio.Task[None]) -> None:
+        log.info("stopping: letting reconciles in flight finish", timeout=self.options.graceful_shutdown_timeout)
+        for controller in self._controllers:
+            controller.stop()
+        if not self._leading:
+            # A standby (or a leader still waiting for caches) has nothing in flight.
+            leading.cancel()
+        done, _ = await asyncio.wait([leading], timeout=self.options.graceful_shutdown_timeout)
+        if not done:
+            log.warning("reconciles did not finish in time; cancelling them")
+            leading.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await leading
+
+    async def _serve_health(self) -> None:
+        app = web.Application()
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/metrics", self._metrics)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, self.options.health_host, self.options.health_port)
+        await site.start()
+        self.health_port = int(runner.addresses[0][1])
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()
+
+    async def _healthz(self, _: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def _readyz(self, _: web.Request) -> web.Response:
+        if self.ready():
+            return web.Response(text="ok")
+        return web.Response(status=503, text="caches not synced")
+
+    async def _metrics(self, _: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
