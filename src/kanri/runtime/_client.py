@@ -219,11 +219,14 @@ class Client:
     # --- writes ----------------------------------------------------------------------------------------------------
 
     async def create(self, kind: Kind, obj: Obj) -> Obj:
-        return await self._json("POST", kind.path(namespace_of(obj) or None), body=obj)
+        """POST a new object (``apiVersion``/``kind`` filled in from ``kind`` when missing)."""
+        body = {"apiVersion": kind.api_version, "kind": kind.kind, **obj}
+        return await self._json("POST", kind.path(namespace_of(obj) or None), body=body)
 
     async def replace(self, kind: Kind, obj: Obj) -> Obj:
         """PUT the whole object; guarded by its ``metadata.resourceVersion`` (409 when stale)."""
-        return await self._json("PUT", kind.path(namespace_of(obj) or None, name_of(obj)), body=obj)
+        body = {"apiVersion": kind.api_version, "kind": kind.kind, **obj}
+        return await self._json("PUT", kind.path(namespace_of(obj) or None, name_of(obj)), body=body)
 
     async def replace_status(self, kind: Kind, obj: Obj) -> Obj:
         """PUT to ``/status``: only the status changes; guarded by ``metadata.resourceVersion``."""
