@@ -9,10 +9,11 @@ idempotent requests on transient failures, server-side apply, ``/status`` writes
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlencode, urlsplit
@@ -32,6 +33,16 @@ Body = Obj | list[Obj]
 
 _IDEMPOTENT = frozenset({"GET", "HEAD"})
 _MAX_RETRY_AFTER = 30.0
+
+
+@contextlib.contextmanager
+def _connection_errors(method: str, path: str) -> Iterator[None]:
+    """A connection lost while reading a body (a watch cut mid-stream) is a 503 like one lost before the headers."""
+    try:
+        yield
+    except aiohttp.ClientError as exc:
+        body = {"reason": "ConnectionFailed", "message": str(exc) or type(exc).__name__}
+        raise ApiError(503, body, method=method, path=path) from exc
 
 
 class RequestLimiter(Protocol):
@@ -199,10 +210,12 @@ class Client:
         if label_selector:
             query["labelSelector"] = label_selector
         path = kind.path(namespace)
-        response = await self._request("GET", path, query=query, stream=True)
+        # The wait for the response headers counts as inactivity too: a proxy can accept and then never answer.
+        async with asyncio.timeout(inactivity_timeout):
+            response = await self._request("GET", path, query=query, stream=True)
         try:
             while True:
-                async with asyncio.timeout(inactivity_timeout):
+                async with asyncio.timeout(inactivity_timeout), _connection_errors("WATCH", path):
                     line = await response.content.readline()
                 if not line:
                     return
@@ -311,7 +324,8 @@ class Client:
             method, path, body=body, query=query, content_type=content_type, idempotent=idempotent
         )
         try:
-            raw = await response.read()
+            with _connection_errors(method, path):
+                raw = await response.read()
         finally:
             response.release()
         result: Obj = json.loads(raw) if raw else {}
