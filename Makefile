@@ -38,3 +38,8 @@ test: setup lint typecheck
 
 bench: setup
 	$(BIN)/python bench/controlplane.py
+
+# Regenerate deploy/crds/ from the API models (tests/unit/test_crds_fresh.py fails when it is stale).
+.PHONY: crds
+crds: $(VENV)/.installed
+	$(BIN)/kanri crds --dir deploy/crds

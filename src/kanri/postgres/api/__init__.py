@@ -1,0 +1,14 @@
+"""The PostgreSQL operator's API types, one subpackage per API version.
+
+``CUSTOM_RESOURCES`` lists every CRD the operator serves, each as the tuple of its version classes (one today);
+``kanri crds`` renders them and deploy/crds/ holds the result.
+"""
+
+from __future__ import annotations
+
+from kanri.postgres.api import v1alpha1
+from kanri.runtime import CustomResource
+
+__all__ = ["CUSTOM_RESOURCES", "v1alpha1"]
+
+CUSTOM_RESOURCES: tuple[tuple[type[CustomResource], ...], ...] = ((v1alpha1.PostgresCluster,),)

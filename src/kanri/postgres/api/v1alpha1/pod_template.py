@@ -1,0 +1,83 @@
+"""The restricted part of the instances' pods users may shape: placement and metadata, nothing that runs."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from kanri.postgres.api.v1alpha1._base import ApiModel
+from kanri.postgres.api.v1alpha1.storage import DNS_SUBDOMAIN
+from kanri.runtime import cel
+
+__all__ = ["OPERATOR_LABEL_PREFIX", "PodTemplate", "Toleration"]
+
+OPERATOR_LABEL_PREFIX = "kanri.dev/"
+"""Labels and annotations under this prefix are the operator's (roles, cluster name); users may not set them."""
+
+
+# Refuse (naming the keys) labels and annotations under the operator's prefix; module constants, one per map.
+_OWN_KEYS = f"[self.filter(k, k.startsWith('{OPERATOR_LABEL_PREFIX}')).sort()]"
+_NO_OPERATOR_LABELS = cel(
+    f"self.all(k, !k.startsWith('{OPERATOR_LABEL_PREFIX}'))",
+    message_expression=f"'labels under {OPERATOR_LABEL_PREFIX} belong to the operator: %s'.format({_OWN_KEYS})",
+    reason="FieldValueForbidden",
+)
+_NO_OPERATOR_ANNOTATIONS = cel(
+    f"self.all(k, !k.startsWith('{OPERATOR_LABEL_PREFIX}'))",
+    message_expression=f"'annotations under {OPERATOR_LABEL_PREFIX} belong to the operator: %s'.format({_OWN_KEYS})",
+    reason="FieldValueForbidden",
+)
+
+
+class Toleration(ApiModel):
+    """A toleration, as in a pod's spec.tolerations."""
+
+    key: Annotated[str, Field(max_length=316)] | None = None
+    """Taint key to tolerate; empty with operator Exists means every taint."""
+    operator: Literal["Exists", "Equal"] | None = None
+    """Exists or Equal (Kubernetes' default)."""
+    value: Annotated[str, Field(max_length=63)] | None = None
+    """Taint value to match with operator Equal."""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    """Taint effect to match; empty means every effect."""
+    toleration_seconds: int | None = None
+    """With effect NoExecute: how long the pod stays bound after the taint appears."""
+
+
+class PodTemplate(ApiModel):
+    """The part of each instance's pod users may shape: metadata and scheduling, nothing else (containers, volumes,
+    security context and probes are the operator's). Unknown fields here, as anywhere in spec, are refused by
+    kubectl (strict field validation) and dropped with a warning by clients that do not ask for strict validation.
+    Changing it rolls the instances one at a time, replicas first and the primary last (after a switchover);
+    label and annotation changes are applied in place without a restart."""
+
+    labels: Annotated[dict[str, Annotated[str, Field(max_length=63)]], Field(max_length=64), _NO_OPERATOR_LABELS] = (
+        Field(default_factory=dict)
+    )
+    """Extra labels for the pods. Keys under kanri.dev/ are refused."""
+
+    annotations: Annotated[
+        dict[str, Annotated[str, Field(max_length=65536)]], Field(max_length=64), _NO_OPERATOR_ANNOTATIONS
+    ] = Field(default_factory=dict)
+    """Extra annotations for the pods. Keys under kanri.dev/ are refused."""
+
+    node_selector: Annotated[dict[str, Annotated[str, Field(max_length=63)]], Field(max_length=32)] = Field(
+        default_factory=dict
+    )
+    """Node labels the pods must run on, as in a pod's spec.nodeSelector."""
+
+    tolerations: Annotated[list[Toleration], Field(max_length=32)] = Field(default_factory=list)
+    """Taints the pods tolerate, as in a pod's spec.tolerations."""
+
+    affinity: dict[str, Any] | None = None
+    """A pod's spec.affinity (nodeAffinity, podAffinity, podAntiAffinity), passed through as is. Default: the
+    operator spreads instances over nodes (preferred pod anti-affinity). Checked by the API server when the pods are
+    created; an invalid one is reported in the cluster's conditions."""
+
+    topology_spread_constraints: Annotated[list[dict[str, Any]], Field(max_length=8)] = Field(default_factory=list)
+    """A pod's spec.topologySpreadConstraints, passed through as is (e.g. spread over zones). Checked when the pods
+    are created, like affinity."""
+
+    priority_class_name: Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)] | None = None
+    """PriorityClass of the pods."""

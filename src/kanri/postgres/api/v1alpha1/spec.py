@@ -1,0 +1,108 @@
+"""The desired state of a PostgresCluster: the contract users keep in Git."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from kanri.postgres.api.v1alpha1._base import ApiModel
+from kanri.postgres.api.v1alpha1.backup import Backup
+from kanri.postgres.api.v1alpha1.bootstrap import Bootstrap, InitDB
+from kanri.postgres.api.v1alpha1.pod_template import PodTemplate
+from kanri.postgres.api.v1alpha1.postgresql import SUPPORTED_VERSIONS, PostgreSQL
+from kanri.postgres.api.v1alpha1.replication import Failover, Replication
+from kanri.postgres.api.v1alpha1.storage import Resources, Volume
+from kanri.runtime import cel
+
+__all__ = ["MAX_REPLICAS", "DeletionPolicy", "PostgresClusterSpec", "Upgrade"]
+
+DeletionPolicy = Literal["Retain", "Delete"]
+MAX_REPLICAS = 9
+
+_MIN_VERSION, _MAX_VERSION = SUPPORTED_VERSIONS[0], SUPPORTED_VERSIONS[-1]
+# syncStandbys is optional; mode Sync without it means one synchronous standby.
+_SYNC_STANDBYS = "(has(self.replication.syncStandbys) ? self.replication.syncStandbys : 1)"
+
+
+class Upgrade(ApiModel):
+    """Approval of a major version upgrade. A rise of version is carried out only when approvedVersion equals the
+    new version, so a change of version alone (say, a merged pull request) never upgrades a database. Before
+    upgrading, the operator checks compatibility (pg_upgrade --check) and takes a fresh backup; status.upgrade shows
+    the progress. Default: nothing approved."""
+
+    approved_version: Annotated[int, Field(ge=_MIN_VERSION, le=_MAX_VERSION)] | None = None
+    """The PostgreSQL major the operator may upgrade to (14 to 18). Setting it to the value of version, together
+    with or after raising version, starts the upgrade. Changing it while an upgrade runs does not stop that upgrade."""
+
+
+class PostgresClusterSpec(
+    ApiModel,
+    validations=[
+        # A synchronous primary with no standby left to confirm commits stops accepting writes; hibernation (0) is fine.
+        cel(
+            f"self.replication.mode != 'Sync' || self.replicas == 0 || {_SYNC_STANDBYS} < self.replicas",
+            # format() rather than string(): the API server's cost estimate of string(int) is unbounded.
+            message_expression="'replication mode Sync with %d synchronous standby(s) needs at least %d replicas, not "
+            "%d: lower replication.syncStandbys, raise replicas, or use mode Async'"
+            f".format([{_SYNC_STANDBYS}, {_SYNC_STANDBYS} + 1, self.replicas])",
+        ),
+    ],
+):
+    """The desired state of a PostgreSQL cluster: one primary and its streaming replicas, their storage,
+    configuration, backups and the policies for failover, upgrades and deletion."""
+
+    version: Annotated[
+        int,
+        Field(ge=_MIN_VERSION, le=_MAX_VERSION),
+        cel(
+            "self >= oldSelf",
+            message_expression="'version may not go down (from %d to %d): a data directory cannot be downgraded; "
+            "restore a backup into a new cluster of the older version instead'.format([oldSelf, self])",
+            reason="FieldValueForbidden",
+        ),
+    ]
+    """PostgreSQL major version, 14 to 18. Required. Raising it requests a major upgrade (pg_upgrade), which the
+    operator carries out only once upgrade.approvedVersion equals the new version, after a compatibility check and a
+    fresh backup. Lowering it is refused by the API server."""
+
+    replicas: Annotated[int, Field(ge=0, le=MAX_REPLICAS)] = 1
+    """Number of instances including the primary, 0 to 9. Default 1 (a primary without standby; use 3 for high
+    availability). Raising it adds replicas cloned from the primary; lowering it removes replicas, never the
+    primary. 0 hibernates the cluster: every pod stops, volumes and backups are kept, and raising it again resumes
+    with the same data. With replication mode Sync it must exceed syncStandbys (or be 0)."""
+
+    storage: Volume
+    """The data volume of each instance (one PersistentVolumeClaim per instance). Required. size may grow (the
+    claims are expanded online) but never shrink; storageClassName is fixed at creation."""
+
+    resources: Resources | None = None
+    """CPU and memory for each instance's PostgreSQL container. Default: none set (the namespace's defaults apply).
+    Changing them restarts the instances one at a time, replicas first and the primary last (after a switchover)."""
+
+    postgresql: PostgreSQL | None = None
+
+    replication: Replication = Replication()
+    """Streaming replication between the instances. Default: mode Async."""
+
+    failover: Failover = Failover()
+
+    backup: Backup | None = None
+
+    upgrade: Upgrade | None = None
+
+    deletion_policy: DeletionPolicy = "Retain"
+    """What deleting the PostgresCluster does to its data. Retain (default): the volumes and the backups outlive
+    the object, and a new PostgresCluster of the same name adopts the volumes again. Delete: volumes and backups are
+    deleted with it, irreversibly. May be changed at any time; the value when the object is deleted counts."""
+
+    bootstrap: Annotated[
+        Bootstrap,
+        cel(
+            "self == oldSelf",
+            "bootstrap is used only when the cluster is created and cannot be changed afterwards",
+            reason="FieldValueForbidden",
+        ),
+    ] = Bootstrap(initdb=InitDB())
+
+    pod_template: PodTemplate | None = None

@@ -1,0 +1,143 @@
+"""The observed state of a PostgresCluster, written only by the operator (through the status subresource)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal, get_args
+
+from pydantic import Field
+
+from kanri.postgres.api.v1alpha1._base import ApiModel
+from kanri.runtime import Conditions, list_map
+
+__all__ = [
+    "CONDITION_TYPES",
+    "PHASES",
+    "BackupStatus",
+    "FailoverRecord",
+    "InstanceRole",
+    "InstanceStatus",
+    "Phase",
+    "PostgresClusterStatus",
+    "RestoreTestRecord",
+    "RestoreTestResult",
+    "UpgradePhase",
+    "UpgradeStatus",
+]
+
+Phase = Literal[
+    "Pending", "Provisioning", "Ready", "Degraded", "Scaling", "Upgrading", "FailingOver", "Hibernated", "Deleting"
+]
+PHASES: tuple[Phase, ...] = get_args(Phase)
+InstanceRole = Literal["Primary", "Replica"]
+UpgradePhase = Literal["WaitingForApproval", "Checking", "BackingUp", "Upgrading", "Succeeded", "Failed"]
+RestoreTestResult = Literal["Succeeded", "Failed"]
+
+CONDITION_TYPES = ("Ready", "Progressing", "Degraded")
+"""Condition types every PostgresCluster carries once the operator has seen it."""
+
+# A WAL location as PostgreSQL prints it (pg_lsn): two hexadecimal halves.
+_LSN = r"^[0-9A-F]{1,8}/[0-9A-F]{1,8}$"
+
+Lsn = Annotated[str, Field(pattern=_LSN)]
+NonNegative = Annotated[int, Field(ge=0)]
+Name = Annotated[str, Field(max_length=253)]
+
+
+class InstanceStatus(ApiModel):
+    """One instance (pod) of the cluster as the operator last observed it."""
+
+    name: Name
+    """Name of the instance (its pod)."""
+    role: InstanceRole
+    """Primary or Replica."""
+    ready: bool = False
+    """Whether PostgreSQL accepts connections on this instance."""
+    received_lsn: Lsn | None = Field(default=None, alias="receivedLSN")
+    """Last WAL location this replica received from the primary (for the primary: its current write location)."""
+    replayed_lsn: Lsn | None = Field(default=None, alias="replayedLSN")
+    """Last WAL location this replica replayed."""
+    lag_bytes: NonNegative | None = None
+    """How far this replica's received WAL is behind the primary, in bytes."""
+
+
+class FailoverRecord(ApiModel):
+    """The last failover (or switchover): who was primary, who is now, and what may have been lost."""
+
+    time: datetime
+    """When the new primary was promoted."""
+    from_: Name = Field(alias="from")
+    """The instance that was primary."""
+    to: Name
+    """The instance promoted to primary."""
+    timeline: Annotated[int, Field(ge=1)] | None = None
+    """The PostgreSQL timeline the new primary started."""
+    lsn_gap_bytes: NonNegative | None = None
+    """WAL the old primary had written beyond what the promoted replica had received, as far as the operator could
+    tell; absent when it could not tell."""
+    data_loss_possible: bool
+    """Whether committed transactions may have been lost (an asynchronous replica was promoted with a gap, or the
+    gap could not be measured)."""
+    reason: Annotated[str, Field(max_length=1024)] | None = None
+    """Why it happened, e.g. PrimaryUnreachable or Switchover."""
+
+
+class RestoreTestRecord(ApiModel):
+    """The last restore rehearsal."""
+
+    time: datetime
+    """When it finished."""
+    duration_seconds: NonNegative
+    """How long the restore took until the instance was consistent, in seconds."""
+    result: RestoreTestResult
+    """Succeeded or Failed."""
+    message: Annotated[str, Field(max_length=32768)] | None = None
+    """Details, e.g. why it failed."""
+
+
+class BackupStatus(ApiModel):
+    """Backups and recoverability."""
+
+    last_successful: datetime | None = None
+    """When the last base backup completed."""
+    last_failed: datetime | None = None
+    """When the last base backup failed."""
+    first_recoverability_point: datetime | None = None
+    """The earliest moment the cluster can be restored to (the start of the oldest backup kept)."""
+    last_restore_test: RestoreTestRecord | None = None
+
+
+class UpgradeStatus(ApiModel):
+    """Progress of a major version upgrade."""
+
+    phase: UpgradePhase
+    """WaitingForApproval, Checking, BackingUp, Upgrading, Succeeded or Failed."""
+    from_: Annotated[int, Field(ge=1)] = Field(alias="from")
+    """The major version upgraded from."""
+    to: Annotated[int, Field(ge=1)]
+    """The major version upgraded to."""
+    message: Annotated[str, Field(max_length=32768)] | None = None
+    """What is happening or what went wrong."""
+
+
+class PostgresClusterStatus(ApiModel):
+    """What the operator observed. Written only by the operator."""
+
+    phase: Phase | None = None
+    """Lifecycle phase: Pending, Provisioning, Ready, Degraded, Scaling, Upgrading, FailingOver, Hibernated or
+    Deleting."""
+    conditions: Annotated[Conditions, Field(max_length=32)] = Field(default_factory=list)
+    """Ready, Progressing and Degraded (and others as needed), one entry per type."""
+    observed_generation: Annotated[int, Field(ge=0)] | None = None
+    """The metadata.generation of the spec this status describes."""
+    current_primary: Name | None = None
+    """Name of the instance that is primary now."""
+    timeline: Annotated[int, Field(ge=1)] | None = None
+    """The primary's PostgreSQL timeline (it increases with every promotion)."""
+    instances: Annotated[list[InstanceStatus], list_map("name"), Field(max_length=64)] = Field(default_factory=list)
+    """Every instance with its role, readiness and replication position."""
+    ready_replicas: Annotated[int, Field(ge=0)] | None = None
+    """Instances (primary included) that accept connections."""
+    last_failover: FailoverRecord | None = None
+    backup: BackupStatus | None = None
+    upgrade: UpgradeStatus | None = None

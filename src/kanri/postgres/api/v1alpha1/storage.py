@@ -1,0 +1,118 @@
+"""Volumes and compute resources of a PostgresCluster."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field, GetJsonSchemaHandler
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
+
+from kanri.postgres.api.v1alpha1._base import ApiModel
+from kanri.runtime import Quantity, cel
+
+__all__ = ["DNS_SUBDOMAIN", "Resources", "Volume"]
+
+# A DNS-1123 subdomain: the names of StorageClasses, Secrets and PriorityClasses.
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+# Quantities are int-or-string on the wire (dynamic in CEL); string() makes `10Gi` and `10` both parse. The rules
+# skip what is not a quantity, so a typo gets only the schema's pattern error instead of a CEL evaluation error too.
+_SIZE = "quantity(string(self))"
+_IS_QUANTITY = "isQuantity(string(self)) && isQuantity(string(oldSelf))"
+
+
+class _MaxLength:
+    """Adds ``maxLength`` to a field's schema. ``Quantity`` writes its own int-or-string schema and drops pydantic's
+    ``Field(max_length=...)``; without a bound, the API server's cost estimate for CEL rules that parse quantities
+    in a map exceeds its budget and the CRD is refused."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def __get_pydantic_json_schema__(self, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        schema = dict(handler(core_schema))
+        schema["maxLength"] = self.length
+        return schema
+
+
+class Volume(
+    ApiModel,
+    validations=[
+        # Together with the field rule below this makes the class fixed for the volume's life: existing claims keep the
+        # class they were created with, so adding or removing it later would silently mix classes.
+        cel(
+            "has(self.storageClassName) == has(oldSelf.storageClassName)",
+            "storageClassName cannot be added or removed after creation: existing volumes keep their class",
+            reason="FieldValueForbidden",
+        ),
+    ],
+):
+    """A persistent volume the operator claims for each instance (or for a backup repository)."""
+
+    size: Annotated[
+        Quantity,
+        cel(
+            f"!isQuantity(string(self)) || {_SIZE}.compareTo(quantity('1Mi')) >= 0",
+            "size must be at least 1Mi (did you mean 1Gi?)",
+        ),
+        cel(
+            f"!({_IS_QUANTITY}) || {_SIZE}.compareTo(quantity(string(oldSelf))) >= 0",
+            message_expression="'size may not shrink (from ' + string(oldSelf) + ' to ' + string(self) + '): "
+            "a volume can only grow; to move to a smaller one, restore a backup into a new cluster'",
+            reason="FieldValueForbidden",
+        ),
+    ]
+    """Capacity of the volume, a quantity such as 10Gi or 500Gi. Required.
+    Growing it expands the existing claims online (the StorageClass must allow volume expansion).
+    Shrinking is refused by the API server."""
+
+    storage_class_name: (
+        Annotated[
+            str,
+            Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN),
+            cel(
+                "self == oldSelf",
+                message_expression="'storageClassName is immutable (was ' + oldSelf + '): existing volumes keep "
+                "their class; restore a backup into a new cluster to change it'",
+                reason="FieldValueForbidden",
+            ),
+        ]
+        | None
+    ) = None
+    """StorageClass of the claims. Default: the cluster's default StorageClass.
+    Fixed at creation: changing, adding or removing it is refused by the API server."""
+
+
+_RESOURCE_NAMES = "k in ['cpu', 'memory', 'ephemeral-storage'] || k.startsWith('hugepages-')"
+_KNOWN_RESOURCES = cel(
+    f"self.all(k, {_RESOURCE_NAMES})",
+    message_expression=f"'unsupported resource name(s): %s'.format([self.filter(k, !({_RESOURCE_NAMES})).sort()])",
+)
+# Both sides are quantities (a malformed one gets the schema's pattern error only) and the request is the larger.
+_OVER_LIMIT = (
+    "isQuantity(string(self.requests[k])) && isQuantity(string(self.limits[k])) && "
+    "quantity(string(self.requests[k])).compareTo(quantity(string(self.limits[k]))) > 0"
+)
+ResourceList = Annotated[dict[str, Annotated[Quantity, _MaxLength(64)]], Field(max_length=8), _KNOWN_RESOURCES]
+
+
+class Resources(
+    ApiModel,
+    validations=[
+        cel(
+            f"!has(self.requests) || !has(self.limits) || self.limits.all(k, !(k in self.requests && {_OVER_LIMIT}))",
+            message_expression="'requests may not exceed limits: %s'.format([self.limits.filter(k, k in self.requests "
+            f"&& {_OVER_LIMIT}).sort()])",
+        ),
+    ],
+):
+    """Compute resources of each PostgreSQL container (requests and limits, as for any container)."""
+
+    requests: ResourceList = Field(default_factory=dict)
+    """Resources reserved for each instance, e.g. cpu: 500m, memory: 1Gi. Changing them restarts the instances one
+    at a time, replicas first and the primary last (after a switchover)."""
+
+    limits: ResourceList = Field(default_factory=dict)
+    """Upper bounds for each instance, e.g. memory: 1Gi; each must be at least the matching request. Changing them
+    restarts the instances one at a time, like requests."""

@@ -1,0 +1,612 @@
+"""The PostgresCluster API on the real API server: the generated CRD installs, the samples are accepted, invalid specs
+and forbidden changes are refused with their own messages, defaults are stored, and `kubectl explain` explains."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+import yaml
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from kanri.local.controlplane import Endpoint
+from kanri.postgres.api.v1alpha1 import DEFAULT_MAX_DATA_LOSS_BYTES, PostgresCluster
+from kanri.runtime import Client, crd_for
+from kanri.runtime.kinds import CRD
+from tests.support import eventually, status_message
+
+ROOT = Path(__file__).resolve().parents[2]
+INFO = PostgresCluster.resource
+MERGE_PATCH = "application/merge-patch+json"
+KUBECTL = Path(sys.executable).parent / "kubectl"
+
+# A valid spec the refusal cases below change one thing of.
+BASE: dict[str, Any] = {"version": 17, "replicas": 3, "storage": {"size": "10Gi"}}
+S3: dict[str, Any] = {
+    "endpoint": "https://s3.example.com",
+    "bucket": "backups",
+    "credentialsSecret": {"name": "s3-keys"},
+}
+
+
+def merged(base: Any, patch: Any) -> Any:
+    """``base`` with a JSON merge patch (RFC 7386) applied: dicts merge, None deletes, anything else replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out: dict[str, Any] = copy.deepcopy(base) if isinstance(base, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merged(out.get(key), value)
+    return out
+
+
+def cluster(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": INFO.api_version, "kind": INFO.kind, "metadata": {"name": name}, "spec": spec}
+
+
+def example_documents() -> list[tuple[str, dict[str, Any]]]:
+    """Every PostgresCluster under examples/, as (file:name, object)."""
+    found = []
+    for path in sorted((ROOT / "examples").rglob("*.yaml")):
+        for document in yaml.safe_load_all(path.read_text()):
+            if isinstance(document, dict) and document.get("kind") == INFO.kind:
+                found.append((f"{path.relative_to(ROOT)}:{document['metadata']['name']}", document))
+    return found
+
+
+EXAMPLES = example_documents()
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def installed(control_plane: Endpoint) -> AsyncIterator[None]:
+    """The generated CRD, applied (idempotently: it is cluster-scoped and stays for the session) and Established."""
+    client = await Client.from_kubeconfig(str(control_plane.kubeconfig))
+    try:
+        await client.apply(CRD, crd_for(PostgresCluster), field_manager="kanri-tests")
+
+        async def established() -> bool:
+            crd = await client.get(CRD, INFO.crd_name)
+            conditions = {c["type"]: c for c in (crd.get("status") or {}).get("conditions") or []}
+            if conditions.get("NonStructuralSchema", {}).get("status") == "True":
+                pytest.fail(f"the API server found the schema non-structural: {conditions['NonStructuralSchema']}")
+            return bool(conditions.get("Established", {}).get("status") == "True")
+
+        await eventually(established, timeout=30)
+        yield
+    finally:
+        await client.close()
+
+
+class Clusters:
+    """PostgresClusters of one namespace through CustomObjectsApi, with strict field validation (as kubectl)."""
+
+    def __init__(self, api: k8s.ApiClient, namespace: str) -> None:
+        self.custom = k8s.CustomObjectsApi(api)
+        self.coords = (INFO.group, INFO.version, namespace, INFO.plural)
+
+    async def create(self, body: dict[str, Any], *, field_validation: str = "Strict") -> dict[str, Any]:
+        created: dict[str, Any] = await self.custom.create_namespaced_custom_object(
+            *self.coords, body, field_validation=field_validation
+        )
+        return created
+
+    async def get(self, name: str) -> dict[str, Any]:
+        found: dict[str, Any] = await self.custom.get_namespaced_custom_object(*self.coords, name)
+        return found
+
+    # A dict body would otherwise go out as a JSON patch; `_content_type` is accepted but missing from the stubs.
+    async def patch(self, name: str, body: dict[str, Any], *, status: bool = False) -> dict[str, Any]:
+        patch = (
+            self.custom.patch_namespaced_custom_object_status if status else self.custom.patch_namespaced_custom_object
+        )
+        patched: dict[str, Any] = await patch(
+            *self.coords,
+            name,
+            body,
+            field_validation="Strict",
+            _content_type=MERGE_PATCH,  # type: ignore[call-arg]
+        )
+        return patched
+
+
+async def refusal(write: Any, *, code: int = 422) -> str:
+    """The message of the error ``write`` (an awaitable) must end with."""
+    with pytest.raises(ApiException) as refused:
+        await write
+    assert refused.value.status == code, refused.value.body
+    return status_message(refused.value)
+
+
+# --- samples and defaults ---------------------------------------------------------------------------------------
+
+
+def test_every_sample_is_found() -> None:
+    names = [name for name, _ in EXAMPLES]
+    assert len(EXAMPLES) >= 6, names
+    assert any(name.startswith("examples/postgrescluster.yaml:") for name in names)
+
+
+@pytest.mark.usefixtures("installed")
+@pytest.mark.parametrize(("source", "sample"), EXAMPLES, ids=[name for name, _ in EXAMPLES])
+async def test_sample_is_accepted_and_stored_as_written(
+    kube_api: k8s.ApiClient, namespace: str, source: str, sample: dict[str, Any]
+) -> None:
+    clusters = Clusters(kube_api, namespace)
+    created = await clusters.create(sample)
+
+    # Nothing the sample says was pruned or changed; the server only added defaults.
+    assert merged(created["spec"], sample["spec"]) == created["spec"], source
+    # What the server stored reads back into the models.
+    PostgresCluster.model_validate(created)
+
+
+@pytest.mark.usefixtures("installed")
+async def test_minimal_spec_gets_every_default(kube_api: k8s.ApiClient, namespace: str) -> None:
+    clusters = Clusters(kube_api, namespace)
+    created = await clusters.create(cluster("minimal", {"version": 18, "storage": {"size": "1Gi"}}))
+
+    assert created["spec"] == {
+        "version": 18,
+        "replicas": 1,
+        "storage": {"size": "1Gi"},
+        "replication": {"mode": "Async"},
+        "failover": {"policy": "Automatic", "maxDataLossBytes": DEFAULT_MAX_DATA_LOSS_BYTES, "delaySeconds": 0},
+        "deletionPolicy": "Retain",
+        "bootstrap": {"initdb": {"database": "app", "owner": "app"}},
+    }
+    # The models default exactly as the schema does.
+    model = PostgresCluster.model_validate({**created, "spec": {"version": 18, "storage": {"size": "1Gi"}}})
+    assert model.model_dump(exclude_none=True)["spec"] == created["spec"]
+
+
+@pytest.mark.usefixtures("installed")
+async def test_backup_defaults_turn_the_restore_rehearsal_on(kube_api: k8s.ApiClient, namespace: str) -> None:
+    clusters = Clusters(kube_api, namespace)
+    spec = merged(BASE, {"backup": {"repository": {"s3": S3}}})
+    created = await clusters.create(cluster("db", spec))
+
+    assert created["spec"]["backup"] == {
+        "schedule": "0 3 * * *",
+        "retentionDays": 7,
+        "restoreTest": {"enabled": True, "schedule": "0 5 * * 0"},
+        "repository": {
+            "s3": {
+                **S3,
+                "credentialsSecret": {
+                    **S3["credentialsSecret"],
+                    "accessKeyIdKey": "accessKeyId",
+                    "secretAccessKeyKey": "secretAccessKey",
+                },
+            },
+        },
+    }
+
+
+# --- invalid specs ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A spec the API server must refuse: ``spec`` is merged into BASE; every one of ``messages`` must appear."""
+
+    id: str
+    spec: dict[str, Any]
+    messages: tuple[str, ...]
+    name: str = "db"
+    code: int = 422
+
+
+INVALID = [
+    Refused("version-13", {"version": 13}, ("spec.version", "greater than or equal to 14")),
+    Refused("version-19", {"version": 19}, ("spec.version", "less than or equal to 18")),
+    Refused("replicas-10", {"replicas": 10}, ("spec.replicas", "less than or equal to 9")),
+    Refused("replicas-negative", {"replicas": -1}, ("spec.replicas", "greater than or equal to 0")),
+    Refused("storage-missing", {"storage": None}, ("spec.storage: Required value",)),
+    Refused("storage-tiny", {"storage": {"size": 512}}, ("spec.storage.size", "size must be at least 1Mi")),
+    Refused("storage-not-a-quantity", {"storage": {"size": "lots"}}, ("spec.storage.size", "should match")),
+    Refused(
+        "forbidden-parameters",
+        {"postgresql": {"parameters": {"port": "5433", "work_mem": "64MB", "wal_level": "minimal"}}},
+        ("spec.postgresql.parameters", 'parameters managed by the operator cannot be set: ["port", "wal_level"]'),
+    ),
+    Refused(
+        "parameter-name-not-lower-case",
+        {"postgresql": {"parameters": {"work_mem": "4MB", "Work-Mem": "4MB", "Listen_Addresses": "*"}}},
+        ("parameter names must be lower case PostgreSQL names", '["Listen_Addresses", "Work-Mem"]'),
+    ),
+    Refused("parameter-number", {"postgresql": {"parameters": {"max_connections": 200}}}, ("must be of type string",)),
+    Refused("deletion-policy-unknown", {"deletionPolicy": "Destroy"}, ('Unsupported value: "Destroy"', '"Retain"')),
+    Refused("failover-policy-unknown", {"failover": {"policy": "Sometimes"}}, ('Unsupported value: "Sometimes"',)),
+    Refused(
+        "max-data-loss-negative",
+        {"failover": {"maxDataLossBytes": -1}},
+        ("spec.failover.maxDataLossBytes", "greater than or equal to 0"),
+    ),
+    Refused("failover-delay-negative", {"failover": {"delaySeconds": -5}}, ("spec.failover.delaySeconds",)),
+    Refused("replication-mode-unknown", {"replication": {"mode": "Semi"}}, ('Unsupported value: "Semi"',)),
+    Refused(
+        "sync-standbys-not-below-replicas",
+        {"replication": {"mode": "Sync", "syncStandbys": 3}},
+        ("replication mode Sync with 3 synchronous standby(s) needs at least 4 replicas, not 3",),
+    ),
+    Refused(
+        "sync-single-instance",
+        {"replicas": 1, "replication": {"mode": "Sync"}},
+        ("replication mode Sync with 1 synchronous standby(s) needs at least 2 replicas, not 1",),
+    ),
+    Refused(
+        "sync-standbys-with-async",
+        {"replication": {"syncStandbys": 1}},
+        ("spec.replication.syncStandbys", "syncStandbys applies to mode Sync only"),
+    ),
+    Refused(
+        "retention-days-zero",
+        {"backup": {"retentionDays": 0, "repository": {"s3": S3}}},
+        ("spec.backup.retentionDays", "greater than or equal to 1"),
+    ),
+    Refused(
+        "schedule-not-cron",
+        {"backup": {"schedule": "every night", "repository": {"s3": S3}}},
+        ("spec.backup.schedule", 'not a cron schedule: "every night"'),
+    ),
+    Refused(
+        "schedule-six-fields",
+        {"backup": {"schedule": "0 0 3 * * *", "repository": {"s3": S3}}},
+        ('not a cron schedule: "0 0 3 * * *"',),
+    ),
+    Refused(
+        "restore-test-schedule-out-of-range",
+        {"backup": {"restoreTest": {"schedule": "0 25 * * *"}, "repository": {"s3": S3}}},
+        ("spec.backup.restoreTest.schedule", 'not a cron schedule: "0 25 * * *"'),
+    ),
+    Refused(
+        "two-repositories",
+        {"backup": {"repository": {"s3": S3, "volume": {"size": "10Gi"}}}},
+        ("spec.backup.repository", "needs exactly one of volume or s3"),
+    ),
+    Refused(
+        "no-repository-kind",
+        {"backup": {"repository": {}}},
+        ("spec.backup.repository", "needs exactly one of volume or s3"),
+    ),
+    Refused("backup-without-repository", {"backup": {"retentionDays": 3}}, ("spec.backup.repository: Required value",)),
+    Refused(
+        "s3-without-bucket",
+        {"backup": {"repository": {"s3": {**S3, "bucket": None}}}},
+        ("spec.backup.repository.s3.bucket: Required value",),
+    ),
+    Refused(
+        "s3-without-credentials",
+        {"backup": {"repository": {"s3": {**S3, "credentialsSecret": None}}}},
+        ("spec.backup.repository.s3.credentialsSecret: Required value",),
+    ),
+    Refused(
+        "s3-endpoint-not-a-url",
+        {"backup": {"repository": {"s3": {**S3, "endpoint": "s3.example.com"}}}},
+        ("endpoint must be an http(s) URL", '"s3.example.com"'),
+    ),
+    Refused(
+        "bootstrap-both",
+        {"bootstrap": {"initdb": {}, "recovery": {"source": "orders"}}},
+        ("spec.bootstrap", "bootstrap needs exactly one of initdb or recovery"),
+    ),
+    Refused(
+        "recovery-target-time-not-rfc3339",
+        {"bootstrap": {"recovery": {"source": "orders", "targetTime": "yesterday noon"}}},
+        ("spec.bootstrap.recovery.targetTime", "date-time"),
+    ),
+    Refused(
+        "initdb-owner-superuser",
+        {"bootstrap": {"initdb": {"owner": "postgres"}}},
+        ('owner "postgres" is reserved',),
+    ),
+    Refused(
+        "unknown-pod-template-field",
+        {"podTemplate": {"containers": [{"name": "sidecar", "image": "busybox"}]}},
+        ('unknown field "spec.podTemplate.containers"',),
+        code=400,
+    ),
+    Refused(
+        "operator-owned-pod-label",
+        {"podTemplate": {"labels": {"kanri.dev/role": "primary", "team": "x", "kanri.dev/cluster": "y"}}},
+        ('labels under kanri.dev/ belong to the operator: ["kanri.dev/cluster", "kanri.dev/role"]',),
+    ),
+    Refused(
+        "requests-above-limits",
+        {
+            "resources": {
+                "requests": {"memory": "2Gi", "cpu": "2", "ephemeral-storage": "1Gi"},
+                "limits": {"memory": "1Gi", "cpu": 1, "ephemeral-storage": "2Gi"},
+            }
+        },
+        ('requests may not exceed limits: ["cpu", "memory"]',),
+    ),
+    Refused(
+        "unknown-resource",
+        {"resources": {"limits": {"nvidia.com/gpu": 1, "memory": "1Gi", "gpu": 1}}},
+        ('unsupported resource name(s): ["gpu", "nvidia.com/gpu"]',),
+    ),
+    Refused("approved-version-13", {"upgrade": {"approvedVersion": 13}}, ("spec.upgrade.approvedVersion",)),
+    Refused("name-starts-with-digit", {}, ('name "9lives" must start with a letter',), name="9lives"),
+    Refused("name-too-long", {}, ("at most 40 characters",), name="a" * 41),
+]
+
+
+@pytest.mark.usefixtures("installed")
+@pytest.mark.parametrize("case", INVALID, ids=[case.id for case in INVALID])
+async def test_invalid_spec_is_refused_with_its_own_message(
+    kube_api: k8s.ApiClient, namespace: str, case: Refused
+) -> None:
+    clusters = Clusters(kube_api, namespace)
+    message = await refusal(clusters.create(cluster(case.name, merged(BASE, case.spec))), code=case.code)
+    for expected in case.messages:
+        assert expected in message, message
+
+
+def test_refusal_cases_are_distinct() -> None:
+    assert len({case.id for case in INVALID}) == len(INVALID) >= 15
+    assert len({case.messages for case in INVALID}) >= 15
+
+
+@pytest.mark.usefixtures("installed")
+async def test_unknown_fields_are_dropped_when_the_client_does_not_ask_for_strict(
+    kube_api: k8s.ApiClient, namespace: str
+) -> None:
+    clusters = Clusters(kube_api, namespace)
+    spec = merged(BASE, {"podTemplate": {"containers": [{"name": "x"}], "priorityClassName": "high"}})
+    created = await clusters.create(cluster("db", spec), field_validation="Warn")
+    assert created["spec"]["podTemplate"] == {"priorityClassName": "high"}, "never stored, never used"
+
+
+# --- changes ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Change:
+    """An update of an object created from BASE + ``before``: refused with ``messages``, or accepted."""
+
+    id: str
+    change: dict[str, Any]
+    messages: tuple[str, ...] = ()
+    before: dict[str, Any] = field(default_factory=dict)
+
+
+FORBIDDEN_CHANGES = [
+    Change(
+        "shrink-storage", {"storage": {"size": "5Gi"}}, ("spec.storage.size", "size may not shrink (from 10Gi to 5Gi)")
+    ),
+    Change(
+        "shrink-storage-across-units", {"storage": {"size": "10000Mi"}}, ("size may not shrink (from 10Gi to 10000Mi)",)
+    ),
+    Change("downgrade-version", {"version": 16}, ("spec.version", "version may not go down (from 17 to 16)")),
+    Change(
+        "change-storage-class",
+        {"storage": {"storageClassName": "slow"}},
+        ("spec.storage.storageClassName", "storageClassName is immutable (was fast)"),
+        before={"storage": {"storageClassName": "fast"}},
+    ),
+    Change(
+        "remove-storage-class",
+        {"storage": {"storageClassName": None}},
+        ("storageClassName cannot be added or removed after creation",),
+        before={"storage": {"storageClassName": "fast"}},
+    ),
+    Change(
+        "add-storage-class", {"storage": {"storageClassName": "fast"}}, ("cannot be added or removed after creation",)
+    ),
+    Change(
+        "change-bootstrap",
+        {"bootstrap": {"initdb": {"database": "other"}}},
+        ("spec.bootstrap", "bootstrap is used only when the cluster is created"),
+    ),
+    Change(
+        "shrink-backup-volume",
+        {"backup": {"repository": {"volume": {"size": "1Gi"}}}},
+        ("spec.backup.repository.volume.size", "size may not shrink (from 20Gi to 1Gi)"),
+        before={"backup": {"repository": {"volume": {"size": "20Gi"}}}},
+    ),
+    Change(
+        "scale-sync-cluster-to-one",
+        {"replicas": 1},
+        ("needs at least 2 replicas, not 1",),
+        before={"replication": {"mode": "Sync"}},
+    ),
+]
+
+ALLOWED_CHANGES = [
+    Change("grow-storage-across-units", {"storage": {"size": "10241Mi"}}),
+    Change("raise-version-and-approve", {"version": 18, "upgrade": {"approvedVersion": 18}}),
+    Change("skip-a-major", {"version": 18}, before={"version": 16}),
+    Change("hibernate-sync-cluster", {"replicas": 0}, before={"replication": {"mode": "Sync", "syncStandbys": 2}}),
+    Change("switch-to-manual-failover", {"failover": {"policy": "Manual", "maxDataLossBytes": 0}}),
+    Change("add-backups", {"backup": {"repository": {"volume": {"size": "1Gi"}}}}),
+    Change(
+        "cron-names-and-macros",
+        {
+            "backup": {
+                "schedule": "0 4 ? JAN-Dec sun",
+                "restoreTest": {"schedule": "@weekly"},
+                "repository": {"volume": {"size": "1Gi"}},
+            }
+        },
+    ),
+    Change(
+        "switch-repository",
+        {"backup": {"repository": {"volume": None, "s3": S3}}},
+        before={"backup": {"repository": {"volume": {"size": "1Gi"}}}},
+    ),
+    Change("delete-policy", {"deletionPolicy": "Delete"}),
+    Change("change-pod-template", {"podTemplate": {"labels": {"team": "b"}, "priorityClassName": "high"}}),
+]
+
+
+@pytest.mark.usefixtures("installed")
+@pytest.mark.parametrize("case", FORBIDDEN_CHANGES, ids=[case.id for case in FORBIDDEN_CHANGES])
+async def test_forbidden_change_is_refused_and_nothing_is_stored(
+    kube_api: k8s.ApiClient, namespace: str, case: Change
+) -> None:
+    clusters = Clusters(kube_api, namespace)
+    created = await clusters.create(cluster("db", merged(BASE, case.before)))
+
+    message = await refusal(clusters.patch("db", {"spec": case.change}))
+    for expected in case.messages:
+        assert expected in message, message
+    assert (await clusters.get("db"))["spec"] == created["spec"]
+
+
+@pytest.mark.usefixtures("installed")
+@pytest.mark.parametrize("case", ALLOWED_CHANGES, ids=[case.id for case in ALLOWED_CHANGES])
+async def test_allowed_change_is_stored(kube_api: k8s.ApiClient, namespace: str, case: Change) -> None:
+    clusters = Clusters(kube_api, namespace)
+    created = await clusters.create(cluster("db", merged(BASE, case.before)))
+
+    updated = await clusters.patch("db", {"spec": case.change})
+    assert merged(updated["spec"], case.change) == updated["spec"], "the change is stored as sent (plus defaults)"
+    untouched = {key: value for key, value in created["spec"].items() if key not in case.change}
+    assert {key: updated["spec"][key] for key in untouched} == untouched
+
+
+# --- status -----------------------------------------------------------------------------------------------------
+
+STATUS: dict[str, Any] = {
+    "phase": "Ready",
+    "conditions": [
+        {
+            "type": t,
+            "status": s,
+            "reason": r,
+            "message": "",
+            "observedGeneration": 1,
+            "lastTransitionTime": "2026-05-01T12:00:00Z",
+        }
+        for t, s, r in [
+            ("Ready", "True", "AllInstancesReady"),
+            ("Progressing", "False", "Converged"),
+            ("Degraded", "False", "AllInstancesReady"),
+        ]
+    ],
+    "observedGeneration": 1,
+    "currentPrimary": "db-2",
+    "timeline": 2,
+    "readyReplicas": 3,
+    "instances": [
+        {
+            "name": "db-1",
+            "role": "Replica",
+            "ready": True,
+            "receivedLSN": "0/3000148",
+            "replayedLSN": "0/3000148",
+            "lagBytes": 0,
+        },
+        {"name": "db-2", "role": "Primary", "ready": True, "receivedLSN": "0/3000148"},
+        {
+            "name": "db-3",
+            "role": "Replica",
+            "ready": True,
+            "receivedLSN": "0/3000060",
+            "replayedLSN": "0/3000000",
+            "lagBytes": 232,
+        },
+    ],
+    "lastFailover": {
+        "time": "2026-05-01T11:58:00Z",
+        "from": "db-1",
+        "to": "db-2",
+        "timeline": 2,
+        "lsnGapBytes": 0,
+        "dataLossPossible": False,
+        "reason": "PrimaryUnreachable",
+    },
+    "backup": {
+        "lastSuccessful": "2026-05-01T03:04:10Z",
+        "lastFailed": "2026-04-30T03:00:05Z",
+        "firstRecoverabilityPoint": "2026-04-24T03:02:00Z",
+        "lastRestoreTest": {"time": "2026-04-26T05:09:00Z", "durationSeconds": 540, "result": "Succeeded"},
+    },
+    "upgrade": {"phase": "Succeeded", "from": 16, "to": 17, "message": "upgraded in 42s"},
+}
+
+
+@pytest.mark.usefixtures("installed")
+async def test_status_is_written_through_the_subresource_only(kube_api: k8s.ApiClient, namespace: str) -> None:
+    clusters = Clusters(kube_api, namespace)
+    created = await clusters.create({**cluster("db", BASE), "status": {"phase": "Ready"}})
+    assert "status" not in created, "status is the operator's, written through /status"
+
+    updated = await clusters.patch("db", {"status": STATUS}, status=True)
+    assert updated["status"] == STATUS
+    assert updated["metadata"]["generation"] == created["metadata"]["generation"]
+    PostgresCluster.model_validate(updated)
+
+    message = await refusal(clusters.patch("db", {"status": {"phase": "Sleeping"}}, status=True))
+    assert 'Unsupported value: "Sleeping"' in message
+    duplicate = {"status": {"instances": [*STATUS["instances"], {"name": "db-1", "role": "Primary"}]}}
+    assert "Duplicate value" in await refusal(clusters.patch("db", duplicate, status=True))
+    bad_lsn = {"status": {"instances": [{"name": "db-1", "role": "Replica", "receivedLSN": "3000148"}]}}
+    assert "status.instances[0].receivedLSN" in await refusal(clusters.patch("db", bad_lsn, status=True))
+
+
+# --- kubectl ----------------------------------------------------------------------------------------------------
+
+
+async def kubectl(control_plane: Endpoint, *args: str) -> tuple[int, str]:
+    process = await asyncio.create_subprocess_exec(
+        str(KUBECTL),
+        f"--kubeconfig={control_plane.kubeconfig}",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    output, _ = await process.communicate()
+    return process.returncode or 0, output.decode()
+
+
+@pytest.mark.usefixtures("installed")
+async def test_kubectl_explain_describes_the_failover_policy(control_plane: Endpoint) -> None:
+    async def explained() -> str | None:
+        # The CRD reaches the published OpenAPI a few seconds after it is Established.
+        code, output = await kubectl(control_plane, "explain", "pgc.spec.failover")
+        return output if code == 0 else None
+
+    output = await eventually(explained, timeout=60, interval=1.0)
+    text = " ".join(output.split())  # kubectl wraps descriptions at 80 columns
+    assert "KIND: PostgresCluster" in text
+    assert "FIELD: failover <Object>" in text
+    assert "fence it, then promote the replica that received the most WAL" in text
+    for name in ("policy <string> enum: Automatic, Manual", "maxDataLossBytes <integer>", "delaySeconds <integer>"):
+        assert name in text, output
+    assert "The RPO guard, in bytes of WAL. Default 16777216" in text
+
+    code, output = await kubectl(control_plane, "explain", "pgc.spec.postgresql.parameters")
+    assert code == 0, output
+    assert "are refused by the API server with a message naming them" in " ".join(output.split())
+
+
+@pytest.mark.usefixtures("installed")
+async def test_kubectl_get_shows_the_printer_columns_by_short_name_and_category(
+    kube_api: k8s.ApiClient, control_plane: Endpoint, namespace: str
+) -> None:
+    clusters = Clusters(kube_api, namespace)
+    await clusters.create(cluster("db", BASE))
+    await clusters.patch(
+        "db", {"status": {"phase": "Ready", "readyReplicas": 3, "currentPrimary": "db-1"}}, status=True
+    )
+
+    for resource in ("pgc", "kanri"):
+        code, output = await kubectl(control_plane, "get", resource, "-n", namespace)
+        assert code == 0, output
+        header, row = output.splitlines()[:2]
+        assert header.split() == ["NAME", "VERSION", "REPLICAS", "READY", "PRIMARY", "PHASE", "AGE"]
+        # Through a category, kubectl may prefix names with their type.
+        assert row.split()[0] in ("db", f"{INFO.singular}.{INFO.group}/db"), output
+        assert row.split()[1:6] == ["17", "3", "3", "db-1", "Ready"]
