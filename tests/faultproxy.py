@@ -79,15 +79,15 @@ class Record:
     path: str
     query: dict[str, str]
     watch: bool
+    at: float
+    """When it arrived (event-loop time)."""
     fault: Action | None = None
     status: int | None = None
     """What the client got (None: the connection was dropped before an answer)."""
+    forwarded: bool = False
+    """Sent on to the API server (which may have acted on it even when its answer never came back)."""
     upstream_status: int | None = None
-    """What the API server answered (None: the request never reached it)."""
-
-    @property
-    def reached_server(self) -> bool:
-        return self.upstream_status is not None
+    """What the API server answered (None: not forwarded, or no answer yet)."""
 
 
 @dataclass
@@ -108,6 +108,7 @@ class FaultProxy:
     _session: aiohttp.ClientSession | None = None
     _runner: web.ServerRunner | None = None
     _watches: list[_Watch] = field(default_factory=list)
+    _pending: set[asyncio.Future[Any]] = field(default_factory=set)
 
     # --- lifetime --------------------------------------------------------------------------------------------------
 
@@ -127,6 +128,7 @@ class FaultProxy:
     async def close(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+        await asyncio.gather(*self._pending, return_exceptions=True)
         if self._session is not None:
             await self._session.close()
 
@@ -238,7 +240,7 @@ class FaultProxy:
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         watch = request.query.get("watch") in ("1", "true")
-        record = Record(request.method, request.path, dict(request.query), watch)
+        record = Record(request.method, request.path, dict(request.query), watch, asyncio.get_running_loop().time())
         self.log.append(record)
         body = await request.read()
         rule = self._take(request.method, request.path, watch)
@@ -248,14 +250,13 @@ class FaultProxy:
             return await self._forward(request, body, record, rule)
         if rule.action == "status":
             if rule.after_forward:
-                async with self._send(request, body) as upstream:
-                    record.upstream_status = upstream.status
-                    await upstream.read()
+                await self._exchange(request, body, record)
             return _status_response(record, rule.status, rule.retry_after)
         if rule.action == "hang":
             if rule.seconds is None:
                 await asyncio.Event().wait()  # until the client disconnects and the handler is cancelled
-            await asyncio.sleep(rule.seconds or 0)
+            else:
+                await asyncio.sleep(rule.seconds)
             return await self._forward(request, body, record, None)
         response = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
         record.status = 200
@@ -267,30 +268,51 @@ class FaultProxy:
         await asyncio.Event().wait()  # silent: an open stream that never says anything
         raise AssertionError("unreachable")
 
-    @contextlib.asynccontextmanager
-    async def _send(self, request: web.BaseRequest, body: bytes) -> AsyncIterator[aiohttp.ClientResponse]:
-        assert self._session is not None
-        headers = {name: request.headers[name] for name in _REQUEST_HEADERS if name in request.headers}
-        headers["Accept-Encoding"] = "identity"
-        url = self._upstream + request.path_qs
-        async with self._session.request(request.method, url, data=body or None, headers=headers) as upstream:
-            yield upstream
-
     async def _forward(
         self, request: web.BaseRequest, body: bytes, record: Record, rule: Rule | None
     ) -> web.StreamResponse:
-        async with self._send(request, body) as upstream:
-            record.upstream_status = upstream.status
-            headers = {name: upstream.headers[name] for name in _RESPONSE_HEADERS if name in upstream.headers}
-            if not record.watch or upstream.status != 200:
-                payload = await upstream.read()
+        if not record.watch:
+            status, headers, payload = await self._exchange(request, body, record)
+            record.status = status
+            return web.Response(status=status, body=payload, headers=headers)
+        async with self._send(request, body, record) as upstream:
+            headers = _response_headers(upstream)
+            if upstream.status != 200:
                 record.status = upstream.status
-                return web.Response(status=upstream.status, body=payload, headers=headers)
+                return web.Response(status=upstream.status, body=await upstream.read(), headers=headers)
             response = web.StreamResponse(status=200, headers=headers)
             record.status = 200
             await response.prepare(request)
             await self._stream(request, upstream, response, rule)
             return response
+
+    async def _exchange(
+        self, request: web.BaseRequest, body: bytes, record: Record
+    ) -> tuple[int, dict[str, str], bytes]:
+        """Forward a request and read the whole answer. Once sent, the exchange runs to its end (and is recorded)
+        even if the client gives up meanwhile — as it does in the API server."""
+
+        async def round_trip() -> tuple[int, dict[str, str], bytes]:
+            async with self._send(request, body, record) as upstream:
+                return upstream.status, _response_headers(upstream), await upstream.read()
+
+        task = asyncio.ensure_future(round_trip())
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+        return await asyncio.shield(task)
+
+    @contextlib.asynccontextmanager
+    async def _send(
+        self, request: web.BaseRequest, body: bytes, record: Record
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        assert self._session is not None
+        headers = {name: request.headers[name] for name in _REQUEST_HEADERS if name in request.headers}
+        headers["Accept-Encoding"] = "identity"
+        url = self._upstream + request.path_qs
+        record.forwarded = True
+        async with self._session.request(request.method, url, data=body or None, headers=headers) as upstream:
+            record.upstream_status = upstream.status
+            yield upstream
 
     async def _stream(
         self,
@@ -337,6 +359,10 @@ _GONE = {
         "message": "too old resource version (injected by faultproxy)",
     },
 }
+
+
+def _response_headers(upstream: aiohttp.ClientResponse) -> dict[str, str]:
+    return {name: upstream.headers[name] for name in _RESPONSE_HEADERS if name in upstream.headers}
 
 
 def _status_response(record: Record, status: int, retry_after: float | None) -> web.Response:

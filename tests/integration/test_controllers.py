@@ -114,14 +114,26 @@ async def test_foreground_deletion_keeps_the_owner_until_its_dependents_are_gone
     reference = k8s.V1OwnerReference(
         api_version="v1", kind="ConfigMap", name="owner", uid=owner.metadata.uid, block_owner_deletion=True
     )
+    # The dependent holds a finalizer of its own, so its deletion (and with it the owner's) waits until we drop it.
     await core.create_namespaced_config_map(
-        namespace, k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name="dependent", owner_references=[reference]))
+        namespace,
+        k8s.V1ConfigMap(
+            metadata=k8s.V1ObjectMeta(name="dependent", owner_references=[reference], finalizers=["kanri.dev/hold"])
+        ),
     )
 
     await core.delete_namespaced_config_map("owner", namespace, propagation_policy="Foreground")
+
+    async def dependent_deleting() -> bool:
+        dependent = await core.read_namespaced_config_map("dependent", namespace)
+        return dependent.metadata.deletion_timestamp is not None
+
+    # The garbage collector deletes the dependent first, while the owner waits behind its foregroundDeletion finalizer.
+    await eventually(dependent_deleting)
     deleting = await core.read_namespaced_config_map("owner", namespace)
     assert deleting.metadata.deletion_timestamp is not None
     assert "foregroundDeletion" in deleting.metadata.finalizers
 
+    await core.patch_namespaced_config_map("dependent", namespace, {"metadata": {"finalizers": None}})
+    await eventually(lambda: is_gone(lambda: core.read_namespaced_config_map("dependent", namespace)))
     await eventually(lambda: is_gone(lambda: core.read_namespaced_config_map("owner", namespace)))
-    assert await is_gone(lambda: core.read_namespaced_config_map("dependent", namespace))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import copy
 from typing import Any
 
 from kanri.runtime._client import Client
@@ -38,6 +39,26 @@ class Cache:
             if self._group is not None:
                 self._group.create_task(informer.run(), name=f"informer {kind}")
         return informer
+
+    def observe_write(self, kind: Kind, obj: Obj) -> None:
+        """Take in an object that a write of ours returned, ahead of its watch event (``Client.add_write_listener``).
+
+        Without this, a reconcile queued while the previous one was writing (say by the child it just created) reads
+        the state before that write and writes it again. Only a newer version of an object already cached is taken
+        (creations, other namespaces and unwatched kinds arrive through the watch as usual); handlers are not told,
+        the watch event that follows does that. resourceVersions are compared as numbers (they are etcd revisions),
+        and only when both are decimal: otherwise nothing is taken.
+        """
+        informer = self._informers.get(kind)
+        meta = obj.get("metadata") or {}
+        if informer is None or not meta.get("name"):
+            return
+        cached = informer.store.get(str(meta.get("namespace") or ""), str(meta["name"]))
+        if cached is None or cached["metadata"].get("uid") != meta.get("uid"):
+            return
+        new, old = str(meta.get("resourceVersion", "")), str(cached["metadata"].get("resourceVersion", ""))
+        if new.isdecimal() and old.isdecimal() and int(new) > int(old):
+            informer.store.upsert(copy.deepcopy(obj))  # the caller owns the dict it was handed; the cache keeps its own
 
     def store(self, kind: Kind) -> Store:
         return self.informer(kind).store

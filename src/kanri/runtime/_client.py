@@ -13,7 +13,7 @@ import contextlib
 import json
 import random
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlencode, urlsplit
@@ -28,6 +28,7 @@ from kanri.runtime._kinds import Kind, name_of, namespace_of
 from kanri.runtime._ratelimit import TokenBucket
 
 Obj = dict[str, Any]
+WriteListener = Callable[[Kind, Obj], None]
 # A JSON patch is a list of operations; merge patches and objects are dicts.
 Body = Obj | list[Obj]
 
@@ -114,6 +115,7 @@ class Client:
         self._retry = retry or RetryPolicy()
         self._metrics = metrics
         self._user_agent = user_agent
+        self._write_listeners: list[WriteListener] = []
 
     @classmethod
     async def from_kubeconfig(cls, path: str | None = None, context: str | None = None, **kwargs: Any) -> Client:
@@ -151,6 +153,20 @@ class Client:
     @property
     def host(self) -> str:
         return self._host
+
+    def add_write_listener(self, listener: WriteListener) -> None:
+        """Call ``listener(kind, obj)`` with the object each successful write (create, replace, patch, apply) returns.
+
+        The Manager's cache listens, so a reconcile that runs before the watch event of its own earlier write
+        arrives sees that write instead of the state before it (and does not write the same thing again).
+        """
+        self._write_listeners.append(listener)
+
+    def _written(self, kind: Kind, obj: Obj) -> Obj:
+        if obj.get("kind") == kind.kind:  # the object itself: not a Status, nor another subresource's type (Scale)
+            for listener in self._write_listeners:
+                listener(kind, obj)
+        return obj
 
     # --- reads -----------------------------------------------------------------------------------------------------
 
@@ -215,8 +231,9 @@ class Client:
             response = await self._request("GET", path, query=query, stream=True)
         try:
             while True:
-                async with asyncio.timeout(inactivity_timeout), _connection_errors("WATCH", path):
-                    line = await response.content.readline()
+                with _connection_errors("WATCH", path):
+                    async with asyncio.timeout(inactivity_timeout):
+                        line = await response.content.readline()
                 if not line:
                     return
                 if not line.strip():
@@ -234,16 +251,19 @@ class Client:
     async def create(self, kind: Kind, obj: Obj) -> Obj:
         """POST a new object (``apiVersion``/``kind`` filled in from ``kind`` when missing)."""
         body = {"apiVersion": kind.api_version, "kind": kind.kind, **obj}
-        return await self._json("POST", kind.path(namespace_of(obj) or None), body=body)
+        return self._written(kind, await self._json("POST", kind.path(namespace_of(obj) or None), body=body))
 
     async def replace(self, kind: Kind, obj: Obj) -> Obj:
         """PUT the whole object; guarded by its ``metadata.resourceVersion`` (409 when stale)."""
         body = {"apiVersion": kind.api_version, "kind": kind.kind, **obj}
-        return await self._json("PUT", kind.path(namespace_of(obj) or None, name_of(obj)), body=body)
+        return self._written(
+            kind, await self._json("PUT", kind.path(namespace_of(obj) or None, name_of(obj)), body=body)
+        )
 
     async def replace_status(self, kind: Kind, obj: Obj) -> Obj:
         """PUT to ``/status``: only the status changes; guarded by ``metadata.resourceVersion``."""
-        return await self._json("PUT", kind.path(namespace_of(obj) or None, name_of(obj), "status"), body=obj)
+        path = kind.path(namespace_of(obj) or None, name_of(obj), "status")
+        return self._written(kind, await self._json("PUT", path, body=obj))
 
     async def patch(
         self,
@@ -261,7 +281,8 @@ class Client:
             "json": "application/json-patch+json",
             "strategic": "application/strategic-merge-patch+json",
         }[patch_type]
-        return await self._json("PATCH", kind.path(namespace, name, subresource), body=patch, content_type=content_type)
+        path = kind.path(namespace, name, subresource)
+        return self._written(kind, await self._json("PATCH", path, body=patch, content_type=content_type))
 
     async def patch_status(self, kind: Kind, name: str, patch: Obj, namespace: str | None = None) -> Obj:
         return await self.patch(kind, name, patch, namespace, subresource="status")
@@ -276,9 +297,10 @@ class Client:
         body = {"apiVersion": kind.api_version, "kind": kind.kind, **obj}
         query = {"fieldManager": field_manager, "force": "true" if force else "false"}
         path = kind.path(namespace_of(obj) or None, name_of(obj), subresource)
-        return await self._json(
+        result = await self._json(
             "PATCH", path, body=body, query=query, content_type="application/apply-patch+yaml", idempotent=True
         )
+        return self._written(kind, result)
 
     async def delete(
         self,

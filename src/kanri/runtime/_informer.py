@@ -75,24 +75,26 @@ class Informer:
         self._handlers: list[Handler] = []
         self.relists = 0
         self.rewatches = 0
+        # Where the next watch starts: the version of the last event applied (None: relist first). Kept as events
+        # arrive, so a stream that breaks mid-way resumes after what it delivered instead of replaying it.
+        self._resource_version: str | None = None
 
     def add_handler(self, handler: Handler) -> None:
         self._handlers.append(handler)
 
     async def run(self) -> None:
         """Run until cancelled. ``synced`` is set after the first complete list."""
-        resource_version: str | None = None
         failures = 0
         while True:
             try:
-                if resource_version is None:
-                    resource_version = await self._relist()
-                resource_version = await self._watch(resource_version)
+                if self._resource_version is None:
+                    self._resource_version = await self._relist()
+                await self._watch(self._resource_version)
                 failures = 0
             except ApiError as exc:
                 if exc.gone:
-                    log.info("watch expired; relisting", kind=str(self.kind), resource_version=resource_version)
-                    resource_version = None
+                    log.info("watch expired; relisting", kind=str(self.kind), resource_version=self._resource_version)
+                    self._resource_version = None
                     continue
                 failures += 1
                 await self._back_off(failures, exc)
@@ -123,8 +125,8 @@ class Informer:
         self.synced.set()
         return resource_version
 
-    async def _watch(self, resource_version: str) -> str:
-        """One watch stream; returns the last resourceVersion seen when the server ends it."""
+    async def _watch(self, resource_version: str) -> None:
+        """One watch stream, until the server ends it; ``_resource_version`` follows the events applied."""
         self.rewatches += 1
         timeout = self._timing.min_timeout + random.randint(0, self._timing.min_timeout)
         async for event in self.client.watch(
@@ -139,6 +141,7 @@ class Informer:
             resource_version = str(obj.get("metadata", {}).get("resourceVersion") or resource_version)
             kind = event["type"]
             if kind == "BOOKMARK":
+                self._resource_version = resource_version
                 continue
             obj.setdefault("apiVersion", self.kind.api_version)
             obj.setdefault("kind", self.kind.kind)
@@ -148,7 +151,7 @@ class Informer:
             else:
                 old = self.store.upsert(obj)
                 self._notify(Event("ADDED" if old is None else "MODIFIED", obj, old))
-        return resource_version
+            self._resource_version = resource_version
 
     def _notify(self, event: Event) -> None:
         for handler in self._handlers:

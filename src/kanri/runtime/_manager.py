@@ -66,6 +66,7 @@ class Manager:
         self.options = options
         self.registry = registry if registry is not None else CollectorRegistry()
         self.cache = Cache(client, namespace=options.namespace, timing=options.watch_timing)
+        client.add_write_listener(self.cache.observe_write)  # reconciles read their own writes
         self._controller_metrics = ControllerMetrics(self.registry)
         self._queue_metrics = WorkQueueMetrics(self.registry)
         self._controllers: list[Controller] = []
