@@ -1,0 +1,326 @@
+"""The local node's first slice on the real control plane: a Node kept Ready, the scheduler, local volumes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from kanri.local import Endpoint
+from kanri.local.node import LocalNode, NodeOptions
+from kanri.local.node.kinds import NODE, NODE_LEASE_NAMESPACE, PERSISTENT_VOLUME, STORAGE_CLASS
+from kanri.local.node.node import NodeAgent
+from kanri.local.node.provisioner import storage_class
+from kanri.runtime import ApiError, Client, get_condition
+from kanri.runtime.kinds import EVENT, LEASE, POD, PVC
+from tests.support import eventually
+
+Obj = dict[str, Any]
+
+# kube-controller-manager v1.37's --node-monitor-grace-period default (nodelifecycle config defaults.go).
+NODE_MONITOR_GRACE_PERIOD = 50.0
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def client(control_plane: Endpoint) -> AsyncIterator[Client]:
+    async with await Client.from_kubeconfig(str(control_plane.kubeconfig)) as c:
+        yield c
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def node(control_plane: Endpoint, client: Client, tmp_path: Path) -> AsyncIterator[LocalNode]:
+    """A local node of its own (unique name, own volume dir, own client and caches), stopped and deleted after."""
+    options = NodeOptions(data_dir=tmp_path / "node", name=f"test-node-{secrets.token_hex(3)}")
+    async with await Client.from_kubeconfig(str(control_plane.kubeconfig)) as node_client:
+        local = LocalNode(node_client, options)
+        task = asyncio.create_task(local.run())
+        try:
+            await eventually(lambda: _sync(task.done() or local.manager.ready()), timeout=30)
+            assert not task.done(), task.exception()
+            yield local
+        finally:
+            local.stop()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(task, 20)
+            # Volumes this node made would otherwise outlive it: nobody else reclaims them.
+            for volume in (await client.list(PERSISTENT_VOLUME))[0]:
+                if volume["spec"].get("local", {}).get("path", "").startswith(str(options.volumes_dir)):
+                    await client.delete(PERSISTENT_VOLUME, volume["metadata"]["name"])
+            await client.delete(NODE, options.name)
+
+
+async def _sync(value: bool) -> bool:
+    return value
+
+
+def pod(name: str, namespace: str, **spec: Any) -> Obj:
+    container = {"name": "main", "image": "example.invalid/app:1", **spec.pop("container", {})}
+    return {"metadata": {"name": name, "namespace": namespace}, "spec": {"containers": [container], **spec}}
+
+
+def claim(name: str, namespace: str, size: str = "1Gi", storage_class_name: str | None = None) -> Obj:
+    spec: Obj = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}
+    if storage_class_name:
+        spec["storageClassName"] = storage_class_name
+    return {"metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
+def condition(obj: Obj, kind: str) -> Obj | None:
+    return get_condition((obj.get("status") or {}).get("conditions"), kind)
+
+
+async def bound_to(client: Client, name: str, namespace: str) -> str | None:
+    return (await client.get(POD, name, namespace))["spec"].get("nodeName") or None
+
+
+async def unschedulable(client: Client, name: str, namespace: str) -> str | None:
+    """The PodScheduled=False/Unschedulable message, once there is one."""
+    scheduled = condition(await client.get(POD, name, namespace), "PodScheduled")
+    if scheduled and (scheduled["status"], scheduled["reason"]) == ("False", "Unschedulable"):
+        return str(scheduled["message"])
+    return None
+
+
+async def events_for(client: Client, namespace: str, name: str, reason: str) -> list[Obj]:
+    events, _ = await client.list(EVENT, namespace, field_selector=f"involvedObject.name={name}")
+    return [e for e in events if e["reason"] == reason]
+
+
+async def gone(read: Callable[[], Awaitable[object]]) -> bool:
+    try:
+        await read()
+    except ApiError as exc:
+        if exc.not_found:
+            return True
+        raise
+    return False
+
+
+# --- the Node ---------------------------------------------------------------------------------------------------------
+
+
+async def test_node_registers_and_stays_ready_past_the_node_monitor_grace_period(
+    client: Client, node: LocalNode, tmp_path: Path
+) -> None:
+    name = node.options.name
+    registered = await client.get(NODE, name)
+    status = registered["status"]
+    assert status["capacity"]["cpu"] == str(os.cpu_count())
+    assert status["capacity"]["pods"] == "110"
+    assert status["capacity"]["memory"].endswith("Ki")
+    assert int(status["capacity"]["memory"][:-2]) > 0
+    assert status["allocatable"] == status["capacity"]
+    assert {"type": "InternalIP", "address": "10.244.0.1"} in status["addresses"]
+    assert registered["metadata"]["labels"]["kubernetes.io/hostname"] == name
+    lease = await client.get(LEASE, name, NODE_LEASE_NAMESPACE)
+    assert lease["spec"]["holderIdentity"] == name
+    first_renew = lease["spec"]["renewTime"]
+
+    # A control: a node that registers the same way and then falls silent. The node-lifecycle controller must mark
+    # it Unknown after the grace period — proof that it is watching, so our node staying Ready means something.
+    silent_name = f"{name}-silent"
+    await NodeAgent(client, NodeOptions(data_dir=tmp_path / "silent", name=silent_name)).heartbeat()
+    started = time.monotonic()
+    try:
+
+        async def silent_marked_unknown() -> bool:
+            ready = condition(await client.get(NODE, silent_name), "Ready")
+            return ready is not None and ready["status"] == "Unknown"
+
+        await eventually(silent_marked_unknown, timeout=NODE_MONITOR_GRACE_PERIOD + 60, interval=1)
+        assert time.monotonic() - started >= NODE_MONITOR_GRACE_PERIOD - 5  # the controller's own clock, roughly
+
+        live = await client.get(NODE, name)
+        ready = condition(live, "Ready")
+        assert ready is not None
+        assert (ready["status"], ready["reason"]) == ("True", "KanriNodeReady")
+        heartbeat = datetime.fromisoformat(ready["lastHeartbeatTime"].replace("Z", "+00:00"))
+        assert (datetime.now(UTC) - heartbeat).total_seconds() < 3 * node.options.heartbeat_interval
+        assert not [t for t in live["spec"].get("taints", []) if t["key"].startswith("node.kubernetes.io/")]
+        renewed = await client.get(LEASE, name, NODE_LEASE_NAMESPACE)
+        assert renewed["spec"]["renewTime"] > first_renew
+    finally:
+        await client.delete(NODE, silent_name)
+
+
+# --- scheduling -------------------------------------------------------------------------------------------------------
+
+
+async def test_a_pod_is_bound_to_the_node(client: Client, node: LocalNode, namespace: str) -> None:
+    await client.create(POD, pod("plain", namespace))
+    assert await eventually(lambda: bound_to(client, "plain", namespace), timeout=30) == node.options.name
+    scheduled = condition(await client.get(POD, "plain", namespace), "PodScheduled")
+    assert scheduled is not None
+    assert scheduled["status"] == "True"
+    assert await eventually(lambda: events_for(client, namespace, "plain", "Scheduled"), timeout=10)
+
+
+async def test_a_pod_with_an_unmatched_node_selector_waits_until_the_node_is_labelled(
+    client: Client, node: LocalNode, namespace: str
+) -> None:
+    await client.create(POD, pod("picky", namespace, nodeSelector={"example.kanri.dev/disk": "ssd"}))
+    message = await eventually(lambda: unschedulable(client, "picky", namespace), timeout=30)
+    assert message == "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
+    (event,) = await eventually(lambda: events_for(client, namespace, "picky", "FailedScheduling"), timeout=10)
+    assert event["type"] == "Warning"
+    assert event["message"] == message
+    assert await bound_to(client, "picky", namespace) is None
+
+    await client.patch(NODE, node.options.name, {"metadata": {"labels": {"example.kanri.dev/disk": "ssd"}}})
+    assert await eventually(lambda: bound_to(client, "picky", namespace), timeout=30) == node.options.name
+
+
+async def test_a_pod_not_tolerating_a_taint_stays_pending(client: Client, node: LocalNode, namespace: str) -> None:
+    taint = {"key": "example.kanri.dev/dedicated", "value": "db", "effect": "NoSchedule"}
+    await client.patch(NODE, node.options.name, {"spec": {"taints": [taint]}})
+    toleration = {"key": "example.kanri.dev/dedicated", "operator": "Equal", "value": "db", "effect": "NoSchedule"}
+    await client.create(POD, pod("tolerant", namespace, tolerations=[toleration]))
+    await client.create(POD, pod("intolerant", namespace))
+
+    assert await eventually(lambda: bound_to(client, "tolerant", namespace), timeout=30) == node.options.name
+    message = await eventually(lambda: unschedulable(client, "intolerant", namespace), timeout=30)
+    assert message == "0/1 nodes are available: 1 node(s) had untolerated taint(s)."
+
+    await client.patch(NODE, node.options.name, {"spec": {"taints": None}})
+    assert await eventually(lambda: bound_to(client, "intolerant", namespace), timeout=30) == node.options.name
+
+
+async def test_requests_count_against_allocatable_until_a_pod_finishes(
+    client: Client, node: LocalNode, namespace: str
+) -> None:
+    cpus = str(os.cpu_count())
+    await client.create(POD, pod("big", namespace, container={"resources": {"requests": {"cpu": cpus}}}))
+    assert await eventually(lambda: bound_to(client, "big", namespace), timeout=30)
+    await client.create(POD, pod("small", namespace, container={"resources": {"requests": {"cpu": "100m"}}}))
+    message = await eventually(lambda: unschedulable(client, "small", namespace), timeout=30)
+    assert message == "0/1 nodes are available: 1 Insufficient cpu."
+
+    # A finished pod holds nothing: the waiting one is looked at again and fits.
+    await client.patch_status(POD, "big", {"status": {"phase": "Succeeded"}}, namespace)
+    assert await eventually(lambda: bound_to(client, "small", namespace), timeout=30) == node.options.name
+
+
+async def test_a_pod_waits_for_its_claim_to_be_bound(client: Client, node: LocalNode, namespace: str) -> None:
+    volumes = [{"name": "data", "persistentVolumeClaim": {"claimName": "later"}}]
+    await client.create(POD, pod("with-volume", namespace, volumes=volumes))
+    message = await eventually(lambda: unschedulable(client, "with-volume", namespace), timeout=30)
+    assert message == '0/1 nodes are available: persistentvolumeclaim "later" not found.'
+
+    await client.create(PVC, claim("later", namespace))
+    assert await eventually(lambda: bound_to(client, "with-volume", namespace), timeout=60) == node.options.name
+
+
+# --- volumes ----------------------------------------------------------------------------------------------------------
+
+
+async def provisioned(client: Client, name: str, namespace: str) -> tuple[Obj, Obj]:
+    """Wait until the claim is Bound; return it and its PV."""
+
+    async def bound() -> Obj | None:
+        current = await client.get(PVC, name, namespace)
+        return current if current.get("status", {}).get("phase") == "Bound" else None
+
+    current = await eventually(bound, timeout=60)
+    return current, await client.get(PERSISTENT_VOLUME, current["spec"]["volumeName"])
+
+
+@contextlib.asynccontextmanager
+async def extra_class(client: Client, **settings: Any) -> AsyncIterator[str]:
+    name = f"test-local-{secrets.token_hex(3)}"
+    await client.create(STORAGE_CLASS, storage_class(name, default=False, **settings))
+    try:
+        yield name
+    finally:
+        await client.delete(STORAGE_CLASS, name)
+
+
+async def test_a_claim_of_the_default_class_gets_a_directory_and_loses_it_on_delete(
+    client: Client, node: LocalNode, namespace: str
+) -> None:
+    await client.create(PVC, claim("data", namespace))  # no class: the default one is filled in on admission
+    current, volume = await provisioned(client, "data", namespace)
+    assert current["spec"]["storageClassName"] == "kanri-local"
+    assert current["status"]["capacity"]["storage"] == "1Gi"
+    assert volume["metadata"]["name"] == f"pvc-{current['metadata']['uid']}"
+    assert volume["spec"]["persistentVolumeReclaimPolicy"] == "Delete"
+    assert volume["spec"]["claimRef"]["uid"] == current["metadata"]["uid"]
+    path = Path(volume["spec"]["local"]["path"])
+    assert path == node.options.volumes_dir.resolve() / volume["metadata"]["name"]
+    assert await asyncio.to_thread(path.is_dir)
+    await asyncio.to_thread((path / "PG_VERSION").write_text, "18\n")  # data in it must not stop the deletion
+
+    await client.delete(PVC, "data", namespace)
+    await eventually(lambda: gone(lambda: client.get(PERSISTENT_VOLUME, volume["metadata"]["name"])), timeout=60)
+    assert not await asyncio.to_thread(path.exists)
+
+
+async def test_a_retain_class_keeps_the_volume_and_its_directory(
+    client: Client, node: LocalNode, namespace: str
+) -> None:
+    async with extra_class(client, reclaim_policy="Retain") as class_name:
+        await client.create(PVC, claim("kept", namespace, storage_class_name=class_name))
+        _, volume = await provisioned(client, "kept", namespace)
+        name = volume["metadata"]["name"]
+        path = Path(volume["spec"]["local"]["path"])
+        await client.delete(PVC, "kept", namespace)
+
+        async def released() -> bool:
+            phase: str = (await client.get(PERSISTENT_VOLUME, name))["status"].get("phase")
+            return phase == "Released"
+
+        await eventually(released, timeout=60)
+        await asyncio.sleep(3)  # give a wrong deletion the time to happen
+        assert (await client.get(PERSISTENT_VOLUME, name))["status"]["phase"] == "Released"
+        assert await asyncio.to_thread(path.is_dir)
+
+
+async def test_a_larger_request_shows_up_in_the_claim_capacity(
+    control_plane: Endpoint, client: Client, node: LocalNode, namespace: str
+) -> None:
+    await client.create(PVC, claim("growing", namespace, size="1Gi"))
+    _, volume = await provisioned(client, "growing", namespace)
+    await client.patch(PVC, "growing", {"spec": {"resources": {"requests": {"storage": "3Gi"}}}}, namespace)
+
+    async def grown() -> Obj | None:
+        current = await client.get(PVC, "growing", namespace)
+        return current if current["status"].get("capacity", {}).get("storage") == "3Gi" else None
+
+    current = await eventually(grown, timeout=30)
+    # The controller-manager's expand controller left it to us, as it does for any external resizer.
+    (handed_over,) = await eventually(lambda: events_for(client, namespace, "growing", "ExternalExpanding"), timeout=10)
+    assert handed_over["message"] == "waiting for an external controller to expand this PVC"
+    assert current["status"]["allocatedResources"] == {"storage": "3Gi"}
+    assert not current["status"].get("allocatedResourceStatuses")
+    assert (await client.get(PERSISTENT_VOLUME, volume["metadata"]["name"]))["spec"]["capacity"]["storage"] == "3Gi"
+    kubectl = Path(sys.executable).parent / "kubectl"
+    process = await asyncio.create_subprocess_exec(
+        str(kubectl), "--kubeconfig", str(control_plane.kubeconfig), "get", "pvc", "growing", "-n", namespace,
+        "-o", "custom-columns=CAPACITY:.status.capacity.storage", "--no-headers", stdout=subprocess.PIPE,
+    )  # fmt: skip
+    stdout, _ = await asyncio.wait_for(process.communicate(), 30)
+    assert process.returncode == 0
+    assert stdout.decode().strip() == "3Gi"  # what `kubectl get pvc` shows as CAPACITY
+
+
+async def test_a_resize_on_a_class_without_expansion_is_refused(
+    client: Client, node: LocalNode, namespace: str
+) -> None:
+    async with extra_class(client, allow_volume_expansion=False) as class_name:
+        await client.create(PVC, claim("fixed", namespace, storage_class_name=class_name))
+        await provisioned(client, "fixed", namespace)
+        with pytest.raises(ApiError) as refused:
+            await client.patch(PVC, "fixed", {"spec": {"resources": {"requests": {"storage": "2Gi"}}}}, namespace)
+        assert refused.value.status == 403
+        assert "storageclass that provisions the pvc must support resize" in refused.value.message
+        assert (await client.get(PVC, "fixed", namespace))["spec"]["resources"]["requests"]["storage"] == "1Gi"

@@ -1,0 +1,69 @@
+"""The provisioner's pure parts: the PV it makes for a claim, what it refuses, when a claim needs growing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kanri.local.node.provisioner import needs_expansion, persistent_volume, storage_class, unsupported
+
+Obj = dict[str, Any]
+
+
+def claim(size: str = "1Gi", phase: str = "Pending", capacity: str | None = None, **spec: Any) -> Obj:
+    status: Obj = {"phase": phase}
+    if capacity:
+        status["capacity"] = {"storage": capacity}
+    return {
+        "metadata": {"name": "data", "namespace": "ns", "uid": "1234"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}, **spec},
+        "status": status,
+    }
+
+
+def test_the_volume_is_pre_bound_to_the_claim_and_pinned_to_the_node() -> None:
+    retain = storage_class("slow", default=False, reclaim_policy="Retain")
+    volume = persistent_volume(claim("5Gi"), retain, "node-a", Path("/data/volumes/pvc-1234"))
+    spec = volume["spec"]
+    assert volume["metadata"]["name"] == "pvc-1234"
+    assert volume["metadata"]["annotations"]["pv.kubernetes.io/provisioned-by"] == "kanri.dev/local"
+    assert spec["capacity"] == {"storage": "5Gi"}
+    assert spec["persistentVolumeReclaimPolicy"] == "Retain"
+    assert spec["storageClassName"] == "slow"
+    assert spec["claimRef"] == {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": "ns",
+                                "name": "data", "uid": "1234"}  # fmt: skip
+    assert spec["local"] == {"path": "/data/volumes/pvc-1234"}
+    (term,) = spec["nodeAffinity"]["required"]["nodeSelectorTerms"]
+    assert term["matchExpressions"] == [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-a"]}]
+
+
+def test_the_default_class_is_marked_and_expandable() -> None:
+    default = storage_class("kanri-local", default=True)
+    assert default["metadata"]["annotations"] == {"storageclass.kubernetes.io/is-default-class": "true"}
+    assert (default["reclaimPolicy"], default["volumeBindingMode"], default["allowVolumeExpansion"]) == (
+        "Delete",
+        "Immediate",
+        True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("extra", "refused"),
+    [
+        ({}, False),
+        ({"volumeMode": "Filesystem"}, False),
+        ({"volumeMode": "Block"}, True),
+        ({"selector": {"matchLabels": {"a": "b"}}}, True),
+        ({"dataSource": {"kind": "VolumeSnapshot", "name": "s"}}, True),
+    ],
+)
+def test_what_a_directory_cannot_serve(extra: Obj, refused: bool) -> None:
+    assert (unsupported(claim(**extra)) is not None) is refused
+
+
+def test_expansion_is_needed_only_for_a_bound_claim_asking_for_more() -> None:
+    assert needs_expansion(claim("2Gi", "Bound", capacity="1Gi"))
+    assert not needs_expansion(claim("1024Mi", "Bound", capacity="1Gi"))  # the same size, written differently
+    assert not needs_expansion(claim("2Gi", "Pending"))
