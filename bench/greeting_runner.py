@@ -11,8 +11,6 @@ controller metrics share one registry, served on ``/metrics`` of the health port
 ``plain`` is the floor of the runtime's overhead: one LIST, then for every Greeting the same two writes the reconciler
 makes (apply the ConfigMap, merge-patch the status), ``--workers`` at a time, no cache, no queue, no watch; it exits
 when done: it prints ``done`` and waits for stdin to close, so its CPU time and peak RSS can still be read.
-
-Needs the repository root on ``PYTHONPATH`` (for ``examples``); the benchmark sets it.
 """
 
 from __future__ import annotations
@@ -20,13 +18,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from examples.greeting.operator import GREETING, GreetingReconciler
 from kanri import runtime as kr
 from kanri.runtime.kinds import CONFIG_MAP
+
+# Run as a script, this file sees bench/ on sys.path, not the repository root that holds `examples`.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from examples.greeting.operator import GREETING, GreetingReconciler
 
 
 async def run_operator(args: argparse.Namespace) -> None:
@@ -47,7 +49,9 @@ async def run_operator(args: argparse.Namespace) -> None:
         controller_options = kr.ControllerOptions(
             max_concurrent_reconciles=args.workers, resync_period=args.resync_period or None
         )
-        controller = kr.Controller("greeting", GreetingReconciler(manager), for_kind=GREETING, options=controller_options)
+        controller = kr.Controller(
+            "greeting", GreetingReconciler(manager), for_kind=GREETING, options=controller_options
+        )
         manager.add(controller.owns(CONFIG_MAP))
         await manager.run()
 
