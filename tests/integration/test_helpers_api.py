@@ -15,7 +15,7 @@ from kanri.runtime._client import Client, ClientMetrics
 from kanri.runtime._errors import ApiError
 from kanri.runtime._events import EventRecorder
 from kanri.runtime._finalizers import add_finalizer, finalizer_step, has_finalizer, remove_finalizer
-from kanri.runtime._kinds import CONFIG_MAP, EVENT
+from kanri.runtime._kinds import CONFIG_MAP, EVENT, SERVICE_ACCOUNT
 from kanri.runtime._ownership import child_name, is_controlled_by, set_owner
 from tests.support import eventually
 
@@ -176,3 +176,11 @@ async def test_more_than_burst_distinct_events_about_one_object_are_rate_limited
 
     assert len(await events_about(client, obj)) == 25
     assert (recorder.dropped, recorder.failed) == (5, 0)
+
+
+async def test_create_subresource_posts_to_the_named_subresource(client: Client, namespace: str) -> None:
+    await client.create(SERVICE_ACCOUNT, {"metadata": {"name": "robot", "namespace": namespace}})
+    request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 600}}
+    token = await client.create_subresource(SERVICE_ACCOUNT, "robot", "token", request, namespace)
+    assert token["kind"] == "TokenRequest"
+    assert token["status"]["token"].count(".") == 2, "a signed JWT"

@@ -253,6 +253,13 @@ class Client:
         body = {"apiVersion": kind.api_version, "kind": kind.kind, **obj}
         return self._written(kind, await self._json("POST", kind.path(namespace_of(obj) or None), body=body))
 
+    async def create_subresource(
+        self, kind: Kind, name: str, subresource: str, body: Obj, namespace: str | None = None
+    ) -> Obj:
+        """POST to a subresource of an existing object, e.g. a Pod's ``binding`` or ``eviction``, or a
+        ServiceAccount's ``token``; ``body`` is the subresource's own object (a Binding, an Eviction, ...)."""
+        return await self._json("POST", kind.path(namespace, name, subresource), body=body)
+
     async def replace(self, kind: Kind, obj: Obj) -> Obj:
         """PUT the whole object; guarded by its ``metadata.resourceVersion`` (409 when stale)."""
         body = {"apiVersion": kind.api_version, "kind": kind.kind, **obj}

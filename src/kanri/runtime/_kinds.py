@@ -51,6 +51,9 @@ def name_of(obj: dict[str, Any]) -> str:
 
 # Built-in kinds operators commonly touch. Others: construct a Kind, or Client.discover().
 NAMESPACE = Kind("v1", "Namespace", "namespaces", namespaced=False)
+NODE = Kind("v1", "Node", "nodes", namespaced=False)
+PERSISTENT_VOLUME = Kind("v1", "PersistentVolume", "persistentvolumes", namespaced=False)
+STORAGE_CLASS = Kind("storage.k8s.io/v1", "StorageClass", "storageclasses", namespaced=False)
 CONFIG_MAP = Kind("v1", "ConfigMap", "configmaps")
 SECRET = Kind("v1", "Secret", "secrets")
 SERVICE = Kind("v1", "Service", "services")

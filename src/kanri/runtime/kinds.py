@@ -7,6 +7,8 @@ from kanri.runtime._kinds import (
     EVENT,
     LEASE,
     NAMESPACE,
+    NODE,
+    PERSISTENT_VOLUME,
     POD,
     POD_DISRUPTION_BUDGET,
     PVC,
@@ -16,6 +18,7 @@ from kanri.runtime._kinds import (
     SERVICE,
     SERVICE_ACCOUNT,
     STATEFUL_SET,
+    STORAGE_CLASS,
 )
 
 __all__ = [
@@ -25,6 +28,8 @@ __all__ = [
     "EVENT",
     "LEASE",
     "NAMESPACE",
+    "NODE",
+    "PERSISTENT_VOLUME",
     "POD",
     "POD_DISRUPTION_BUDGET",
     "PVC",
@@ -34,4 +39,5 @@ __all__ = [
     "SERVICE",
     "SERVICE_ACCOUNT",
     "STATEFUL_SET",
+    "STORAGE_CLASS",
 ]
