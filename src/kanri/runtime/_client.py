@@ -318,14 +318,19 @@ class Client:
         propagation_policy: str | None = None,
         uid: str | None = None,
         resource_version: str | None = None,
+        grace_period_seconds: int | None = None,
     ) -> Obj | None:
         """Delete; returns the object (still present while finalizers run) or None when it was already gone.
 
         ``uid`` / ``resource_version`` preconditions make sure the object deleted is the one the caller saw.
+        ``grace_period_seconds`` overrides the object's grace period (0: remove now — what a kubelet sends once a
+        pod's processes are gone).
         """
         body: Obj = {"kind": "DeleteOptions", "apiVersion": "v1"}
         if propagation_policy:
             body["propagationPolicy"] = propagation_policy
+        if grace_period_seconds is not None:
+            body["gracePeriodSeconds"] = grace_period_seconds
         preconditions = {k: v for k, v in (("uid", uid), ("resourceVersion", resource_version)) if v}
         if preconditions:
             body["preconditions"] = preconditions

@@ -1,5 +1,6 @@
-"""The local node, first slice: a Node that stays Ready, a scheduler that binds pods to it, and a local volume
-provisioner. Containers, the pod network, Services and DNS come in later slices (see docs/local-node.md).
+"""The local node: a Node that stays Ready, a scheduler that binds pods to it, a local volume provisioner and a
+kubelet-lite that runs pods' containers as local processes. The pod network, volume mounts, probes, Services and
+DNS come in later slices (see docs/local-node.md).
 
 Run it next to a control plane::
 
@@ -14,18 +15,19 @@ from __future__ import annotations
 
 import asyncio
 
+from kanri.local.node.kubelet import Kubelet, log_path
 from kanri.local.node.node import NodeAgent
 from kanri.local.node.options import NodeOptions
 from kanri.local.node.provisioner import PROVISIONER, VolumeProvisioner, VolumeReclaimer, ensure_storage_class
 from kanri.local.node.scheduler import Scheduler
 from kanri.runtime import Client, Manager, ManagerOptions
 
-__all__ = ["PROVISIONER", "LocalNode", "NodeOptions", "run_node"]
+__all__ = ["PROVISIONER", "LocalNode", "NodeOptions", "log_path", "run_node"]
 
 
 class LocalNode:
-    """One Manager (leader election off: there is one node) running the scheduler and the volume controllers,
-    next to the heartbeat that keeps the Node Ready."""
+    """One Manager (leader election off: there is one node) running the scheduler, the volume controllers and the
+    kubelet, next to the heartbeat that keeps the Node Ready."""
 
     def __init__(self, client: Client, options: NodeOptions, *, health_port: int | None = None) -> None:
         self.options = options
@@ -40,6 +42,8 @@ class LocalNode:
         self.manager.add(self.scheduler.controller())
         self.manager.add(VolumeProvisioner(cache, client, options).controller())
         self.manager.add(VolumeReclaimer(cache, client, options).controller())
+        self.kubelet = Kubelet(cache, client, options)
+        self.manager.add(self.kubelet.controller())
 
     async def run(self) -> None:
         """Register the node and run everything until :meth:`stop` (or cancellation)."""
@@ -51,6 +55,7 @@ class LocalNode:
                 await self.manager.run(handle_signals=False)
             finally:
                 heartbeat.cancel()
+                await self.kubelet.shutdown()
 
     def stop(self) -> None:
         """Stop gracefully: reconciles in flight finish, heartbeats stop. The Node object stays (as a kubelet's

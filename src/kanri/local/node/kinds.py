@@ -1,21 +1,26 @@
-"""Kinds the local node touches that :mod:`kanri.runtime.kinds` does not list (yet)."""
+"""Kinds the local node touches, and its final pod delete."""
 
 from __future__ import annotations
 
-from kanri.runtime import Kind
+from typing import Any
 
-NODE = Kind("v1", "Node", "nodes", namespaced=False)
-PERSISTENT_VOLUME = Kind("v1", "PersistentVolume", "persistentvolumes", namespaced=False)
-STORAGE_CLASS = Kind("storage.k8s.io/v1", "StorageClass", "storageclasses", namespaced=False)
+from kanri.runtime import ApiError, Client
+from kanri.runtime.kinds import NODE, PERSISTENT_VOLUME, POD, STORAGE_CLASS
+
+__all__ = ["NODE", "NODE_LEASE_NAMESPACE", "PERSISTENT_VOLUME", "STORAGE_CLASS", "delete_now"]
 
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 """Where kubelets renew their heartbeat Lease (named after the node)."""
 
 
-def binding_kind(pod_name: str) -> Kind:
-    """The ``pods/<name>/binding`` subresource as a Kind, so ``Client.create`` POSTs to it.
-
-    A workaround: ``Client.create`` takes no ``subresource`` (``patch``/``apply`` do). The plural carries the pod's
-    name, which makes ``Kind.path(namespace)`` come out as ``/api/v1/namespaces/NS/pods/NAME/binding``.
+async def delete_now(client: Client, pod: dict[str, Any]) -> None:
+    """The kubelet's final delete of a pod whose processes are gone: ``gracePeriodSeconds: 0`` with a uid
+    precondition (without a grace period of 0 the API server keeps a terminating pod forever, even in a terminal
+    phase). A pod already gone (404, handled by ``delete``) or replaced by a new one (409) is fine.
     """
-    return Kind("v1", "Binding", f"pods/{pod_name}/binding")
+    meta = pod["metadata"]
+    try:
+        await client.delete(POD, meta["name"], meta["namespace"], uid=meta["uid"], grace_period_seconds=0)
+    except ApiError as exc:
+        if not exc.conflict:
+            raise

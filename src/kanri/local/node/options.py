@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,18 @@ class NodeOptions:
     """Name of the StorageClass the node creates for its provisioner."""
     default_storage_class: bool = True
     """Mark that StorageClass as the cluster's default (PVCs without a class get it)."""
+
+    image_map_file: Path | None = None
+    """The image map (YAML or JSON): which local program stands for which image; see
+    :mod:`kanri.local.node.images`."""
+    images: Sequence[Mapping[str, Any]] = ()
+    """Image map entries given in code (``{"image": ..., "command": [...], "args": [...]}``), looked at before the
+    file's."""
+    restart_backoff_base: float = 10.0
+    """Crash-loop back-off before the first restart; doubles per crash (the kubelet's 10 s)."""
+    restart_backoff_max: float = 300.0
+    """Cap of the crash-loop back-off (the kubelet's 300 s). A container that ran for twice this long starts over at
+    the base."""
 
     @property
     def volumes_dir(self) -> Path:

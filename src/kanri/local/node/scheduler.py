@@ -17,7 +17,7 @@ from typing import Any
 import structlog
 
 from kanri.local.node import fit
-from kanri.local.node.kinds import NODE, PERSISTENT_VOLUME, binding_kind
+from kanri.local.node.kinds import NODE, PERSISTENT_VOLUME
 from kanri.local.node.resources import Resources, add, parse_resources, pod_requests, sum_requests
 from kanri.runtime import (
     ApiError,
@@ -166,12 +166,14 @@ class Scheduler:
     async def _bind(self, pod: Obj) -> None:
         meta = pod["metadata"]
         binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
             # The uid makes the API server refuse to bind a different pod that took the same name meanwhile.
             "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"]},
             "target": {"apiVersion": "v1", "kind": "Node", "name": self.node_name},
         }
         try:
-            await self._client.create(binding_kind(meta["name"]), binding)
+            await self._client.create_subresource(POD, meta["name"], "binding", binding, meta["namespace"])
         except ApiError as exc:
             if exc.conflict:  # bound by someone else already, or replaced: the next event tells the truth
                 log.info("binding refused", pod=f"{meta['namespace']}/{meta['name']}", error=exc.message)

@@ -1,0 +1,301 @@
+"""The local node's kubelet-lite on the real control plane: containers as real processes."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest_asyncio
+
+from kanri.local import Endpoint
+from kanri.local.node import LocalNode, NodeOptions
+from kanri.local.node.kinds import NODE
+from kanri.runtime import ApiError, Client, get_condition
+from kanri.runtime.kinds import EVENT, POD, SECRET
+from tests.support import eventually
+
+Obj = dict[str, Any]
+
+SLEEPER = "kanri.dev/test/sleeper:1"
+SHELL = "kanri.dev/test/sh:1"
+IMAGES = [
+    {"image": SLEEPER, "command": ["/usr/bin/sleep"], "args": ["3600"]},
+    {"image": "kanri.dev/test/sh:*", "command": ["/bin/sh", "-c"]},
+]
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def client(control_plane: Endpoint) -> AsyncIterator[Client]:
+    async with await Client.from_kubeconfig(str(control_plane.kubeconfig)) as c:
+        yield c
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def node(control_plane: Endpoint, client: Client, tmp_path: Path) -> AsyncIterator[LocalNode]:
+    """A local node of its own with the test images mapped and a fast crash-loop back-off; stopped and deleted
+    after, and no container process may survive it."""
+    image_map = tmp_path / "images.json"
+    image_map.write_text("[]")
+    options = NodeOptions(
+        data_dir=tmp_path / "node",
+        name=f"test-kubelet-{secrets.token_hex(3)}",
+        image_map_file=image_map,
+        images=IMAGES,
+        restart_backoff_base=0.2,
+        restart_backoff_max=1.0,
+    )
+    async with await Client.from_kubeconfig(str(control_plane.kubeconfig)) as node_client:
+        local = LocalNode(node_client, options)
+        task = asyncio.create_task(local.run())
+        try:
+            await eventually(lambda: _value(task.done() or local.manager.ready()), timeout=30)
+            assert not task.done(), task.exception()
+            yield local
+        finally:
+            pids = _container_pids(local)
+            local.stop()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(task, 20)
+            await client.delete(NODE, options.name)
+            assert not [pid for pid in pids if _alive(pid)], "container processes outlived the node"
+
+
+async def _value(value: bool) -> bool:
+    return value
+
+
+def _container_pids(node: LocalNode) -> list[int]:
+    return [p.pid for w in node.kubelet.workers.values() for p in w.processes.values()]
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting to be reaped counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def pod(name: str, namespace: str, node: LocalNode, *, restart_policy: str = "Always", **container: Any) -> Obj:
+    return {
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "nodeName": node.options.name,  # bound directly: the scheduler is tested elsewhere
+            "restartPolicy": restart_policy,
+            "terminationGracePeriodSeconds": 5,
+            "containers": [{"name": "main", "image": SLEEPER, **container}],
+        },
+    }
+
+
+def condition(obj: Obj, kind: str) -> Obj | None:
+    return get_condition((obj.get("status") or {}).get("conditions"), kind)
+
+
+def main_status(obj: Obj) -> Obj | None:
+    statuses = (obj.get("status") or {}).get("containerStatuses") or []
+    return statuses[0] if statuses else None
+
+
+async def running(client: Client, name: str, namespace: str, restarts: int = 0) -> Obj | None:
+    live = await client.get(POD, name, namespace)
+    status = main_status(live)
+    ready = condition(live, "Ready")
+    if (
+        live["status"].get("phase") == "Running"
+        and status is not None
+        and "running" in status["state"]
+        and status["restartCount"] == restarts
+        and ready is not None
+        and ready["status"] == "True"
+    ):
+        return live
+    return None
+
+
+async def finished(client: Client, name: str, namespace: str) -> Obj | None:
+    live = await client.get(POD, name, namespace)
+    return live if live["status"].get("phase") in ("Succeeded", "Failed") else None
+
+
+def container_pid(node: LocalNode, namespace: str, name: str) -> int | None:
+    for worker in node.kubelet.workers.values():
+        if (worker.namespace, worker.name) == (namespace, name) and "main" in worker.processes:
+            return worker.processes["main"].pid
+    return None
+
+
+@contextlib.contextmanager
+def shared_dir() -> Any:
+    """A directory any uid can write to (pytest's tmp dirs are root-only)."""
+    path = Path(tempfile.mkdtemp(prefix="kanri-kubelet-"))
+    path.chmod(0o777)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+async def test_pod_runs_with_env_args_working_dir_and_user(client: Client, node: LocalNode, namespace: str) -> None:
+    secret = {
+        "metadata": {"name": "creds", "namespace": namespace},
+        "data": {"token": base64.b64encode(b"s3cr3t").decode()},
+    }
+    await client.create(SECRET, secret)
+    with shared_dir() as work:
+        script = 'echo "$POD_NAME $POD_NAMESPACE $MY_SECRET $GREETING $PWD $(id -u) $1" > out.txt; exec sleep 3600'
+        spec = pod(
+            "shell",
+            namespace,
+            node,
+            image=SHELL,
+            args=[script, "sh", "$(GREETING)-arg"],
+            workingDir=str(work),
+            securityContext={"runAsUser": 65534},
+            env=[
+                {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                {"name": "MY_SECRET", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "token"}}},
+                {"name": "GREETING", "value": "hello"},
+            ],
+        )
+        await client.create(POD, spec)
+        live = await eventually(lambda: running(client, "shell", namespace), timeout=30)
+        assert live["status"]["startTime"]
+        assert live["status"]["hostIP"] == node.options.internal_ip
+        for kind in ("Initialized", "ContainersReady", "Ready", "PodScheduled"):
+            found = condition(live, kind)
+            assert found is not None, kind
+            assert found["status"] == "True", kind
+        status = main_status(live)
+        assert status is not None
+        assert (status["name"], status["image"], status["ready"], status["started"]) == ("main", SHELL, True, True)
+        out = await eventually(lambda: _read(work / "out.txt"), timeout=10)
+        assert out.split() == ["shell", namespace, "s3cr3t", "hello", str(work), "65534", "hello-arg"]
+        pid = container_pid(node, namespace, "shell")
+        assert pid is not None
+        assert os.stat(f"/proc/{pid}").st_uid == 65534
+
+
+async def _read(path: Path) -> str | None:
+    text = await asyncio.to_thread(lambda: path.read_text() if path.exists() else "")
+    return text if text.strip() else None
+
+
+async def test_killed_container_is_restarted_with_last_state(client: Client, node: LocalNode, namespace: str) -> None:
+    await client.create(POD, pod("sleeper", namespace, node))
+    await eventually(lambda: running(client, "sleeper", namespace), timeout=30)
+    pid = container_pid(node, namespace, "sleeper")
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    live = await eventually(lambda: running(client, "sleeper", namespace, restarts=1), timeout=30)
+    status = main_status(live)
+    assert status is not None
+    terminated = status["lastState"]["terminated"]
+    assert (terminated["exitCode"], terminated["reason"]) == (137, "Error")
+    assert container_pid(node, namespace, "sleeper") not in (None, pid)
+
+
+async def test_exit_code_with_restart_policy_never_fails_the_pod(
+    client: Client, node: LocalNode, namespace: str
+) -> None:
+    await client.create(POD, pod("exits", namespace, node, restart_policy="Never", image=SHELL, args=["exit 3"]))
+    live = await eventually(lambda: finished(client, "exits", namespace), timeout=30)
+    assert live["status"]["phase"] == "Failed"
+    status = main_status(live)
+    assert status is not None
+    assert status["state"]["terminated"]["exitCode"] == 3
+    assert status["restartCount"] == 0
+    ready = condition(live, "Ready")
+    assert ready is not None
+    assert (ready["status"], ready["reason"]) == ("False", "PodCompleted")
+
+
+async def test_on_failure_with_exit_zero_succeeds(client: Client, node: LocalNode, namespace: str) -> None:
+    await client.create(POD, pod("done", namespace, node, restart_policy="OnFailure", image=SHELL, args=["exit 0"]))
+    live = await eventually(lambda: finished(client, "done", namespace), timeout=30)
+    assert live["status"]["phase"] == "Succeeded"
+    status = main_status(live)
+    assert status is not None
+    assert (status["state"]["terminated"]["exitCode"], status["state"]["terminated"]["reason"]) == (0, "Completed")
+
+
+async def test_unmapped_image_waits_visibly(client: Client, node: LocalNode, namespace: str) -> None:
+    await client.create(POD, pod("unmapped", namespace, node, image="example.invalid/nothing:1"))
+
+    async def waiting() -> Obj | None:
+        status = main_status(await client.get(POD, "unmapped", namespace))
+        return status["state"].get("waiting") if status else None
+
+    state = await eventually(waiting, timeout=30)
+    assert state["reason"] == "ImageNotMapped"
+    assert "example.invalid/nothing:1" in state["message"]
+    assert str(node.options.image_map_file) in state["message"]
+
+    async def warning() -> list[Obj]:
+        events, _ = await client.list(EVENT, namespace, field_selector="involvedObject.name=unmapped")
+        return [e for e in events if e["type"] == "Warning" and "example.invalid/nothing:1" in e["message"]]
+
+    await eventually(warning, timeout=30)
+    assert (await client.get(POD, "unmapped", namespace))["status"]["phase"] == "Pending"
+
+
+async def test_deleting_a_pod_sends_sigterm_then_removes_it(client: Client, node: LocalNode, namespace: str) -> None:
+    with shared_dir() as work:
+        script = f"trap 'echo term > {work}/marker; exit 0' TERM; sleep 3600 & wait"
+        await client.create(POD, pod("graceful", namespace, node, image=SHELL, args=[script]))
+        await eventually(lambda: running(client, "graceful", namespace), timeout=30)
+        pid = container_pid(node, namespace, "graceful")
+        assert pid is not None
+        children = _children(pid)
+        await client.delete(POD, "graceful", namespace)
+
+        async def gone() -> bool:
+            try:
+                await client.get(POD, "graceful", namespace)
+            except ApiError as exc:
+                return exc.not_found
+            return False
+
+        await eventually(gone, timeout=30)
+        assert (work / "marker").read_text().strip() == "term"
+        assert not _alive(pid)
+        assert not [child for child in children if _alive(child)]
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(FileNotFoundError, IndexError):
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                if int(fields[2]) == pid:  # process group
+                    found.append(int(entry.name))
+    return found
+
+
+async def test_stopping_the_node_leaves_no_process(client: Client, node: LocalNode, namespace: str) -> None:
+    await client.create(POD, pod("one", namespace, node))
+    await client.create(POD, pod("two", namespace, node, image=SHELL, args=["sleep 3600 & sleep 3600 & wait"]))
+    await eventually(lambda: running(client, "one", namespace), timeout=30)
+    await eventually(lambda: running(client, "two", namespace), timeout=30)
+    pids = _container_pids(node)
+    tree = [child for pid in pids for child in _children(pid)]
+    assert len(pids) == 2
+    assert len(tree) >= 4  # the two leaders and the second pod's two sleeps
+    node.stop()
+
+    async def all_gone() -> bool:
+        return not [pid for pid in tree if _alive(pid)]
+
+    await eventually(all_gone, timeout=10)
