@@ -21,6 +21,7 @@ from kanri.local.node import LocalNode, NodeOptions
 from kanri.local.node.kinds import NODE
 from kanri.runtime import ApiError, Client, get_condition
 from kanri.runtime.kinds import EVENT, POD, SECRET
+from tests.local_node_support import running_node
 from tests.support import eventually
 
 Obj = dict[str, Any]
@@ -53,24 +54,14 @@ async def node(control_plane: Endpoint, client: Client, tmp_path: Path) -> Async
         restart_backoff_base=0.2,
         restart_backoff_max=1.0,
     )
-    async with await Client.from_kubeconfig(str(control_plane.kubeconfig)) as node_client:
-        local = LocalNode(node_client, options)
-        task = asyncio.create_task(local.run())
+    pids: list[int] = []
+    async with running_node(control_plane.kubeconfig, options) as local:
         try:
-            await eventually(lambda: _value(task.done() or local.manager.ready()), timeout=30)
-            assert not task.done(), task.exception()
             yield local
         finally:
             pids = _container_pids(local)
-            local.stop()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(task, 20)
-            await client.delete(NODE, options.name)
-            assert not [pid for pid in pids if _alive(pid)], "container processes outlived the node"
-
-
-async def _value(value: bool) -> bool:
-    return value
+    await client.delete(NODE, options.name)
+    assert not [pid for pid in pids if _alive(pid)], "container processes outlived the node"
 
 
 def _container_pids(node: LocalNode) -> list[int]:

@@ -24,6 +24,7 @@ from kanri.local.node.node import NodeAgent
 from kanri.local.node.provisioner import storage_class
 from kanri.runtime import ApiError, Client, get_condition
 from kanri.runtime.kinds import EVENT, LEASE, POD, PVC
+from tests.local_node_support import running_node
 from tests.support import eventually
 
 Obj = dict[str, Any]
@@ -42,26 +43,13 @@ async def client(control_plane: Endpoint) -> AsyncIterator[Client]:
 async def node(control_plane: Endpoint, client: Client, tmp_path: Path) -> AsyncIterator[LocalNode]:
     """A local node of its own (unique name, own volume dir, own client and caches), stopped and deleted after."""
     options = NodeOptions(data_dir=tmp_path / "node", name=f"test-node-{secrets.token_hex(3)}")
-    async with await Client.from_kubeconfig(str(control_plane.kubeconfig)) as node_client:
-        local = LocalNode(node_client, options)
-        task = asyncio.create_task(local.run())
-        try:
-            await eventually(lambda: _sync(task.done() or local.manager.ready()), timeout=30)
-            assert not task.done(), task.exception()
-            yield local
-        finally:
-            local.stop()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(task, 20)
-            # Volumes this node made would otherwise outlive it: nobody else reclaims them.
-            for volume in (await client.list(PERSISTENT_VOLUME))[0]:
-                if volume["spec"].get("local", {}).get("path", "").startswith(str(options.volumes_dir)):
-                    await client.delete(PERSISTENT_VOLUME, volume["metadata"]["name"])
-            await client.delete(NODE, options.name)
-
-
-async def _sync(value: bool) -> bool:
-    return value
+    async with running_node(control_plane.kubeconfig, options) as local:
+        yield local
+    # Volumes this node made would otherwise outlive it: nobody else reclaims them.
+    for volume in (await client.list(PERSISTENT_VOLUME))[0]:
+        if volume["spec"].get("local", {}).get("path", "").startswith(str(options.volumes_dir)):
+            await client.delete(PERSISTENT_VOLUME, volume["metadata"]["name"])
+    await client.delete(NODE, options.name)
 
 
 def pod(name: str, namespace: str, **spec: Any) -> Obj:

@@ -1,0 +1,28 @@
+"""Running a LocalNode inside a test: its own client and caches, ready before the test starts, stopped after."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from kanri.local.node import LocalNode, NodeOptions
+from kanri.runtime import Client
+from tests.support import eventually
+
+
+@contextlib.asynccontextmanager
+async def running_node(kubeconfig: Path, options: NodeOptions) -> AsyncIterator[LocalNode]:
+    """Start a LocalNode, wait until its caches have synced, and stop it (awaiting its shutdown) on exit."""
+    async with await Client.from_kubeconfig(str(kubeconfig)) as node_client:
+        local = LocalNode(node_client, options)
+        task = asyncio.create_task(local.run())
+        try:
+            await eventually(lambda: asyncio.sleep(0, task.done() or local.manager.ready()), timeout=30)
+            assert not task.done(), task.exception()
+            yield local
+        finally:
+            local.stop()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(task, 20)
