@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -38,3 +39,17 @@ def status_message(exc: ApiException) -> str:
     """The ``message`` of the Status object the API server sent with an error."""
     body: dict[str, Any] = json.loads(exc.body or b"{}")
     return str(body.get("message", ""))
+
+
+@asynccontextmanager
+async def running_task(coro: Coroutine[Any, Any, T]) -> AsyncIterator[asyncio.Task[T]]:
+    """``coro`` as a task for the block; cancelled (a clean stop) and awaited when the block ends. Its exception, if
+    any, is retrieved so asyncio does not warn: a test that expected one has looked at it already."""
+    task = asyncio.create_task(coro)
+    try:
+        yield task
+    finally:
+        task.cancel()
+        await asyncio.wait([task])
+        if not task.cancelled():
+            task.exception()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import pytest
@@ -21,7 +21,7 @@ from kanri.runtime._client import Client
 from kanri.runtime._errors import ApiError
 from kanri.runtime._kinds import LEASE, Kind
 from kanri.runtime._leader import LeaderElector, LeadershipLost, LeaseApi
-from tests.support import eventually
+from tests.support import eventually, running_task
 
 LEASE_S, RENEW_S, RETRY_S = 3.0, 2.0, 0.5
 NAME = "kanri-operator"
@@ -102,17 +102,8 @@ def candidate(client: LeaseApi, namespace: str, identity: str, **kwargs: Any) ->
     )
 
 
-@asynccontextmanager
-async def running(elector: LeaderElector, work: Work) -> AsyncIterator[asyncio.Task[None]]:
-    """``elector.run(work)`` as a task for the block; cancelled (a clean stop) and awaited when the block ends."""
-    task = asyncio.create_task(elector.run(work))
-    try:
-        yield task
-    finally:
-        task.cancel()
-        await asyncio.wait([task])
-        if not task.cancelled():
-            task.exception()  # retrieved: a test that expected it has already looked
+def running(elector: LeaderElector, work: Work) -> AbstractAsyncContextManager[asyncio.Task[None]]:
+    return running_task(elector.run(work))
 
 
 async def lease_spec(client: Client, namespace: str) -> Obj:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -27,6 +27,7 @@ from kanri.runtime._leader import (
     observe,
     released,
 )
+from tests.support import running_task
 
 Obj = dict[str, Any]
 
@@ -233,17 +234,10 @@ def elector(api: FakeLeaseApi, clock: FakeClock, identity: str = "a", **kwargs: 
     return LeaderElector(api, namespace="ns", name="op", identity=identity, clock=clock, **kwargs)
 
 
-@asynccontextmanager
-async def running(candidate: LeaderElector, lead: Callable[[], Awaitable[None]]) -> AsyncIterator[asyncio.Task[None]]:
-    """``candidate.run(lead)`` as a task for the block; cancelled and awaited when the block ends."""
-    task = asyncio.create_task(candidate.run(lead))
-    try:
-        yield task
-    finally:
-        task.cancel()
-        await asyncio.wait([task])
-        if not task.cancelled():
-            task.exception()  # retrieved: a test that expected it has already looked
+def running(
+    candidate: LeaderElector, lead: Callable[[], Awaitable[None]]
+) -> AbstractAsyncContextManager[asyncio.Task[None]]:
+    return running_task(candidate.run(lead))
 
 
 async def test_first_candidate_creates_the_lease_and_leads_at_once() -> None:
