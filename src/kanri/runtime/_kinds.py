@@ -57,6 +57,7 @@ STORAGE_CLASS = Kind("storage.k8s.io/v1", "StorageClass", "storageclasses", name
 CONFIG_MAP = Kind("v1", "ConfigMap", "configmaps")
 SECRET = Kind("v1", "Secret", "secrets")
 SERVICE = Kind("v1", "Service", "services")
+ENDPOINT_SLICE = Kind("discovery.k8s.io/v1", "EndpointSlice", "endpointslices")
 SERVICE_ACCOUNT = Kind("v1", "ServiceAccount", "serviceaccounts")
 POD = Kind("v1", "Pod", "pods")
 PVC = Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims")

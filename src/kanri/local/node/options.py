@@ -47,6 +47,22 @@ class NodeOptions:
     """Cap of the crash-loop back-off (the kubelet's 300 s). A container that ran for twice this long starts over at
     the base."""
 
+    pod_cidr: str = "10.244.0.0/16"
+    """Pod addresses come from here; ``internal_ip`` (the bridge's address, the pods' gateway) must be inside it."""
+    bridge: str = "kanri0"
+    """The Linux bridge in the host's network namespace that every pod's veth joins (at most 15 characters)."""
+    service_link: str = "kanri-svc"
+    """A dummy link in the host's network namespace that carries every ClusterIP (as /32 addresses), so pods (via
+    the bridge) and the host reach the node's service proxy on them."""
+    netns_prefix: str = "kanri-"
+    """Pod network namespaces are ``<prefix><first 8 of the pod uid>``; the node removes any left with this prefix."""
+    cluster_dns_ip: str = "10.96.0.10"
+    """Where the node's DNS server listens (and the ``kube-system/kube-dns`` Service's clusterIP)."""
+    cluster_domain: str = "cluster.local"
+    """The cluster's DNS domain."""
+    apiserver: tuple[str, int] | None = None
+    """Host and port the ``default/kubernetes`` Service proxies to (the control plane has no endpoints for it)."""
+
     @property
     def volumes_dir(self) -> Path:
         return self.data_dir / "volumes"
