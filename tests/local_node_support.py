@@ -4,12 +4,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 from kanri.local.node import LocalNode, NodeOptions
 from kanri.runtime import Client
 from tests.support import eventually
+
+
+def with_test_network(options: NodeOptions) -> NodeOptions:
+    """``options`` with a pod network of the tests' own, apart from the defaults a developer's ``kanri local up``
+    uses on the same machine (kanri0, 10.244.0.0/16, kanri-svc)."""
+    return dataclasses.replace(
+        options,
+        bridge="kanri-t0",
+        pod_cidr="10.246.0.0/16",
+        internal_ip="10.246.0.1",
+        netns_prefix="kanri-t-",
+        service_link="kanri-svce",
+    )
 
 
 @contextlib.asynccontextmanager

@@ -21,7 +21,7 @@ from kanri.local.node import LocalNode, NodeOptions
 from kanri.local.node.kinds import NODE
 from kanri.runtime import ApiError, Client, get_condition
 from kanri.runtime.kinds import EVENT, POD, SECRET
-from tests.local_node_support import running_node
+from tests.local_node_support import running_node, with_test_network
 from tests.support import eventually
 
 Obj = dict[str, Any]
@@ -46,13 +46,15 @@ async def node(control_plane: Endpoint, client: Client, tmp_path: Path) -> Async
     after, and no container process may survive it."""
     image_map = tmp_path / "images.json"
     image_map.write_text("[]")
-    options = NodeOptions(
-        data_dir=tmp_path / "node",
-        name=f"test-kubelet-{secrets.token_hex(3)}",
-        image_map_file=image_map,
-        images=IMAGES,
-        restart_backoff_base=0.2,
-        restart_backoff_max=1.0,
+    options = with_test_network(
+        NodeOptions(
+            data_dir=tmp_path / "node",
+            name=f"test-kubelet-{secrets.token_hex(3)}",
+            image_map_file=image_map,
+            images=IMAGES,
+            restart_backoff_base=0.2,
+            restart_backoff_max=1.0,
+        )
     )
     pids: list[int] = []
     async with running_node(control_plane.kubeconfig, options) as local:
@@ -128,8 +130,9 @@ def container_pid(node: LocalNode, namespace: str, name: str) -> int | None:
 
 @contextlib.contextmanager
 def shared_dir() -> Any:
-    """A directory any uid can write to (pytest's tmp dirs are root-only)."""
-    path = Path(tempfile.mkdtemp(prefix="kanri-kubelet-"))
+    """A directory any uid can write to (pytest's tmp dirs are root-only), outside /tmp (a container's /tmp is
+    private to its pod)."""
+    path = Path(tempfile.mkdtemp(prefix="kanri-kubelet-", dir="/var/tmp"))
     path.chmod(0o777)
     try:
         yield path

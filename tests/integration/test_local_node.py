@@ -24,7 +24,7 @@ from kanri.local.node.node import NodeAgent
 from kanri.local.node.provisioner import storage_class
 from kanri.runtime import ApiError, Client, get_condition
 from kanri.runtime.kinds import EVENT, LEASE, POD, PVC
-from tests.local_node_support import running_node
+from tests.local_node_support import running_node, with_test_network
 from tests.support import eventually
 
 Obj = dict[str, Any]
@@ -42,7 +42,7 @@ async def client(control_plane: Endpoint) -> AsyncIterator[Client]:
 @pytest_asyncio.fixture(loop_scope="session")
 async def node(control_plane: Endpoint, client: Client, tmp_path: Path) -> AsyncIterator[LocalNode]:
     """A local node of its own (unique name, own volume dir, own client and caches), stopped and deleted after."""
-    options = NodeOptions(data_dir=tmp_path / "node", name=f"test-node-{secrets.token_hex(3)}")
+    options = with_test_network(NodeOptions(data_dir=tmp_path / "node", name=f"test-node-{secrets.token_hex(3)}"))
     async with running_node(control_plane.kubeconfig, options) as local:
         yield local
     # Volumes this node made would otherwise outlive it: nobody else reclaims them.

@@ -1,6 +1,6 @@
-"""The local node: a Node that stays Ready, a scheduler that binds pods to it, a local volume provisioner and a
-kubelet-lite that runs pods' containers as local processes. The pod network, volume mounts, probes, Services and
-DNS come in later slices (see docs/local-node.md).
+"""The local node: a Node that stays Ready, a scheduler that binds pods to it, a local volume provisioner, a
+kubelet-lite that runs pods' containers as local processes in network and mount namespaces of their own, a
+service proxy for ClusterIPs and the cluster DNS (see docs/local-node.md).
 
 Run it next to a control plane::
 
@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import asyncio
 
+from kanri.local.node.dns import ClusterDNS, reserve_dns_service
 from kanri.local.node.kubelet import Kubelet, log_path
+from kanri.local.node.network import PodNetwork
 from kanri.local.node.node import NodeAgent
 from kanri.local.node.options import NodeOptions
 from kanri.local.node.provisioner import PROVISIONER, VolumeProvisioner, VolumeReclaimer, ensure_storage_class
 from kanri.local.node.scheduler import Scheduler
+from kanri.local.node.services import ServiceProxy
 from kanri.runtime import Client, Manager, ManagerOptions
 
 __all__ = ["PROVISIONER", "LocalNode", "NodeOptions", "log_path", "run_node"]
@@ -42,20 +45,45 @@ class LocalNode:
         self.manager.add(self.scheduler.controller())
         self.manager.add(VolumeProvisioner(cache, client, options).controller())
         self.manager.add(VolumeReclaimer(cache, client, options).controller())
-        self.kubelet = Kubelet(cache, client, options)
+        self.network = PodNetwork(options) if options.pod_network else None
+        self.kubelet = Kubelet(cache, client, options, self.network)
         self.manager.add(self.kubelet.controller())
+        self.proxy: ServiceProxy | None = None
+        self.dns: ClusterDNS | None = None
+        if options.pod_network:
+            self.proxy = ServiceProxy(cache, options)
+            self.manager.add(self.proxy.controller())
+            self.dns = ClusterDNS(cache, options, self.proxy)
 
     async def run(self) -> None:
         """Register the node and run everything until :meth:`stop` (or cancellation)."""
-        await self.agent.heartbeat()  # the node exists before the scheduler looks for it
-        await ensure_storage_class(self.client, self.options)
-        async with asyncio.TaskGroup() as group:
-            heartbeat = group.create_task(self.agent.run(), name=f"heartbeat {self.options.name}")
-            try:
-                await self.manager.run(handle_signals=False)
-            finally:
-                heartbeat.cancel()
-                await self.kubelet.shutdown()
+        try:
+            if self.network is not None:
+                await self.network.start()
+            await self.agent.heartbeat()  # the node exists before the scheduler looks for it
+            await ensure_storage_class(self.client, self.options)
+            if self.dns is not None:
+                await reserve_dns_service(self.client, self.options)
+                await self.dns.start()
+            async with asyncio.TaskGroup() as group:
+                heartbeat = group.create_task(self.agent.run(), name=f"heartbeat {self.options.name}")
+                try:
+                    await self.manager.run(handle_signals=False)
+                finally:
+                    heartbeat.cancel()
+                    await self.kubelet.shutdown()
+        finally:
+            # Shielded: a cancelled node must still leave no namespace, link or mountpoint behind.
+            await asyncio.shield(self._clean_up())
+
+    async def _clean_up(self) -> None:
+        if self.dns is not None:
+            await self.dns.close()
+        if self.proxy is not None:
+            await self.proxy.close()
+        if self.network is not None:
+            await self.network.close()
+        await asyncio.to_thread(self.kubelet.mountpoints.remove_all)
 
     def stop(self) -> None:
         """Stop gracefully: reconciles in flight finish, heartbeats stop. The Node object stays (as a kubelet's

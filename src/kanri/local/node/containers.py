@@ -36,8 +36,8 @@ _FIELD_PATHS: dict[str, Callable[[Obj], object]] = {
     "metadata.uid": lambda pod: pod["metadata"]["uid"],
     "spec.nodeName": lambda pod: (pod.get("spec") or {}).get("nodeName", ""),
     "spec.serviceAccountName": lambda pod: (pod.get("spec") or {}).get("serviceAccountName", ""),
-    "status.podIP": lambda pod: "",  # no pod network yet
-    "status.podIPs": lambda pod: "",
+    "status.podIP": lambda pod: (pod.get("status") or {}).get("podIP", ""),
+    "status.podIPs": lambda pod: (pod.get("status") or {}).get("podIP", ""),
     "status.hostIP": lambda pod: (pod.get("status") or {}).get("hostIP", ""),
 }
 _LABEL_PATH = re.compile(r"^metadata\.(labels|annotations)\['(.+)'\]$")
@@ -148,6 +148,14 @@ class ContainerState:
     final: bool = False
     """Terminated and not going to be started again (per restartPolicy)."""
     ever_started: bool = False
+    probe_ready: bool = True
+    """The readiness verdict of its probes for the running instance (True when it has no readiness probe)."""
+    probe_started: bool = True
+    """Whether its startup probe has succeeded for the running instance (True when it has none)."""
+
+    @property
+    def ready(self) -> bool:
+        return self.kind == "running" and self.probe_ready and self.probe_started
 
     def terminated_state(self) -> Obj:
         state: Obj = {"exitCode": self.exit_code, "reason": self.reason}
@@ -168,8 +176,8 @@ class ContainerState:
             "name": self.name,
             "image": self.image,
             "imageID": "",
-            "ready": self.kind == "running",
-            "started": self.kind == "running",
+            "ready": self.ready,
+            "started": self.kind == "running" and self.probe_started,
             "restartCount": self.restart_count,
             "state": state,
             "lastState": {"terminated": self.last_terminated} if self.last_terminated else {},
@@ -190,13 +198,13 @@ def now_iso(moment: datetime | None = None) -> str:
     return (moment or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def build_status(pod: Obj, states: list[ContainerState], *, host_ip: str, start_time: str, now: datetime | None = None
-                 ) -> Obj:  # fmt: skip
+def build_status(pod: Obj, states: list[ContainerState], *, host_ip: str, start_time: str, pod_ip: str | None = None,
+                 now: datetime | None = None) -> Obj:  # fmt: skip
     """The ``status`` fields the node owns, merged onto the pod's current conditions (``lastTransitionTime`` only
     moves on a flip). Compare with :func:`owned_fields` of the current status to decide whether to write."""
     pod_phase = phase(states)
     conditions = copy.deepcopy((pod.get("status") or {}).get("conditions") or [])
-    unready = [s.name for s in states if s.kind != "running"]
+    unready = [s.name for s in states if not s.ready]
     if unready:
         reason = "PodCompleted" if pod_phase in ("Succeeded", "Failed") else "ContainersNotReady"
         message = "" if reason == "PodCompleted" else f"containers with unready status: [{' '.join(unready)}]"
@@ -211,7 +219,7 @@ def build_status(pod: Obj, states: list[ContainerState], *, host_ip: str, start_
         ("PodScheduled", ("True", "", "")),  # as the kubelet does: it runs here, however it got here
     ):
         _set_condition(conditions, kind, status, reason, message, stamp)
-    return {
+    result: Obj = {
         "phase": pod_phase,
         "conditions": conditions,
         "hostIP": host_ip,
@@ -219,6 +227,9 @@ def build_status(pod: Obj, states: list[ContainerState], *, host_ip: str, start_
         "startTime": start_time,
         "containerStatuses": [s.status() for s in states],
     }
+    if pod_ip:
+        result |= {"podIP": pod_ip, "podIPs": [{"ip": pod_ip}]}
+    return result
 
 
 def _set_condition(conditions: list[Obj], kind: str, status: str, reason: str, message: str, now: str) -> None:
@@ -249,7 +260,7 @@ def owned_fields(status: Obj | None) -> Obj:
         "hostIPs": status.get("hostIPs"),
         "startTime": status.get("startTime"),
         "containerStatuses": status.get("containerStatuses"),
-    }
+    } | ({"podIP": status["podIP"], "podIPs": status.get("podIPs")} if status.get("podIP") else {})
 
 
 def ready_condition(status: Obj) -> Obj | None:

@@ -3,7 +3,8 @@
 There is no image registry and no container engine on the local node, so an explicit map says what to run. Each
 entry names an ``image`` — an exact reference, or a shell-style glob (``fnmatch``: ``*``, ``?``, ``[...]``) such as
 ``kanri.dev/test/*`` — and the program that image stands for: ``command`` (the image's ENTRYPOINT), optional
-``args`` (its CMD), ``workingDir`` and ``env`` (the image's own environment). Exact entries win over globs; among
+``args`` (its CMD), ``workingDir``, ``env`` (the image's own environment) and ``users`` (its ``/etc/passwd``
+entries). Exact entries win over globs; among
 globs the first listed wins.
 
 The map comes from a YAML or JSON file (``NodeOptions.image_map_file``: a list of entries, or ``{"images": [...]}``)
@@ -33,6 +34,9 @@ class ImageEntry:
     args: tuple[str, ...] = ()
     working_dir: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    users: tuple[Mapping[str, Any], ...] = ()
+    """The image's own users (``{name, uid, gid, home}``), added to the container's ``/etc/passwd`` and
+    ``/etc/group`` when the host lacks them — an image's ``USER 26`` has a name inside the image."""
 
     @property
     def is_glob(self) -> bool:
@@ -54,8 +58,11 @@ class ImageEntry:
         if not isinstance(env, dict):
             raise ValueError(f"image map entry {image!r}: env must be a mapping")
         working_dir = raw.get("workingDir")
+        users = raw.get("users") or []
+        if not isinstance(users, list) or not all(isinstance(u, dict) and "name" in u and "uid" in u for u in users):
+            raise ValueError(f"image map entry {image!r}: users must be a list of {{name, uid[, gid, home]}}")
         return cls(image, tuple(command), tuple(args), str(working_dir) if working_dir else None,
-                   {str(k): str(v) for k, v in env.items()})  # fmt: skip
+                   {str(k): str(v) for k, v in env.items()}, tuple(users))  # fmt: skip
 
 
 class ImageMap:

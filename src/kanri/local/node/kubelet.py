@@ -11,7 +11,12 @@ Deletion: SIGTERM to each container's process group, the pod's grace period, SIG
 deleted with a uid precondition. :meth:`Kubelet.kill_all` (called by ``LocalNode.stop``) SIGKILLs everything at once:
 this is a development runtime, pods do not outlive their node.
 
-Not in this slice: probes (Ready = every container running), init containers, volumes, network namespaces.
+Before the first container starts, the worker gives the pod its network namespace and address
+(:mod:`kanri.local.node.network`) and its volumes (:mod:`kanri.local.node.mounts`); each container process is
+started by :mod:`kanri.local.node.launcher` inside that namespace and a mount namespace of its own. The pod's
+namespace is removed when its last container has stopped.
+
+Not here: init containers (ignored), resource limits.
 """
 
 from __future__ import annotations
@@ -20,11 +25,14 @@ import asyncio
 import base64
 import contextlib
 import contextvars
+import json
 import os
 import pwd
 import shutil
 import signal
-from collections.abc import Mapping
+import sys
+import time
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
@@ -42,17 +50,24 @@ from kanri.local.node.containers import (
     resolve_env,
     should_restart,
 )
-from kanri.local.node.images import ImageMap, command_line
-from kanri.local.node.kinds import delete_now
+from kanri.local.node.images import ImageEntry, ImageMap, command_line
+from kanri.local.node.kinds import PERSISTENT_VOLUME, delete_now
+from kanri.local.node.mounts import Mount, PodVolumes, VolumeNotReady, container_mounts, supplemental_groups
+from kanri.local.node.network import PodNetwork
 from kanri.local.node.options import NodeOptions
+from kanri.local.node.probes import ContainerProber, ExecFn, subprocess_exec
+from kanri.local.node.sandbox import Mountpoints, passwd_and_group, pod_file_mounts
 from kanri.runtime import ApiError, Cache, Client, Controller, ControllerOptions, EventRecorder, Request, Result
-from kanri.runtime.kinds import CONFIG_MAP, POD, SECRET
+from kanri.runtime.kinds import CONFIG_MAP, POD, PVC, SECRET, SERVICE, SERVICE_ACCOUNT
 
 Obj = dict[str, Any]
 log = structlog.get_logger("kanri.local.kubelet")
 
 _TERMINAL = ("Succeeded", "Failed")
 _DEFAULT_GRACE = 30
+_LAUNCHER = str(Path(__file__).with_name("launcher.py"))
+_VOLUME_RETRY = 2.0
+_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def log_path(data_dir: Path, namespace: str, pod_name: str, pod_uid: str, container: str, restart_count: int) -> Path:
@@ -117,6 +132,12 @@ class PodWorker:
         self.task: asyncio.Task[None] | None = None
         self.terminated = asyncio.Event()
         self.restart_policy: str = pod["spec"].get("restartPolicy", "Always")
+        self.pod_ip: str | None = None
+        self.netns: str | None = None
+        self.volumes = PodVolumes(pod_dir(kubelet.options.data_dir, self.namespace, self.name, self.uid), kubelet)
+        self.pod_mounts: list[Mount] = []
+        self.setup_done = asyncio.Event()
+        self._mount_message = ""
 
     def start(self) -> None:
         # A context of its own: the worker outlives the reconcile that started it (and its log bindings).
@@ -126,12 +147,68 @@ class PodWorker:
 
     async def _run(self) -> None:
         try:
-            async with asyncio.TaskGroup() as group:
-                for container, state in zip(self.pod["spec"]["containers"], self.states, strict=True):
-                    group.create_task(self._container(container, state))
+            if await self._set_up():
+                async with asyncio.TaskGroup() as group:
+                    for container, state in zip(self.pod["spec"]["containers"], self.states, strict=True):
+                        group.create_task(self._container(container, state))
+            else:
+                for state in self.states:
+                    self._final(state)
         finally:
+            with contextlib.suppress(Exception):
+                await self.kubelet.release(self)
             self.terminated.set()
             self.kubelet.notify(self)
+
+    async def _set_up(self) -> bool:
+        """The pod's network and volumes; retried until they exist or the pod stops. False when stopped first."""
+        kubelet = self.kubelet
+        spec = self.pod.get("spec") or {}
+        while not self.stopping.is_set():
+            try:
+                if spec.get("hostNetwork") or kubelet.network is None:
+                    self.pod_ip = kubelet.options.internal_ip
+                else:
+                    sandbox = await kubelet.network.attach(self.uid)
+                    self.pod_ip, self.netns = sandbox.ip, str(sandbox.netns_path)
+                await self.volumes.prepare(self.pod, time.monotonic)
+                self.pod_mounts = await asyncio.to_thread(self._pod_files)
+            except VolumeNotReady as exc:
+                await self._waiting_for_volumes(str(exc), exc.reason)
+            except (ApiError, OSError) as exc:
+                await self._waiting_for_volumes(f"setting up the pod failed: {exc}", "ContainerCreating")
+            else:
+                self.setup_done.set()
+                kubelet.notify(self)
+                return True
+            if await self._sleep_unless_stopping(_VOLUME_RETRY):
+                break
+        return False
+
+    async def _waiting_for_volumes(self, message: str, reason: str) -> None:
+        for state in self.states:
+            state.kind, state.reason, state.message = "waiting", reason, message
+        self.kubelet.notify(self)
+        if message != self._mount_message:  # one Event per distinct problem, not one per retry
+            self._mount_message = message
+            await self.kubelet.events.warning(self.pod, "FailedMount", message)
+
+    def _pod_files(self) -> list[Mount]:
+        options = self.kubelet.options
+        directory = pod_dir(options.data_dir, self.namespace, self.name, self.uid)
+        assert self.pod_ip is not None
+        return pod_file_mounts(directory, self.pod, self.pod_ip, options.cluster_dns_ip, options.cluster_domain, None)
+
+    @property
+    def hostname(self) -> str:
+        return str((self.pod.get("spec") or {}).get("hostname") or self.name)[:63]
+
+    def pod_with_ip(self) -> Obj:
+        """The pod as its containers see it through the downward API (``status.podIP`` set)."""
+        status = dict(self.pod.get("status") or {})
+        if self.pod_ip:
+            status["podIP"] = self.pod_ip
+        return {**self.pod, "status": status}
 
     def terminate(self, grace: float) -> None:
         """Stop every container: SIGTERM now, SIGKILL after ``grace`` seconds (done by the container loops)."""
@@ -184,7 +261,10 @@ class PodWorker:
         crashes = 0
         while not self.stopping.is_set():
             try:
-                env = await resolve_env(self.pod, container, kubelet.read_secret, kubelet.read_config_map, entry.env)
+                base = {"PATH": _DEFAULT_PATH, "HOSTNAME": self.hostname, **kubelet.service_env(), **entry.env}
+                env = await resolve_env(
+                    self.pod_with_ip(), container, kubelet.read_secret, kubelet.read_config_map, base
+                )
             except (EnvError, ApiError) as exc:
                 reason = exc.reason if isinstance(exc, EnvError) else "CreateContainerConfigError"
                 state.kind, state.reason, state.message = "waiting", reason, str(exc)
@@ -197,8 +277,8 @@ class PodWorker:
             argv = [expand(arg, env) for arg in command_line(container, entry)]
             started = datetime.now(UTC)
             try:
-                returncode = await self._run_process(container, state, argv, env, entry.working_dir)
-            except OSError as exc:
+                returncode = await self._run_process(container, state, argv, env, entry)
+            except (OSError, VolumeNotReady) as exc:
                 state.kind, state.exit_code, state.reason = "terminated", 128, "StartError"
                 state.message = f"failed to start container process {argv[:1]}: {exc}"
                 state.started_at = state.finished_at = now_iso(started)
@@ -231,27 +311,76 @@ class PodWorker:
             self._final(state)
         kubelet.notify(self)
 
+    def launch_spec(self, container: Obj, argv: list[str], env: Mapping[str, str], entry: ImageEntry) -> Obj:
+        """What the launcher needs: namespaces, mounts, user and command (see :mod:`kanri.local.node.launcher`)."""
+        uid, gid = user_and_group(self.pod, container)
+        accounts = passwd_and_group(entry.users, uid, gid)
+        mounts = list(self.pod_mounts)
+        if accounts is not None:
+            directory = pod_dir(self.kubelet.options.data_dir, self.namespace, self.name, self.uid) / "etc"
+            (directory / f"passwd.{container['name']}").write_text(accounts[0])
+            (directory / f"group.{container['name']}").write_text(accounts[1])
+            mounts += [
+                Mount(str(directory / f"passwd.{container['name']}"), "/etc/passwd", read_only=True),
+                Mount(str(directory / f"group.{container['name']}"), "/etc/group", read_only=True),
+            ]
+        mounts += container_mounts(container, self.volumes)
+        for index, mount in enumerate(mounts):
+            self._ensure_mountpoint(mount, mounts[:index])
+        return {
+            "netns": self.netns,
+            "hostname": self.hostname,
+            "mounts": [m.as_json() for m in mounts],
+            "uid": uid,
+            "gid": gid,
+            "groups": supplemental_groups(self.pod),
+            "cwd": container.get("workingDir") or entry.working_dir or "/",
+            "argv": argv,
+            "env": dict(env),
+        }
+
+    def _ensure_mountpoint(self, mount: Mount, earlier: list[Mount]) -> None:
+        """Create a missing mountpoint where the container will look for it: inside an earlier mount that covers
+        it (``/tmp/x`` lives in the pod's private ``/tmp``), else on the host (recorded, removed at node stop)."""
+        target, is_file = Path(mount.target), Path(mount.source).is_file()
+        covering = [m for m in earlier if target.is_relative_to(m.target) and Path(m.source).is_dir()]
+        if covering:
+            outer = max(covering, key=lambda m: len(m.target))
+            inside = Path(outer.source) / target.relative_to(outer.target)
+            if not inside.exists():
+                if is_file:
+                    inside.parent.mkdir(parents=True, exist_ok=True)
+                    inside.touch()
+                else:
+                    inside.mkdir(parents=True)
+            return
+        self.kubelet.mountpoints.ensure(target, is_file)
+
     async def _run_process(
-        self, container: Obj, state: ContainerState, argv: list[str], env: Mapping[str, str], image_dir: str | None
+        self, container: Obj, state: ContainerState, argv: list[str], env: Mapping[str, str], entry: ImageEntry
     ) -> int:
         """Start the container's process, report it running, wait for it; SIGKILL after the grace period once
         stopping. Returns the raw returncode (negative: killed by that signal)."""
         kubelet = self.kubelet
-        uid, gid = user_and_group(self.pod, container)
         path = log_path(kubelet.options.data_dir, self.namespace, self.name, self.uid, state.name, state.restart_count)
         path.parent.mkdir(parents=True, exist_ok=True)
-        extra: dict[str, Any] = {}
-        if uid is not None:
-            extra = {"user": uid, "group": gid, "extra_groups": []}
-        cwd = container.get("workingDir") or image_dir or "/"
+        launch = await asyncio.to_thread(self.launch_spec, container, argv, env, entry)
+        spec_path = path.parent / f"launch-{state.restart_count}.json"
+        # The spec may hold secret env values: only root may read it, and the launcher deletes it at once.
+        descriptor = os.open(spec_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w") as f:
+            json.dump(launch, f)
         with path.open("ab") as output:
-            process = await _spawn(argv, env, cwd, output, extra)
+            process = await _spawn([sys.executable, "-I", "-S", _LAUNCHER, str(spec_path)], output)
         self.processes[state.name] = process
         state.kind, state.reason, state.message = "running", "", ""
         state.started_at, state.ever_started = now_iso(), True
+        prober = self._prober(container, state, process, launch)
         kubelet.notify(self)
         log.info("container started", pod=f"{self.namespace}/{self.name}", container=state.name, pid=process.pid)
         await kubelet.events.normal(self.pod, "Started", f"Started container {state.name}")
+        if prober is not None:
+            prober.start()
         try:
             wait = asyncio.ensure_future(process.wait())
             stop = asyncio.ensure_future(self.stopping.wait())
@@ -266,41 +395,178 @@ class PodWorker:
             stop.cancel()
             returncode = await wait
         finally:
+            if prober is not None:
+                await prober.stop()
+            state.probe_ready = state.probe_started = True  # the next run starts its own probes
             # Whatever the process left behind in its group dies with it, as in a container's pid namespace.
             _signal_group(process.pid, signal.SIGKILL)
             self.processes.pop(state.name, None)
         return returncode
 
+    def _prober(
+        self, container: Obj, state: ContainerState, process: asyncio.subprocess.Process, launch: Obj
+    ) -> ContainerProber | None:
+        """The container's probes (None without any); they drive ``state``'s started/ready and may kill it."""
+        if not any(container.get(k) for k in ("startupProbe", "livenessProbe", "readinessProbe")):
+            return None
+        kubelet = self.kubelet
+        state.probe_started = not container.get("startupProbe")
+        state.probe_ready = False if container.get("readinessProbe") else state.probe_started
 
-async def _spawn(argv: list[str], env: Mapping[str, str], cwd: str, output: IO[bytes], extra: Mapping[str, Any]) -> (
-    asyncio.subprocess.Process
-):  # fmt: skip
+        def changed() -> None:
+            state.probe_started, state.probe_ready = prober.started, prober.ready
+            kubelet.notify(self)
+
+        async def restart(message: str) -> None:
+            verdict = prober.verdict
+            await kubelet.events.normal(
+                self.pod, "Killing", verdict.killing_message(state.name) if verdict else message
+            )
+            grace = verdict.grace_period_seconds if verdict and verdict.grace_period_seconds is not None else None
+            await _stop_process(process, self.grace if grace is None else float(grace))
+
+        async def event(kind: str, reason: str, message: str) -> None:
+            await kubelet.events.event(self.pod, "Warning" if kind == "Warning" else "Normal", reason, message)
+
+        prober = ContainerProber(
+            container,
+            self.pod_ip,
+            _exec_in_container(process.pid, launch),
+            on_change=changed,
+            on_restart=restart,
+            on_event=event,
+        )
+        return prober
+
+
+async def _stop_process(process: asyncio.subprocess.Process, grace: float) -> None:
+    """SIGTERM the container's process group, SIGKILL after ``grace`` seconds (a failed liveness probe)."""
+    _signal_group(process.pid, signal.SIGTERM)
+    try:
+        await asyncio.wait_for(asyncio.shield(process.wait()), grace)
+    except TimeoutError:
+        _signal_group(process.pid, signal.SIGKILL)
+
+
+def _exec_in_container(pid: int, launch: Obj) -> ExecFn:
+    """Exec probes run in the container's namespaces, as its user, in its working directory, with its env."""
+    prefix = [shutil.which("nsenter") or "nsenter", f"--target={pid}", "--net", "--mount", "--uts", "--wd"]
+    if launch.get("uid") is not None:
+        prefix += [f"--setuid={launch['uid']}", f"--setgid={launch['gid'] or 0}"]
+    run = subprocess_exec(env=launch["env"])
+
+    async def exec_fn(argv: list[str], timeout: float) -> tuple[int, str]:
+        return await run([*prefix, "--", *argv], timeout)
+
+    return exec_fn
+
+
+async def _spawn(argv: list[str], output: IO[bytes]) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         *argv,
-        env=dict(env),
-        cwd=cwd,
+        env={},
+        cwd="/",
         stdin=asyncio.subprocess.DEVNULL,
         stdout=output,
         stderr=output,
         start_new_session=True,  # its own session and process group: signals reach the whole tree
-        **extra,
     )
 
 
 class Kubelet:
     """Runs the containers of pods bound to ``options.name``; build its controller with :meth:`controller`."""
 
-    def __init__(self, cache: Cache, client: Client, options: NodeOptions) -> None:
+    def __init__(self, cache: Cache, client: Client, options: NodeOptions, network: PodNetwork | None = None) -> None:
         self._cache = cache
         self._client = client
         self.options = options
+        self.network = network
+        """None: pods share the host's network (no pod IPs of their own)."""
+        self.mountpoints = Mountpoints(options.data_dir)
         self.images = ImageMap.load(options.image_map_file, options.images)
         self.events = EventRecorder(client, component="kubelet")
         self.workers: dict[str, PodWorker] = {}
         """By pod uid."""
-        self._controller = Controller(
-            "kubelet", self, for_kind=POD, options=ControllerOptions(max_concurrent_reconciles=4, qps=50, burst=200)
+        self._controller = (
+            Controller(
+                "kubelet", self, for_kind=POD, options=ControllerOptions(max_concurrent_reconciles=4, qps=50, burst=200)
+            )
+            .watches(SECRET, lambda obj: self._pods_using("secret", obj))
+            .watches(CONFIG_MAP, lambda obj: self._pods_using("configMap", obj))
         )
+
+    def _pods_using(self, kind: str, obj: Obj) -> Iterable[Request]:
+        """Pods of this node with a volume from ``obj`` (a Secret or ConfigMap): their volumes are rewritten."""
+        meta = obj["metadata"]
+        name_key = "secretName" if kind == "secret" else "name"
+        for worker in list(self.workers.values()):
+            if worker.namespace != meta["namespace"]:
+                continue
+            for volume in (worker.pod.get("spec") or {}).get("volumes") or []:
+                sources = [volume] + [p for p in (volume.get("projected") or {}).get("sources") or []]
+                for source in sources:
+                    ref = source.get(kind)
+                    if ref is not None and ref.get(name_key if source is volume else "name") == meta["name"]:
+                        yield Request(worker.namespace, worker.name)
+
+    # --- volume sources (see kanri.local.node.mounts.VolumeSources) --------------------------------------------
+
+    def secret(self, namespace: str, name: str) -> Obj | None:
+        return self._cache.get(SECRET, name, namespace)
+
+    def config_map(self, namespace: str, name: str) -> Obj | None:
+        return self._cache.get(CONFIG_MAP, name, namespace)
+
+    def claim_path(self, namespace: str, claim: str) -> Path:
+        pvc = self._cache.get(PVC, claim, namespace)
+        if pvc is None:
+            raise VolumeNotReady(f'persistentvolumeclaim "{claim}" not found')
+        volume_name = (pvc.get("spec") or {}).get("volumeName")
+        if not volume_name or (pvc.get("status") or {}).get("phase") != "Bound":
+            raise VolumeNotReady(f'persistentvolumeclaim "{claim}" is not bound yet')
+        volume = self._cache.get(PERSISTENT_VOLUME, volume_name)
+        if volume is None:
+            raise VolumeNotReady(f'persistentvolume "{volume_name}" not found')
+        spec = volume.get("spec") or {}
+        path = (spec.get("local") or spec.get("hostPath") or {}).get("path")
+        if not path or not Path(path).is_dir():
+            raise VolumeNotReady(f'persistentvolume "{volume_name}" has no directory on this node', "Unsupported")
+        return Path(path)
+
+    async def token(self, pod: Obj, service_account: str, audience: str | None, expiration: int) -> str:
+        meta = pod["metadata"]
+        body: Obj = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {
+                "expirationSeconds": expiration,
+                "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]},
+            },
+        }
+        if audience:
+            body["spec"]["audiences"] = [audience]
+        answer = await self._client.create_subresource(
+            SERVICE_ACCOUNT, service_account, "token", body, meta["namespace"]
+        )
+        return str(answer["status"]["token"])
+
+    def service_env(self) -> dict[str, str]:
+        """``KUBERNETES_SERVICE_HOST``/``_PORT`` (what in-cluster clients look for), from ``default/kubernetes``."""
+        service = self._cache.get(SERVICE, "kubernetes", "default")
+        if service is None or not (service.get("spec") or {}).get("clusterIP"):
+            return {}
+        host, port = service["spec"]["clusterIP"], str(service["spec"]["ports"][0]["port"])
+        return {
+            "KUBERNETES_SERVICE_HOST": host,
+            "KUBERNETES_SERVICE_PORT": port,
+            "KUBERNETES_SERVICE_PORT_HTTPS": port,
+            "KUBERNETES_PORT": f"tcp://{host}:{port}",
+        }
+
+    async def release(self, worker: PodWorker) -> None:
+        """The pod's last process is gone: remove its network namespace."""
+        if self.network is not None:
+            await self.network.detach(worker.uid)
 
     def controller(self) -> Controller:
         return self._controller
@@ -363,11 +629,17 @@ class Kubelet:
             worker = self.workers[uid] = PodWorker(self, pod)
             worker.start()
         worker.pod = pod
+        if worker.setup_done.is_set() and not worker.stopping.is_set():
+            # Secret/ConfigMap volumes follow their objects (this reconcile may come from such a change).
+            with contextlib.suppress(VolumeNotReady, OSError, ApiError):
+                await worker.volumes.prepare(pod, time.monotonic)
         await self._write_status(pod, worker)
         return None
 
     async def _write_status(self, pod: Obj, worker: PodWorker) -> None:
-        status = build_status(pod, worker.states, host_ip=self.options.internal_ip, start_time=worker.start_time)
+        status = build_status(
+            pod, worker.states, host_ip=self.options.internal_ip, start_time=worker.start_time, pod_ip=worker.pod_ip
+        )
         if status == owned_fields(pod.get("status")):
             return
         meta = pod["metadata"]

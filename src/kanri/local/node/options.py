@@ -47,6 +47,9 @@ class NodeOptions:
     """Cap of the crash-loop back-off (the kubelet's 300 s). A container that ran for twice this long starts over at
     the base."""
 
+    pod_network: bool = True
+    """Give every pod a network namespace and address of its own (needs root). False: pods share the host's
+    network and report ``internal_ip`` as their address."""
     pod_cidr: str = "10.244.0.0/16"
     """Pod addresses come from here; ``internal_ip`` (the bridge's address, the pods' gateway) must be inside it."""
     bridge: str = "kanri0"

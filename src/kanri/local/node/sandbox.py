@@ -1,0 +1,174 @@
+"""The files a container expects of its image and runtime, made per pod: ``/etc/hosts``, ``/etc/resolv.conf``,
+``/etc/passwd``, ``/etc/group`` and a private ``/tmp`` — plus the mountpoints the host lacks.
+
+There is no image filesystem on the local node: containers see the host's, with their volumes bind-mounted in a
+mount namespace of their own. A mount needs an existing mountpoint, so a missing one (``/etc/kanri/app``, say) is
+created on the host and written to a list; :class:`Mountpoints` removes them again, deepest first and only while
+empty, when the node stops. ``/etc/passwd`` and ``/etc/group`` get the image's users (the image map's ``users``)
+and an entry for a ``runAsUser`` the host does not know — programs such as ``initdb`` look their user up.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from kanri.local.node.mounts import Mount
+
+Obj = dict[str, Any]
+
+
+def hosts_file(pod: Obj, ip: str, cluster_domain: str) -> str:
+    """The kubelet's ``/etc/hosts``: localhost, then the pod's own names (FQDN first when it has a subdomain)."""
+    meta, spec = pod["metadata"], pod.get("spec") or {}
+    hostname = spec.get("hostname") or meta["name"]
+    names = [hostname]
+    if spec.get("subdomain"):
+        names.insert(0, f"{hostname}.{spec['subdomain']}.{meta['namespace']}.svc.{cluster_domain}")
+    lines = [
+        "# Kubernetes-managed hosts file (kanri local node).",
+        "127.0.0.1\tlocalhost",
+        "::1\tlocalhost ip6-localhost ip6-loopback",
+        f"{ip}\t{' '.join(names)}",
+    ]
+    lines += [f"{a['ip']}\t{' '.join(a.get('hostnames') or [])}" for a in spec.get("hostAliases") or []]
+    return "\n".join(lines) + "\n"
+
+
+def resolv_conf(pod: Obj, dns_ip: str, cluster_domain: str) -> str | None:
+    """``/etc/resolv.conf`` per ``dnsPolicy``; None means the host's (``Default``, or host network without
+    ``ClusterFirstWithHostNet``)."""
+    spec = pod.get("spec") or {}
+    policy = spec.get("dnsPolicy") or "ClusterFirst"
+    host_network = bool(spec.get("hostNetwork"))
+    config = spec.get("dnsConfig") or {}
+    if policy == "Default" or (host_network and policy == "ClusterFirst"):
+        return None
+    namespace = pod["metadata"]["namespace"]
+    if policy == "None":
+        servers, searches, options = config.get("nameservers") or [], config.get("searches") or [], []
+    else:
+        servers = [dns_ip, *(config.get("nameservers") or [])]
+        searches = [f"{namespace}.svc.{cluster_domain}", f"svc.{cluster_domain}", cluster_domain]
+        searches += config.get("searches") or []
+        options = ["ndots:5"]
+    for option in config.get("options") or []:
+        options = [o for o in options if not o.startswith(option["name"] + ":")]
+        options.append(f"{option['name']}:{option['value']}" if option.get("value") else option["name"])
+    lines = [f"nameserver {s}" for s in servers]
+    if searches:
+        lines.append("search " + " ".join(searches))
+    if options:
+        lines.append("options " + " ".join(options))
+    return "\n".join(lines) + "\n"
+
+
+def passwd_and_group(users: Iterable[Mapping[str, Any]], uid: int | None, gid: int | None) -> tuple[str, str] | None:
+    """Host ``/etc/passwd`` and ``/etc/group`` plus the image's users and the container's uid/gid when the host
+    lacks them; None when nothing needs adding."""
+    passwd_lines = Path("/etc/passwd").read_text().splitlines()
+    group_lines = Path("/etc/group").read_text().splitlines()
+    known_uids = {int(line.split(":")[2]) for line in passwd_lines if line.count(":") >= 6}
+    known_gids = {int(line.split(":")[2]) for line in group_lines if line.count(":") >= 3}
+    known_users = {line.split(":")[0] for line in passwd_lines}
+    extra_passwd, extra_group = [], []
+    for user in users:
+        user_uid, user_gid = int(user["uid"]), int(user.get("gid", user["uid"]))
+        name = str(user["name"])
+        if user_uid not in known_uids and name not in known_users:
+            home = user.get("home", "/")
+            extra_passwd.append(f"{name}:x:{user_uid}:{user_gid}:{name}:{home}:/bin/sh")
+            known_uids.add(user_uid)
+        if user_gid not in known_gids:
+            extra_group.append(f"{name}:x:{user_gid}:")
+            known_gids.add(user_gid)
+    if uid is not None and uid not in known_uids:
+        extra_passwd.append(f"uid{uid}:x:{uid}:{gid if gid is not None else uid}:uid{uid}:/:/bin/sh")
+    if gid is not None and gid not in known_gids:
+        extra_group.append(f"gid{gid}:x:{gid}:")
+    if not extra_passwd and not extra_group:
+        return None
+    return "\n".join(passwd_lines + extra_passwd) + "\n", "\n".join(group_lines + extra_group) + "\n"
+
+
+def primary_group(uid: int) -> int:
+    try:
+        return pwd.getpwuid(uid).pw_gid
+    except KeyError:
+        return uid
+
+
+class Mountpoints:
+    """Mountpoints created on the host for containers' mounts, listed in ``<data_dir>/mountpoints`` so they can be
+    removed even after a crash."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.registry = data_dir / "mountpoints"
+
+    def ensure(self, target: Path, is_file: bool) -> None:
+        if target.exists() or target.is_symlink():
+            return
+        missing = [target]
+        parent = target.parent
+        while not parent.exists():
+            missing.append(parent)
+            parent = parent.parent
+        self.registry.parent.mkdir(parents=True, exist_ok=True)
+        with self.registry.open("a") as f:
+            f.writelines(f"{path}\n" for path in reversed(missing))
+        if is_file:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.touch()
+        else:
+            target.mkdir(parents=True)
+
+    def remove_all(self) -> list[str]:
+        """Remove the recorded mountpoints that are still empty (deepest first); what could not be removed."""
+        if not self.registry.exists():
+            return []
+        paths = sorted(set(self.registry.read_text().split()), key=lambda p: p.count("/"), reverse=True)
+        left = []
+        for raw in paths:
+            path = Path(raw)
+            try:
+                if path.is_dir() and not path.is_symlink():
+                    path.rmdir()
+                elif path.is_file() and path.stat().st_size == 0:
+                    path.unlink()
+            except OSError:
+                left.append(raw)
+        self.registry.unlink()
+        return left
+
+
+def pod_file_mounts(pod_dir: Path, pod: Obj, ip: str, dns_ip: str, cluster_domain: str,
+                    accounts: tuple[str, str] | None) -> list[Mount]:  # fmt: skip
+    """Write the pod's ``/etc`` files and private ``/tmp`` under ``pod_dir/etc``; the mounts that show them."""
+    etc = pod_dir / "etc"
+    etc.mkdir(parents=True, exist_ok=True)
+    mounts = []
+    (etc / "hosts").write_text(hosts_file(pod, ip, cluster_domain))
+    mounts.append(Mount(str(etc / "hosts"), "/etc/hosts"))
+    resolv = resolv_conf(pod, dns_ip, cluster_domain)
+    if resolv is not None:
+        (etc / "resolv.conf").write_text(resolv)
+        mounts.append(Mount(str(etc / "resolv.conf"), "/etc/resolv.conf", read_only=True))
+    if accounts is not None:
+        (etc / "passwd").write_text(accounts[0])
+        (etc / "group").write_text(accounts[1])
+        mounts += [
+            Mount(str(etc / "passwd"), "/etc/passwd", read_only=True),
+            Mount(str(etc / "group"), "/etc/group", read_only=True),
+        ]
+    tmp = pod_dir / "tmp"
+    if not tmp.exists():
+        tmp.mkdir(parents=True)
+        os.chmod(tmp, 0o1777)
+    mounts.append(Mount(str(tmp), "/tmp"))
+    for path in (etc / "hosts", etc / "resolv.conf", etc / "passwd", etc / "group"):
+        if path.exists():
+            os.chmod(path, 0o644)
+    return mounts
