@@ -1,0 +1,64 @@
+"""``kanri run``: run the PostgreSQL operator (it installs nothing: apply the CRDs and RBAC from deploy/ first)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kanri.postgres.instances import HttpInstanceClient
+from kanri.postgres.operator import OperatorOptions, build_manager
+from kanri.runtime import Client, configure_logging
+
+_SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def own_namespace() -> str:
+    """The namespace the operator runs in: ``POD_NAMESPACE``, else the service account's, else ``default``."""
+    if namespace := os.environ.get("POD_NAMESPACE"):
+        return namespace
+    try:
+        return _SERVICE_ACCOUNT_NAMESPACE.read_text().strip() or "default"
+    except OSError:
+        return "default"
+
+
+def run(
+    kubeconfig: Annotated[
+        Path | None, typer.Option(help="kubeconfig file; in-cluster configuration when absent.")
+    ] = None,
+    namespace: Annotated[
+        str | None, typer.Option(help="Watch PostgresClusters in this namespace only (default: all namespaces).")
+    ] = None,
+    health_port: Annotated[int, typer.Option(help="Port of /healthz, /readyz and /metrics (0: any free port).")] = 8081,
+    leader_election: Annotated[
+        bool, typer.Option(help="Run only while holding the Lease, so replicas of the operator can stand by.")
+    ] = True,
+    leader_election_namespace: Annotated[
+        str | None, typer.Option(help="Namespace of the Lease (default: the operator's own namespace).")
+    ] = None,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Run the PostgreSQL operator until SIGTERM or SIGINT."""
+    if log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise typer.BadParameter(f"unknown log level {log_level!r}", param_hint="--log-level")
+    configure_logging(log_level)
+    options = OperatorOptions(
+        namespace=namespace,
+        leader_election=leader_election,
+        leader_election_namespace=leader_election_namespace or own_namespace(),
+        health_port=health_port,
+    )
+    asyncio.run(_run(str(kubeconfig) if kubeconfig else None, options))
+
+
+async def _run(kubeconfig: str | None, options: OperatorOptions) -> None:
+    instances = HttpInstanceClient()
+    try:
+        async with await Client.auto(kubeconfig) as client:
+            await build_manager(client, options, instances=instances).run()
+    finally:
+        await instances.close()

@@ -1,0 +1,40 @@
+"""The ConfigMap every instance manager reads: PostgreSQL parameters, the instance list, synchronous standbys.
+
+Instances watch the mounted file and reload PostgreSQL themselves; a parameter that needs a restart shows up as
+``pendingRestart`` in their status, and the operator restarts them one at a time (see ``restarts.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kanri.postgres import names
+from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
+from kanri.postgres.children import child_meta, owned
+from kanri.postgres.labels import cluster_labels
+
+__all__ = ["CONFIG_KEY", "config_map", "instance_config", "synchronous_standbys"]
+
+Obj = dict[str, Any]
+CONFIG_KEY = "instance.json"
+
+
+def synchronous_standbys(spec: PostgresClusterSpec) -> int:
+    """How many replicas must confirm each commit: 0 with mode Async, ``syncStandbys`` (default 1) with Sync."""
+    if spec.replication.mode != "Sync":
+        return 0
+    return spec.replication.sync_standbys or 1
+
+
+def instance_config(spec: PostgresClusterSpec, instances: list[str]) -> str:
+    """The JSON document at ``/etc/kanri/config/instance.json`` (keys sorted: same input, same bytes)."""
+    parameters = dict(spec.postgresql.parameters) if spec.postgresql else {}
+    document = {"parameters": parameters, "instances": instances, "synchronousStandbys": synchronous_standbys(spec)}
+    return json.dumps(document, sort_keys=True, indent=2) + "\n"
+
+
+def config_map(cluster: Obj, spec: PostgresClusterSpec, instances: list[str]) -> Obj:
+    name = cluster["metadata"]["name"]
+    meta = child_meta(cluster, names.config_map(name), cluster_labels(name))
+    return owned("v1", "ConfigMap", meta, data={CONFIG_KEY: instance_config(spec, instances)})

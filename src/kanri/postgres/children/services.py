@@ -1,0 +1,38 @@
+"""The three Services: ``-rw`` (the primary), ``-ro`` (the replicas), ``-r`` (any instance), all on 5432.
+
+They select pods by the ``kanri.dev/role`` label the operator maintains from the instances' reported roles, so a
+failover moves ``-rw`` by relabelling two pods — no Service or StatefulSet changes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kanri.postgres import names
+from kanri.postgres.children import child_meta, owned
+from kanri.postgres.labels import PRIMARY, REPLICA, Role, cluster_labels, role_selector
+
+__all__ = ["POSTGRES_PORT", "services"]
+
+Obj = dict[str, Any]
+POSTGRES_PORT = 5432
+
+
+def _service(cluster: Obj, name: str, role: Role | None) -> Obj:
+    cluster_name = cluster["metadata"]["name"]
+    spec = {
+        "type": "ClusterIP",
+        "selector": role_selector(cluster_name, role),
+        "ports": [{"name": "postgres", "port": POSTGRES_PORT, "targetPort": "postgres", "protocol": "TCP"}],
+    }
+    return owned("v1", "Service", child_meta(cluster, name, cluster_labels(cluster_name)), spec=spec)
+
+
+def services(cluster: Obj) -> list[Obj]:
+    """``-rw``, ``-ro`` and ``-r`` for ``cluster``."""
+    name = cluster["metadata"]["name"]
+    return [
+        _service(cluster, names.read_write_service(name), PRIMARY),
+        _service(cluster, names.read_only_service(name), REPLICA),
+        _service(cluster, names.read_service(name), None),
+    ]

@@ -1,0 +1,209 @@
+"""One StatefulSet per instance (``<cluster>-<n>``, pod ``<cluster>-<n>-0``): the pod the instance manager runs in.
+
+One StatefulSet per instance rather than one for the cluster (as Crunchy PGO): each instance can be stopped,
+removed or restarted on its own, scale-down picks *which* replica goes (a single StatefulSet always removes the
+highest ordinal, which may be the primary), and the claim is the operator's, not a template's.
+
+The pod follows the contract with the instance manager (``python -m kanri.instance`` in image
+``kanri.dev/postgres:<major>``): environment, mounts and probes below.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kanri.postgres import names
+from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
+from kanri.postgres.children import child_meta, owned
+from kanri.postgres.labels import CLUSTER, INSTANCE, PRIMARY, REPLICA, Role, instance_labels
+
+__all__ = [
+    "BOOTSTRAP_ENV",
+    "HTTP_PORT",
+    "IMAGE",
+    "POSTGRES_UID",
+    "bootstrap_role",
+    "environment",
+    "image_major",
+    "statefulset",
+    "volumes",
+]
+
+Obj = dict[str, Any]
+
+IMAGE = "kanri.dev/postgres"
+HTTP_PORT = 8008
+POSTGRES_UID = 26  # the image's postgres user (as in the Red Hat / Crunchy images)
+BOOTSTRAP_ENV = "KANRI_BOOTSTRAP"
+
+DATA_DIR = "/var/lib/postgresql/data"
+SOCKET_DIR = "/var/run/postgresql"
+SUPERUSER_DIR = "/etc/kanri/superuser"
+REPLICATION_DIR = "/etc/kanri/replication"
+APP_DIR = "/etc/kanri/app"
+API_DIR = "/etc/kanri/api"
+CONFIG_DIR = "/etc/kanri/config"
+
+
+def _field(path: str) -> Obj:
+    return {"fieldRef": {"fieldPath": path}}
+
+
+def environment(cluster: str, instance: str, role: Role, spec: PostgresClusterSpec) -> list[Obj]:
+    """The instance manager's environment. ``role`` is how the instance bootstraps an empty volume: ``primary``
+    runs initdb, ``replica`` clones from ``<cluster>-rw``."""
+    database = spec.bootstrap.initdb.database if spec.bootstrap.initdb else "app"
+    plain = {
+        "KANRI_CLUSTER": cluster,
+        "POD_NAME": instance,
+        "PGDATA": f"{DATA_DIR}/pgdata",
+        BOOTSTRAP_ENV: role,
+        "KANRI_PRIMARY_HOST": names.read_write_service(cluster),
+        "KANRI_SUPERUSER_DIR": SUPERUSER_DIR,
+        "KANRI_REPLICATION_DIR": REPLICATION_DIR,
+        "KANRI_APP_DIR": APP_DIR,
+        "KANRI_APP_DATABASE": database,
+        "KANRI_API_TOKEN_FILE": f"{API_DIR}/token",
+        "KANRI_CONFIG_FILE": f"{CONFIG_DIR}/instance.json",
+    }
+    env: list[Obj] = [{"name": key, "value": value} for key, value in plain.items()]
+    env[2:2] = [
+        {"name": "POD_NAMESPACE", "valueFrom": _field("metadata.namespace")},
+        {"name": "POD_IP", "valueFrom": _field("status.podIP")},
+    ]
+    return env
+
+
+def volumes(cluster: str, instance: str) -> tuple[list[Obj], list[Obj]]:
+    """The pod's volumes and the container's mounts: data claim, the four Secrets, the ConfigMap, the socket dir."""
+    secrets = [
+        ("superuser", names.superuser_secret(cluster), SUPERUSER_DIR),
+        ("replication", names.replication_secret(cluster), REPLICATION_DIR),
+        ("app", names.app_secret(cluster), APP_DIR),
+        ("api", names.api_secret(cluster), API_DIR),
+    ]
+    pod_volumes: list[Obj] = [{"name": "data", "persistentVolumeClaim": {"claimName": instance}}]
+    mounts: list[Obj] = [{"name": "data", "mountPath": DATA_DIR}]
+    for volume, secret, path in secrets:
+        pod_volumes.append({"name": volume, "secret": {"secretName": secret}})
+        mounts.append({"name": volume, "mountPath": path, "readOnly": True})
+    pod_volumes.append({"name": "config", "configMap": {"name": names.config_map(cluster)}})
+    mounts.append({"name": "config", "mountPath": CONFIG_DIR, "readOnly": True})
+    pod_volumes.append({"name": "run", "emptyDir": {}})
+    mounts.append({"name": "run", "mountPath": SOCKET_DIR})
+    return pod_volumes, mounts
+
+
+def _probe(path: str, period: int, failures: int) -> Obj:
+    return {"httpGet": {"path": path, "port": HTTP_PORT}, "periodSeconds": period, "failureThreshold": failures}
+
+
+def _container(cluster: str, instance: str, role: Role, major: int, spec: PostgresClusterSpec) -> Obj:
+    _, mounts = volumes(cluster, instance)
+    container: Obj = {
+        "name": "postgres",
+        "image": f"{IMAGE}:{major}",
+        "imagePullPolicy": "IfNotPresent",
+        "env": environment(cluster, instance, role, spec),
+        "ports": [
+            {"name": "postgres", "containerPort": 5432, "protocol": "TCP"},
+            {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
+        ],
+        "readinessProbe": _probe("/readyz", 2, 3),
+        "livenessProbe": _probe("/healthz", 10, 3),
+        # Cloning a large primary or replaying WAL can take long: up to 10 minutes before liveness applies.
+        "startupProbe": _probe("/healthz", 5, 120),
+        "volumeMounts": mounts,
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+    }
+    if spec.resources and (spec.resources.requests or spec.resources.limits):
+        container["resources"] = {
+            key: dict(value)
+            for key, value in (("requests", spec.resources.requests), ("limits", spec.resources.limits))
+            if value
+        }
+    return container
+
+
+def _default_affinity(cluster: str) -> Obj:
+    # Preferred, not required: a one-node development cluster must still run three instances.
+    term = {"labelSelector": {"matchLabels": {CLUSTER: cluster}}, "topologyKey": "kubernetes.io/hostname"}
+    return {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 100, "podAffinityTerm": term}]}}  # fmt: skip
+
+
+def _pod_spec(cluster: str, instance: str, role: Role, major: int, spec: PostgresClusterSpec) -> Obj:
+    pod_volumes, _ = volumes(cluster, instance)
+    template = spec.pod_template
+    pod: Obj = {
+        "serviceAccountName": names.service_account(cluster),
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,  # no Service variables in PostgreSQL's environment
+        "terminationGracePeriodSeconds": 60,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": POSTGRES_UID,
+            "runAsGroup": POSTGRES_UID,
+            "fsGroup": POSTGRES_UID,
+        },
+        "containers": [_container(cluster, instance, role, major, spec)],
+        "volumes": pod_volumes,
+        "affinity": (template.affinity if template and template.affinity else _default_affinity(cluster)),
+    }
+    if template is not None:
+        if template.node_selector:
+            pod["nodeSelector"] = dict(template.node_selector)
+        if template.tolerations:
+            pod["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in template.tolerations]
+        if template.topology_spread_constraints:
+            pod["topologySpreadConstraints"] = list(template.topology_spread_constraints)
+        if template.priority_class_name:
+            pod["priorityClassName"] = template.priority_class_name
+    return pod
+
+
+def statefulset(
+    cluster: Obj, spec: PostgresClusterSpec, instance: str, *, role: Role, major: int, running: bool
+) -> Obj:
+    """The StatefulSet of ``instance``: 1 replica (0 while hibernated), its own claim, owned by the cluster."""
+    name = cluster["metadata"]["name"]
+    labels = instance_labels(name, instance)
+    template = spec.pod_template
+    pod_labels = {**(dict(template.labels) if template else {}), **labels}
+    pod_meta: Obj = {"labels": pod_labels}
+    if template and template.annotations:
+        pod_meta["annotations"] = dict(template.annotations)
+    body = {
+        "replicas": 1 if running else 0,
+        "selector": {"matchLabels": {CLUSTER: name, INSTANCE: instance}},
+        "serviceName": names.read_service(name),
+        "podManagementPolicy": "Parallel",
+        "updateStrategy": {"type": "RollingUpdate"},
+        "template": {"metadata": pod_meta, "spec": _pod_spec(name, instance, role, major, spec)},
+    }
+    return owned("apps/v1", "StatefulSet", child_meta(cluster, instance, labels), spec=body)
+
+
+def _container_of(sts: Obj) -> Obj | None:
+    for container in (((sts.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers") or ():
+        if container.get("name") == "postgres":
+            return dict(container)
+    return None
+
+
+def bootstrap_role(sts: Obj) -> Role | None:
+    """The ``KANRI_BOOTSTRAP`` an existing StatefulSet was given. It is kept for the StatefulSet's life: changing it
+    after a failover would roll the pod for nothing (it only matters for an empty volume)."""
+    container = _container_of(sts)
+    for env in (container or {}).get("env") or ():
+        if env.get("name") == BOOTSTRAP_ENV and env.get("value") in (PRIMARY, REPLICA):
+            role: Role = env["value"]
+            return role
+    return None
+
+
+def image_major(sts: Obj) -> int | None:
+    """The PostgreSQL major an existing StatefulSet runs (from its image tag)."""
+    image = str((_container_of(sts) or {}).get("image") or "")
+    repository, _, tag = image.rpartition(":")
+    return int(tag) if repository == IMAGE and tag.isdigit() else None

@@ -1,0 +1,97 @@
+"""Deterministic names of everything the operator creates for a PostgresCluster.
+
+Every name is a pure function of the cluster's name (and an instance number), so a reconcile finds its children
+again without remembering anything and a rerun never creates a twin. The API refuses cluster names over 40
+characters (``MAX_NAME_LENGTH``), so every name below stays a valid DNS-1123 label without hashing.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "api_secret",
+    "app_secret",
+    "config_map",
+    "instance_name",
+    "instance_number",
+    "pod_name",
+    "primary_pdb",
+    "read_only_service",
+    "read_service",
+    "read_write_service",
+    "replica_pdb",
+    "replication_secret",
+    "service_account",
+    "superuser_secret",
+]
+
+
+def instance_name(cluster: str, number: int) -> str:
+    """``<cluster>-<n>``: the instance's StatefulSet and PVC (n counts from 1)."""
+    if number < 1:
+        raise ValueError(f"instance numbers start at 1, got {number}")
+    return f"{cluster}-{number}"
+
+
+def instance_number(cluster: str, name: str) -> int | None:
+    """The ``n`` of ``<cluster>-<n>``, or None when ``name`` is not an instance of ``cluster``."""
+    prefix = f"{cluster}-"
+    if not name.startswith(prefix):
+        return None
+    digits = name[len(prefix) :]
+    if not digits.isdigit() or digits.startswith("0"):
+        return None
+    return int(digits)
+
+
+def pod_name(instance: str) -> str:
+    """The single pod of the instance's StatefulSet."""
+    return f"{instance}-0"
+
+
+def read_write_service(cluster: str) -> str:
+    """Routes to the primary."""
+    return f"{cluster}-rw"
+
+
+def read_only_service(cluster: str) -> str:
+    """Routes to the replicas."""
+    return f"{cluster}-ro"
+
+
+def read_service(cluster: str) -> str:
+    """Routes to any instance."""
+    return f"{cluster}-r"
+
+
+def superuser_secret(cluster: str) -> str:
+    return f"{cluster}-superuser"
+
+
+def replication_secret(cluster: str) -> str:
+    return f"{cluster}-replication"
+
+
+def app_secret(cluster: str) -> str:
+    return f"{cluster}-app"
+
+
+def api_secret(cluster: str) -> str:
+    """The bearer token of the instance managers' HTTP API."""
+    return f"{cluster}-api"
+
+
+def config_map(cluster: str) -> str:
+    return f"{cluster}-config"
+
+
+def service_account(cluster: str) -> str:
+    """Also the name of the instances' Role and RoleBinding."""
+    return f"{cluster}-instance"
+
+
+def primary_pdb(cluster: str) -> str:
+    return f"{cluster}-primary"
+
+
+def replica_pdb(cluster: str) -> str:
+    return cluster

@@ -1,0 +1,194 @@
+"""The cluster's status from what the operator observed: pure, so every reason is unit-tested.
+
+Conditions (``Ready``, ``Progressing``, ``Degraded``, ``StorageResizing``) carry specific reasons:
+
+| condition | status | reasons |
+|---|---|---|
+| Ready | True | ``InstancesReady`` |
+| Ready | False | ``PrimaryNotReady``, ``ReplicasNotReady``, ``Hibernated`` |
+| Progressing | True | ``Provisioning``, ``Scaling``, ``ResizingStorage``, ``RestartingInstances``,
+``WaitingForInstances`` |
+| Progressing | False | ``Converged``, ``Hibernated`` |
+| Degraded | True | ``ReplicasNotReady`` (the primary serves, a replica does not), ``InstanceErrors`` |
+| Degraded | False | ``AsExpected`` |
+| StorageResizing | True | ``Resizing`` (a claim's capacity is below its request) |
+| StorageResizing | False | ``Resized``, ``ExpansionNotSupported`` (the class cannot grow volumes: the user must act) |
+
+Messages name instances and claims, never credentials; an instance's ``lastError`` text stays out of status
+(it may quote SQL), only the fact that there is one.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from kanri.postgres.instances import InstanceReport
+from kanri.postgres.storage import StoragePlan
+from kanri.postgres.topology import InstancePlan
+from kanri.runtime import get_condition, set_condition
+
+__all__ = ["MANAGED_FIELDS", "Observation", "compute_status", "condition_flipped", "status_patch"]
+
+Obj = dict[str, Any]
+_LSN = re.compile(r"[0-9A-F]{1,8}/[0-9A-F]{1,8}")
+MANAGED_FIELDS = ("phase", "conditions", "observedGeneration", "currentPrimary", "timeline", "instances",
+                  "readyReplicas")  # fmt: skip
+"""The status fields this reconciler writes (others, such as ``backup``, belong to other steps)."""
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Everything one reconcile saw and did that the status reports."""
+
+    plan: InstancePlan
+    hibernated: bool
+    generation: int
+    reports: Mapping[str, InstanceReport]
+    pods: Mapping[str, Obj]
+    """Instance name -> its pod, for those that have one."""
+    storage: StoragePlan
+    scaled: bool = False
+    """This pass added or removed instances."""
+    restarting: str | None = None
+
+
+def _lsn(value: str | None) -> str | None:
+    return value.upper() if value and _LSN.fullmatch(value.upper()) else None
+
+
+def _instance(name: str, obs: Observation, primary: str | None) -> Obj:
+    report = obs.reports.get(name)
+    role = report.role if report else ("primary" if name == primary else "replica")
+    entry: Obj = {"name": name, "role": role.capitalize(), "ready": bool(report and report.ready)}
+    if report is not None:
+        received = report.write_lsn if report.role == "primary" else report.receive_lsn
+        optional = {"receivedLSN": _lsn(received), "replayedLSN": _lsn(report.replay_lsn),
+                    "lagBytes": report.lag_bytes if report.role == "replica" else None}  # fmt: skip
+        entry.update({key: value for key, value in optional.items() if value is not None})
+    return entry
+
+
+def _why_not_ready(name: str, obs: Observation) -> str:
+    pod = obs.pods.get(name)
+    report = obs.reports.get(name)
+    if report is not None:
+        return f"{name}: PostgreSQL not ready" + (" (instance reports an error)" if report.last_error else "")
+    if pod is None:
+        return f"{name}: no pod yet"
+    phase = (pod.get("status") or {}).get("phase") or "Pending"
+    if phase != "Running":
+        return f"{name}: pod {phase}"
+    return f"{name}: instance manager not answering"
+
+
+def _current_primary(obs: Observation) -> str | None:
+    reported = [name for name in obs.plan.instances if (r := obs.reports.get(name)) and r.role == "primary"]
+    if obs.plan.primary in reported or not reported:
+        return obs.plan.primary
+    return reported[0]
+
+
+def compute_status(old: Obj, obs: Observation, now: datetime) -> Obj:
+    """The status the operator should write: the managed fields of ``old`` recomputed (``old`` is not changed)."""
+    primary = _current_primary(obs)
+    instances = [] if obs.hibernated else obs.plan.instances
+    ready = [name for name in instances if (r := obs.reports.get(name)) is not None and r.ready]
+    not_ready = [name for name in instances if name not in ready]
+    primary_ready = primary in ready
+    previous_phase = old.get("phase")
+    conditions = copy.deepcopy(old.get("conditions") or [])
+
+    def condition(kind: str, status: bool, reason: str, message: str) -> None:
+        set_condition(conditions, type=kind, status=status, reason=reason, message=message,
+                      observed_generation=obs.generation, now=now)  # fmt: skip
+
+    summary = f"{len(ready)}/{len(instances)} instances ready"
+    details = "; ".join(_why_not_ready(name, obs) for name in not_ready)
+    # Ready
+    if obs.hibernated:
+        kept = ", ".join(obs.plan.instances) or "none"
+        condition("Ready", False, "Hibernated", f"replicas is 0: every instance is stopped; volumes kept: {kept}")
+    elif not not_ready and primary_ready:
+        condition("Ready", True, "InstancesReady", f"{summary}, primary {primary}")
+    else:
+        reason = "ReplicasNotReady" if primary_ready else "PrimaryNotReady"
+        condition("Ready", False, reason, f"{summary}: {details}" if details else summary)
+    # Progressing
+    never_ready = previous_phase in (None, "Pending", "Provisioning") and not (primary_ready and not not_ready)
+    scaling = obs.scaled or (previous_phase == "Scaling" and bool(not_ready))
+    if obs.hibernated:
+        progressing = (False, "Hibernated", "every instance is stopped")
+    elif scaling:
+        progressing = (True, "Scaling", f"{summary}; instances: {', '.join(instances)}")
+    elif never_ready:
+        progressing = (True, "Provisioning", f"creating the cluster: {summary}")
+    elif obs.storage.resizing:
+        progressing = (True, "ResizingStorage", f"volumes growing: {', '.join(obs.storage.resizing)}")
+    elif obs.restarting:
+        progressing = (True, "RestartingInstances", f"restarting {obs.restarting} to apply parameters")
+    elif not_ready:
+        progressing = (True, "WaitingForInstances", summary)
+    else:
+        progressing = (False, "Converged", "the cluster matches its spec")
+    condition("Progressing", *progressing)
+    # Degraded
+    errors = [name for name in instances if (r := obs.reports.get(name)) is not None and r.last_error]
+    if errors:
+        condition("Degraded", True, "InstanceErrors", f"instances report errors: {', '.join(errors)}")
+    elif primary_ready and not_ready and not scaling:
+        condition("Degraded", True, "ReplicasNotReady", f"the primary serves; {details}")
+    else:
+        condition("Degraded", False, "AsExpected", "no instance reports a problem")
+    # StorageResizing
+    if obs.storage.blocked:
+        condition("StorageResizing", False, "ExpansionNotSupported",
+                  f"StorageClass {obs.storage.blocked_class} does not allow volume expansion; claims kept at their "
+                  f"size: {', '.join(obs.storage.blocked)}")  # fmt: skip
+    elif obs.storage.resizing or obs.storage.grow:
+        growing = sorted({*obs.storage.resizing, *obs.storage.grow})
+        condition("StorageResizing", True, "Resizing", f"volumes growing: {', '.join(growing)}")
+    else:
+        condition("StorageResizing", False, "Resized", "every volume has its requested size")
+
+    if obs.hibernated:
+        phase = "Hibernated"
+    elif primary_ready and not not_ready:
+        phase = "Ready"
+    elif scaling:
+        phase = "Scaling"
+    elif never_ready:
+        phase = "Provisioning"
+    else:
+        phase = "Degraded"
+    primary_report = obs.reports.get(primary) if primary else None
+    return {
+        "phase": phase,
+        "conditions": conditions,
+        "observedGeneration": obs.generation,
+        "currentPrimary": primary,
+        "timeline": primary_report.timeline if primary_report and primary_report.timeline else old.get("timeline"),
+        "instances": [_instance(name, obs, primary) for name in obs.plan.instances],
+        "readyReplicas": len(ready),
+    }
+
+
+def status_patch(old: Obj, new: Obj) -> Obj | None:
+    """The merge patch turning ``old`` into ``new`` on the managed fields, or None when nothing changed."""
+    patch = {key: new.get(key) for key in MANAGED_FIELDS if old.get(key) != new.get(key)}
+    return patch or None
+
+
+def condition_flipped(old: Obj, new: Obj, kind: str) -> Obj | None:
+    """The new condition of ``kind`` when its status or reason changed since ``old``, else None."""
+    before = get_condition(old.get("conditions") or [], kind)
+    after = get_condition(new.get("conditions") or [], kind)
+    if after is None:
+        return None
+    if before is None or (before.get("status"), before.get("reason")) != (after.get("status"), after.get("reason")):
+        return dict(after)
+    return None

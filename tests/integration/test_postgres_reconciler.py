@@ -1,0 +1,586 @@
+"""The PostgresCluster reconciler against the real API server (no pods run: the instance managers' answers come from
+HTTP test doubles where a test needs them, see ``FakeInstance``)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import secrets
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest_asyncio
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from kanri.local.controlplane import Endpoint
+from kanri.local.node.options import NodeOptions
+from kanri.local.node.provisioner import VolumeProvisioner, VolumeReclaimer, storage_class
+from kanri.postgres.api.v1alpha1 import PostgresCluster
+from kanri.postgres.children.pvc import claim
+from kanri.postgres.children.statefulset import statefulset
+from kanri.postgres.instances import HttpInstanceClient
+from kanri.postgres.kinds import POSTGRES_CLUSTER
+from kanri.postgres.operator import OperatorOptions, build_manager
+from kanri.postgres.reconciler import validated_spec
+from kanri.postgres.secrets import desired_secrets
+from kanri.postgres.sync import FIELD_MANAGER
+from kanri.runtime import ApiError, Client, ClientMetrics, Manager, ManagerOptions, crd_for
+from kanri.runtime.kinds import (
+    CONFIG_MAP,
+    CRD,
+    EVENT,
+    POD,
+    POD_DISRUPTION_BUDGET,
+    PVC,
+    ROLE,
+    ROLE_BINDING,
+    SECRET,
+    SERVICE,
+    SERVICE_ACCOUNT,
+    STATEFUL_SET,
+    STORAGE_CLASS,
+)
+from tests.support import eventually
+
+Obj = dict[str, Any]
+WRITES = ("POST", "PUT", "PATCH", "DELETE")
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def client(control_plane: Endpoint) -> AsyncIterator[Client]:
+    """A client with the PostgresCluster CRD installed and Established."""
+    async with await Client.from_kubeconfig(str(control_plane.kubeconfig)) as c:
+        await c.apply(CRD, crd_for(PostgresCluster), field_manager="kanri-tests")
+
+        async def established() -> bool:
+            crd = await c.get(CRD, PostgresCluster.resource.crd_name)
+            conditions = (crd.get("status") or {}).get("conditions") or []
+            return any(x["type"] == "Established" and x["status"] == "True" for x in conditions)
+
+        await eventually(established, timeout=30)
+        yield c
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def volume_class(control_plane: Endpoint, tmp_path: Path) -> AsyncIterator[Callable[[bool], Any]]:
+    """Makes a StorageClass served by the local node's provisioner (claims bind and grow, without pods), with or
+    without expansion; the provisioner runs for the test."""
+    made: list[str] = []
+    async with await Client.from_kubeconfig(str(control_plane.kubeconfig)) as c:
+        options = NodeOptions(data_dir=tmp_path / "node")
+        manager = Manager(c, ManagerOptions(name="volumes", leader_election=False, health_port=None))
+        manager.add(VolumeProvisioner(manager.cache, c, options).controller())
+        manager.add(VolumeReclaimer(manager.cache, c, options).controller())
+        task = asyncio.create_task(manager.run(handle_signals=False))
+
+        async def make(expansion: bool) -> str:
+            name = f"kanri-test-{secrets.token_hex(3)}"
+            await c.create(STORAGE_CLASS, storage_class(name, default=False, allow_volume_expansion=expansion))
+            made.append(name)
+            return name
+
+        try:
+            yield make
+        finally:
+            manager.stop()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(task, 15)
+            for name in made:
+                await c.delete(STORAGE_CLASS, name)
+
+
+def pgc(name: str, namespace: str, **spec: Any) -> Obj:
+    body: Obj = {"version": 16, "replicas": 3, "storage": {"size": "1Gi"}, **spec}
+    return {"apiVersion": POSTGRES_CLUSTER.api_version, "kind": "PostgresCluster",
+            "metadata": {"name": name, "namespace": namespace}, "spec": body}  # fmt: skip
+
+
+class Operator:
+    """The operator's Manager on its own client, whose requests are counted."""
+
+    def __init__(self, control_plane: Endpoint, namespace: str, *, instances: HttpInstanceClient | None = None) -> None:
+        self.control_plane = control_plane
+        self.namespace = namespace
+        self.instances = instances
+        self.registry = CollectorRegistry()
+        self.client_registry = CollectorRegistry()
+
+    @contextlib.asynccontextmanager
+    async def running(self, refresh: float = 1.0) -> AsyncIterator[Manager]:
+        kubeconfig = str(self.control_plane.kubeconfig)
+        self.registry, self.client_registry = CollectorRegistry(), CollectorRegistry()  # fresh counts per run
+        async with await Client.from_kubeconfig(kubeconfig, metrics=ClientMetrics(self.client_registry)) as own:
+            self.host = own.host.split("://", 1)[-1]
+            options = OperatorOptions(namespace=self.namespace, leader_election=False, health_port=None,
+                                      refresh=refresh)  # fmt: skip
+            manager = build_manager(own, options, instances=self.instances, registry=self.registry)
+            task = asyncio.create_task(manager.run(handle_signals=False))
+            try:
+                yield manager
+            finally:
+                manager.stop()
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(task, 20)
+                if task.done() and not task.cancelled() and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
+
+    def writes(self) -> float:
+        total = 0.0
+        for metric in self.client_registry.collect():
+            for sample in metric.samples:
+                if sample.name == "rest_client_requests_total" and sample.labels["method"] in WRITES:
+                    total += sample.value
+        return total
+
+    def reconciles(self) -> float:
+        total = 0.0
+        for metric in self.registry.collect():
+            for sample in metric.samples:
+                if sample.name == "controller_runtime_reconcile_total":
+                    total += sample.value
+        return total
+
+    def errors(self) -> float:
+        return self.registry.get_sample_value("controller_runtime_reconcile_errors_total",
+                                              {"controller": "postgrescluster"}) or 0.0  # fmt: skip
+
+
+async def names_of(client: Client, kind: Any, namespace: str) -> list[str]:
+    items, _ = await client.list(kind, namespace)
+    return sorted(i["metadata"]["name"] for i in items if not i["metadata"].get("deletionTimestamp"))
+
+
+async def condition(client: Client, namespace: str, name: str, kind: str) -> Obj | None:
+    cluster = await client.get(POSTGRES_CLUSTER, name, namespace)
+    for c in (cluster.get("status") or {}).get("conditions") or []:
+        if c["type"] == kind:
+            return dict(c)
+    return None
+
+
+async def test_creates_children_with_their_shape_and_reports_instances_not_ready(
+    control_plane: Endpoint, client: Client, namespace: str
+) -> None:
+    await client.create(POSTGRES_CLUSTER, pgc("orders", namespace))
+    operator = Operator(control_plane, namespace)
+    async with operator.running():
+
+        async def children() -> bool:
+            return await names_of(client, STATEFUL_SET, namespace) == ["orders-1", "orders-2", "orders-3"]
+
+        await eventually(children, timeout=30)
+
+        async def progressing() -> Obj | None:
+            c = await condition(client, namespace, "orders", "Progressing")
+            return c if c and c["reason"] == "Provisioning" else None
+
+        progress = await eventually(progressing, timeout=30)
+        assert progress["status"] == "True"
+        ready = await condition(client, namespace, "orders", "Ready")
+        assert ready is not None
+        assert ready["status"] == "False"
+        assert ready["reason"] == "PrimaryNotReady"
+        assert "0/3 instances ready" in ready["message"]
+
+    cluster = await client.get(POSTGRES_CLUSTER, "orders", namespace)
+    uid = cluster["metadata"]["uid"]
+    assert "kanri.dev/cleanup" in cluster["metadata"]["finalizers"]
+    assert cluster["status"]["currentPrimary"] == "orders-1"
+    assert cluster["status"]["phase"] == "Provisioning"
+
+    assert await names_of(client, SERVICE, namespace) == ["orders-r", "orders-ro", "orders-rw"]
+    assert await names_of(client, PVC, namespace) == ["orders-1", "orders-2", "orders-3"]
+    assert await names_of(client, SECRET, namespace) == ["orders-api", "orders-app", "orders-replication",
+                                                         "orders-superuser"]  # fmt: skip
+    assert await names_of(client, POD_DISRUPTION_BUDGET, namespace) == ["orders", "orders-primary"]
+    for kind, name in [(SERVICE, "orders-rw"), (CONFIG_MAP, "orders-config"), (SERVICE_ACCOUNT, "orders-instance"),
+                       (ROLE, "orders-instance"), (ROLE_BINDING, "orders-instance"), (STATEFUL_SET, "orders-2"),
+                       (POD_DISRUPTION_BUDGET, "orders-primary")]:  # fmt: skip
+        (ref,) = (await client.get(kind, name, namespace))["metadata"]["ownerReferences"]
+        assert (ref["kind"], ref["uid"], ref["controller"]) == ("PostgresCluster", uid, True), (kind, name)
+    for kind, name in [(PVC, "orders-1"), (SECRET, "orders-app")]:
+        assert not (await client.get(kind, name, namespace))["metadata"].get("ownerReferences"), (kind, name)
+
+    rw = await client.get(SERVICE, "orders-rw", namespace)
+    assert rw["spec"]["selector"] == {"kanri.dev/cluster": "orders", "kanri.dev/role": "primary"}
+    assert [p["port"] for p in rw["spec"]["ports"]] == [5432]
+
+    config = await client.get(CONFIG_MAP, "orders-config", namespace)
+    assert json.loads(config["data"]["instance.json"]) == {
+        "parameters": {}, "instances": ["orders-1", "orders-2", "orders-3"], "synchronousStandbys": 0}  # fmt: skip
+
+    app = await client.get(SECRET, "orders-app", namespace)
+    assert app["type"] == "kubernetes.io/basic-auth"
+    assert base64.b64decode(app["data"]["username"]).decode() == "app"
+    assert len(base64.b64decode(app["data"]["password"])) >= 40
+
+    sts = await client.get(STATEFUL_SET, "orders-1", namespace)
+    pod = sts["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert container["image"] == "kanri.dev/postgres:16"
+    assert env["KANRI_BOOTSTRAP"] == "primary"
+    assert env["POD_NAME"] == "orders-1"
+    replica_env = (await client.get(STATEFUL_SET, "orders-2", namespace))["spec"]["template"]["spec"]["containers"][0]
+    assert {e["name"]: e.get("value") for e in replica_env["env"]}["KANRI_BOOTSTRAP"] == "replica"
+    assert pod["securityContext"]["runAsUser"] == 26
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    claims = [v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if "persistentVolumeClaim" in v]
+    assert claims == ["orders-1"]
+    assert sts["spec"]["replicas"] == 1
+
+    # The StatefulSet controller made the pods; the operator labelled the bootstrap primary for -rw.
+    async def labelled() -> bool:
+        pods = {p["metadata"]["name"]: p for p in (await client.list(POD, namespace))[0]}
+        roles = {n: (p["metadata"].get("labels") or {}).get("kanri.dev/role") for n, p in pods.items()}
+        return roles == {"orders-1-0": "primary", "orders-2-0": "replica", "orders-3-0": "replica"}
+
+    async with operator.running():
+        await eventually(labelled, timeout=30)
+
+
+async def statefulsets(client: Client, namespace: str) -> dict[str, int]:
+    items, _ = await client.list(STATEFUL_SET, namespace)
+    return {s["metadata"]["name"]: s["spec"]["replicas"] for s in items if not s["metadata"].get("deletionTimestamp")}
+
+
+async def test_a_converged_cluster_costs_zero_writes(control_plane: Endpoint, client: Client, namespace: str) -> None:
+    await client.create(POSTGRES_CLUSTER, pgc("quiet", namespace, replicas=2))
+    operator = Operator(control_plane, namespace)
+    async with operator.running(refresh=0.3):
+
+        async def settled() -> bool:
+            cluster = await client.get(POSTGRES_CLUSTER, "quiet", namespace)
+            pods, _ = await client.list(POD, namespace)
+            labelled = [p for p in pods if "kanri.dev/role" in (p["metadata"].get("labels") or {})]
+            return (cluster.get("status") or {}).get("phase") == "Provisioning" and len(labelled) == 2
+
+        await eventually(settled, timeout=30)
+        await asyncio.sleep(2)  # let the watch events of the last writes arrive
+        writes, reconciles = operator.writes(), operator.reconciles()
+        await asyncio.sleep(3)  # ten refresh periods
+        assert operator.writes() == writes
+        assert operator.reconciles() >= reconciles + 5
+        assert operator.errors() == 0
+
+
+async def test_scales_by_number_and_never_removes_the_primary(
+    control_plane: Endpoint, client: Client, namespace: str
+) -> None:
+    await client.create(POSTGRES_CLUSTER, pgc("db", namespace, replicas=3))
+    operator = Operator(control_plane, namespace)
+    async with operator.running():
+        await eventually(lambda: _equals(statefulsets(client, namespace), {"db-1": 1, "db-2": 1, "db-3": 1}))
+        await eventually(lambda: _equals(current_primary(client, namespace, "db"), "db-1"))
+        # As after a failover to db-3: the primary is the highest-numbered instance.
+        await client.patch_status(POSTGRES_CLUSTER, "db", {"status": {"currentPrimary": "db-3"}}, namespace)
+        await client.patch(POSTGRES_CLUSTER, "db", {"spec": {"replicas": 5}}, namespace)
+        await eventually(lambda: _equals(names_of(client, PVC, namespace), [f"db-{n}" for n in range(1, 6)]))
+        await eventually(lambda: _equals(statefulsets(client, namespace), {f"db-{n}": 1 for n in range(1, 6)}))
+
+        await client.patch(POSTGRES_CLUSTER, "db", {"spec": {"replicas": 2}}, namespace)
+        await eventually(lambda: _equals(names_of(client, PVC, namespace), ["db-1", "db-3"]))
+        await eventually(lambda: _equals(names_of(client, PVC, namespace), ["db-1", "db-3"]))
+        status = (await client.get(POSTGRES_CLUSTER, "db", namespace))["status"]
+        assert status["currentPrimary"] == "db-3"
+        config = await client.get(CONFIG_MAP, "db-config", namespace)
+        assert json.loads(config["data"]["instance.json"])["instances"] == ["db-1", "db-3"]
+
+        # The lowest free number is reused.
+        await client.patch(POSTGRES_CLUSTER, "db", {"spec": {"replicas": 3}}, namespace)
+        await eventually(lambda: _equals(statefulsets(client, namespace), {"db-1": 1, "db-2": 1, "db-3": 1}))
+    events = await reasons(client, namespace, "db")
+    assert {"Scaling", "RemovedInstance"} <= events
+
+
+async def current_primary(client: Client, namespace: str, name: str) -> str | None:
+    status = (await client.get(POSTGRES_CLUSTER, name, namespace)).get("status") or {}
+    return status.get("currentPrimary")
+
+
+async def _equals(value: Any, expected: Any) -> bool:
+    return bool(await value == expected)
+
+
+async def reasons(client: Client, namespace: str, name: str) -> set[str]:
+    items, _ = await client.list(EVENT, namespace)
+    return {e["reason"] for e in items if e["involvedObject"]["name"] == name}
+
+
+async def test_hibernation_stops_every_instance_keeps_volumes_and_wakes_on_them(
+    control_plane: Endpoint, client: Client, namespace: str
+) -> None:
+    await client.create(POSTGRES_CLUSTER, pgc("nap", namespace, replicas=2))
+    operator = Operator(control_plane, namespace)
+    async with operator.running():
+        await eventually(lambda: _equals(statefulsets(client, namespace), {"nap-1": 1, "nap-2": 1}))
+        claims = {c["metadata"]["name"]: c["metadata"]["uid"] for c in (await client.list(PVC, namespace))[0]}
+        await client.patch(POSTGRES_CLUSTER, "nap", {"spec": {"replicas": 0}}, namespace)
+        await eventually(lambda: _equals(statefulsets(client, namespace), {"nap-1": 0, "nap-2": 0}))
+        await eventually(lambda: _equals(names_of(client, POD_DISRUPTION_BUDGET, namespace), []))
+
+        async def hibernated() -> bool:
+            status = (await client.get(POSTGRES_CLUSTER, "nap", namespace)).get("status") or {}
+            return status.get("phase") == "Hibernated"
+
+        await eventually(hibernated, timeout=30)
+        ready = await condition(client, namespace, "nap", "Ready")
+        assert ready is not None
+        assert (ready["status"], ready["reason"]) == ("False", "Hibernated")
+
+        await client.patch(POSTGRES_CLUSTER, "nap", {"spec": {"replicas": 2}}, namespace)
+        await eventually(lambda: _equals(statefulsets(client, namespace), {"nap-1": 1, "nap-2": 1}))
+        now = {c["metadata"]["name"]: c["metadata"]["uid"] for c in (await client.list(PVC, namespace))[0]}
+        assert now == claims  # the same volumes
+    assert {"Hibernating", "Waking"} <= await reasons(client, namespace, "nap")
+
+
+async def bound(client: Client, namespace: str, count: int) -> bool:
+    claims, _ = await client.list(PVC, namespace)
+    return len(claims) == count and all((c.get("status") or {}).get("phase") == "Bound" for c in claims)
+
+
+async def sizes(client: Client, namespace: str) -> list[tuple[str, str | None]]:
+    claims, _ = await client.list(PVC, namespace)
+    return sorted(
+        (c["spec"]["resources"]["requests"]["storage"], ((c.get("status") or {}).get("capacity") or {}).get("storage"))
+        for c in claims
+    )
+
+
+async def test_growing_storage_expands_every_claim(
+    control_plane: Endpoint, client: Client, namespace: str, volume_class: Callable[[bool], Any]
+) -> None:
+    class_name = await volume_class(True)
+    await client.create(POSTGRES_CLUSTER, pgc("grow", namespace, replicas=2,
+                                              storage={"size": "1Gi", "storageClassName": class_name}))  # fmt: skip
+    operator = Operator(control_plane, namespace)
+    async with operator.running():
+        await eventually(lambda: bound(client, namespace, 2), timeout=30)
+        await client.patch(POSTGRES_CLUSTER, "grow", {"spec": {"storage": {"size": "2Gi"}}}, namespace)
+        await eventually(lambda: _equals(sizes(client, namespace), [("2Gi", "2Gi"), ("2Gi", "2Gi")]), timeout=30)
+
+        async def resized() -> bool:
+            c = await condition(client, namespace, "grow", "StorageResizing")
+            return c is not None and (c["status"], c["reason"]) == ("False", "Resized")
+
+        await eventually(resized, timeout=30)
+    assert "ResizingStorage" in await reasons(client, namespace, "grow")
+
+
+async def test_a_class_without_expansion_is_reported_once_without_a_hot_loop(
+    control_plane: Endpoint, client: Client, namespace: str, volume_class: Callable[[bool], Any]
+) -> None:
+    class_name = await volume_class(False)
+    await client.create(POSTGRES_CLUSTER, pgc("fixed", namespace, replicas=2,
+                                              storage={"size": "1Gi", "storageClassName": class_name}))  # fmt: skip
+    operator = Operator(control_plane, namespace)
+    async with operator.running(refresh=0.3):
+        await eventually(lambda: bound(client, namespace, 2), timeout=30)
+        await client.patch(POSTGRES_CLUSTER, "fixed", {"spec": {"storage": {"size": "2Gi"}}}, namespace)
+
+        async def refused() -> Obj | None:
+            c = await condition(client, namespace, "fixed", "StorageResizing")
+            return c if c is not None and c["reason"] == "ExpansionNotSupported" else None
+
+        found = await eventually(refused, timeout=30)
+        assert found["status"] == "False"
+        assert class_name in found["message"]
+        assert "fixed-1" in found["message"]
+        await asyncio.sleep(2)
+        writes, reconciles = operator.writes(), operator.reconciles()
+        await asyncio.sleep(3)
+        assert operator.writes() == writes  # nothing retried: no PVC patch, no status churn
+        assert operator.reconciles() >= reconciles + 5  # still refreshing the instances' state
+        assert operator.errors() == 0
+        assert await sizes(client, namespace) == [("1Gi", "1Gi"), ("1Gi", "1Gi")]
+    assert "StorageExpansionNotSupported" in await reasons(client, namespace, "fixed")
+
+
+async def secret_data(client: Client, namespace: str) -> dict[str, Obj]:
+    items, _ = await client.list(SECRET, namespace)
+    return {s["metadata"]["name"]: s["data"] for s in items if s["metadata"]["name"].startswith("keep-")}
+
+
+async def test_deleting_with_retain_keeps_data_and_a_recreated_cluster_adopts_it(
+    control_plane: Endpoint, client: Client, namespace: str
+) -> None:
+    await client.create(POSTGRES_CLUSTER, pgc("keep", namespace, replicas=2))
+    operator = Operator(control_plane, namespace)
+    async with operator.running():
+        await eventually(lambda: _equals(statefulsets(client, namespace), {"keep-1": 1, "keep-2": 1}))
+        await eventually(lambda: _equals(len_of(secret_data(client, namespace)), 4))
+        before = await secret_data(client, namespace)
+        claims = {c["metadata"]["name"]: c["metadata"]["uid"] for c in (await client.list(PVC, namespace))[0]}
+
+        await client.delete(POSTGRES_CLUSTER, "keep", namespace)
+        await eventually(lambda: gone(client, POSTGRES_CLUSTER, "keep", namespace), timeout=30)
+        assert await secret_data(client, namespace) == before
+        assert {c["metadata"]["name"]: c["metadata"]["uid"] for c in (await client.list(PVC, namespace))[0]} == claims
+        items, _ = await client.list(EVENT, namespace)
+        (retained,) = [e for e in items if e["reason"] == "DataRetained"]
+        assert "keep-1, keep-2" in retained["message"]
+        assert "keep-app" in retained["message"]
+
+        await client.create(POSTGRES_CLUSTER, pgc("keep", namespace, replicas=2))
+        await eventually(lambda: _equals(statefulsets(client, namespace), {"keep-1": 1, "keep-2": 1}), timeout=60)
+        assert await secret_data(client, namespace) == before  # the same passwords
+        now = {c["metadata"]["name"]: c["metadata"]["uid"] for c in (await client.list(PVC, namespace))[0]}
+        assert now == claims  # the same volumes
+
+
+async def len_of(value: Any) -> int:
+    return len(await value)
+
+
+async def gone(client: Client, kind: Any, name: str, namespace: str) -> bool:
+    try:
+        await client.get(kind, name, namespace)
+    except ApiError as exc:
+        return exc.not_found
+    return False
+
+
+async def test_deleting_with_delete_removes_volumes_and_secrets(
+    control_plane: Endpoint, client: Client, namespace: str
+) -> None:
+    await client.create(POSTGRES_CLUSTER, pgc("drop", namespace, replicas=2, deletionPolicy="Delete"))
+    operator = Operator(control_plane, namespace)
+    async with operator.running():
+        await eventually(lambda: _equals(statefulsets(client, namespace), {"drop-1": 1, "drop-2": 1}))
+        await eventually(lambda: _equals(names_of(client, PVC, namespace), ["drop-1", "drop-2"]))
+        await client.delete(POSTGRES_CLUSTER, "drop", namespace)
+        await eventually(lambda: gone(client, POSTGRES_CLUSTER, "drop", namespace), timeout=30)
+        await eventually(lambda: _equals(names_of(client, PVC, namespace), []), timeout=60)
+        assert [n for n in await names_of(client, SECRET, namespace) if n.startswith("drop-")] == []
+    assert "DataDeleted" in await reasons(client, namespace, "drop")
+
+
+async def test_a_restarted_operator_finishes_half_created_children_without_duplicates(
+    control_plane: Endpoint, client: Client, namespace: str
+) -> None:
+    cluster = await client.create(POSTGRES_CLUSTER, pgc("half", namespace, replicas=3))
+    # What an operator that died mid-way leaves: one Secret, one claim, one StatefulSet, no finalizer yet.
+    spec = validated_spec(cluster)
+    superuser = next(s for s in desired_secrets("half", "app") if s.name == "half-superuser")
+    await client.create(SECRET, superuser.build("half", namespace))
+    await client.create(PVC, claim(cluster, "half-1", "1Gi", None))
+    await client.apply(STATEFUL_SET, statefulset(cluster, spec, "half-1", role="primary", major=16, running=True),
+                       field_manager=FIELD_MANAGER)  # fmt: skip
+    secrets_before = {s["metadata"]["name"]: s["data"] for s in (await client.list(SECRET, namespace))[0]}
+    operator = Operator(control_plane, namespace)
+    async with operator.running():
+        await eventually(lambda: _equals(statefulsets(client, namespace), {"half-1": 1, "half-2": 1, "half-3": 1}))
+        await eventually(lambda: _equals(names_of(client, PVC, namespace), ["half-1", "half-2", "half-3"]))
+        await eventually(lambda: _equals(len_of(names_of(client, SECRET, namespace)), 4))
+        await asyncio.sleep(1)
+    assert await names_of(client, SERVICE, namespace) == ["half-r", "half-ro", "half-rw"]
+    after = {s["metadata"]["name"]: s["data"] for s in (await client.list(SECRET, namespace))[0]}
+    assert after["half-superuser"] == secrets_before["half-superuser"]  # adopted, not regenerated
+    env = (await client.get(STATEFUL_SET, "half-2", namespace))["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {e["name"]: e.get("value") for e in env}["KANRI_BOOTSTRAP"] == "replica"
+
+
+class FakeInstance:
+    """An HTTP test double for one instance manager (the pod's side of the contract), on its own loopback address:
+    the operator's real HTTP client talks to it."""
+
+    def __init__(self, name: str, address: str, role: str) -> None:
+        self.name, self.address = name, address
+        self.report: Obj = {"name": name, "role": role, "inRecovery": role == "replica", "timeline": 1,
+                            "writeLsn": "0/3000060", "receiveLsn": "0/3000060", "replayLsn": "0/3000060",
+                            "lagBytes": 0, "streaming": role == "replica", "replicas": [], "connections": 1,
+                            "pendingRestart": False, "running": True, "ready": True, "lastError": None}  # fmt: skip
+        self.restarts: list[str] = []
+        """Authorization headers of the restart requests received."""
+        self.log: list[str] | None = None
+
+    async def start(self, port: int) -> int:
+        app = web.Application()
+        app.router.add_get("/status", self._status)
+        app.router.add_post("/restart", self._restart)
+        self.runner = web.AppRunner(app, access_log=None)
+        await self.runner.setup()
+        await web.TCPSite(self.runner, self.address, port).start()
+        return int(self.runner.addresses[0][1])
+
+    async def _status(self, _: web.Request) -> web.Response:
+        return web.json_response(self.report)
+
+    async def _restart(self, request: web.Request) -> web.Response:
+        self.restarts.append(request.headers.get("Authorization", ""))
+        if self.log is not None:
+            self.log.append(self.name)
+        self.report["pendingRestart"] = False
+        return web.json_response({"restarting": True})
+
+
+async def test_instance_reports_drive_readiness_role_labels_and_ordered_restarts(
+    control_plane: Endpoint, client: Client, namespace: str
+) -> None:
+    prefix = f"127.77.{secrets.randbelow(250) + 1}"
+    fakes = {f"rep-{n}": FakeInstance(f"rep-{n}", f"{prefix}.{n}", "primary" if n == 1 else "replica")
+             for n in (1, 2)}  # fmt: skip
+    port = await fakes["rep-1"].start(0)
+    await fakes["rep-2"].start(port)
+    restarted: list[str] = []
+    for fake in fakes.values():
+        fake.log = restarted
+    instances = HttpInstanceClient(port=port, timeout=1.0)
+    await client.create(POSTGRES_CLUSTER, pgc("rep", namespace, replicas=2))
+    operator = Operator(control_plane, namespace, instances=instances)
+    try:
+        async with operator.running(refresh=0.3):
+            await eventually(lambda: _equals(len_of(names_of(client, POD, namespace)), 2))
+            for name, fake in fakes.items():  # what the kubelet would report once the pod runs
+                status = {"phase": "Running", "podIP": fake.address, "podIPs": [{"ip": fake.address}]}
+                await client.patch_status(POD, f"{name}-0", {"status": status}, namespace)
+
+            async def ready() -> Obj | None:
+                c = await condition(client, namespace, "rep", "Ready")
+                return c if c is not None and c["status"] == "True" else None
+
+            found = await eventually(ready, timeout=30)
+            assert found["reason"] == "InstancesReady"
+            status = (await client.get(POSTGRES_CLUSTER, "rep", namespace))["status"]
+            assert (status["phase"], status["readyReplicas"], status["timeline"]) == ("Ready", 2, 1)
+            assert status["instances"][1] == {
+                "name": "rep-2",
+                "role": "Replica",
+                "ready": True,
+                "receivedLSN": "0/3000060",
+                "replayedLSN": "0/3000060",
+                "lagBytes": 0,
+            }
+
+            # The instances swap roles (as after a switchover): the labels, hence the Services, follow.
+            fakes["rep-1"].report.update(role="replica", inRecovery=True)
+            fakes["rep-2"].report.update(role="primary", inRecovery=False, timeline=2)
+
+            async def roles() -> dict[str, str]:
+                pods, _ = await client.list(POD, namespace)
+                return {p["metadata"]["name"]: p["metadata"]["labels"].get("kanri.dev/role") for p in pods}
+
+            await eventually(lambda: _equals(roles(), {"rep-1-0": "replica", "rep-2-0": "primary"}), timeout=30)
+            await eventually(lambda: _equals(current_primary(client, namespace, "rep"), "rep-2"), timeout=30)
+
+            # A parameter needing a restart: the replica first, then the primary, one at a time.
+            for fake in fakes.values():
+                fake.report["pendingRestart"] = True
+            await eventually(lambda: _equals(len_of(_list(restarted)), 2), timeout=30)
+            assert restarted == ["rep-1", "rep-2"]
+            token = base64.b64decode((await client.get(SECRET, "rep-api", namespace))["data"]["token"]).decode()
+            assert fakes["rep-1"].restarts == [f"Bearer {token}"]
+    finally:
+        await instances.close()
+        for fake in fakes.values():
+            await fake.runner.cleanup()
+    assert {"ClusterReady", "RestartingInstance"} <= await reasons(client, namespace, "rep")
+
+
+async def _list(items: list[str]) -> list[str]:
+    return list(items)

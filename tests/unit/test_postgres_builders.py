@@ -1,0 +1,211 @@
+"""The PostgresCluster's child objects as built (pure functions; no API server)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from kanri.postgres import names
+from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
+from kanri.postgres.children.config import config_map, synchronous_standbys
+from kanri.postgres.children.pdb import disruption_budgets, wants_budgets
+from kanri.postgres.children.pvc import claim, grow_patch
+from kanri.postgres.children.rbac import rbac
+from kanri.postgres.children.services import services
+from kanri.postgres.children.statefulset import bootstrap_role, image_major, statefulset
+from kanri.postgres.diff import HASH_ANNOTATION, is_subset, needs_apply
+
+Obj = dict[str, Any]
+UID = "0d3c5a4e-0000-4000-8000-000000000001"
+
+
+def cluster(**spec: Any) -> Obj:
+    body = {"version": 15, "replicas": 3, "storage": {"size": "10Gi"}, **spec}
+    return {"apiVersion": "kanri.dev/v1alpha1", "kind": "PostgresCluster",
+            "metadata": {"name": "orders", "namespace": "shop", "uid": UID, "generation": 1}, "spec": body}  # fmt: skip
+
+
+def parsed(obj: Obj) -> PostgresClusterSpec:
+    return PostgresClusterSpec.model_validate(obj["spec"])
+
+
+def build(instance: str = "orders-2", role: Any = "replica", running: bool = True, **spec: Any) -> Obj:
+    c = cluster(**spec)
+    return statefulset(c, parsed(c), instance, role=role, major=15, running=running)
+
+
+def env_of(sts: Obj) -> dict[str, Any]:
+    (container,) = sts["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def test_names_are_deterministic_and_parse_back() -> None:
+    assert names.instance_name("orders", 3) == "orders-3"
+    assert names.instance_number("orders", "orders-12") == 12
+    assert names.instance_number("orders", "orders-rw") is None
+    assert names.instance_number("orders", "orders-01") is None
+    assert names.instance_number("orders", "other-1") is None
+    assert names.pod_name("orders-3") == "orders-3-0"
+    services = (names.read_write_service("o"), names.read_only_service("o"), names.read_service("o"))
+    assert services == ("o-rw", "o-ro", "o-r")
+    with pytest.raises(ValueError, match="start at 1"):
+        names.instance_name("orders", 0)
+
+
+def test_statefulset_runs_one_pod_of_the_instance_with_its_own_claim_and_owner() -> None:
+    sts = build()
+    assert sts["metadata"]["name"] == "orders-2"
+    assert sts["spec"]["replicas"] == 1
+    (ref,) = sts["metadata"]["ownerReferences"]
+    assert (ref["kind"], ref["name"], ref["uid"], ref["controller"]) == ("PostgresCluster", "orders", UID, True)
+    assert sts["spec"]["selector"]["matchLabels"] == {"kanri.dev/cluster": "orders", "kanri.dev/instance": "orders-2"}
+    labels = sts["spec"]["template"]["metadata"]["labels"]
+    assert labels["kanri.dev/instance"] == "orders-2"
+    assert "kanri.dev/role" not in labels
+    assert "volumeClaimTemplates" not in sts["spec"]
+    assert HASH_ANNOTATION in sts["metadata"]["annotations"]
+    assert build(running=False)["spec"]["replicas"] == 0
+
+
+def test_environment_follows_the_instance_manager_contract() -> None:
+    env = env_of(build(bootstrap={"initdb": {"database": "shop", "owner": "shopper"}}))
+    assert env == {
+        "KANRI_CLUSTER": "orders",
+        "POD_NAME": "orders-2",
+        "POD_NAMESPACE": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+        "POD_IP": {"fieldRef": {"fieldPath": "status.podIP"}},
+        "PGDATA": "/var/lib/postgresql/data/pgdata",
+        "KANRI_BOOTSTRAP": "replica",
+        "KANRI_PRIMARY_HOST": "orders-rw",
+        "KANRI_SUPERUSER_DIR": "/etc/kanri/superuser",
+        "KANRI_REPLICATION_DIR": "/etc/kanri/replication",
+        "KANRI_APP_DIR": "/etc/kanri/app",
+        "KANRI_APP_DATABASE": "shop",
+        "KANRI_API_TOKEN_FILE": "/etc/kanri/api/token",
+        "KANRI_CONFIG_FILE": "/etc/kanri/config/instance.json",
+    }
+    assert env_of(build("orders-1", role="primary"))["KANRI_BOOTSTRAP"] == "primary"
+
+
+def test_pod_mounts_volumes_probes_and_runs_as_the_postgres_user() -> None:
+    pod = build()["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["name"] == "postgres"
+    assert container["image"] == "kanri.dev/postgres:15"
+    assert "command" not in container
+    assert "args" not in container
+    assert pod["securityContext"] == {"runAsNonRoot": True, "runAsUser": 26, "runAsGroup": 26, "fsGroup": 26}
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["serviceAccountName"] == "orders-instance"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["data"] == {"name": "data", "persistentVolumeClaim": {"claimName": "orders-2"}}
+    secrets = {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+    assert secrets == {"orders-superuser", "orders-replication", "orders-app", "orders-api"}
+    assert volumes["config"]["configMap"] == {"name": "orders-config"}
+    assert volumes["run"]["emptyDir"] == {}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert mounts == {"/var/lib/postgresql/data": "data", "/etc/kanri/superuser": "superuser",
+                      "/etc/kanri/replication": "replication", "/etc/kanri/app": "app", "/etc/kanri/api": "api",
+                      "/etc/kanri/config": "config", "/var/run/postgresql": "run"}  # fmt: skip
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"postgres": 5432, "http": 8008}
+    assert container["readinessProbe"] == {"httpGet": {"path": "/readyz", "port": 8008}, "periodSeconds": 2,
+                                           "failureThreshold": 3}  # fmt: skip
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": 8008}
+    assert container["startupProbe"]["httpGet"] == {"path": "/healthz", "port": 8008}
+
+
+def test_pod_template_and_resources_reach_the_pod() -> None:
+    sts = build(
+        resources={"requests": {"cpu": "500m"}, "limits": {"memory": "1Gi"}},
+        podTemplate={"labels": {"team": "a"}, "annotations": {"x": "y"}, "nodeSelector": {"disk": "ssd"},
+                     "tolerations": [{"key": "db", "operator": "Exists"}], "priorityClassName": "high"},
+    )  # fmt: skip
+    template = sts["spec"]["template"]
+    assert template["metadata"]["labels"]["team"] == "a"
+    assert template["metadata"]["annotations"] == {"x": "y"}
+    pod = template["spec"]
+    assert pod["nodeSelector"] == {"disk": "ssd"}
+    assert pod["priorityClassName"] == "high"
+    assert pod["tolerations"] == [{"key": "db", "operator": "Exists"}]
+    assert pod["containers"][0]["resources"] == {"requests": {"cpu": "500m"}, "limits": {"memory": "1Gi"}}
+    # Default placement: prefer spreading the cluster's pods over nodes.
+    assert "preferredDuringSchedulingIgnoredDuringExecution" in build()["spec"]["template"]["spec"]["affinity"][
+        "podAntiAffinity"]  # fmt: skip
+
+
+def test_bootstrap_role_and_major_are_read_back_from_an_existing_statefulset() -> None:
+    assert bootstrap_role(build("orders-1", role="primary")) == "primary"
+    assert image_major(build()) == 15
+    assert bootstrap_role({"spec": {}}) is None
+    assert image_major({"spec": {}}) is None
+
+
+def test_claim_is_labelled_unowned_and_only_ever_grows() -> None:
+    pvc = claim(cluster(), "orders-1", "10Gi", "fast")
+    assert pvc["metadata"]["labels"]["kanri.dev/instance"] == "orders-1"
+    assert "ownerReferences" not in pvc["metadata"]
+    assert pvc["spec"] == {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "10Gi"}},
+                           "storageClassName": "fast"}  # fmt: skip
+    assert "storageClassName" not in claim(cluster(), "orders-1", "10Gi", None)["spec"]
+    assert grow_patch(pvc, "20Gi") == {"spec": {"resources": {"requests": {"storage": "20Gi"}}}}
+    assert grow_patch(pvc, "10240Mi") is None  # same size in other units
+    assert grow_patch(pvc, "5Gi") is None  # never shrinks
+
+
+def test_config_map_holds_parameters_instances_and_sync_standbys_as_stable_json() -> None:
+    c = cluster(postgresql={"parameters": {"work_mem": "8MB"}}, replication={"mode": "Sync", "syncStandbys": 2})
+    cm = config_map(c, parsed(c), ["orders-1", "orders-2"])
+    assert cm["metadata"]["name"] == "orders-config"
+    assert json.loads(cm["data"]["instance.json"]) == {
+        "parameters": {"work_mem": "8MB"}, "instances": ["orders-1", "orders-2"], "synchronousStandbys": 2}  # fmt: skip
+    assert cm == config_map(c, parsed(c), ["orders-1", "orders-2"])  # same input, same bytes and hash
+    assert synchronous_standbys(parsed(cluster())) == 0
+    assert synchronous_standbys(parsed(cluster(replication={"mode": "Sync"}))) == 1
+
+
+def test_services_select_pods_by_role() -> None:
+    selectors = {s["metadata"]["name"]: s["spec"]["selector"] for s in services(cluster())}
+    assert selectors == {
+        "orders-rw": {"kanri.dev/cluster": "orders", "kanri.dev/role": "primary"},
+        "orders-ro": {"kanri.dev/cluster": "orders", "kanri.dev/role": "replica"},
+        "orders-r": {"kanri.dev/cluster": "orders"},
+    }
+    assert all(s["spec"]["ports"][0]["port"] == 5432 for s in services(cluster()))
+
+
+def test_rbac_allows_only_get_on_the_clusters_own_objects() -> None:
+    account, role, binding = rbac(cluster())
+    assert account["automountServiceAccountToken"] is False
+    assert {r["verbs"][0] for r in role["rules"]} == {"get"}
+    assert role["rules"][0]["resourceNames"] == ["orders-config"]
+    assert sorted(role["rules"][1]["resourceNames"]) == ["orders-api", "orders-app", "orders-replication",
+                                                         "orders-superuser"]  # fmt: skip
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "orders-instance", "namespace": "shop"}]
+
+
+def test_disruption_budgets_protect_the_primary_and_one_replica_at_a_time() -> None:
+    primary, replicas = disruption_budgets(cluster())
+    assert (primary["metadata"]["name"], primary["spec"]["minAvailable"]) == ("orders-primary", 1)
+    assert primary["spec"]["selector"]["matchLabels"]["kanri.dev/role"] == "primary"
+    assert (replicas["metadata"]["name"], replicas["spec"]["maxUnavailable"]) == ("orders", 1)
+    assert wants_budgets(2, hibernated=False)
+    assert not wants_budgets(1, hibernated=False)
+    assert not wants_budgets(3, hibernated=True)
+
+
+def test_a_child_is_rewritten_only_when_it_differs() -> None:
+    desired = build()
+    stored = json.loads(json.dumps(desired))
+    stored["spec"]["template"]["spec"]["containers"][0]["terminationMessagePath"] = "/dev/termination-log"  # default
+    stored["metadata"]["resourceVersion"] = "7"
+    assert not needs_apply(desired, stored)
+    assert needs_apply(desired, None)
+    tampered = json.loads(json.dumps(stored))
+    tampered["spec"]["replicas"] = 0
+    assert needs_apply(desired, tampered)
+    # A field we stop setting changes the hash, which a subset check alone would miss.
+    assert needs_apply(build(podTemplate={"nodeSelector": {"a": "b"}}), stored) is True
+    assert is_subset({"resources": {"limits": {"cpu": "1000m"}}}, {"resources": {"limits": {"cpu": "1"}}})
+    assert not is_subset({"image": "a:1"}, {"image": "a:2"})
