@@ -1,17 +1,22 @@
-"""`kanri local up | status | kubeconfig | down` as a user runs them: a second control plane of its own, stopped with
-SIGTERM and restarted on the same data dir."""
+"""`kanri local up | status | kubeconfig | logs | port-forward | down` as a user runs them: a second control plane
+and local node of their own, stopped with SIGTERM and restarted on the same data dir."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from kanri.local.leftovers import find_leftovers
+from kanri.local.node import NodeOptions
 
 KANRI = [sys.executable, "-m", "kanri.cli.main"]
 
@@ -48,7 +53,7 @@ def processes_on(data_dir: Path) -> list[int]:
             cmdline = (proc / "cmdline").read_bytes()
         except OSError:
             continue
-        if f"--data-dir={data_dir}".encode() in cmdline:
+        if f"--data-dir={data_dir}".encode() in cmdline.split(b"\0"):
             pids.append(int(proc.name))
     return pids
 
@@ -78,3 +83,74 @@ def test_up_down_and_restart_keep_every_object(kanri_env: dict[str, str]) -> Non
     assert processes_on(data_dir) != [pid]
     answer = kubectl(kanri_env, "get", "configmap", "survivor", "-o", "jsonpath={.data.answer}")
     assert answer == "42"
+
+
+POD = """
+apiVersion: v1
+kind: Pod
+metadata: {name: web, labels: {app: web}}
+spec:
+  terminationGracePeriodSeconds: 5
+  securityContext: {runAsUser: 26}
+  containers:
+  - name: web
+    image: kanri.dev/postgres:15
+    command: ["/usr/bin/python3", "-m", "http.server", "8080", "--directory", "/etc"]
+    ports: [{containerPort: 8080}]
+    readinessProbe: {tcpSocket: {port: 8080}, periodSeconds: 1}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec: {selector: {app: web}, ports: [{port: 80, targetPort: 8080}]}
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_pod_runs_is_reached_and_logged_and_down_leaves_nothing(kanri_env: dict[str, str], tmp_path: Path) -> None:
+    node_dir = Path(kanri_env["KANRI_HOME"]) / "clusters" / "default" / "node"
+    run([*KANRI, "local", "up"], kanri_env)
+    manifest = tmp_path / "web.yaml"
+    manifest.write_text(POD)
+    kubectl(kanri_env, "apply", "-f", str(manifest))
+    kubectl(kanri_env, "wait", "--for=condition=Ready", "pod/web", "--timeout=120s")
+    pod_ip = kubectl(kanri_env, "get", "pod", "web", "-o", "jsonpath={.status.podIP}")
+    assert pod_ip.startswith("10.244."), pod_ip
+
+    port = free_port()
+    forwarder = subprocess.Popen(
+        [*KANRI, "local", "port-forward", "svc/web", str(port)], env=kanri_env, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        body = ""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and "10.244." not in body:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+                    conn.sendall(b"GET /hosts HTTP/1.0\r\n\r\n")
+                    body = conn.makefile("rb").read().decode()
+            except OSError:
+                time.sleep(0.3)
+        assert f"{pod_ip}\tweb" in body, body  # the pod's own /etc/hosts, served from inside the pod
+    finally:
+        forwarder.terminate()
+        forwarder.wait(10)
+
+    log = run([*KANRI, "local", "logs", "web"], kanri_env).stdout
+    assert "GET /hosts" in log
+
+    assert [line for line in run(["ip", "netns", "list"], kanri_env).stdout.splitlines() if "kanri-" in line]
+    down = run([*KANRI, "local", "down"], kanri_env)
+    assert "local node stopped" in down.stderr
+    assert find_leftovers(NodeOptions(data_dir=node_dir)) == []
+    assert not [line for line in run(["ip", "netns", "list"], kanri_env).stdout.splitlines() if "kanri-" in line]
+    links = run(["ip", "-br", "link"], kanri_env).stdout
+    assert "kanri0" not in links
+    assert "kanri-svc" not in links
+    mounts = Path("/proc/self/mountinfo").read_text()
+    assert str(node_dir) not in mounts

@@ -23,6 +23,7 @@ from kanri.local.node.options import NodeOptions
 from kanri.local.node.provisioner import PROVISIONER, VolumeProvisioner, VolumeReclaimer, ensure_storage_class
 from kanri.local.node.scheduler import Scheduler
 from kanri.local.node.services import ServiceProxy
+from kanri.local.node.sessions import forget_sessions
 from kanri.runtime import Client, Manager, ManagerOptions
 
 __all__ = ["PROVISIONER", "LocalNode", "NodeOptions", "log_path", "run_node"]
@@ -71,7 +72,7 @@ class LocalNode:
                     await self.manager.run(handle_signals=False)
                 finally:
                     heartbeat.cancel()
-                    await self.kubelet.shutdown()
+                    await self.kubelet.shutdown(self.options.shutdown_grace)
         finally:
             # Shielded: a cancelled node must still leave no namespace, link or mountpoint behind.
             await asyncio.shield(self._clean_up())
@@ -84,6 +85,7 @@ class LocalNode:
         if self.network is not None:
             await self.network.close()
         await asyncio.to_thread(self.kubelet.mountpoints.remove_all)
+        await asyncio.to_thread(forget_sessions, self.options.data_dir)
 
     def stop(self) -> None:
         """Stop gracefully: reconciles in flight finish, heartbeats stop. The Node object stays (as a kubelet's

@@ -57,6 +57,7 @@ from kanri.local.node.network import PodNetwork
 from kanri.local.node.options import NodeOptions
 from kanri.local.node.probes import ContainerProber, ExecFn, subprocess_exec
 from kanri.local.node.sandbox import Mountpoints, passwd_and_group, pod_file_mounts
+from kanri.local.node.sessions import record_session
 from kanri.runtime import ApiError, Cache, Client, Controller, ControllerOptions, EventRecorder, Request, Result
 from kanri.runtime.kinds import CONFIG_MAP, POD, PVC, SECRET, SERVICE, SERVICE_ACCOUNT
 
@@ -372,6 +373,7 @@ class PodWorker:
             json.dump(launch, f)
         with path.open("ab") as output:
             process = await _spawn([sys.executable, "-I", "-S", _LAUNCHER, str(spec_path)], output)
+        record_session(kubelet.options.data_dir, process.pid)
         self.processes[state.name] = process
         state.kind, state.reason, state.message = "running", "", ""
         state.started_at, state.ever_started = now_iso(), True
@@ -672,10 +674,15 @@ class Kubelet:
         for worker in self.workers.values():
             worker.kill_all()
 
-    async def shutdown(self) -> None:
-        """:meth:`kill_all`, then wait for every worker to notice."""
-        self.kill_all()
+    async def shutdown(self, grace: float = 0.0) -> None:
+        """Stop every container — SIGTERM with up to ``grace`` seconds (PostgreSQL gets to shut down cleanly),
+        then SIGKILL — and wait for every worker to notice. The pods' objects are left as they are."""
         tasks = [w.task for w in self.workers.values() if w.task is not None]
+        if grace > 0 and tasks:
+            for worker in self.workers.values():
+                worker.terminate(min(worker.grace, grace))
+            await asyncio.wait(tasks, timeout=grace + 2)
+        self.kill_all()
         if tasks:
             await asyncio.wait(tasks, timeout=10)
         for task in tasks:

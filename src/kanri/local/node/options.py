@@ -47,6 +47,9 @@ class NodeOptions:
     """Cap of the crash-loop back-off (the kubelet's 300 s). A container that ran for twice this long starts over at
     the base."""
 
+    shutdown_grace: float = 10.0
+    """When the node stops, containers get SIGTERM and at most this long (or their pod's grace period, if shorter)
+    before SIGKILL."""
     pod_network: bool = True
     """Give every pod a network namespace and address of its own (needs root). False: pods share the host's
     network and report ``internal_ip`` as their address."""

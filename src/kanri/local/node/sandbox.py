@@ -1,4 +1,5 @@
-"""The files a container expects of its image and runtime, made per pod: ``/etc/hosts``, ``/etc/resolv.conf``,
+"""The files a container expects of its image and runtime, made per pod: ``/etc/hosts``, ``/etc/hostname``,
+``/etc/resolv.conf``,
 ``/etc/passwd``, ``/etc/group`` and a private ``/tmp`` — plus the mountpoints the host lacks.
 
 There is no image filesystem on the local node: containers see the host's, with their volumes bind-mounted in a
@@ -152,6 +153,9 @@ def pod_file_mounts(pod_dir: Path, pod: Obj, ip: str, dns_ip: str, cluster_domai
     mounts = []
     (etc / "hosts").write_text(hosts_file(pod, ip, cluster_domain))
     mounts.append(Mount(str(etc / "hosts"), "/etc/hosts"))
+    hostname = str((pod.get("spec") or {}).get("hostname") or pod["metadata"]["name"])[:63]
+    (etc / "hostname").write_text(hostname + "\n")
+    mounts.append(Mount(str(etc / "hostname"), "/etc/hostname", read_only=True))
     resolv = resolv_conf(pod, dns_ip, cluster_domain)
     if resolv is not None:
         (etc / "resolv.conf").write_text(resolv)
@@ -168,7 +172,7 @@ def pod_file_mounts(pod_dir: Path, pod: Obj, ip: str, dns_ip: str, cluster_domai
         tmp.mkdir(parents=True)
         os.chmod(tmp, 0o1777)
     mounts.append(Mount(str(tmp), "/tmp"))
-    for path in (etc / "hosts", etc / "resolv.conf", etc / "passwd", etc / "group"):
+    for path in (etc / "hosts", etc / "hostname", etc / "resolv.conf", etc / "passwd", etc / "group"):
         if path.exists():
             os.chmod(path, 0o644)
     return mounts

@@ -1,0 +1,52 @@
+"""The local node as a detached process next to the control plane (what ``kanri local up`` starts)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from kanri.local.detached import DetachedProcess, DetachedProcessError
+
+
+class NodeProcessError(DetachedProcessError):
+    """The local node failed to start or stop; the message includes the tail of its log."""
+
+
+class NodeProcess(DetachedProcess):
+    """``python -m kanri.local.node`` on ``<cluster dir>/node``; logs in ``<cluster dir>/node.log``."""
+
+    what = "local node"
+    error = NodeProcessError
+
+    def __init__(self, cluster_dir: Path) -> None:
+        super().__init__(cluster_dir, "node")
+
+    @property
+    def node_dir(self) -> Path:
+        """The node's data dir (volumes, pods' files and logs)."""
+        return self.data_dir / "node"
+
+    def marker(self) -> bytes:
+        return f"--data-dir={self.node_dir}".encode()
+
+    def start(self, kubeconfig: Path, apiserver_port: int, image_map: Path, extra_image_map: Path | None = None,
+              timeout: float = 120.0) -> int:  # fmt: skip
+        """Start the node unless it runs already; its pid once it is ready."""
+        if (pid := self.running_pid()) is not None:
+            return pid
+        args = [
+            sys.executable,
+            "-m",
+            "kanri.local.node",
+            f"--data-dir={self.node_dir}",
+            f"--kubeconfig={kubeconfig}",
+            f"--apiserver-port={apiserver_port}",
+            f"--image-map={image_map}",
+        ]
+        if extra_image_map is not None:
+            args.append(f"--extra-image-map={extra_image_map}")
+        self.launch(args, timeout)
+        pid = self.running_pid()
+        if pid is None:
+            raise NodeProcessError(f"local node reported ready but is not running\n{self.log_tail()}")
+        return pid
