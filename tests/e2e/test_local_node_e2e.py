@@ -207,7 +207,9 @@ async def test_deployment_is_reachable_through_its_service_by_name_and_readiness
 
 
 async def test_statefulset_keeps_its_data_across_pod_deletion(client: Client, node: LocalNode, namespace: str) -> None:
-    script = "test -f /data/id || echo $(hostname)-$(date +%s%N) > /data/id; echo started >> /data/runs; exec sleep 3600"
+    script = (
+        "test -f /data/id || echo $(hostname)-$(date +%s%N) > /data/id; echo started >> /data/runs; exec sleep 3600"
+    )
     statefulset = {
         "metadata": {"name": "db", "namespace": namespace},
         "spec": {

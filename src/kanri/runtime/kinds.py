@@ -1,6 +1,8 @@
 """Built-in kinds operators commonly touch, as :class:`kanri.runtime.Kind` constants."""
 
 from kanri.runtime._kinds import (
+    CLUSTER_ROLE,
+    CLUSTER_ROLE_BINDING,
     CONFIG_MAP,
     CRD,
     DEPLOYMENT,
@@ -23,6 +25,8 @@ from kanri.runtime._kinds import (
 )
 
 __all__ = [
+    "CLUSTER_ROLE",
+    "CLUSTER_ROLE_BINDING",
     "CONFIG_MAP",
     "CRD",
     "DEPLOYMENT",

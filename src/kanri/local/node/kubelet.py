@@ -645,9 +645,15 @@ class Kubelet:
         if status == owned_fields(pod.get("status")):
             return
         meta = pod["metadata"]
+        body = dict(status)
+        for key in ("podIPs", "hostIPs"):
+            if key in body:
+                # A strategic merge would add the new address next to the old one (a restarted node gives the pod
+                # a new address): replace the list instead.
+                body[key] = [{"$patch": "replace"}, *body[key]]
         try:
             await self._client.patch(
-                POD, meta["name"], {"status": status}, meta["namespace"], patch_type="strategic", subresource="status"
+                POD, meta["name"], {"status": body}, meta["namespace"], patch_type="strategic", subresource="status"
             )
         except ApiError as exc:
             if not exc.not_found:

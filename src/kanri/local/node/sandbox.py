@@ -68,31 +68,37 @@ def resolv_conf(pod: Obj, dns_ip: str, cluster_domain: str) -> str | None:
 
 
 def passwd_and_group(users: Iterable[Mapping[str, Any]], uid: int | None, gid: int | None) -> tuple[str, str] | None:
-    """Host ``/etc/passwd`` and ``/etc/group`` plus the image's users and the container's uid/gid when the host
-    lacks them; None when nothing needs adding."""
-    passwd_lines = Path("/etc/passwd").read_text().splitlines()
-    group_lines = Path("/etc/group").read_text().splitlines()
+    """The container's ``/etc/passwd`` and ``/etc/group``: the host's, with the image's users in place of any host
+    entry of the same name or id (the image's ``postgres`` is uid 26 even where the host's is 101), plus an entry
+    for a ``runAsUser``/``runAsGroup`` neither knows; None when nothing differs from the host."""
+    image_users = [(str(u["name"]), int(u["uid"]), int(u.get("gid", u["uid"])), str(u.get("home", "/"))) for u in users]
+    names = {name for name, *_ in image_users}
+    uids = {user_uid for _, user_uid, _, _ in image_users}
+    gids = {user_gid for _, _, user_gid, _ in image_users}
+    passwd_lines = [
+        line
+        for line in Path("/etc/passwd").read_text().splitlines()
+        if line.count(":") < 6 or (line.split(":")[0] not in names and int(line.split(":")[2]) not in uids)
+    ]
+    group_lines = [
+        line
+        for line in Path("/etc/group").read_text().splitlines()
+        if line.count(":") < 3 or (line.split(":")[0] not in names and int(line.split(":")[2]) not in gids)
+    ]
+    passwd_lines += [f"{n}:x:{u}:{g}:{n}:{home}:/bin/sh" for n, u, g, home in image_users]
+    group_lines += [f"{n}:x:{g}:" for n, g in {n: g for n, _, g, _ in image_users}.items()]
     known_uids = {int(line.split(":")[2]) for line in passwd_lines if line.count(":") >= 6}
     known_gids = {int(line.split(":")[2]) for line in group_lines if line.count(":") >= 3}
-    known_users = {line.split(":")[0] for line in passwd_lines}
-    extra_passwd, extra_group = [], []
-    for user in users:
-        user_uid, user_gid = int(user["uid"]), int(user.get("gid", user["uid"]))
-        name = str(user["name"])
-        if user_uid not in known_uids and name not in known_users:
-            home = user.get("home", "/")
-            extra_passwd.append(f"{name}:x:{user_uid}:{user_gid}:{name}:{home}:/bin/sh")
-            known_uids.add(user_uid)
-        if user_gid not in known_gids:
-            extra_group.append(f"{name}:x:{user_gid}:")
-            known_gids.add(user_gid)
+    added = bool(image_users)
     if uid is not None and uid not in known_uids:
-        extra_passwd.append(f"uid{uid}:x:{uid}:{gid if gid is not None else uid}:uid{uid}:/:/bin/sh")
+        passwd_lines.append(f"uid{uid}:x:{uid}:{gid if gid is not None else uid}:uid{uid}:/:/bin/sh")
+        added = True
     if gid is not None and gid not in known_gids:
-        extra_group.append(f"gid{gid}:x:{gid}:")
-    if not extra_passwd and not extra_group:
+        group_lines.append(f"gid{gid}:x:{gid}:")
+        added = True
+    if not added:
         return None
-    return "\n".join(passwd_lines + extra_passwd) + "\n", "\n".join(group_lines + extra_group) + "\n"
+    return "\n".join(passwd_lines) + "\n", "\n".join(group_lines) + "\n"
 
 
 def primary_group(uid: int) -> int:

@@ -1,0 +1,37 @@
+"""``python -m kanri.instance [run]`` / ``kanri-instance [run]``: the instance manager, PID 1 of a PostgreSQL pod."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import structlog
+
+from kanri.instance.config import Settings, SettingsError
+from kanri.instance.logs import configure_logging
+from kanri.instance.manager import InstanceManager
+
+USAGE = "usage: kanri-instance [run]   (configured by environment variables; see docs/instance-manager.md)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the manager until SIGTERM; the exit code is the process's."""
+    args = sys.argv[1:] if argv is None else argv
+    if args in (["-h"], ["--help"]):
+        print(USAGE)
+        return 0
+    if args not in ([], ["run"]):
+        print(USAGE, file=sys.stderr)
+        return 2
+    try:
+        settings = Settings.from_env()
+    except SettingsError as exc:
+        configure_logging()
+        structlog.get_logger("kanri.instance").error("invalid settings", reason=str(exc))
+        return 2
+    configure_logging(instance=settings.name, cluster=settings.cluster, namespace=settings.namespace)
+    return asyncio.run(InstanceManager(settings).run())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""The instance manager's inputs: settings from the environment, the cluster config file, mounted secrets.
+
+Everything the operator tells a pod arrives here: plain settings as environment variables (read once, at start), the
+cluster-wide ``instance.json`` from a ConfigMap (re-read while running) and credentials as Secret files. Nothing in
+this module talks to PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+Bootstrap = Literal["primary", "replica"]
+
+SUPERUSER = "postgres"
+"""The database superuser: initdb's ``--username``, peer-authenticated over the unix socket as the OS user."""
+
+
+class SettingsError(ValueError):
+    """The environment does not describe a runnable instance (a missing or malformed variable)."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Where things are and who this instance is; see docs/instance-manager.md for each variable."""
+
+    cluster: str
+    name: str
+    namespace: str
+    pod_ip: str
+    pgdata: Path
+    pg_bin: Path
+    bootstrap: Bootstrap
+    primary_host: str
+    primary_port: int
+    superuser_dir: Path
+    replication_dir: Path
+    app_dir: Path
+    app_database: str
+    token_file: Path
+    config_file: Path
+    pg_port: int
+    http_port: int
+    pg_listen: str
+    http_listen: str
+    socket_dir: Path
+    config_interval: float = 2.0
+
+    @property
+    def passfile(self) -> Path:
+        """The libpq password file for replication connections: in the private socket directory, so it is neither on
+        the data volume nor copied by pg_basebackup."""
+        return self.socket_dir / "kanri.pgpass"
+
+    def binary(self, program: str) -> str:
+        """The path of one PostgreSQL program (``postgres``, ``initdb``, ...)."""
+        return str(self.pg_bin / program)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Settings from ``env`` (default: ``os.environ``); raises SettingsError naming the first bad variable."""
+        env = os.environ if env is None else env
+
+        def required(key: str) -> str:
+            value = env.get(key, "").strip()
+            if not value:
+                raise SettingsError(f"{key} must be set")
+            return value
+
+        def port(key: str, default: int) -> int:
+            raw = env.get(key, "").strip() or str(default)
+            if not raw.isdigit() or not 0 < int(raw) < 65536:
+                raise SettingsError(f"{key} must be a TCP port, not {raw!r}")
+            return int(raw)
+
+        bootstrap = env.get("KANRI_BOOTSTRAP", "primary").strip() or "primary"
+        if bootstrap not in ("primary", "replica"):
+            raise SettingsError(f"KANRI_BOOTSTRAP must be 'primary' or 'replica', not {bootstrap!r}")
+        listen = env.get("KANRI_LISTEN_ADDRESS", "").strip()
+        name = required("POD_NAME")
+        return cls(
+            cluster=required("KANRI_CLUSTER"),
+            name=name,
+            namespace=env.get("POD_NAMESPACE", ""),
+            pod_ip=env.get("POD_IP", ""),
+            pgdata=Path(env.get("PGDATA") or "/var/lib/postgresql/data/pgdata"),
+            pg_bin=Path(env.get("KANRI_PG_BIN") or "/usr/lib/postgresql/15/bin"),
+            bootstrap=bootstrap,  # type: ignore[arg-type]  # checked just above
+            primary_host=env.get("KANRI_PRIMARY_HOST", "").strip() or f"{required('KANRI_CLUSTER')}-rw",
+            primary_port=port("KANRI_PRIMARY_PORT", 5432),
+            superuser_dir=Path(env.get("KANRI_SUPERUSER_DIR") or "/etc/kanri/superuser"),
+            replication_dir=Path(env.get("KANRI_REPLICATION_DIR") or "/etc/kanri/replication"),
+            app_dir=Path(env.get("KANRI_APP_DIR") or "/etc/kanri/app"),
+            app_database=env.get("KANRI_APP_DATABASE", "").strip() or "app",
+            token_file=Path(env.get("KANRI_API_TOKEN_FILE") or "/etc/kanri/api/token"),
+            config_file=Path(env.get("KANRI_CONFIG_FILE") or "/etc/kanri/config/instance.json"),
+            pg_port=port("KANRI_PG_PORT", 5432),
+            http_port=port("KANRI_HTTP_PORT", 8008),
+            pg_listen=listen or "*",
+            http_listen=listen or "0.0.0.0",
+            socket_dir=Path(env.get("KANRI_SOCKET_DIR") or "/var/run/postgresql"),
+        )
+
+
+class ClusterConfig(BaseModel):
+    """The operator's ``instance.json``: user parameters, the cluster's instance names, synchronous standbys."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+    parameters: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    instances: tuple[str, ...] = ()
+    synchronous_standbys: int = Field(default=0, ge=0, alias="synchronousStandbys")
+
+    @classmethod
+    def parse(cls, raw: bytes) -> ClusterConfig:
+        """Parse the file's bytes; raises ValueError with a short reason (never the whole file)."""
+        try:
+            return cls.model_validate(json.loads(raw or b"{}"))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"config file is not JSON: {exc.msg} at line {exc.lineno}") from None
+        except ValidationError as exc:
+            raise ValueError(
+                f"config file is invalid: {exc.error_count()} error(s): {exc.errors()[0]['msg']}"
+            ) from None
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """A username and password from a kubernetes.io/basic-auth Secret. The password never shows in ``repr``."""
+
+    username: str
+    password: str = field(repr=False)
+
+
+def read_credentials(directory: Path) -> Credentials | None:
+    """The ``username`` and ``password`` files of a mounted Secret, or None when either is missing or empty."""
+    try:
+        username = (directory / "username").read_text().strip()
+        password = (directory / "password").read_text().rstrip("\r\n")
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if not username or not password:
+        return None
+    return Credentials(username, password)

@@ -1,0 +1,94 @@
+"""The HTTP API the operator (and the kubelet's probes) talk to.
+
+``GET /status``, ``GET /readyz``, ``GET /healthz`` are open (no secret is ever in them); ``POST /promote`` and
+``POST /restart`` need ``Authorization: Bearer <token>`` with the token from ``KANRI_API_TOKEN_FILE`` (read on every
+request, so a rotated Secret takes effect without a restart). Errors are JSON: ``{"error": "..."}``.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import structlog
+from aiohttp import web
+
+log = structlog.get_logger("kanri.instance.http")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class ActionError(Exception):
+    """An action the instance refuses or cannot do now; ``status`` is the HTTP status to answer with."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+class Backend(Protocol):
+    """What the API needs from the manager."""
+
+    async def status(self) -> dict[str, Any]: ...
+
+    async def not_ready_reason(self) -> str | None: ...
+
+    async def promote(self) -> dict[str, Any]: ...
+
+    async def restart(self) -> dict[str, Any]: ...
+
+    def api_token(self) -> str | None: ...
+
+
+def _error(status: int, reason: str) -> web.Response:
+    return web.json_response({"error": reason}, status=status)
+
+
+def build_app(backend: Backend) -> web.Application:
+    """The aiohttp application over ``backend``."""
+
+    def authorized(request: web.Request) -> bool:
+        token = backend.api_token()
+        header = request.headers.get("Authorization", "")
+        if not token or not header.startswith("Bearer "):
+            return False
+        return hmac.compare_digest(header.removeprefix("Bearer ").strip().encode(), token.encode())
+
+    def action(run: Callable[[], Awaitable[dict[str, Any]]], name: str) -> Handler:
+        async def handler(request: web.Request) -> web.StreamResponse:
+            if not authorized(request):
+                log.warning("refused unauthorized request", action=name, peer=request.remote)
+                return _error(401, "a valid bearer token is required")
+            log.info("action requested", action=name, peer=request.remote)
+            try:
+                return web.json_response(await run())
+            except ActionError as exc:
+                log.warning("action refused", action=name, status=exc.status, reason=exc.reason)
+                return _error(exc.status, exc.reason)
+            except Exception as exc:  # e.g. the server went away mid-action: still a JSON answer, and a log line
+                log.exception("action failed", action=name)
+                return _error(500, f"{name} failed: {exc}")
+
+        return handler
+
+    async def status(_: web.Request) -> web.StreamResponse:
+        return web.json_response(await backend.status())
+
+    async def readyz(_: web.Request) -> web.StreamResponse:
+        reason = await backend.not_ready_reason()
+        if reason is None:
+            return web.json_response({"ready": True})
+        return web.json_response({"ready": False, "reason": reason}, status=503)
+
+    async def healthz(_: web.Request) -> web.StreamResponse:
+        return web.json_response({"alive": True})
+
+    app = web.Application()
+    app.router.add_get("/status", status)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_post("/promote", action(backend.promote, "promote"))
+    app.router.add_post("/restart", action(backend.restart, "restart"))
+    return app

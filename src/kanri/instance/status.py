@@ -1,0 +1,112 @@
+"""What the operator reads about an instance: role, timeline, LSNs, replication, readiness.
+
+Pure queries over one connection; no secrets are selected (pg_stat_replication's conninfo-free columns only).
+LSNs are strings (``0/3000148``), the system identifier too (it exceeds JavaScript's integer range).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg.rows import DictRow
+
+from kanri.instance.db import APPLICATION_NAME, fetch_one
+
+_COMMON = """
+SELECT pg_is_in_recovery() AS in_recovery,
+       (SELECT system_identifier::text FROM pg_control_system()) AS system_identifier,
+       current_setting('server_version') AS version,
+       (SELECT count(*) FROM pg_stat_activity
+         WHERE backend_type = 'client backend' AND application_name IS DISTINCT FROM %s) AS connections,
+       EXISTS (SELECT 1 FROM pg_settings WHERE pending_restart) AS pending_restart
+"""
+
+# pg_walfile_name() uses the timeline WAL is being inserted on: the new one right after a promotion, before the
+# end-of-recovery checkpoint has updated pg_control.
+_PRIMARY = """
+SELECT pg_current_wal_lsn()::text AS write_lsn,
+       pg_current_wal_flush_lsn()::text AS flush_lsn,
+       ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int AS timeline
+"""
+
+_REPLICAS = """
+SELECT application_name AS name, state, sent_lsn::text AS sent_lsn, flush_lsn::text AS flush_lsn,
+       replay_lsn::text AS replay_lsn,
+       pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn)::bigint AS lag_bytes, sync_state
+  FROM pg_stat_replication ORDER BY application_name
+"""
+
+_REPLICA = """
+SELECT pg_last_wal_receive_lsn()::text AS receive_lsn,
+       pg_last_wal_replay_lsn()::text AS replay_lsn,
+       greatest(pg_wal_lsn_diff(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()), 0)::bigint AS lag_bytes,
+       coalesce((SELECT status = 'streaming' FROM pg_stat_wal_receiver), false) AS streaming,
+       coalesce((SELECT received_tli FROM pg_stat_wal_receiver),
+                (SELECT timeline_id FROM pg_control_checkpoint())) AS timeline
+"""
+
+
+async def collect(conn: psycopg.AsyncConnection[DictRow]) -> dict[str, Any]:
+    """The database part of ``GET /status`` (camelCase keys)."""
+    common = await fetch_one(conn, _COMMON, (APPLICATION_NAME,))
+    status: dict[str, Any] = {
+        "role": "replica" if common["in_recovery"] else "primary",
+        "inRecovery": common["in_recovery"],
+        "systemIdentifier": common["system_identifier"],
+        "postgresVersion": common["version"],
+        "connections": common["connections"],
+        "pendingRestart": common["pending_restart"],
+        "configErrors": await config_errors(conn),
+    }
+    if common["in_recovery"]:
+        row = await fetch_one(conn, _REPLICA)
+        status.update(
+            timeline=row["timeline"],
+            receiveLsn=row["receive_lsn"],
+            replayLsn=row["replay_lsn"],
+            lagBytes=row["lag_bytes"],
+            streaming=row["streaming"],
+        )
+    else:
+        row = await fetch_one(conn, _PRIMARY)
+        cursor = await conn.execute(_REPLICAS)
+        replicas = [
+            {
+                "name": r["name"],
+                "state": r["state"],
+                "sentLsn": r["sent_lsn"],
+                "flushLsn": r["flush_lsn"],
+                "replayLsn": r["replay_lsn"],
+                "lagBytes": r["lag_bytes"],
+                "syncState": r["sync_state"],
+            }
+            for r in await cursor.fetchall()
+        ]
+        status.update(timeline=row["timeline"], writeLsn=row["write_lsn"], flushLsn=row["flush_lsn"], replicas=replicas)
+    return status
+
+
+async def config_errors(conn: psycopg.AsyncConnection[DictRow]) -> list[str]:
+    """Entries of the configuration files PostgreSQL cannot use (one bad entry blocks a whole reload).
+    Invalid values of known parameters are not caught here; PostgreSQL only logs them."""
+    # "setting could not be applied" marks a parameter waiting for a restart: that is pendingRestart, not an error;
+    # rows about a whole file (not parsable) have no name
+    cursor = await conn.execute(
+        "SELECT coalesce(name, sourcefile, 'configuration') || ': ' || error AS problem FROM pg_file_settings"
+        " WHERE error IS NOT NULL AND error <> 'setting could not be applied' ORDER BY seqno"
+    )
+    return [row["problem"] for row in await cursor.fetchall()]
+
+
+async def readiness(conn: psycopg.AsyncConnection[DictRow]) -> str | None:
+    """None when the instance can serve: a primary that takes connections, a replica whose WAL receiver streams.
+    Otherwise the reason it cannot."""
+    row = await fetch_one(
+        conn,
+        "SELECT pg_is_in_recovery() AS in_recovery,"
+        " coalesce((SELECT status FROM pg_stat_wal_receiver), 'not running') AS receiver",
+    )
+    if row["in_recovery"] and row["receiver"] != "streaming":
+        return f"replica WAL receiver is {row['receiver']}"
+    return None

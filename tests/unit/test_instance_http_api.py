@@ -1,0 +1,93 @@
+"""The instance manager's HTTP API over a fake backend: routes, bearer-token checks, error mapping."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from aiohttp.test_utils import TestClient, TestServer
+
+from kanri.instance.http_api import ActionError, build_app
+
+
+class FakeBackend:
+    def __init__(self) -> None:
+        self.reason: str | None = "bootstrapping (replica)"
+        self.token: str | None = "t0ken"
+        self.promotions = 0
+
+    async def status(self) -> dict[str, Any]:
+        return {"name": "orders-2", "role": "replica"}
+
+    async def not_ready_reason(self) -> str | None:
+        return self.reason
+
+    async def promote(self) -> dict[str, Any]:
+        self.promotions += 1
+        if self.promotions > 1:
+            raise ActionError(409, "this instance is already a primary")
+        return {"promoted": True, "timeline": 2}
+
+    async def restart(self) -> dict[str, Any]:
+        return {"restarted": True, "pendingRestart": False}
+
+    def api_token(self) -> str | None:
+        return self.token
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def api() -> AsyncIterator[tuple[TestClient[Any, Any], FakeBackend]]:
+    backend = FakeBackend()
+    async with TestClient(TestServer(build_app(backend))) as client:
+        yield client, backend
+
+
+@pytest.mark.timeout(10)
+async def test_readyz_is_503_with_the_reason_until_the_backend_is_ready(
+    api: tuple[TestClient[Any, Any], FakeBackend],
+) -> None:
+    client, backend = api
+    response = await client.get("/readyz")
+    assert (response.status, await response.json()) == (503, {"ready": False, "reason": "bootstrapping (replica)"})
+    backend.reason = None
+    response = await client.get("/readyz")
+    assert (response.status, await response.json()) == (200, {"ready": True})
+    assert (await client.get("/healthz")).status == 200
+    assert await (await client.get("/status")).json() == {"name": "orders-2", "role": "replica"}
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("header", [None, "Bearer wrong", "t0ken", "Basic t0ken"])
+async def test_actions_without_the_bearer_token_are_401(
+    api: tuple[TestClient[Any, Any], FakeBackend], header: str | None
+) -> None:
+    client, backend = api
+    headers = {} if header is None else {"Authorization": header}
+    for path in ("/promote", "/restart"):
+        response = await client.post(path, headers=headers)
+        assert response.status == 401
+        assert "error" in await response.json()
+    assert backend.promotions == 0
+
+
+@pytest.mark.timeout(10)
+async def test_no_token_file_refuses_every_action(api: tuple[TestClient[Any, Any], FakeBackend]) -> None:
+    client, backend = api
+    backend.token = None
+    assert (await client.post("/restart", headers={"Authorization": "Bearer "})).status == 401
+
+
+@pytest.mark.timeout(10)
+async def test_an_action_error_becomes_its_status_with_a_json_reason(
+    api: tuple[TestClient[Any, Any], FakeBackend],
+) -> None:
+    client, _ = api
+    auth = {"Authorization": "Bearer t0ken"}
+    first = await client.post("/promote", headers=auth)
+    assert (first.status, await first.json()) == (200, {"promoted": True, "timeline": 2})
+    second = await client.post("/promote", headers=auth)
+    assert (second.status, await second.json()) == (409, {"error": "this instance is already a primary"})
+    restart = await client.post("/restart", headers=auth)
+    assert (restart.status, await restart.json()) == (200, {"restarted": True, "pendingRestart": False})
