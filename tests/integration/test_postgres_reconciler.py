@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest_asyncio
 from aiohttp import web
-from prometheus_client import CollectorRegistry
 
 from kanri.local.controlplane import Endpoint
 from kanri.local.node.options import NodeOptions
@@ -24,11 +23,10 @@ from kanri.postgres.children.pvc import claim
 from kanri.postgres.children.statefulset import statefulset
 from kanri.postgres.instances import HttpInstanceClient
 from kanri.postgres.kinds import POSTGRES_CLUSTER
-from kanri.postgres.operator import OperatorOptions, build_manager
 from kanri.postgres.reconciler import validated_spec
 from kanri.postgres.secrets import desired_secrets
 from kanri.postgres.sync import FIELD_MANAGER
-from kanri.runtime import ApiError, Client, ClientMetrics, Manager, ManagerOptions, crd_for
+from kanri.runtime import ApiError, Client, Manager, ManagerOptions, crd_for
 from kanri.runtime.kinds import (
     CONFIG_MAP,
     CRD,
@@ -44,10 +42,10 @@ from kanri.runtime.kinds import (
     STATEFUL_SET,
     STORAGE_CLASS,
 )
+from tests.postgres_support import Operator
 from tests.support import eventually
 
 Obj = dict[str, Any]
-WRITES = ("POST", "PUT", "PATCH", "DELETE")
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -97,56 +95,6 @@ def pgc(name: str, namespace: str, **spec: Any) -> Obj:
     body: Obj = {"version": 16, "replicas": 3, "storage": {"size": "1Gi"}, **spec}
     return {"apiVersion": POSTGRES_CLUSTER.api_version, "kind": "PostgresCluster",
             "metadata": {"name": name, "namespace": namespace}, "spec": body}  # fmt: skip
-
-
-class Operator:
-    """The operator's Manager on its own client, whose requests are counted."""
-
-    def __init__(self, control_plane: Endpoint, namespace: str, *, instances: HttpInstanceClient | None = None) -> None:
-        self.control_plane = control_plane
-        self.namespace = namespace
-        self.instances = instances
-        self.registry = CollectorRegistry()
-        self.client_registry = CollectorRegistry()
-
-    @contextlib.asynccontextmanager
-    async def running(self, refresh: float = 1.0) -> AsyncIterator[Manager]:
-        kubeconfig = str(self.control_plane.kubeconfig)
-        self.registry, self.client_registry = CollectorRegistry(), CollectorRegistry()  # fresh counts per run
-        async with await Client.from_kubeconfig(kubeconfig, metrics=ClientMetrics(self.client_registry)) as own:
-            self.host = own.host.split("://", 1)[-1]
-            options = OperatorOptions(namespace=self.namespace, leader_election=False, health_port=None,
-                                      refresh=refresh)  # fmt: skip
-            manager = build_manager(own, options, instances=self.instances, registry=self.registry)
-            task = asyncio.create_task(manager.run(handle_signals=False))
-            try:
-                yield manager
-            finally:
-                manager.stop()
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(task, 20)
-                if task.done() and not task.cancelled() and task.exception() is not None:
-                    raise task.exception()  # type: ignore[misc]
-
-    def writes(self) -> float:
-        total = 0.0
-        for metric in self.client_registry.collect():
-            for sample in metric.samples:
-                if sample.name == "rest_client_requests_total" and sample.labels["method"] in WRITES:
-                    total += sample.value
-        return total
-
-    def reconciles(self) -> float:
-        total = 0.0
-        for metric in self.registry.collect():
-            for sample in metric.samples:
-                if sample.name == "controller_runtime_reconcile_total":
-                    total += sample.value
-        return total
-
-    def errors(self) -> float:
-        return self.registry.get_sample_value("controller_runtime_reconcile_errors_total",
-                                              {"controller": "postgrescluster"}) or 0.0  # fmt: skip
 
 
 async def names_of(client: Client, kind: Any, namespace: str) -> list[str]:
