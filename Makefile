@@ -21,7 +21,7 @@ controlplane: $(VENV)/.installed
 	$(BIN)/kanri local build
 
 up: setup
-	$(BIN)/kanri local up
+	$(BIN)/kanri up
 
 down:
 	$(BIN)/kanri local down
