@@ -107,8 +107,13 @@ async def cluster_ip(client: Client, namespace: str, service: str) -> str:
     return str((await client.get(SERVICE, service, namespace))["spec"]["clusterIP"])
 
 
-async def pod_ips(client: Client, namespace: str, name: str) -> dict[str, str]:
+async def pods_of(client: Client, namespace: str, name: str) -> list[Obj]:
     pods = (await client.list(POD, namespace, label_selector=f"{CLUSTER}={name}"))[0]
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+
+async def pod_ips(client: Client, namespace: str, name: str) -> dict[str, str]:
+    pods = await pods_of(client, namespace, name)
     return {p["metadata"]["name"]: p["status"]["podIP"] for p in pods if (p.get("status") or {}).get("podIP")}
 
 
@@ -142,6 +147,29 @@ async def every_instance_has(client: Client, namespace: str, name: str, expected
     ips = await pod_ips(client, namespace, name)
     results = await asyncio.gather(*(rows_on(ip, user, password) for ip in ips.values()))
     return bool(ips) and all(r == expected for r in results)
+
+
+async def show_everywhere(client: Client, namespace: str, name: str, query: str) -> list[Any] | None:
+    """``query``'s single value on every instance (None while one cannot answer)."""
+    user, password = await credentials(client, namespace, name)
+    values = []
+    for ip in (await pod_ips(client, namespace, name)).values():
+        try:
+            async with await connect(ip, user, password) as conn:
+                row = await (await conn.execute(query)).fetchone()
+        except psycopg.Error:
+            return None
+        values.append(row[0] if row else None)
+    return values
+
+
+async def setting_everywhere(client: Client, namespace: str, name: str, setting: str, value: str) -> bool:
+    values = await show_everywhere(client, namespace, name, f"SHOW {setting}")
+    return values is not None and bool(values) and all(v == value for v in values)
+
+
+async def postmaster_start_times(client: Client, namespace: str, name: str) -> list[Any] | None:
+    return await show_everywhere(client, namespace, name, "SELECT pg_postmaster_start_time()")
 
 
 async def names(client: Client, kind: Any, namespace: str, name: str) -> list[str]:
@@ -194,6 +222,38 @@ async def test_three_instances_replicate_scale_grow_and_converge_with_zero_write
 
         await eventually(grown, timeout=60, interval=1)
         await eventually(lambda: ready(client, namespace, "orders", 2), timeout=60, interval=1)
+
+        # Parameters: a reloadable one applies in place; one that needs a restart is rolled out by the operator.
+        started = await postmaster_start_times(client, namespace, "orders")
+        parameters = {"work_mem": "8MB"}
+        await client.patch(POSTGRES_CLUSTER, "orders", {"spec": {"postgresql": {"parameters": parameters}}}, namespace)
+        await eventually(lambda: setting_everywhere(client, namespace, "orders", "work_mem", "8MB"), timeout=60)
+        assert await postmaster_start_times(client, namespace, "orders") == started  # reloaded, not restarted
+        parameters = {"work_mem": "8MB", "shared_buffers": "64MB"}
+        await client.patch(POSTGRES_CLUSTER, "orders", {"spec": {"postgresql": {"parameters": parameters}}}, namespace)
+        await eventually(
+            lambda: setting_everywhere(client, namespace, "orders", "shared_buffers", "64MB"), timeout=180, interval=1
+        )
+        await eventually(lambda: ready(client, namespace, "orders", 2), timeout=60, interval=1)
+
+        # A pod template change (resources) is rolled out one instance at a time, the replica before the primary.
+        primary_pod = f"{primary}-0"
+        before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in await pods_of(client, namespace, "orders")}
+        resources = {"requests": {"cpu": "50m", "memory": "64Mi"}}
+        await client.patch(POSTGRES_CLUSTER, "orders", {"spec": {"resources": resources}}, namespace)
+
+        async def rolled() -> list[Obj] | None:
+            pods = await pods_of(client, namespace, "orders")
+            replaced = [p for p in pods if before.get(p["metadata"]["name"]) != p["metadata"]["uid"]]
+            return pods if len(replaced) == 2 else None
+
+        pods = await eventually(rolled, timeout=240, interval=1)
+        created = {p["metadata"]["name"]: p["metadata"]["creationTimestamp"] for p in pods}
+        replica_pod = next(name for name in created if name != primary_pod)
+        assert created[replica_pod] <= created[primary_pod]
+        assert all(p["spec"]["containers"][0]["resources"]["requests"]["memory"] == "64Mi" for p in pods)
+        await eventually(lambda: ready(client, namespace, "orders", 2), timeout=120, interval=1)
+        assert await every_instance_has(client, namespace, "orders", [1, 2])
 
 
 async def test_hibernate_wake_retain_recreate_and_delete(

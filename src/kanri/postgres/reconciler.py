@@ -25,6 +25,7 @@ from kanri.postgres.children.rbac import rbac
 from kanri.postgres.children.services import services
 from kanri.postgres.children.statefulset import bootstrap_role, image_major, statefulset
 from kanri.postgres.deletion import FINALIZER, cleanup
+from kanri.postgres.diff import is_subset
 from kanri.postgres.instances import InstanceClient, InstanceReport, gather_reports
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.labels import CLUSTER, PRIMARY, REPLICA, ROLE
@@ -45,6 +46,7 @@ from kanri.runtime import (
     Result,
     add_finalizer,
     finalizer_step,
+    get_condition,
     is_controlled_by,
     remove_finalizer,
 )
@@ -144,6 +146,8 @@ class ClusterPass:
         self.uid: str = meta["uid"]
         self.running = spec.replicas > 0
         self.blocked: list[str] = []
+        self.rolling: str | None = None
+        self.waiting_to_roll: list[str] = []
         """Children another (deleted) owner still controls; looked at again shortly."""
 
     @property
@@ -167,7 +171,8 @@ class ClusterPass:
         restarting = await self.restart(plan, reports)
         observation = Observation(plan=plan, hibernated=not self.running, reports=reports, pods=pods,
                                   generation=int(self.cluster["metadata"].get("generation", 0)), storage=storage,
-                                  scaled=scaled, restarting=restarting)  # fmt: skip
+                                  scaled=scaled, restarting=restarting, rolling=self.rolling,
+                                  waiting_to_roll=tuple(self.waiting_to_roll))  # fmt: skip
         await self.report(observation)
         return Result(requeue_after=_RETRY_BLOCKED if self.blocked else self.r.refresh)
 
@@ -237,10 +242,36 @@ class ClusterPass:
         majors = [m for s in self.cache.owned_by(STATEFUL_SET, self.uid) if (m := image_major(s)) is not None]
         return min(majors, default=self.spec.version)
 
-    async def instances(self, plan: InstancePlan) -> None:
-        """Each instance's claim (created once, never owned) and StatefulSet (1 replica, 0 while hibernated)."""
-        major = self.running_major()
+    def settled(self, plan: InstancePlan) -> bool:
+        """Every instance's StatefulSet has rolled out its current template and its pod is Ready."""
         for instance in plan.instances:
+            sts = self.cache.get(STATEFUL_SET, instance, self.namespace)
+            pod = self.cache.get(POD, names.pod_name(instance), self.namespace)
+            if sts is None or pod is None:
+                return False
+            status = sts.get("status") or {}
+            if status.get("observedGeneration") != sts["metadata"].get("generation"):
+                return False
+            if status.get("updateRevision") != status.get("currentRevision") or not status.get("readyReplicas"):
+                return False
+            ready = get_condition((pod.get("status") or {}).get("conditions"), "Ready")
+            if ready is None or ready["status"] != "True":
+                return False
+        return True
+
+    def rollout_order(self, plan: InstancePlan) -> list[str]:
+        """Replicas first, the primary last: a template change restarts the primary once, after its replicas."""
+        primary = (self.cluster.get("status") or {}).get("currentPrimary") or plan.primary
+        return [i for i in plan.instances if i != primary] + [i for i in plan.instances if i == primary]
+
+    async def instances(self, plan: InstancePlan) -> None:
+        """Each instance's claim (created once, never owned) and StatefulSet (1 replica, 0 while hibernated).
+
+        A changed pod template (resources, placement, image settings) restarts the pod, so it is rolled out one
+        instance at a time, replicas first and the primary last, each only once every instance is Ready again."""
+        major = self.running_major()
+        settled: bool | None = None
+        for instance in self.rollout_order(plan):
             if self.cache.get(PVC, instance, self.namespace) is None:
                 storage_class = self.spec.storage.storage_class_name
                 try:
@@ -252,6 +283,12 @@ class ClusterPass:
             kept = bootstrap_role(current) if current is not None and is_controlled_by(current, self.cluster) else None
             role = kept or (PRIMARY if instance == plan.primary else REPLICA)
             desired = statefulset(self.cluster, self.spec, instance, role=role, major=major, running=self.running)
+            if self.restarts_pod(current, desired):
+                settled = self.settled(plan) if settled is None else settled
+                if self.rolling is not None or not settled:
+                    self.waiting_to_roll.append(instance)
+                    continue
+                self.rolling = instance
             outcome = await self.apply(STATEFUL_SET, desired)
             if outcome == "created":
                 await self.r.events.normal(self.cluster, "CreatedInstance",
@@ -263,6 +300,12 @@ class ClusterPass:
                     await self.r.events.normal(self.cluster, reason, f"{verb} instance {instance}")
                 else:
                     await self.r.events.normal(self.cluster, "UpdatedInstance", f"updated instance {instance}")
+
+    def restarts_pod(self, current: Obj | None, desired: Obj) -> bool:
+        """Whether applying ``desired`` would replace a running pod (its template changes while it runs)."""
+        if current is None or not self.running or int((current.get("spec") or {}).get("replicas", 0)) == 0:
+            return False
+        return not is_subset(desired["spec"]["template"], (current.get("spec") or {}).get("template"))
 
     async def budgets(self, plan: InstancePlan) -> None:
         """Disruption budgets while a primary and replicas run; none otherwise."""

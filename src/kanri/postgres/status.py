@@ -55,6 +55,10 @@ class Observation:
     scaled: bool = False
     """This pass added or removed instances."""
     restarting: str | None = None
+    rolling: str | None = None
+    """The instance whose pod template is being updated now (one at a time, replicas first)."""
+    waiting_to_roll: tuple[str, ...] = ()
+    """Instances whose new pod template waits for the rollout to reach them."""
 
 
 def _lsn(value: str | None) -> str | None:
@@ -129,6 +133,10 @@ def compute_status(old: Obj, obs: Observation, now: datetime) -> Obj:
         progressing = (True, "Provisioning", f"creating the cluster: {summary}")
     elif obs.storage.resizing:
         progressing = (True, "ResizingStorage", f"volumes growing: {', '.join(obs.storage.resizing)}")
+    elif obs.rolling or obs.waiting_to_roll:
+        waiting = f"; next: {', '.join(obs.waiting_to_roll)}" if obs.waiting_to_roll else ""
+        doing = f"updating {obs.rolling}" if obs.rolling else "waiting for every instance to be ready"
+        progressing = (True, "RollingUpdate", f"pod template changed: {doing}{waiting}")
     elif obs.restarting:
         progressing = (True, "RestartingInstances", f"restarting {obs.restarting} to apply parameters")
     elif not_ready:

@@ -17,7 +17,7 @@ import asyncio
 
 from kanri.local.node.dns import ClusterDNS, reserve_dns_service
 from kanri.local.node.kubelet import Kubelet, log_path
-from kanri.local.node.network import PodNetwork
+from kanri.local.node.network import NodeLock, PodNetwork
 from kanri.local.node.node import NodeAgent
 from kanri.local.node.options import NodeOptions
 from kanri.local.node.provisioner import PROVISIONER, VolumeProvisioner, VolumeReclaimer, ensure_storage_class
@@ -58,6 +58,9 @@ class LocalNode:
 
     async def run(self) -> None:
         """Register the node and run everything until :meth:`stop` (or cancellation)."""
+        lock = NodeLock() if self.network is not None else None
+        if lock is not None:
+            lock.acquire()  # before anything is made: a refused node must not tear down the running one's network
         try:
             if self.network is not None:
                 await self.network.start()
@@ -75,7 +78,11 @@ class LocalNode:
                     await self.kubelet.shutdown(self.options.shutdown_grace)
         finally:
             # Shielded: a cancelled node must still leave no namespace, link or mountpoint behind.
-            await asyncio.shield(self._clean_up())
+            try:
+                await asyncio.shield(self._clean_up())
+            finally:
+                if lock is not None:
+                    lock.release()
 
     async def _clean_up(self) -> None:
         if self.dns is not None:

@@ -18,8 +18,10 @@ namespace or link.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import ipaddress
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,7 +112,8 @@ class PodNetwork:
         self._lock = asyncio.Lock()
 
     async def start(self) -> None:
-        """Remove what an earlier run left, then create the bridge with the gateway address."""
+        """Remove what an earlier run left, then create the bridge with the gateway address. The caller holds the
+        machine's :class:`NodeLock`."""
         await self.remove_leftovers()
         await run_ip("link", "add", self.options.bridge, "type", "bridge")
         await run_ip("addr", "add", f"{self.options.internal_ip}/{self.prefix_length}", "dev", self.options.bridge)
@@ -177,12 +180,46 @@ class PodNetwork:
 
 
 def leftover_namespaces(options: NodeOptions) -> list[str]:
-    """Network namespaces named with the node's prefix (``/run/netns`` entries)."""
+    """Network namespaces named as this node names them (``<prefix><8 hex digits>`` in ``/run/netns``) — exactly,
+    so a node with prefix ``kanri-`` never touches another's ``kanri-t-…`` namespaces."""
     try:
         names = os.listdir(NETNS_DIR)
     except FileNotFoundError:
         return []
-    return sorted(n for n in names if n.startswith(options.netns_prefix))
+    pattern = re.compile(re.escape(options.netns_prefix) + r"[0-9a-f]{8}")
+    return sorted(n for n in names if pattern.fullmatch(n))
+
+
+class NodeLock:
+    """One networked local node per machine: they would share the ClusterIP range, the DNS address and (by default)
+    the bridge. An exclusive ``flock`` on ``/run/kanri-local-node.lock`` (holding the owner's pid) says who runs;
+    the kernel drops it when that process dies, so a crash never leaves it stuck."""
+
+    PATH = Path("/run/kanri-local-node.lock")
+
+    def __init__(self, path: Path = PATH) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 64).decode().strip() or "unknown"
+            os.close(fd)
+            raise NetworkError(
+                f"another kanri local node (pid {holder}) runs a pod network on this machine; stop it first "
+                "(kanri local down, or end the test session that started it)"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 async def link_exists(name: str) -> bool:
