@@ -416,8 +416,11 @@ async def test_a_restarted_operator_finishes_half_created_children_without_dupli
     spec = validated_spec(cluster)
     superuser = next(s for s in desired_secrets("half", "app") if s.name == "half-superuser")
     await client.create(SECRET, superuser.build("half", namespace))
+    # Its bootstrap primary is half-2, though half-1's claim exists too: that choice must stand — picking the
+    # lowest number would bootstrap two primaries, or none if half-2 had been a replica.
     await client.create(PVC, claim(cluster, "half-1", "1Gi", None))
-    await client.apply(STATEFUL_SET, statefulset(cluster, spec, "half-1", role="primary", major=16, running=True),
+    await client.create(PVC, claim(cluster, "half-2", "1Gi", None))
+    await client.apply(STATEFUL_SET, statefulset(cluster, spec, "half-2", role="primary", major=16, running=True),
                        field_manager=FIELD_MANAGER)  # fmt: skip
     secrets_before = {s["metadata"]["name"]: s["data"] for s in (await client.list(SECRET, namespace))[0]}
     operator = Operator(control_plane, namespace)
@@ -429,8 +432,11 @@ async def test_a_restarted_operator_finishes_half_created_children_without_dupli
     assert await names_of(client, SERVICE, namespace) == ["half-r", "half-ro", "half-rw"]
     after = {s["metadata"]["name"]: s["data"] for s in (await client.list(SECRET, namespace))[0]}
     assert after["half-superuser"] == secrets_before["half-superuser"]  # adopted, not regenerated
-    env = (await client.get(STATEFUL_SET, "half-2", namespace))["spec"]["template"]["spec"]["containers"][0]["env"]
-    assert {e["name"]: e.get("value") for e in env}["KANRI_BOOTSTRAP"] == "replica"
+    roles = {}
+    for name in ("half-1", "half-2", "half-3"):
+        env = (await client.get(STATEFUL_SET, name, namespace))["spec"]["template"]["spec"]["containers"][0]["env"]
+        roles[name] = {e["name"]: e.get("value") for e in env}["KANRI_BOOTSTRAP"]
+    assert roles == {"half-1": "replica", "half-2": "primary", "half-3": "replica"}
 
 
 class FakeInstance:
@@ -496,14 +502,13 @@ async def test_instance_reports_drive_readiness_role_labels_and_ordered_restarts
             assert found["reason"] == "InstancesReady"
             status = (await client.get(POSTGRES_CLUSTER, "rep", namespace))["status"]
             assert (status["phase"], status["readyReplicas"], status["timeline"]) == ("Ready", 2, 1)
-            assert status["instances"][1] == {
-                "name": "rep-2",
-                "role": "Replica",
-                "ready": True,
-                "receivedLSN": "0/3000060",
-                "replayedLSN": "0/3000060",
-                "lagBytes": 0,
-            }
+            assert status["instances"][1] == {"name": "rep-2", "role": "Replica", "ready": True, "lagBytes": 0}
+            # WAL positions are metrics, not status (they move on their own; a converged status must not).
+            labels = {"namespace": namespace, "cluster": "rep", "instance": "rep-2"}
+            position = operator.registry.get_sample_value("kanri_postgres_instance_wal_position_bytes", labels)
+            assert position == 0x3000060
+            ready_instances = {"namespace": namespace, "cluster": "rep"}
+            assert operator.registry.get_sample_value("kanri_postgres_cluster_ready_instances", ready_instances) == 2
 
             # The instances swap roles (as after a switchover): the labels, hence the Services, follow.
             fakes["rep-1"].report.update(role="replica", inRecovery=True)

@@ -31,7 +31,7 @@ def conditions(status: Obj) -> dict[str, tuple[str, str]]:
 
 def all_ready() -> dict[str, InstanceReport]:
     return {"db-1": report("db-1", "primary", timeline=3), "db-2": report("db-2", lag_bytes=16),
-            "db-3": report("db-3")}  # fmt: skip
+            "db-3": report("db-3", lag_bytes=3 * 2**20 + 5)}  # fmt: skip
 
 
 def test_a_new_cluster_is_provisioning_and_says_why_instances_are_not_ready() -> None:
@@ -48,12 +48,14 @@ def test_a_new_cluster_is_provisioning_and_says_why_instances_are_not_ready() ->
     assert [i["role"] for i in status["instances"]] == ["Primary", "Replica", "Replica"]
 
 
-def test_every_instance_ready_makes_the_cluster_ready_with_positions() -> None:
+def test_every_instance_ready_makes_the_cluster_ready_with_lag_in_whole_mib() -> None:
     status = compute_status({}, observe(reports=all_ready()), NOW)
     assert conditions(status)["Ready"] == ("True", "InstancesReady")
     assert conditions(status)["Progressing"] == ("False", "Converged")
     assert (status["phase"], status["timeline"], status["readyReplicas"]) == ("Ready", 3, 3)
-    assert status["instances"][1]["lagBytes"] == 16
+    # A few bytes behind is 0 (no status churn on a busy primary); 3 MiB and 5 bytes is 3 MiB.
+    assert [i.get("lagBytes") for i in status["instances"]] == [None, 0, 3 * 2**20]
+    assert "receivedLSN" not in status["instances"][0]
 
 
 def test_a_converged_status_needs_no_patch() -> None:

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from prometheus_client import CollectorRegistry
 
 from kanri.postgres.instances import HttpInstanceClient
 from kanri.postgres.operator import OperatorOptions, build_manager
-from kanri.runtime import Client, configure_logging
+from kanri.runtime import Client, ClientMetrics, configure_logging
 
 _SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
@@ -57,8 +58,10 @@ def run(
 
 async def _run(kubeconfig: str | None, options: OperatorOptions) -> None:
     instances = HttpInstanceClient()
+    # One registry for the Manager's and the client's metrics, so /metrics shows API requests by method and code.
+    registry = CollectorRegistry()
     try:
-        async with await Client.auto(kubeconfig) as client:
-            await build_manager(client, options, instances=instances).run()
+        async with await Client.auto(kubeconfig, metrics=ClientMetrics(registry)) as client:
+            await build_manager(client, options, instances=instances, registry=registry).run()
     finally:
         await instances.close()

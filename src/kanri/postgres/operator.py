@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 from kanri.postgres.instances import HttpInstanceClient, InstanceClient
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.labels import CLUSTER
+from kanri.postgres.metrics import PostgresMetrics
 from kanri.postgres.reconciler import PostgresClusterReconciler
 from kanri.runtime import Cache, Client, Controller, ControllerOptions, EventRecorder, Manager, ManagerOptions, Request
 from kanri.runtime.kinds import (
@@ -89,6 +90,7 @@ def build_manager(
         instances=instances or HttpInstanceClient(),
         events=EventRecorder(client, component=NAME),
         refresh=options.refresh,
+        metrics=PostgresMetrics(manager.registry),
     )
     controller = Controller(
         "postgrescluster",

@@ -29,6 +29,7 @@ from kanri.postgres.diff import is_subset
 from kanri.postgres.instances import InstanceClient, InstanceReport, gather_reports
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.labels import CLUSTER, PRIMARY, REPLICA, ROLE
+from kanri.postgres.metrics import PostgresMetrics
 from kanri.postgres.restarts import next_restart
 from kanri.postgres.secrets import desired_secrets, secret_value
 from kanri.postgres.status import Observation, compute_status, condition_flipped, status_patch
@@ -102,7 +103,9 @@ class PostgresClusterReconciler:
         events: EventRecorder | None = None,
         refresh: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
+        metrics: PostgresMetrics | None = None,
     ) -> None:
+        self.metrics = metrics
         self.cache = cache
         self.client = client
         self.instances = instances
@@ -116,14 +119,23 @@ class PostgresClusterReconciler:
     async def reconcile(self, request: Request) -> Result | None:
         cluster = self.cache.get(POSTGRES_CLUSTER, request.name, request.namespace)
         if cluster is None:
+            if self.metrics is not None:
+                self.metrics.forget(request.namespace, request.name)
             return None  # gone: owned children follow through garbage collection, the data stayed or went already
         # Steps 1-2: a cluster being deleted gets its deletionPolicy carried out, then is let go.
         match finalizer_step(cluster, FINALIZER):
             case "done":
                 return None
             case "cleanup":
+                if self.metrics is not None:
+                    deleted = datetime.fromisoformat(cluster["metadata"]["deletionTimestamp"].replace("Z", "+00:00"))
+                    self.metrics.deleting(cluster, deleted.timestamp())
                 await cleanup(self.client, self.cache, self.events, cluster)
-                await remove_finalizer(self.client, POSTGRES_CLUSTER, cluster, FINALIZER)
+                try:
+                    await remove_finalizer(self.client, POSTGRES_CLUSTER, cluster, FINALIZER)
+                except ApiError as exc:
+                    if not exc.not_found:  # gone already: an earlier pass removed the finalizer
+                        raise
                 return None
             case "add":
                 # Before the first write, so whatever is created later is cleaned up per deletionPolicy.
@@ -199,8 +211,17 @@ class ClusterPass:
         return [o["metadata"]["name"] for o in [*claims, *sets] if not o["metadata"].get("deletionTimestamp")]
 
     def plan(self) -> InstancePlan:
-        current = (self.cluster.get("status") or {}).get("currentPrimary")
+        current = (self.cluster.get("status") or {}).get("currentPrimary") or self.bootstrapping_primary()
         return plan_instances(self.name, self.spec.replicas, self.existing_instances(), current)
+
+    def bootstrapping_primary(self) -> str | None:
+        """Before any instance has reported (status names no primary): the instance already told to bootstrap as
+        primary, if an earlier pass — perhaps of an operator killed midway — created one. Choosing another would
+        leave every instance waiting to clone from a primary that never initialises."""
+        for sts in self.cache.owned_by(STATEFUL_SET, self.uid):
+            if bootstrap_role(sts) == PRIMARY and not sts["metadata"].get("deletionTimestamp"):
+                return str(sts["metadata"]["name"])
+        return None
 
     async def apply(self, kind: Kind, desired: Obj) -> str:
         outcome = await ensure(self.client, self.cache, kind, desired, self.uid)
@@ -260,8 +281,11 @@ class ClusterPass:
         return True
 
     def rollout_order(self, plan: InstancePlan) -> list[str]:
-        """Replicas first, the primary last: a template change restarts the primary once, after its replicas."""
+        """Replicas first and the primary last once it exists (a template change restarts the primary once, after
+        its replicas); a primary yet to be created comes first — replicas clone from it."""
         primary = (self.cluster.get("status") or {}).get("currentPrimary") or plan.primary
+        if primary is None or self.cache.get(STATEFUL_SET, primary, self.namespace) is None:
+            return [i for i in plan.instances if i == primary] + [i for i in plan.instances if i != primary]
         return [i for i in plan.instances if i != primary] + [i for i in plan.instances if i == primary]
 
     async def instances(self, plan: InstancePlan) -> None:
@@ -401,6 +425,8 @@ class ClusterPass:
     async def report(self, observation: Observation) -> None:
         old = self.cluster.get("status") or {}
         new = compute_status(old, observation, datetime.now(UTC))
+        if self.r.metrics is not None:
+            self.r.metrics.observe({**self.cluster, "status": new}, observation.reports)
         patch = status_patch(old, new)
         if patch is None:
             return  # converged: not even a status write

@@ -21,7 +21,6 @@ Messages name instances and claims, never credentials; an instance's ``lastError
 from __future__ import annotations
 
 import copy
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -35,7 +34,7 @@ from kanri.runtime import get_condition, set_condition
 __all__ = ["MANAGED_FIELDS", "Observation", "compute_status", "condition_flipped", "status_patch"]
 
 Obj = dict[str, Any]
-_LSN = re.compile(r"[0-9A-F]{1,8}/[0-9A-F]{1,8}")
+_MIB = 1 << 20
 MANAGED_FIELDS = ("phase", "conditions", "observedGeneration", "currentPrimary", "timeline", "instances",
                   "readyReplicas")  # fmt: skip
 """The status fields this reconciler writes (others, such as ``backup``, belong to other steps)."""
@@ -61,19 +60,14 @@ class Observation:
     """Instances whose new pod template waits for the rollout to reach them."""
 
 
-def _lsn(value: str | None) -> str | None:
-    return value.upper() if value and _LSN.fullmatch(value.upper()) else None
-
-
 def _instance(name: str, obs: Observation, primary: str | None) -> Obj:
     report = obs.reports.get(name)
     role = report.role if report else ("primary" if name == primary else "replica")
     entry: Obj = {"name": name, "role": role.capitalize(), "ready": bool(report and report.ready)}
-    if report is not None:
-        received = report.write_lsn if report.role == "primary" else report.receive_lsn
-        optional = {"receivedLSN": _lsn(received), "replayedLSN": _lsn(report.replay_lsn),
-                    "lagBytes": report.lag_bytes if report.role == "replica" else None}  # fmt: skip
-        entry.update({key: value for key, value in optional.items() if value is not None})
+    if report is not None and report.role == "replica" and report.lag_bytes is not None:
+        # Whole MiB only: a replica a few bytes behind a busy primary would otherwise rewrite the status on every
+        # pass. WAL positions and the exact lag are metrics (kanri.postgres.metrics), not status.
+        entry["lagBytes"] = report.lag_bytes - report.lag_bytes % _MIB
     return entry
 
 

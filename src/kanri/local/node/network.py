@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import hashlib
 import ipaddress
 import os
 import re
@@ -95,6 +96,12 @@ def netns_name(options: NodeOptions, pod_uid: str) -> str:
     return f"{options.netns_prefix}{pod_uid[:8]}"
 
 
+def bridge_mac(bridge: str) -> str:
+    """A locally administered unicast MAC derived from the bridge's name (stable across restarts)."""
+    digest = hashlib.sha256(bridge.encode()).digest()
+    return ":".join(f"{b:02x}" for b in (0x02, *digest[:5]))
+
+
 def host_link_name(pod_uid: str) -> str:
     # Link names are at most 15 bytes; "kv" + 8 hex digits of the uid is unique enough among one node's pods.
     return f"kv{pod_uid.replace('-', '')[:8]}"
@@ -115,7 +122,9 @@ class PodNetwork:
         """Remove what an earlier run left, then create the bridge with the gateway address. The caller holds the
         machine's :class:`NodeLock`."""
         await self.remove_leftovers()
-        await run_ip("link", "add", self.options.bridge, "type", "bridge")
+        # A fixed address: a bridge otherwise takes the lowest of its ports' MACs and changes it when that pod goes,
+        # and every other pod keeps sending to the gateway's old MAC until its neighbour entry expires (30-45 s).
+        await run_ip("link", "add", self.options.bridge, "address", bridge_mac(self.options.bridge), "type", "bridge")
         await run_ip("addr", "add", f"{self.options.internal_ip}/{self.prefix_length}", "dev", self.options.bridge)
         await run_ip("link", "set", self.options.bridge, "up")
         log.info("pod network ready", bridge=self.options.bridge, cidr=self.options.pod_cidr)

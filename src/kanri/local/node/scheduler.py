@@ -24,6 +24,7 @@ from kanri.runtime import (
     Cache,
     Client,
     Controller,
+    ControllerOptions,
     EventRecorder,
     Request,
     Result,
@@ -65,7 +66,8 @@ class Scheduler:
 
     def controller(self) -> Controller:
         return (
-            Controller("scheduler", self, for_kind=POD)
+            # Several binds in flight: a 10-pod Deployment no longer waits for each bind and Event in turn.
+            Controller("scheduler", self, for_kind=POD, options=ControllerOptions(max_concurrent_reconciles=4))
             .watches(NODE, self._on_node)
             .watches(POD, self._on_pod)
             .watches(PVC, self._on_claim)
@@ -116,7 +118,16 @@ class Scheduler:
         if message is not None:
             await self._report_unschedulable(pod, message)
             return None
-        await self._bind(pod)
+        # Assumed before the bind is sent (no await between the fit check and this line), so reconciles running
+        # side by side never hand out the same free CPU twice.
+        meta = pod["metadata"]
+        self._assumed[meta["uid"]] = _Assumed(meta["namespace"], meta["name"], pod_requests(pod))
+        bound = False
+        try:
+            bound = await self._bind(pod)
+        finally:
+            if not bound:
+                self._assumed.pop(meta["uid"], None)
         return None
 
     def _why_not(self, pod: Obj, node: Obj) -> str | None:
@@ -163,7 +174,8 @@ class Scheduler:
             if pod is None or pod["metadata"]["uid"] != uid or (pod.get("spec") or {}).get("nodeName"):
                 del self._assumed[uid]
 
-    async def _bind(self, pod: Obj) -> None:
+    async def _bind(self, pod: Obj) -> bool:
+        """Bind ``pod`` to the node; False when the API server refused (bound elsewhere, or replaced)."""
         meta = pod["metadata"]
         binding = {
             "apiVersion": "v1",
@@ -177,13 +189,13 @@ class Scheduler:
         except ApiError as exc:
             if exc.conflict:  # bound by someone else already, or replaced: the next event tells the truth
                 log.info("binding refused", pod=f"{meta['namespace']}/{meta['name']}", error=exc.message)
-                return
+                return False
             raise
-        self._assumed[meta["uid"]] = _Assumed(meta["namespace"], meta["name"], pod_requests(pod))
         log.info("pod bound", pod=f"{meta['namespace']}/{meta['name']}", node=self.node_name)
         await self._events.normal(
             pod, "Scheduled", f"Successfully assigned {meta['namespace']}/{meta['name']} to {self.node_name}"
         )
+        return True
 
     async def _report_unschedulable(self, pod: Obj, message: str) -> None:
         """``PodScheduled=False``/``Unschedulable`` with ``message`` and a Warning Event, only when that changed."""

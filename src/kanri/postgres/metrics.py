@@ -1,0 +1,102 @@
+"""Prometheus metrics of the PostgreSQL operator, per cluster and instance, next to the runtime's reconcile, queue
+and client metrics on the same ``/metrics``.
+
+Values that move all the time (WAL positions, exact lag) live here and not in ``status``: a converged cluster must
+not rewrite its status every time PostgreSQL writes a byte. Labels are ``namespace``, ``cluster`` and, per
+instance, ``instance``; a deleted cluster's series are removed. Alert examples: ``docs/postgres-operator.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Gauge
+
+from kanri.postgres.instances import InstanceReport
+
+__all__ = ["PostgresMetrics", "lsn_bytes"]
+
+Obj = dict[str, Any]
+_CONDITIONS = ("Ready", "Progressing", "Degraded")
+
+
+def lsn_bytes(lsn: str | None) -> int | None:
+    """A PostgreSQL LSN (``16/B374D848``) as a byte position."""
+    if not lsn or "/" not in lsn:
+        return None
+    high, low = lsn.split("/", 1)
+    try:
+        return (int(high, 16) << 32) + int(low, 16)
+    except ValueError:
+        return None
+
+
+class PostgresMetrics:
+    """The operator's gauges; :meth:`observe` after each pass, :meth:`forget` when a cluster is gone."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        cluster = ["namespace", "cluster"]
+        instance = [*cluster, "instance"]
+        self.desired = Gauge("kanri_postgres_cluster_instances", "Instances the spec asks for.", cluster,
+                             registry=registry)  # fmt: skip
+        self.ready = Gauge("kanri_postgres_cluster_ready_instances", "Instances that are ready.", cluster,
+                           registry=registry)  # fmt: skip
+        self.condition = Gauge("kanri_postgres_cluster_condition",
+                               "1 when the condition of this type is True, else 0.", [*cluster, "type"],
+                               registry=registry)  # fmt: skip
+        self.generation_lag = Gauge("kanri_postgres_cluster_generation_unobserved",
+                                    "metadata.generation minus status.observedGeneration (spec changes not yet "
+                                    "acted on).", cluster, registry=registry)  # fmt: skip
+        self.deleting_since = Gauge("kanri_postgres_cluster_deletion_timestamp_seconds",
+                                    "Unix time the cluster was asked to be deleted (present only while its "
+                                    "finalizer holds it).", cluster, registry=registry)  # fmt: skip
+        self.instance_ready = Gauge("kanri_postgres_instance_ready", "1 when the instance reports ready.",
+                                    [*instance, "role"], registry=registry)  # fmt: skip
+        self.lag = Gauge("kanri_postgres_instance_replication_lag_bytes",
+                         "WAL a replica has received but not replayed.", instance, registry=registry)  # fmt: skip
+        self.position = Gauge("kanri_postgres_instance_wal_position_bytes",
+                              "The primary's WAL write position, or a replica's receive position.", instance,
+                              registry=registry)  # fmt: skip
+        self.timeline = Gauge("kanri_postgres_instance_timeline", "The instance's timeline.", instance,
+                              registry=registry)  # fmt: skip
+        self._series: dict[tuple[str, str], set[tuple[Gauge, tuple[str, ...]]]] = {}
+
+    def _set(self, key: tuple[str, str], gauge: Gauge, labels: tuple[str, ...], value: float) -> None:
+        gauge.labels(*labels).set(value)
+        self._series.setdefault(key, set()).add((gauge, labels))
+
+    def observe(self, cluster: Obj, reports: Mapping[str, InstanceReport]) -> None:
+        """Record what one pass saw of ``cluster`` (as written, with its status) and its instances."""
+        meta, spec, status = cluster["metadata"], cluster.get("spec") or {}, cluster.get("status") or {}
+        key = (meta["namespace"], meta["name"])
+        old = self._series.pop(key, set())
+        self._set(key, self.desired, key, float(spec.get("replicas", 0)))
+        self._set(key, self.ready, key, float(status.get("readyReplicas", 0)))
+        for condition in status.get("conditions") or []:
+            if condition["type"] in _CONDITIONS:
+                self._set(key, self.condition, (*key, condition["type"]), float(condition["status"] == "True"))
+        unobserved = int(meta.get("generation", 0)) - int(status.get("observedGeneration", 0))
+        self._set(key, self.generation_lag, key, float(max(unobserved, 0)))
+        for name, report in reports.items():
+            labels: tuple[str, ...] = (*key, name)
+            self._set(key, self.instance_ready, (*labels, report.role), float(report.ready))
+            if report.timeline is not None:
+                self._set(key, self.timeline, labels, float(report.timeline))
+            position = lsn_bytes(report.write_lsn if report.role == "primary" else report.receive_lsn)
+            if position is not None:
+                self._set(key, self.position, labels, float(position))
+            if report.role == "replica" and report.lag_bytes is not None:
+                self._set(key, self.lag, labels, float(report.lag_bytes))
+        for gauge, labels in old - self._series.get(key, set()):
+            gauge.remove(*labels)  # an instance that went away, a condition no longer reported
+
+    def deleting(self, cluster: Obj, since: float) -> None:
+        meta = cluster["metadata"]
+        key = (meta["namespace"], meta["name"])
+        self._set(key, self.deleting_since, key, since)
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Drop every series of a cluster that is gone."""
+        for gauge, labels in self._series.pop((namespace, name), set()):
+            gauge.remove(*labels)
