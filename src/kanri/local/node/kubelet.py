@@ -342,7 +342,7 @@ class PodWorker:
 
     def _ensure_mountpoint(self, mount: Mount, earlier: list[Mount]) -> None:
         """Create a missing mountpoint where the container will look for it: inside an earlier mount that covers
-        it (``/tmp/x`` lives in the pod's private ``/tmp``), else on the host (recorded, removed at node stop)."""
+        it (a volume mounted inside another volume), else on the host (recorded, removed at node stop)."""
         target, is_file = Path(mount.target), Path(mount.source).is_file()
         covering = [m for m in earlier if target.is_relative_to(m.target) and Path(m.source).is_dir()]
         if covering:

@@ -5,8 +5,8 @@ The kubelet runs ``python -I -S launcher.py SPEC`` as root; this program then
 1. joins the pod's network namespace (``setns``),
 2. enters a new mount namespace (mounts made private, so nothing leaks back to the host) and a new UTS namespace
    (the pod's hostname),
-3. bind-mounts every volume (and the pod's ``/etc/hosts``, ``/etc/resolv.conf``, ``/etc/passwd``, ``/etc/group``
-   and private ``/tmp``) at its mount path, read-only where asked,
+3. bind-mounts every volume (and the pod's ``/etc/hosts``, ``/etc/hostname``, ``/etc/resolv.conf``, ``/etc/passwd``,
+   ``/etc/group``) at its mount path, read-only where asked,
 4. drops to the container's user, groups and working directory, and
 5. ``exec``s the container's command — so the process the kubelet watches and signals *is* the container's.
 
@@ -66,7 +66,7 @@ def enter_namespaces(spec: dict) -> None:  # type: ignore[type-arg]
 
 def mount_volumes(spec: dict) -> None:  # type: ignore[type-arg]
     mounts = spec.get("mounts") or []
-    # Every source is opened first: a later mount (the pod's private /tmp) may hide where an earlier-listed
+    # Every source is opened first: a later mount (a volume over a directory) may hide where an earlier-listed
     # source lives on the host, but a file descriptor keeps pointing at it.
     sources = [os.open(m["source"], os.O_PATH | os.O_CLOEXEC) for m in mounts]
     try:

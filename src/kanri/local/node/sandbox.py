@@ -1,6 +1,7 @@
 """The files a container expects of its image and runtime, made per pod: ``/etc/hosts``, ``/etc/hostname``,
 ``/etc/resolv.conf``,
-``/etc/passwd``, ``/etc/group`` and a private ``/tmp`` — plus the mountpoints the host lacks.
+``/etc/passwd`` and ``/etc/group`` — plus the mountpoints the host lacks. ``/tmp`` stays the host's: the programs
+standing for images may live there (a checkout in ``/tmp``), and hiding it would hide them.
 
 There is no image filesystem on the local node: containers see the host's, with their volumes bind-mounted in a
 mount namespace of their own. A mount needs an existing mountpoint, so a missing one (``/etc/kanri/app``, say) is
@@ -153,7 +154,7 @@ class Mountpoints:
 
 def pod_file_mounts(pod_dir: Path, pod: Obj, ip: str, dns_ip: str, cluster_domain: str,
                     accounts: tuple[str, str] | None) -> list[Mount]:  # fmt: skip
-    """Write the pod's ``/etc`` files and private ``/tmp`` under ``pod_dir/etc``; the mounts that show them."""
+    """Write the pod's ``/etc`` files under ``pod_dir/etc``; the mounts that show them."""
     etc = pod_dir / "etc"
     etc.mkdir(parents=True, exist_ok=True)
     mounts = []
@@ -173,11 +174,6 @@ def pod_file_mounts(pod_dir: Path, pod: Obj, ip: str, dns_ip: str, cluster_domai
             Mount(str(etc / "passwd"), "/etc/passwd", read_only=True),
             Mount(str(etc / "group"), "/etc/group", read_only=True),
         ]
-    tmp = pod_dir / "tmp"
-    if not tmp.exists():
-        tmp.mkdir(parents=True)
-        os.chmod(tmp, 0o1777)
-    mounts.append(Mount(str(tmp), "/tmp"))
     for path in (etc / "hosts", etc / "hostname", etc / "resolv.conf", etc / "passwd", etc / "group"):
         if path.exists():
             os.chmod(path, 0o644)
