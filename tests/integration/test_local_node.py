@@ -109,7 +109,7 @@ async def test_node_registers_and_stays_ready_past_the_node_monitor_grace_period
     assert status["capacity"]["memory"].endswith("Ki")
     assert int(status["capacity"]["memory"][:-2]) > 0
     assert status["allocatable"] == status["capacity"]
-    assert {"type": "InternalIP", "address": "10.244.0.1"} in status["addresses"]
+    assert {"type": "InternalIP", "address": node.options.internal_ip} in status["addresses"]
     assert registered["metadata"]["labels"]["kubernetes.io/hostname"] == name
     lease = await client.get(LEASE, name, NODE_LEASE_NAMESPACE)
     assert lease["spec"]["holderIdentity"] == name

@@ -28,7 +28,7 @@ from kanri.local.node.dns import DNS_SERVICE, ClusterDNS, reserve_dns_service
 from kanri.local.node.services import SERVICE_NAME_LABEL, ServiceLink, ServiceProxy
 from kanri.runtime import ApiError, Client, Manager, ManagerOptions, Request
 from kanri.runtime.kinds import ENDPOINT_SLICE, SERVICE
-from tests.support import eventually
+from tests.support import eventually, is_gone
 
 Obj = dict[str, Any]
 
@@ -101,6 +101,12 @@ def proxy_options(control_plane: Endpoint, tmp_path: Path) -> NodeOptions:
 async def running_proxy(kubeconfig: Path, options: NodeOptions) -> AsyncIterator[Running]:
     """Start a Manager with the proxy and the DNS server; on exit stop it, close both and check the link is gone."""
     async with await Client.from_kubeconfig(str(kubeconfig)) as client:
+        with contextlib.suppress(ApiError):
+            # An earlier test's node reserved kube-dns at the default address; this test serves DNS at its own.
+            existing = await client.get(SERVICE, DNS_SERVICE[1], DNS_SERVICE[0])
+            if existing["spec"].get("clusterIP") != options.cluster_dns_ip:
+                await client.delete(SERVICE, DNS_SERVICE[1], DNS_SERVICE[0])
+                await eventually(lambda: is_gone(lambda: client.get(SERVICE, DNS_SERVICE[1], DNS_SERVICE[0])))
         reserved = await reserve_dns_service(client, options)
         manager = Manager(client, ManagerOptions(name="svc-test", leader_election=False, health_port=None))
         proxy = ServiceProxy(manager.cache, options)
