@@ -10,6 +10,7 @@ from pathlib import Path
 
 from kanri.local.node import LocalNode, NodeOptions
 from kanri.runtime import Client
+from kanri.runtime.kinds import NODE
 from tests.support import eventually
 
 
@@ -35,8 +36,17 @@ async def running_node(kubeconfig: Path, options: NodeOptions) -> AsyncIterator[
         try:
             await eventually(lambda: asyncio.sleep(0, task.done() or local.manager.ready()), timeout=30)
             assert not task.done(), task.exception()
+            # The API server's TaintNodesByCondition admission taints a new Node not-ready until the controller
+            # manager sees it Ready: a pod created before that is (rightly) reported with an untolerated taint.
+            await eventually(lambda: _untainted(node_client, options.name), timeout=60)
             yield local
         finally:
             local.stop()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(task, 20)
+
+
+async def _untainted(client: Client, name: str) -> bool:
+    node = await client.get(NODE, name)
+    taints = (node.get("spec") or {}).get("taints") or []
+    return not [t for t in taints if t["key"].startswith("node.kubernetes.io/")]
