@@ -25,14 +25,13 @@ Measured:
    process, found among the node's container processes by ``kanri.cli.main run`` in its cmdline), its reconciles
    (``controller_runtime_reconcile_total`` from ``http://<pod IP>:8081/metrics``) and its API requests by method
    (``rest_client_requests_total``, when ``kanri run`` exports it) — the steady-state cost of the 10 s instance
-   refresh. Because the operator's own request counter may be missing, the API server's ``apiserver_request_total``
+   refresh. As a cross-check, the API server's ``apiserver_request_total``
    writes over the same window are reported too (every client: the node's heartbeats and the Leases are in there).
    Converged reconciles should write nothing: the only operator writes expected are its Lease renewals (every 2 s).
 
 The operator's process is looked up again at every sample: if its container restarted (the run counts restarts and
 the operator log's lease failures), a CPU or counter difference across the restart is reported as unknown, never as
-a number. The node's bridge gets its MAC address pinned right after the node starts (see ``pin_bridge_address``;
-``--no-pin-bridge-mac`` to see the outage it avoids).
+a number.
 
 Why: ``kanri up`` promises a 3-instance cluster in well under a minute on a laptop, and a developer runs several
 clusters at once on the local node; an operator that polls every instance every 10 s must stay cheap when nothing
@@ -101,20 +100,6 @@ def postgres_cluster(name: str, replicas: int) -> Obj:
 
 
 # --- the machine and /proc -----------------------------------------------------------------------------------------
-
-
-def pin_bridge_address(bridge: str) -> str:
-    """Set the bridge's MAC address to the one it has (before any pod joined), which makes the kernel keep it.
-
-    A Linux bridge whose address was never set takes the lowest address of its ports and changes it whenever a port
-    comes or goes. Pods keep the gateway's old address in their neighbour cache, so when the pod whose veth lent the
-    bridge its address is deleted, every other pod loses the gateway until that entry is probed again: tens of
-    seconds during which the operator's API requests and lease renewals time out (it restarts) and its metrics
-    endpoint cannot be reached. The node does not pin it (yet); without ``--no-pin-bridge-mac`` the benchmark does,
-    so that what it measures is the operator and not that outage."""
-    address = Path(f"/sys/class/net/{bridge}/address").read_text().strip()
-    subprocess.run(["ip", "link", "set", "dev", bridge, "address", address], check=True)
-    return address
 
 
 def operator_pid(node_dir: Path) -> int | None:
@@ -661,9 +646,6 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds one cluster may take to Ready / to go")
     parser.add_argument("--timeout-many", type=float, default=300.0, help="seconds the scale part may take to Ready")
     parser.add_argument("--wait", type=float, default=900.0, help="seconds to wait for another local node to stop")
-    parser.add_argument(
-        "--no-pin-bridge-mac", action="store_true", help="leave the bridge's MAC address to the kernel (see the outage)"
-    )
     parser.add_argument("--keep", metavar="DIR", help="use DIR as KANRI_HOME and keep it (logs) instead of a temp dir")
     args = parser.parse_args()
 
@@ -679,8 +661,6 @@ def main() -> None:
         # Everything of this run lives under the scratch KANRI_HOME, apart from any developer's clusters.
         os.environ["KANRI_HOME"] = scratch
         with local_cluster(paths.cluster_dir(CLUSTER_NAME), binary, NETWORK, args.wait) as cluster:
-            if not args.no_pin_bridge_mac:
-                print(f"bridge address pinned: {pin_bridge_address(NETWORK['bridge'])}", file=sys.stderr)
             results = asyncio.run(measure(cluster.kubeconfig, cluster.node, cluster.control_plane_pid, args))
     cluster.require_clean()
     report(results, cluster.startup)
