@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -161,13 +162,17 @@ def up(
     cluster_name = cluster["metadata"]["name"]
     namespace = cluster["metadata"].get("namespace", "default")
     database = ((cluster["spec"].get("bootstrap") or {}).get("initdb") or {}).get("database", "app")
-    kubectl = f"kubectl --kubeconfig {control_plane.kubeconfig}"
+    # The programs as this install has them (a new user has neither kanri nor kubectl on PATH yet).
+    bin_dir = Path(sys.executable).parent
+    kanri = str(bin_dir / "kanri") if (bin_dir / "kanri").exists() else "kanri"
+    kubectl_binary = str(bin_dir / "kubectl") if (bin_dir / "kubectl").exists() else "kubectl"
+    kubectl = f"{kubectl_binary} --kubeconfig {control_plane.kubeconfig}"
     err.print(f"[green]{cluster_name} is Ready[/green]. Connect from this machine:")
-    err.print(f"  kanri local port-forward svc/{cluster_name}-rw 5432 -n {namespace} &")
+    err.print(f"  {kanri} local port-forward svc/{cluster_name}-rw 5432 -n {namespace} &")
     err.print(
         f"  PGPASSWORD=$({kubectl} get secret {cluster_name}-app -n {namespace} -o jsonpath='{{.data.password}}'"
         f" | base64 -d) psql -h 127.0.0.1 -U $({kubectl} get secret {cluster_name}-app -n {namespace}"
         f" -o jsonpath='{{.data.username}}' | base64 -d) {database}"
     )
     err.print(f"  {kubectl} get pgc,pods -n {namespace}")
-    err.print("  stop everything: kanri local down (data is kept; kanri up starts it again)")
+    err.print(f"  stop everything: {kanri} local down (data is kept; {kanri} up starts it again)")
