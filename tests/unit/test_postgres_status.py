@@ -163,3 +163,18 @@ def test_reports_are_parsed_defensively() -> None:
         "primary", 2, "0/16B3748", True, None)  # fmt: skip
     assert parse_report({"name": "db-1", "role": "leader"}) is None
     assert parse_report(["not", "an", "object"]) is None
+
+
+def test_a_replica_still_cloning_while_the_cluster_is_created_is_progress_not_degradation() -> None:
+    cloning = {
+        "db-1": report("db-1", "primary", timeline=1),
+        "db-2": report("db-2", ready=False, last_error="pg_basebackup: replication slot db_2 does not exist"),
+        "db-3": report("db-3"),
+    }
+    creating = compute_status({}, observe(reports=cloning), NOW)  # never ready before: provisioning
+    assert conditions(creating)["Degraded"] == ("False", "AsExpected")
+    assert conditions(creating)["Progressing"] == ("True", "Provisioning")
+    # Once the cluster has been Ready, the same report is a degradation.
+    ready = compute_status({}, observe(reports=all_ready()), NOW)
+    later = compute_status(ready, observe(reports=cloning), NOW)
+    assert conditions(later)["Degraded"] == ("True", "InstanceErrors")

@@ -139,10 +139,19 @@ def compute_status(old: Obj, obs: Observation, now: datetime) -> Obj:
         progressing = (False, "Converged", "the cluster matches its spec")
     condition("Progressing", *progressing)
     # Degraded
-    errors = [name for name in instances if (r := obs.reports.get(name)) is not None and r.last_error]
+    # A replica being created (the cluster provisioning or scaling up) whose first clone ran before its primary or
+    # slot was there reports that as its lastError; that is the creation still in progress, not a degradation.
+    creating = never_ready or scaling
+    errors = [
+        name
+        for name in instances
+        if (r := obs.reports.get(name)) is not None
+        and r.last_error
+        and not (creating and r.role == "replica" and not r.ready)
+    ]
     if errors:
         condition("Degraded", True, "InstanceErrors", f"instances report errors: {', '.join(errors)}")
-    elif primary_ready and not_ready and not scaling:
+    elif primary_ready and not_ready and not creating:
         condition("Degraded", True, "ReplicasNotReady", f"the primary serves; {details}")
     else:
         condition("Degraded", False, "AsExpected", "no instance reports a problem")
