@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from kanri.local.node import LocalNode, NodeOptions
-from kanri.runtime import Client
-from kanri.runtime.kinds import NODE
+from kanri.runtime import ApiError, Client
+from kanri.runtime.kinds import NODE, PERSISTENT_VOLUME
 from tests.support import eventually
 
 
@@ -29,7 +29,8 @@ def with_test_network(options: NodeOptions) -> NodeOptions:
 
 @contextlib.asynccontextmanager
 async def running_node(kubeconfig: Path, options: NodeOptions) -> AsyncIterator[LocalNode]:
-    """Start a LocalNode, wait until its caches have synced, and stop it (awaiting its shutdown) on exit."""
+    """Start a LocalNode, wait until its caches have synced; on exit stop it (awaiting its shutdown) and delete what
+    would outlive it: its PersistentVolumes (nobody else reclaims them) and its Node."""
     async with await Client.from_kubeconfig(str(kubeconfig)) as node_client:
         local = LocalNode(node_client, options)
         task = asyncio.create_task(local.run())
@@ -44,6 +45,15 @@ async def running_node(kubeconfig: Path, options: NodeOptions) -> AsyncIterator[
             local.stop()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(task, 20)
+            await _delete_node(node_client, options)
+
+
+async def _delete_node(client: Client, options: NodeOptions) -> None:
+    for volume in (await client.list(PERSISTENT_VOLUME))[0]:
+        if volume["spec"].get("local", {}).get("path", "").startswith(str(options.volumes_dir)):
+            await client.delete(PERSISTENT_VOLUME, volume["metadata"]["name"])
+    with contextlib.suppress(ApiError):  # a test may have deleted it already
+        await client.delete(NODE, options.name)
 
 
 async def _untainted(client: Client, name: str) -> bool:

@@ -1,5 +1,5 @@
 """The PostgreSQL operator inside a test: its Manager on a client of its own, whose requests and reconciles are
-counted (for "a converged cluster costs zero writes")."""
+counted (for "a converged cluster costs zero writes"); and the CRD it serves."""
 
 from __future__ import annotations
 
@@ -10,9 +10,25 @@ from collections.abc import AsyncIterator
 from prometheus_client import CollectorRegistry
 
 from kanri.local.controlplane import Endpoint
+from kanri.postgres.api.v1alpha1 import PostgresCluster
 from kanri.postgres.instances import HttpInstanceClient
 from kanri.postgres.operator import OperatorOptions, build_manager
-from kanri.runtime import Client, ClientMetrics, Manager
+from kanri.runtime import Client, ClientMetrics, Manager, crd_for, get_condition
+from kanri.runtime.kinds import CRD
+from tests.support import eventually
+
+
+async def install_postgres_crd(client: Client) -> None:
+    """Apply the PostgresCluster CRD and wait until the API server serves it."""
+    await client.apply(CRD, crd_for(PostgresCluster), field_manager="kanri-tests")
+
+    async def established() -> bool:
+        crd = await client.get(CRD, PostgresCluster.resource.crd_name)
+        found = get_condition((crd.get("status") or {}).get("conditions"), "Established")
+        return found is not None and found["status"] == "True"
+
+    await eventually(established, timeout=30)
+
 
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
 

@@ -17,7 +17,7 @@ import pytest_asyncio
 
 from kanri.local import Endpoint
 from kanri.local.node import LocalNode, NodeOptions, log_path
-from kanri.local.node.kinds import NODE, PERSISTENT_VOLUME
+from kanri.local.node.kinds import PERSISTENT_VOLUME
 from kanri.runtime import Client, get_condition
 from kanri.runtime.kinds import DEPLOYMENT, ENDPOINT_SLICE, POD, PVC, SERVICE, STATEFUL_SET
 from tests.local_node_support import running_node, with_test_network
@@ -37,13 +37,7 @@ IMAGES = [
 
 
 @pytest_asyncio.fixture(loop_scope="session")
-async def client(control_plane: Endpoint) -> AsyncIterator[Client]:
-    async with await Client.from_kubeconfig(str(control_plane.kubeconfig)) as c:
-        yield c
-
-
-@pytest_asyncio.fixture(loop_scope="session")
-async def node(control_plane: Endpoint, client: Client, tmp_path: Path) -> AsyncIterator[LocalNode]:
+async def node(control_plane: Endpoint, tmp_path: Path) -> AsyncIterator[LocalNode]:
     options = with_test_network(
         NodeOptions(
             data_dir=tmp_path / "node",
@@ -55,10 +49,6 @@ async def node(control_plane: Endpoint, client: Client, tmp_path: Path) -> Async
     )
     async with running_node(control_plane.kubeconfig, options) as local:
         yield local
-    for volume in (await client.list(PERSISTENT_VOLUME))[0]:
-        if volume["spec"].get("local", {}).get("path", "").startswith(str(options.volumes_dir)):
-            await client.delete(PERSISTENT_VOLUME, volume["metadata"]["name"])
-    await client.delete(NODE, options.name)
 
 
 @contextlib.contextmanager

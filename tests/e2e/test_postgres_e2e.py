@@ -17,36 +17,27 @@ import pytest_asyncio
 from kanri.local import Endpoint
 from kanri.local.imagemap import default_image_map
 from kanri.local.node import LocalNode, NodeOptions
-from kanri.local.node.kinds import NODE, PERSISTENT_VOLUME
-from kanri.postgres.api.v1alpha1 import PostgresCluster
 from kanri.postgres.instances import HttpInstanceClient
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.labels import CLUSTER
-from kanri.runtime import ApiError, Client, crd_for, get_condition
-from kanri.runtime.kinds import CRD, POD, PVC, SECRET, SERVICE, STATEFUL_SET
+from kanri.runtime import ApiError, Client, get_condition
+from kanri.runtime.kinds import POD, PVC, SECRET, SERVICE, STATEFUL_SET
 from tests.local_node_support import running_node, with_test_network
-from tests.postgres_support import Operator
+from tests.postgres_support import Operator, install_postgres_crd
 from tests.support import eventually
 
 Obj = dict[str, Any]
 
 
 @pytest_asyncio.fixture(loop_scope="session")
-async def client(control_plane: Endpoint) -> AsyncIterator[Client]:
-    async with await Client.from_kubeconfig(str(control_plane.kubeconfig)) as c:
-        await c.apply(CRD, crd_for(PostgresCluster), field_manager="kanri-tests")
-
-        async def established() -> bool:
-            crd = await c.get(CRD, PostgresCluster.resource.crd_name)
-            found = get_condition((crd.get("status") or {}).get("conditions"), "Established")
-            return found is not None and found["status"] == "True"
-
-        await eventually(established, timeout=30)
-        yield c
+async def client(client: Client) -> Client:
+    """The conftest's client, with the PostgresCluster CRD installed and Established."""
+    await install_postgres_crd(client)
+    return client
 
 
 @pytest_asyncio.fixture(loop_scope="session")
-async def node(control_plane: Endpoint, client: Client, tmp_path: Path) -> AsyncIterator[LocalNode]:
+async def node(control_plane: Endpoint, tmp_path: Path) -> AsyncIterator[LocalNode]:
     options = with_test_network(
         NodeOptions(
             data_dir=tmp_path / "node",
@@ -58,10 +49,6 @@ async def node(control_plane: Endpoint, client: Client, tmp_path: Path) -> Async
     )
     async with running_node(control_plane.kubeconfig, options) as local:
         yield local
-    for volume in (await client.list(PERSISTENT_VOLUME))[0]:
-        if volume["spec"].get("local", {}).get("path", "").startswith(str(options.volumes_dir)):
-            await client.delete(PERSISTENT_VOLUME, volume["metadata"]["name"])
-    await client.delete(NODE, options.name)
 
 
 @pytest_asyncio.fixture(loop_scope="session")

@@ -34,22 +34,11 @@ NODE_MONITOR_GRACE_PERIOD = 50.0
 
 
 @pytest_asyncio.fixture(loop_scope="session")
-async def client(control_plane: Endpoint) -> AsyncIterator[Client]:
-    async with await Client.from_kubeconfig(str(control_plane.kubeconfig)) as c:
-        yield c
-
-
-@pytest_asyncio.fixture(loop_scope="session")
-async def node(control_plane: Endpoint, client: Client, tmp_path: Path) -> AsyncIterator[LocalNode]:
+async def node(control_plane: Endpoint, tmp_path: Path) -> AsyncIterator[LocalNode]:
     """A local node of its own (unique name, own volume dir, own client and caches), stopped and deleted after."""
     options = with_test_network(NodeOptions(data_dir=tmp_path / "node", name=f"test-node-{secrets.token_hex(3)}"))
     async with running_node(control_plane.kubeconfig, options) as local:
         yield local
-    # Volumes this node made would otherwise outlive it: nobody else reclaims them.
-    for volume in (await client.list(PERSISTENT_VOLUME))[0]:
-        if volume["spec"].get("local", {}).get("path", "").startswith(str(options.volumes_dir)):
-            await client.delete(PERSISTENT_VOLUME, volume["metadata"]["name"])
-    await client.delete(NODE, options.name)
 
 
 def pod(name: str, namespace: str, **spec: Any) -> Obj:

@@ -18,7 +18,6 @@ from aiohttp import web
 from kanri.local.controlplane import Endpoint
 from kanri.local.node.options import NodeOptions
 from kanri.local.node.provisioner import VolumeProvisioner, VolumeReclaimer, storage_class
-from kanri.postgres.api.v1alpha1 import PostgresCluster
 from kanri.postgres.children.pvc import claim
 from kanri.postgres.children.statefulset import statefulset
 from kanri.postgres.instances import HttpInstanceClient
@@ -26,10 +25,9 @@ from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.reconciler import validated_spec
 from kanri.postgres.secrets import desired_secrets
 from kanri.postgres.sync import FIELD_MANAGER
-from kanri.runtime import ApiError, Client, Manager, ManagerOptions, crd_for
+from kanri.runtime import ApiError, Client, Manager, ManagerOptions
 from kanri.runtime.kinds import (
     CONFIG_MAP,
-    CRD,
     EVENT,
     POD,
     POD_DISRUPTION_BUDGET,
@@ -42,25 +40,17 @@ from kanri.runtime.kinds import (
     STATEFUL_SET,
     STORAGE_CLASS,
 )
-from tests.postgres_support import Operator
+from tests.postgres_support import Operator, install_postgres_crd
 from tests.support import eventually
 
 Obj = dict[str, Any]
 
 
 @pytest_asyncio.fixture(loop_scope="session")
-async def client(control_plane: Endpoint) -> AsyncIterator[Client]:
-    """A client with the PostgresCluster CRD installed and Established."""
-    async with await Client.from_kubeconfig(str(control_plane.kubeconfig)) as c:
-        await c.apply(CRD, crd_for(PostgresCluster), field_manager="kanri-tests")
-
-        async def established() -> bool:
-            crd = await c.get(CRD, PostgresCluster.resource.crd_name)
-            conditions = (crd.get("status") or {}).get("conditions") or []
-            return any(x["type"] == "Established" and x["status"] == "True" for x in conditions)
-
-        await eventually(established, timeout=30)
-        yield c
+async def client(client: Client) -> Client:
+    """The conftest's client, with the PostgresCluster CRD installed and Established."""
+    await install_postgres_crd(client)
+    return client
 
 
 @pytest_asyncio.fixture(loop_scope="session")
