@@ -56,7 +56,7 @@ from kanri.local.node.mounts import Mount, PodVolumes, VolumeNotReady, container
 from kanri.local.node.network import PodNetwork
 from kanri.local.node.options import NodeOptions
 from kanri.local.node.probes import ContainerProber, ExecFn, subprocess_exec
-from kanri.local.node.sandbox import Mountpoints, passwd_and_group, pod_file_mounts
+from kanri.local.node.sandbox import Mountpoints, account_mounts, pod_file_mounts
 from kanri.local.node.sessions import record_session
 from kanri.runtime import ApiError, Cache, Client, Controller, ControllerOptions, EventRecorder, Request, Result
 from kanri.runtime.kinds import CONFIG_MAP, POD, PVC, SECRET, SERVICE, SERVICE_ACCOUNT
@@ -198,7 +198,9 @@ class PodWorker:
         options = self.kubelet.options
         directory = pod_dir(options.data_dir, self.namespace, self.name, self.uid)
         assert self.pod_ip is not None
-        return pod_file_mounts(directory, self.pod, self.pod_ip, options.cluster_dns_ip, options.cluster_domain, None)
+        return pod_file_mounts(
+            directory, self.pod, self.pod_ip, self.hostname, options.cluster_dns_ip, options.cluster_domain
+        )
 
     @property
     def hostname(self) -> str:
@@ -315,16 +317,8 @@ class PodWorker:
     def launch_spec(self, container: Obj, argv: list[str], env: Mapping[str, str], entry: ImageEntry) -> Obj:
         """What the launcher needs: namespaces, mounts, user and command (see :mod:`kanri.local.node.launcher`)."""
         uid, gid = user_and_group(self.pod, container)
-        accounts = passwd_and_group(entry.users, uid, gid)
-        mounts = list(self.pod_mounts)
-        if accounts is not None:
-            directory = pod_dir(self.kubelet.options.data_dir, self.namespace, self.name, self.uid) / "etc"
-            (directory / f"passwd.{container['name']}").write_text(accounts[0])
-            (directory / f"group.{container['name']}").write_text(accounts[1])
-            mounts += [
-                Mount(str(directory / f"passwd.{container['name']}"), "/etc/passwd", read_only=True),
-                Mount(str(directory / f"group.{container['name']}"), "/etc/group", read_only=True),
-            ]
+        directory = pod_dir(self.kubelet.options.data_dir, self.namespace, self.name, self.uid)
+        mounts = [*self.pod_mounts, *account_mounts(directory, container["name"], entry.users, uid, gid)]
         mounts += container_mounts(container, self.volumes)
         for index, mount in enumerate(mounts):
             self._ensure_mountpoint(mount, mounts[:index])

@@ -152,29 +152,34 @@ class Mountpoints:
         return left
 
 
-def pod_file_mounts(pod_dir: Path, pod: Obj, ip: str, dns_ip: str, cluster_domain: str,
-                    accounts: tuple[str, str] | None) -> list[Mount]:  # fmt: skip
-    """Write the pod's ``/etc`` files under ``pod_dir/etc``; the mounts that show them."""
+def pod_file_mounts(pod_dir: Path, pod: Obj, ip: str, hostname: str, dns_ip: str, cluster_domain: str) -> list[Mount]:
+    """Write the pod's ``/etc/hosts``, ``/etc/hostname`` and ``/etc/resolv.conf`` under ``pod_dir/etc``; the mounts
+    that show them."""
     etc = pod_dir / "etc"
     etc.mkdir(parents=True, exist_ok=True)
-    mounts = []
-    (etc / "hosts").write_text(hosts_file(pod, ip, cluster_domain))
-    mounts.append(Mount(str(etc / "hosts"), "/etc/hosts"))
-    hostname = str((pod.get("spec") or {}).get("hostname") or pod["metadata"]["name"])[:63]
-    (etc / "hostname").write_text(hostname + "\n")
-    mounts.append(Mount(str(etc / "hostname"), "/etc/hostname", read_only=True))
+    files = {"hosts": hosts_file(pod, ip, cluster_domain), "hostname": hostname + "\n"}
     resolv = resolv_conf(pod, dns_ip, cluster_domain)
     if resolv is not None:
-        (etc / "resolv.conf").write_text(resolv)
-        mounts.append(Mount(str(etc / "resolv.conf"), "/etc/resolv.conf", read_only=True))
-    if accounts is not None:
-        (etc / "passwd").write_text(accounts[0])
-        (etc / "group").write_text(accounts[1])
-        mounts += [
-            Mount(str(etc / "passwd"), "/etc/passwd", read_only=True),
-            Mount(str(etc / "group"), "/etc/group", read_only=True),
-        ]
-    for path in (etc / "hosts", etc / "hostname", etc / "resolv.conf", etc / "passwd", etc / "group"):
-        if path.exists():
-            os.chmod(path, 0o644)
-    return mounts
+        files["resolv.conf"] = resolv
+    return [_etc_file(etc, name, f"/etc/{name}", text, read_only=name != "hosts") for name, text in files.items()]
+
+
+def account_mounts(pod_dir: Path, container: str, users: Iterable[Mapping[str, Any]], uid: int | None,
+                   gid: int | None) -> list[Mount]:  # fmt: skip
+    """The container's own ``/etc/passwd`` and ``/etc/group`` (see :func:`passwd_and_group`), if it needs them."""
+    accounts = passwd_and_group(users, uid, gid)
+    if accounts is None:
+        return []
+    etc = pod_dir / "etc"
+    etc.mkdir(parents=True, exist_ok=True)
+    return [
+        _etc_file(etc, f"passwd.{container}", "/etc/passwd", accounts[0]),
+        _etc_file(etc, f"group.{container}", "/etc/group", accounts[1]),
+    ]
+
+
+def _etc_file(etc: Path, name: str, target: str, text: str, read_only: bool = True) -> Mount:
+    path = etc / name
+    path.write_text(text)
+    os.chmod(path, 0o644)
+    return Mount(str(path), target, read_only=read_only)
