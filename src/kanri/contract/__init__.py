@@ -1,0 +1,10 @@
+"""What the operator and the instance manager agree on, in one place both import.
+
+The operator's API (CEL rules in the PostgresCluster CRD) refuses what the instance manager would refuse, from the
+same lists: :mod:`kanri.contract.parameters` (which ``postgresql.conf`` keys a user may set, and how) and
+:mod:`kanri.contract.roles` (role and database names PostgreSQL or the operator reserve). The API server is the
+first check; the instance manager checks again (a ConfigMap or Secret can be edited past the API's rules).
+
+This package imports nothing of kanri: ``kanri.postgres`` and ``kanri.instance`` both depend on it, and the instance
+still never imports the operator.
+"""
