@@ -22,13 +22,13 @@ import re
 __all__ = [
     "FORBIDDEN",
     "FORBIDDEN_PREFIXES",
-    "forbidden",
     "OPERATOR_OWNED",
     "PARAMETER_NAME_PATTERN",
     "PRELOAD_LIBRARIES",
     "PRELOAD_LIST_PATTERN",
     "PRELOAD_PARAMETERS",
     "VALUE_PATTERN",
+    "forbidden",
     "refusal",
 ]
 
