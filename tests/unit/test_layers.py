@@ -11,10 +11,11 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "kanri"
 
 # package -> kanri packages it may import (itself always allowed)
 ALLOWED = {
+    "contract": set(),
     "runtime": set(),
     "local": {"runtime"},
-    "instance": set(),
-    "postgres": {"runtime"},
+    "instance": {"contract"},
+    "postgres": {"runtime", "contract"},
 }
 
 
