@@ -90,14 +90,26 @@ class Workspace:
             (directory / "password").write_text(self.passwords[name])
         (self.root / "secrets" / "token").write_text(self.token + "\n")
 
-    def write_config(self, parameters: dict[str, Any], instances: list[str], synchronous_standbys: int = 0) -> None:
+    def write_config(
+        self,
+        parameters: dict[str, Any],
+        instances: list[str],
+        synchronous_standbys: int = 0,
+        system_identifier: str | None = None,
+    ) -> None:
         """Like the kubelet updates a ConfigMap volume: a new timestamped dir, then the ``..data`` symlink swapped."""
         config = self.root / "config"
         config.mkdir(exist_ok=True)
         self.generation += 1
         version = config / f"..v{self.generation}"
         version.mkdir()
-        body = {"parameters": parameters, "instances": instances, "synchronousStandbys": synchronous_standbys}
+        body: dict[str, Any] = {
+            "parameters": parameters,
+            "instances": instances,
+            "synchronousStandbys": synchronous_standbys,
+        }
+        if system_identifier is not None:
+            body["systemIdentifier"] = system_identifier
         (version / "instance.json").write_text(json.dumps(body))
         tmp = config / "..data_tmp"
         tmp.symlink_to(version.name)
@@ -128,6 +140,7 @@ class Instance:
     http_port: int = field(default_factory=free_port)
     process: asyncio.subprocess.Process | None = None
     readiness_seen: list[int] = field(default_factory=list)
+    extra_env: dict[str, str] = field(default_factory=dict)
 
     @property
     def root(self) -> Path:
@@ -167,6 +180,7 @@ class Instance:
             "KANRI_HTTP_PORT": str(self.http_port),
             "KANRI_LISTEN_ADDRESS": "127.0.0.1",
             "KANRI_SOCKET_DIR": str(self.root / "run"),
+            **self.extra_env,
         }
 
     async def start(self, primary_port: int | None = None) -> None:
@@ -566,26 +580,82 @@ async def test_a_crashed_postgres_is_restarted_and_reported(primary: Instance, r
     await replica.wait_ready()
 
 
-async def test_a_config_postgresql_cannot_use_is_reported(workspace: Workspace, primary: Instance) -> None:
+async def test_a_parameter_postgresql_refuses_is_never_written_and_every_other_change_applies(
+    workspace: Workspace, primary: Instance
+) -> None:
     instances = [f"{CLUSTER}-1", f"{CLUSTER}-2"]
-    workspace.write_config({**BASE_PARAMETERS, "no_such_parameter": "1"}, instances)
+    hostile = {
+        **BASE_PARAMETERS,
+        "work_mem": "lots",  # was 4MB: keeps it
+        "no_such_parameter": "1",
+        "lock_timeout": "-5",  # out of range, never set before: stays unset
+        "include_if_exists": "/etc/kanri/superuser/password",
+        "shared_preload_libraries": "no_such_lib",
+        "maintenance_work_mem": "77MB",  # good: applies
+    }
+    workspace.write_config(hostile, instances)
     try:
 
-        async def reported() -> dict[str, Any] | None:
-            status = await primary.status()
-            # configErrors is read live; lastError once the manager's pass has reloaded
-            return status if status["configErrors"] and "no_such_parameter" in (status["lastError"] or "") else None
+        async def applied() -> bool:
+            return await primary.query("SHOW maintenance_work_mem") == [("77MB",)]
 
-        status = await eventually(reported, timeout=15)
-        assert status["configErrors"] == ["no_such_parameter: unrecognized configuration parameter"]
+        await eventually(applied, timeout=15)
+        status = await primary.status()
+        by_parameter = {p["parameter"]: p for p in status["problems"] if p["reason"] == "InvalidParameter"}
+        assert sorted(by_parameter) == [
+            "include_if_exists",
+            "lock_timeout",
+            "no_such_parameter",
+            "shared_preload_libraries",
+            "work_mem",
+        ]
+        assert 'invalid value for parameter "work_mem"' in by_parameter["work_mem"]["message"]
+        assert "keeps its last good value" in by_parameter["work_mem"]["message"]
+        assert "outside the valid range" in by_parameter["lock_timeout"]["message"]
+        assert "unrecognized" in by_parameter["no_such_parameter"]["message"]
+        for problem in status["problems"]:
+            assert len(problem["message"]) <= 300
+            for value in ("lots", "-5", "/etc/kanri", "no_such_lib"):
+                assert value not in problem["message"]
+        assert status["configErrors"] == []  # nothing PostgreSQL cannot use reached its file
+        conf = (primary.pgdata / "postgresql.conf").read_text()
+        assert "work_mem = '4MB'" in conf
+        for absent in ("'lots'", "no_such_parameter", "lock_timeout", "include_if_exists", "no_such_lib"):
+            assert absent not in conf
+        assert await primary.query("SHOW work_mem") == [("4MB",)]
+        # each problem is logged once, not on every pass
+        await asyncio.sleep(2 * 2.5)
+        logged = [e for e in primary.log_events() if e["event"] == "problem" and e.get("parameter") == "work_mem"]
+        assert len(logged) == 1, logged
+        # a restart into this configuration works: nothing refused was written
+        code, body = await primary.post("/restart", workspace.token)
+        assert code == 200, body
     finally:
         workspace.write_config(BASE_PARAMETERS, instances)
     await eventually(lambda: _no_config_errors(primary), timeout=15)
+    assert (await primary.status())["problems"] == []
+
+
+async def test_post_restart_refuses_a_configuration_that_would_not_load(
+    workspace: Workspace, primary: Instance
+) -> None:
+    # ALTER SYSTEM accepts a library that does not exist; a restart into it would never come back on a lone primary
+    await primary.query("ALTER SYSTEM SET shared_preload_libraries = 'no_such_lib'")
+    try:
+        started = await primary.query("SELECT pg_postmaster_start_time()")
+        code, body = await primary.post("/restart", workspace.token)
+        assert code == 409, body
+        assert "shared_preload_libraries" in body["error"]
+        assert await primary.query("SELECT pg_postmaster_start_time()") == started
+    finally:
+        await primary.query("ALTER SYSTEM RESET shared_preload_libraries")
+    code, body = await primary.post("/restart", workspace.token)
+    assert code == 200, body
 
 
 async def _no_config_errors(instance: Instance) -> bool:
     status = await instance.status()
-    return not status["configErrors"] and status["lastError"] is None
+    return not status["configErrors"] and status["lastError"] is None and not status["problems"]
 
 
 async def _no_last_error(instance: Instance) -> bool:

@@ -9,15 +9,16 @@ import pytest
 
 from kanri.instance.conf import (
     quote,
-    rejected_parameters,
     render_hba,
     render_passfile,
     render_postgresql_conf,
     slot_name,
+    split_parameters,
     synchronous_standby_names,
     write_if_changed,
 )
-from kanri.instance.config import ClusterConfig, Credentials, Settings, SettingsError, read_credentials
+from kanri.instance.config import ClusterConfig, Credentials, Settings, SettingsError
+from kanri.instance.credentials import check_credentials, check_token
 from kanri.instance.postgres_process import remove_stale_pidfile
 from kanri.instance.slots import desired_slots
 
@@ -76,20 +77,53 @@ def test_a_bad_cluster_config_is_rejected_with_a_short_reason(raw: bytes, messag
 def test_credentials_never_show_the_password(tmp_path: Path) -> None:
     (tmp_path / "username").write_text("app\n")
     (tmp_path / "password").write_text("hunter2\n")
-    creds = read_credentials(tmp_path)
-    assert creds == Credentials("app", "hunter2")
-    assert "hunter2" not in repr(creds)
-    assert read_credentials(tmp_path / "missing") is None
+    checked = check_credentials("app", tmp_path)
+    assert checked.credentials == Credentials("app", "hunter2")
+    assert "hunter2" not in repr(checked)
+    assert check_credentials("app", tmp_path / "missing").credentials is None
+
+
+@pytest.mark.parametrize(
+    ("purpose", "files", "key"),
+    [
+        ("replication", {"username": b"streaming_replica", "password": b"\xff\xfe junk"}, "password"),
+        ("app", {"username": b"postgres", "password": b"pw"}, "username"),
+        ("app", {"username": b"orders_owner", "password": b""}, "password"),
+        ("superuser", {"username": b"postgres"}, "password"),
+    ],
+)
+def test_an_unusable_secret_is_refused_naming_the_key_never_the_value(
+    tmp_path: Path, purpose: str, files: dict[str, bytes], key: str
+) -> None:
+    for name, raw in files.items():
+        (tmp_path / name).write_bytes(raw)
+    checked = check_credentials(purpose, tmp_path)  # type: ignore[arg-type]
+    assert checked.credentials is None
+    [problem] = checked.problems
+    assert (problem.reason, problem.secret, problem.key) == ("InvalidSecret", purpose, key)
+    assert problem.message.startswith(f"{purpose} Secret: {key} ")
+    password = files.get("password", b"").decode(errors="ignore")
+    assert len(password) < 3 or password not in problem.message
+
+
+def test_a_missing_superuser_secret_is_a_problem_a_missing_app_secret_is_not(tmp_path: Path) -> None:
+    assert check_credentials("superuser", tmp_path / "none").problems
+    assert check_credentials("app", tmp_path / "none").problems == ()
+    assert check_token(tmp_path / "token")[1][0].key == "token"
 
 
 def test_operator_managed_keys_win_over_user_parameters() -> None:
     settings = Settings.from_env(ENV)
-    config = ClusterConfig(parameters={"listen_addresses": "0.0.0.0", "Work_Mem": "8MB", "bad name": "x"})
-    assert rejected_parameters(config) == ["bad name", "listen_addresses"]
-    lines = conf_lines(render_postgresql_conf(settings, config, replica=False, replication=REPLICATION))
+    config = ClusterConfig(
+        parameters={"listen_addresses": "0.0.0.0", "work_mem": "8MB", "bad name": "x", "include_if_exists": "/etc/x"}
+    )
+    allowed, refused = split_parameters(config)
+    assert sorted(refused) == ["bad name", "include_if_exists", "listen_addresses"]
+    lines = conf_lines(render_postgresql_conf(settings, config, allowed, replica=False, replication=REPLICATION))
     assert lines["listen_addresses"] == "'*'"
     assert lines["work_mem"] == "'8MB'"
     assert "bad name" not in lines
+    assert "include_if_exists" not in lines
     assert lines["wal_log_hints"] == "'on'"
     assert lines["wal_level"] == "'replica'"
     assert "primary_conninfo" not in lines
@@ -97,7 +131,7 @@ def test_operator_managed_keys_win_over_user_parameters() -> None:
 
 def test_a_replica_conf_names_its_slot_and_a_passfile_never_the_password() -> None:
     settings = Settings.from_env({**ENV, "KANRI_PRIMARY_HOST": "orders-rw", "KANRI_PRIMARY_PORT": "6432"})
-    text = render_postgresql_conf(settings, ClusterConfig(), replica=True, replication=REPLICATION)
+    text = render_postgresql_conf(settings, ClusterConfig(), {}, replica=True, replication=REPLICATION)
     lines = conf_lines(text)
     assert lines["primary_slot_name"] == "'orders_2'"
     conninfo = lines["primary_conninfo"]

@@ -18,7 +18,7 @@ from pathlib import Path
 import structlog
 
 from kanri.instance.conf import render_passfile, slot_name, write_if_changed
-from kanri.instance.config import SUPERUSER, Settings, read_credentials
+from kanri.instance.config import SUPERUSER, Credentials, Settings
 
 log = structlog.get_logger("kanri.instance.bootstrap")
 
@@ -81,10 +81,11 @@ def _move_into_place(settings: Settings, target: Path) -> None:
     os.replace(target, settings.pgdata)
 
 
-async def initdb(settings: Settings) -> None:
-    """A new cluster: checksums on, peer locally, SCRAM over TCP, UTF8 with C collation, superuser ``postgres``."""
+async def initdb(settings: Settings, *, superuser: Credentials | None) -> None:
+    """A new cluster: checksums on, peer locally, SCRAM over TCP, UTF8 with C collation, superuser ``postgres``.
+
+    ``superuser`` is the checked superuser Secret (None: absent or refused; ``postgres`` then has no password)."""
     target = _fresh_target(settings)
-    superuser = read_credentials(settings.superuser_dir)
     args = [
         settings.binary("initdb"),
         "--pgdata",
@@ -109,22 +110,30 @@ async def initdb(settings: Settings) -> None:
 
 
 async def clone(
-    settings: Settings, *, on_error: Callable[[str], None] = lambda _: None, max_delay: float = 10.0
+    settings: Settings,
+    replication: Callable[[], Credentials | None],
+    *,
+    on_error: Callable[[str], None] = lambda _: None,
+    max_delay: float = 10.0,
 ) -> None:
     """Clone the primary with ``pg_basebackup -X stream -S <own slot>``, retrying until it succeeds.
 
-    Each failed attempt is passed to ``on_error``; cancel to give up (shutdown). The password travels in the passfile
-    named by PGPASSFILE."""
-    replication = read_credentials(settings.replication_dir)
-    if replication is None:
-        raise BootstrapError(f"a replica needs the replication secret in {settings.replication_dir}")
+    ``replication`` gives the checked replication Secret on each attempt (None while it is absent or refused: the
+    clone waits for a usable one). Each failed attempt is passed to ``on_error``; cancel to give up (shutdown). The
+    password travels in the passfile named by PGPASSFILE."""
     settings.socket_dir.mkdir(parents=True, exist_ok=True)
-    write_if_changed(settings.passfile, render_passfile(replication))
     env = {**os.environ, "PGPASSFILE": str(settings.passfile), "PGAPPNAME": f"{settings.name}-clone"}
     delay = 1.0
     attempt = 0
     while True:
         attempt += 1
+        credentials = replication()
+        if credentials is None:
+            on_error("cannot clone: the replication Secret is missing or invalid")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, max_delay)
+            continue
+        write_if_changed(settings.passfile, render_passfile(credentials))
         target = _fresh_target(settings)
         args = [
             settings.binary("pg_basebackup"),
@@ -135,7 +144,7 @@ async def clone(
             "--port",
             str(settings.primary_port),
             "--username",
-            replication.username,
+            credentials.username,
             "--no-password",
             "--wal-method=stream",
             "--checkpoint=fast",

@@ -1,47 +1,24 @@
 """The configuration files the manager owns: ``postgresql.conf``, ``pg_hba.conf`` and the replication passfile.
 
 The manager writes ``postgresql.conf`` entirely (no include chain): user parameters first, then the operator-managed
-keys, which win — a user parameter naming a managed key is dropped, not merely overridden, so the file says exactly
-what is in force. ``postgresql.auto.conf`` (ALTER SYSTEM) is left alone. Rendering is pure; writing is atomic and
-reports whether anything changed, so a converged instance never reloads.
+keys. A user parameter the contract refuses (:mod:`kanri.contract.parameters`) is never written, so the file says
+exactly what is in force; which values PostgreSQL accepts is checked in :mod:`kanri.instance.conf_check`.
+``postgresql.auto.conf`` (ALTER SYSTEM) is left alone. Rendering is pure; writing is atomic and reports whether
+anything changed, so a converged instance never reloads.
 """
 
 from __future__ import annotations
 
 import os
-import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from psycopg.conninfo import make_conninfo
 
+from kanri.contract.parameters import refusal
 from kanri.instance.config import ClusterConfig, Credentials, Settings
 
-MANAGED_KEYS = frozenset(
-    {
-        "listen_addresses",
-        "port",
-        "unix_socket_directories",
-        "hba_file",
-        "ident_file",
-        "data_directory",
-        "config_file",
-        "wal_level",
-        "hot_standby",
-        "max_wal_senders",
-        "max_replication_slots",
-        "wal_log_hints",
-        "primary_conninfo",
-        "primary_slot_name",
-        "cluster_name",
-        "synchronous_standby_names",
-        "logging_collector",
-        "log_destination",
-        "password_encryption",
-    }
-)
-"""Keys only the manager sets (a user parameter with one of these names is ignored and reported)."""
-
-_NAME = re.compile(r"^[a-z_][a-z0-9_.]*$")
+Value = str | int | float | bool
 
 
 def slot_name(instance: str) -> str:
@@ -49,15 +26,29 @@ def slot_name(instance: str) -> str:
     return instance.lower().replace("-", "_").replace(".", "_")
 
 
-def quote(value: str | int | float | bool) -> str:
-    """A postgresql.conf value: booleans as on/off, everything else a single-quoted string."""
-    text = ("on" if value else "off") if isinstance(value, bool) else str(value)
-    return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
+def text(value: Value) -> str:
+    """A parameter's value as PostgreSQL reads it: booleans as on/off."""
+    return ("on" if value else "off") if isinstance(value, bool) else str(value)
 
 
-def rejected_parameters(config: ClusterConfig) -> list[str]:
-    """User parameters the manager will not write: managed keys and names that are not parameter names."""
-    return sorted(k for k in config.parameters if k.lower() in MANAGED_KEYS or not _NAME.match(k.lower()))
+def quote(value: Value) -> str:
+    """A postgresql.conf value: a single-quoted string."""
+    return "'" + text(value).replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def split_parameters(config: ClusterConfig) -> tuple[dict[str, str], dict[str, str]]:
+    """The user parameters the contract allows (name → value as text), and the refused ones (name → why).
+
+    A refused parameter is never written: operator-owned and forbidden keys, bad names, multi-line values,
+    preload lists naming libraries outside the allowlist (:func:`kanri.contract.parameters.refusal`)."""
+    allowed: dict[str, str] = {}
+    refused: dict[str, str] = {}
+    for name, value in sorted(config.parameters.items()):
+        if (why := refusal(name, text(value))) is None:
+            allowed[name] = text(value)
+        else:
+            refused[name] = why
+    return allowed, refused
 
 
 def managed_parameters(
@@ -105,17 +96,22 @@ def synchronous_standby_names(name: str, config: ClusterConfig) -> str:
 
 
 def render_postgresql_conf(
-    settings: Settings, config: ClusterConfig, *, replica: bool, replication: Credentials | None
+    settings: Settings,
+    config: ClusterConfig,
+    parameters: Mapping[str, str],
+    *,
+    replica: bool,
+    replication: Credentials | None,
 ) -> str:
-    """The whole postgresql.conf for this instance."""
-    rejected = set(rejected_parameters(config))
+    """The whole postgresql.conf for this instance: ``parameters`` (the user's, already checked), then the managed
+    keys."""
     lines = [
         "# Written by the kanri instance manager; local edits are overwritten.",
         "# User parameters come from the cluster spec; the operator-managed keys below them win.",
         "",
         "# user parameters",
     ]
-    lines += [f"{k.lower()} = {quote(v)}" for k, v in sorted(config.parameters.items()) if k not in rejected]
+    lines += [f"{k} = {quote(v)}" for k, v in sorted(parameters.items())]
     lines += ["", "# operator-managed"]
     managed = managed_parameters(settings, config, replica=replica, replication=replication)
     lines += [f"{k} = {quote(v)}" for k, v in managed.items()]

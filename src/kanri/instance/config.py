@@ -1,8 +1,8 @@
-"""The instance manager's inputs: settings from the environment, the cluster config file, mounted secrets.
+"""The instance manager's inputs: settings from the environment, the cluster config file, credentials.
 
-Everything the operator tells a pod arrives here: plain settings as environment variables (read once, at start), the
-cluster-wide ``instance.json`` from a ConfigMap (re-read while running) and credentials as Secret files. Nothing in
-this module talks to PostgreSQL.
+Everything the operator tells a pod arrives here: plain settings as environment variables (read once, at start) and
+the cluster-wide ``instance.json`` from a ConfigMap (re-read while running). The Secret files are read and checked
+in :mod:`kanri.instance.credentials`. Nothing in this module talks to PostgreSQL.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-Bootstrap = Literal["primary", "replica"]
+from kanri.contract.roles import SUPERUSER
 
-SUPERUSER = "postgres"
-"""The database superuser: initdb's ``--username``, peer-authenticated over the unix socket as the OS user."""
+__all__ = ["SUPERUSER", "Bootstrap", "ClusterConfig", "Credentials", "Settings", "SettingsError"]
+
+Bootstrap = Literal["primary", "replica"]
 
 
 class SettingsError(ValueError):
@@ -109,19 +110,23 @@ class Settings:
 
 
 class ClusterConfig(BaseModel):
-    """The operator's ``instance.json``: user parameters, the cluster's instance names, synchronous standbys."""
+    """The operator's ``instance.json``: user parameters, the cluster's instance names, synchronous standbys, and
+    (once the cluster has been initialised) the system identifier every data directory of the cluster must have."""
 
     model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
 
     parameters: dict[str, str | int | float | bool] = Field(default_factory=dict)
     instances: tuple[str, ...] = ()
     synchronous_standbys: int = Field(default=0, ge=0, alias="synchronousStandbys")
+    system_identifier: str | None = Field(default=None, alias="systemIdentifier", pattern=r"^[0-9]{1,20}$")
 
     @classmethod
     def parse(cls, raw: bytes) -> ClusterConfig:
         """Parse the file's bytes; raises ValueError with a short reason (never the whole file)."""
         try:
             return cls.model_validate(json.loads(raw or b"{}"))
+        except UnicodeDecodeError:  # its message would quote a byte of the file
+            raise ValueError("config file is not UTF-8 text") from None
         except json.JSONDecodeError as exc:
             raise ValueError(f"config file is not JSON: {exc.msg} at line {exc.lineno}") from None
         except ValidationError as exc:
@@ -136,15 +141,3 @@ class Credentials:
 
     username: str
     password: str = field(repr=False)
-
-
-def read_credentials(directory: Path) -> Credentials | None:
-    """The ``username`` and ``password`` files of a mounted Secret, or None when either is missing or empty."""
-    try:
-        username = (directory / "username").read_text().strip()
-        password = (directory / "password").read_text().rstrip("\r\n")
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    if not username or not password:
-        return None
-    return Credentials(username, password)

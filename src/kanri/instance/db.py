@@ -1,4 +1,8 @@
-"""Connections from the manager to its own PostgreSQL: unix socket, peer authentication as ``postgres``."""
+"""Connections from the manager to its own PostgreSQL: unix socket, peer authentication as ``postgres``.
+
+Every manager session commits with ``synchronous_commit = local``: its own writes (roles, the application database,
+slots) must never wait for a synchronous standby — on a new cluster none exists yet, and the standby's clone waits
+for those very writes. Every statement has a timeout, so one blocked statement cannot stall a loop for good."""
 
 from __future__ import annotations
 
@@ -13,16 +17,21 @@ APPLICATION_NAME = "kanri-instance"
 """Set on every manager connection, so status can leave them out of the client connection count."""
 
 
+STATEMENT_TIMEOUT_MS = 15_000
+"""The default limit of one manager statement (a lock held by a client, a stuck sync wait)."""
+
+
 async def connect(
-    settings: Settings, *, dbname: str = "postgres", timeout: int = 5
+    settings: Settings, *, dbname: str = "postgres", timeout: int = 5, statement_timeout_ms: int = STATEMENT_TIMEOUT_MS
 ) -> psycopg.AsyncConnection[DictRow]:
-    """An autocommit connection returning dict rows."""
+    """An autocommit connection returning dict rows; ``statement_timeout_ms`` 0 means no limit."""
     return await psycopg.AsyncConnection.connect(
         host=str(settings.socket_dir),
         port=settings.pg_port,
         user=SUPERUSER,
         dbname=dbname,
         application_name=APPLICATION_NAME,
+        options=f"-c synchronous_commit=local -c statement_timeout={statement_timeout_ms}",
         connect_timeout=timeout,
         autocommit=True,
         row_factory=dict_row,

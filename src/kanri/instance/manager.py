@@ -1,19 +1,20 @@
 """The instance manager: prepare the data directory, run PostgreSQL, keep it configured, answer the operator.
 
-Three loops share one lifecycle lock (nothing starts, stops or promotes PostgreSQL concurrently):
-the supervisor (start; restart with back-off after an unexpected exit), the config loop (every ``config_interval``:
-config file and Secrets → files → reload; roles and slots on a primary) and the HTTP handlers' actions.
-SIGTERM/SIGINT → fast shutdown of PostgreSQL → exit 0.
+Four activities share one lifecycle lock (nothing starts, stops or promotes PostgreSQL concurrently): the supervisor
+(start; restart with back-off after an unexpected exit), the config loop (every ``config_interval``: config file and
+Secrets → checked → files → reload), the upkeep loop (roles and slots on a primary) and the HTTP handlers' actions.
+The config loop and the upkeep loop are separate tasks, so a statement blocked in one (a lock, a synchronous-commit
+wait) never keeps a config change from applying. Nothing is started that is not proven to start: parameters are
+checked with PostgreSQL before they are written, and the data directory's system identifier and major before each
+start. SIGTERM/SIGINT → fast shutdown of PostgreSQL → exit 0.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import hashlib
 import signal
 import time
-from typing import Any
+from typing import Any, get_args
 
 import psycopg
 import structlog
@@ -23,16 +24,20 @@ from psycopg.rows import DictRow
 from kanri.instance import status as status_queries
 from kanri.instance.bootstrap import clone, discard_partial, has_data, initdb
 from kanri.instance.conf import (
-    rejected_parameters,
     render_hba,
     render_passfile,
     render_postgresql_conf,
+    split_parameters,
     write_if_changed,
 )
-from kanri.instance.config import ClusterConfig, Settings, read_credentials
+from kanri.instance.conf_check import Choice, ConfChecker, choose
+from kanri.instance.config import ClusterConfig, Credentials, Settings
+from kanri.instance.credentials import Checked, Purpose, check_credentials, check_token
 from kanri.instance.db import connect, fetch_one
 from kanri.instance.http_api import ActionError, build_app
+from kanri.instance.identity import binary_version, data_version, start_problems
 from kanri.instance.postgres_process import PostgresProcess
+from kanri.instance.problems import Problem, ProblemBoard, one_line
 from kanri.instance.roles import ensure_roles
 from kanri.instance.slots import reconcile_slots
 
@@ -52,6 +57,8 @@ class InstanceManager:
         self.settings = settings
         self.pg = PostgresProcess(settings)
         self.config = ClusterConfig()
+        self.problems = ProblemBoard()
+        self.checker = ConfChecker(settings)
         self._errors: dict[str, str] = {}  # source → message, oldest first; see last_error
         self.restart_count = 0
         self._lock = asyncio.Lock()
@@ -61,8 +68,13 @@ class InstanceManager:
         self._roles_ok = False  # ensure_roles succeeded since start or the last Secret change
         self._synced: object = None  # the postmaster the config loop last reached (to sync right after a start)
         self._config_raw: bytes | None = None
-        self._secrets_digest = b""
+        self._secrets: dict[Purpose, Checked] = {}
+        self._usable: dict[Purpose, Credentials | None] = dict.fromkeys(get_args(Purpose))  # last good, for files
+        self._parameters: dict[str, str] = {}  # the user parameters last written (each passed the check)
+        self._choice: Choice | None = None
+        self._choice_key: tuple[str, bytes] | None = None
         self._pending: list[str] = []
+        self._binary_version: int | None = None
 
     # ---- process life -------------------------------------------------------------------------------------------
 
@@ -105,25 +117,67 @@ class InstanceManager:
         self._stop.set()
 
     async def _main(self) -> None:
+        self._binary_version = await binary_version(self.settings.binary("postgres"))
         self._read_config()
+        self._read_secrets()
         discard_partial(self.settings)
         if not has_data(self.settings.pgdata):
-            if self.settings.bootstrap == "primary":
-                await initdb(self.settings)
-            else:
-                await clone(self.settings, on_error=lambda message: self._record_error("bootstrap", message))
-            log.info("data directory ready", bootstrap=self.settings.bootstrap)
-            self._clear_error("bootstrap")
+            await self._bootstrap()
         self._data_ready = True
+        await self._wait_startable()
         async with asyncio.TaskGroup() as group:
             group.create_task(self._supervise())
             group.create_task(self._config_loop())
+            group.create_task(self._upkeep_loop())
+
+    async def _bootstrap(self) -> None:
+        """An empty PGDATA: initdb for a new cluster's primary; otherwise (a replica, or a primary whose cluster was
+        initialised already: its data directory was lost) a clone of the primary."""
+        if self.settings.bootstrap == "primary" and self.config.system_identifier is None:
+            await initdb(self.settings, superuser=self._secrets["superuser"].credentials)
+        else:
+            lost = self.settings.bootstrap == "primary"
+            if lost:  # initdb would serve an empty database as if nothing happened
+                self._report(
+                    "bootstrap:lost",
+                    [
+                        Problem(
+                            "DataDirectoryLost",
+                            f"the data directory is empty but the cluster was initialised (system "
+                            f"{self.config.system_identifier}); cloning from {self.settings.primary_host} instead of "
+                            "running initdb",
+                        )
+                    ],
+                )
+
+            def replication() -> Credentials | None:
+                self._read_secrets()
+                return self._secrets["replication"].credentials
+
+            await clone(self.settings, replication, on_error=lambda message: self._note("bootstrap", message))
+            self._report("bootstrap:lost", [])
+        log.info("data directory ready", bootstrap=self.settings.bootstrap)
+        self._clear_error("bootstrap")
+
+    async def _wait_startable(self) -> None:
+        """Return once the data directory may be started: same cluster (system identifier), same major."""
+        while True:
+            self._read_config()
+            problems = start_problems(self.settings.pgdata, self.config, self._binary_version)
+            self._report("identity", problems)
+            if not problems:
+                return
+            await asyncio.sleep(self.settings.config_interval)
+
+    async def _start(self) -> asyncio.subprocess.Process:
+        """Write the files and start PostgreSQL (the caller holds the lock and has checked the identity)."""
+        await self._write_files()
+        return await self.pg.start()
 
     async def _supervise(self) -> None:
         """Start PostgreSQL; whenever it exits without being asked to, start it again after a growing pause."""
         async with self._lock:
-            self._write_files()
-            proc = await self.pg.start()
+            proc = await self._start()
         delay = 1.0
         while True:
             started = time.monotonic()
@@ -141,27 +195,43 @@ class InstanceManager:
                 log.error("postgres exited unexpectedly", exit_code=code, restart_in=delay, restarts=self.restart_count)
             await asyncio.sleep(delay)
             delay = min(delay * 2, MAX_BACKOFF)
+            await self._wait_startable()
             async with self._lock:
                 if self.pg.process is not proc and self.pg.running:
                     assert self.pg.process is not None
                     proc = self.pg.process
                     continue
-                self._write_files()
-                proc = await self.pg.start()
+                proc = await self._start()
 
-    # ---- configuration ------------------------------------------------------------------------------------------
+    # ---- problems -----------------------------------------------------------------------------------------------
 
     @property
     def last_error(self) -> str | None:
         """The most recent problem that still holds (None once every source has recovered)."""
         return next(reversed(self._errors.values()), None)
 
-    def _record_error(self, source: str, message: str) -> None:
+    def _record_error(self, source: str, message: str) -> bool:
+        """Set ``source``'s error; True when it is new (the caller logs only then)."""
+        new = self._errors.get(source) != message
         self._errors.pop(source, None)  # re-insert: the newest comes last
         self._errors[source] = message
+        return new
+
+    def _note(self, source: str, message: str) -> None:
+        self._record_error(source, one_line(message))
 
     def _clear_error(self, source: str) -> None:
         self._errors.pop(source, None)
+
+    def _report(self, source: str, problems: list[Problem] | tuple[Problem, ...]) -> None:
+        """The problems of ``source`` for ``problems`` in /status (logged once per change) and for ``lastError``."""
+        if self.problems.set(source, problems):
+            if problems:
+                self._record_error(source, problems[-1].message)
+            else:
+                self._clear_error(source)
+
+    # ---- configuration ------------------------------------------------------------------------------------------
 
     def _read_config(self) -> bool:
         """Re-read the config file; True when its content changed and parsed. A bad file keeps the last good one."""
@@ -178,12 +248,9 @@ class InstanceManager:
         try:
             self.config = ClusterConfig.parse(raw)
         except ValueError as exc:
-            self._record_error("config", str(exc))
-            log.error("cluster config rejected; keeping the previous one", reason=str(exc))
+            self._report("config", [Problem("InvalidConfig", f"{exc}; keeping the previous config")])
             return False
-        self._clear_error("config")
-        if rejected := rejected_parameters(self.config):
-            log.warning("parameters managed by the operator are ignored", parameters=rejected)
+        self._report("config", [])
         log.info(
             "cluster config loaded" if first else "cluster config changed",
             instances=list(self.config.instances),
@@ -193,83 +260,157 @@ class InstanceManager:
         return True
 
     def _read_secrets(self) -> bool:
-        """True when any Secret file changed since the last call (compares a digest, keeps no copy)."""
-        digest = hashlib.sha256()
-        for directory in (self.settings.superuser_dir, self.settings.replication_dir, self.settings.app_dir):
-            for name in ("username", "password"):
-                with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-                    digest.update((directory / name).read_bytes())
-                digest.update(b"\0")
-        value = digest.digest()
-        changed = value != self._secrets_digest
-        self._secrets_digest = value
+        """Check every mounted Secret; True when any changed since the last call (usable or not)."""
+        checked = {
+            "superuser": check_credentials("superuser", self.settings.superuser_dir),
+            "replication": check_credentials("replication", self.settings.replication_dir),
+            "app": check_credentials("app", self.settings.app_dir),
+        }
+        purpose: Purpose
+        for purpose, result in checked.items():  # type: ignore[assignment]  # the keys are the Purpose literals
+            self._report(f"secret:{purpose}", result.problems)
+            if result.credentials is not None:
+                self._usable[purpose] = result.credentials
+        self._report("secret:api", check_token(self.settings.token_file)[1])
+        changed = checked != self._secrets
+        self._secrets = checked  # type: ignore[assignment]
         return changed
 
     @property
     def _is_replica(self) -> bool:
         return (self.settings.pgdata / "standby.signal").exists()
 
-    def _write_files(self) -> bool:
-        """postgresql.conf, pg_hba.conf (in PGDATA) and the passfile for the current role; True if a conf changed."""
-        replication = read_credentials(self.settings.replication_dir)
-        conf = render_postgresql_conf(self.settings, self.config, replica=self._is_replica, replication=replication)
-        changed = write_if_changed(self.settings.pgdata / "postgresql.conf", conf)
+    async def _choose_parameters(self, wanted: dict[str, str], render: Any) -> Choice:
+        """The user parameters PostgreSQL accepts (asked again only when the candidate or auto.conf changed)."""
+        try:
+            auto = (self.settings.pgdata / "postgresql.auto.conf").read_bytes()
+        except FileNotFoundError:
+            auto = b""
+        key = (render(wanted), auto)
+        if self._choice is None or key != self._choice_key:
+            self._choice = await choose(self.checker, render, wanted, self._parameters)
+            self._choice_key = key
+        return self._choice
+
+    def _parameter_problems(self, refused: dict[str, str], choice: Choice) -> list[Problem]:
+        problems = [
+            Problem("InvalidParameter", f'parameter "{one_line(n)[:63]}": {why}; not written', parameter=n[:63])
+            for n, why in refused.items()
+        ]
+        for name, message in choice.refused.items():
+            kept = "keeps its last good value" if name in choice.parameters else "not written"
+            problems.append(Problem("InvalidParameter", f"{message}; {kept}", parameter=name))
+        for name, message in choice.elsewhere.items():
+            problems.append(
+                Problem(
+                    "InvalidParameter", f"{message} (set outside the cluster spec, e.g. ALTER SYSTEM)", parameter=name
+                )
+            )
+        problems += [Problem("InvalidParameter", f"postgresql.conf does not load: {m}") for m in choice.other]
+        return problems
+
+    async def _write_files(self) -> bool:
+        """postgresql.conf, pg_hba.conf (in PGDATA) and the passfile for the current role; True if a conf changed.
+
+        Only user parameters PostgreSQL accepts are written; the others are reported."""
+        replication = self._usable["replication"]
+        replica = self._is_replica
+        config = self.config
+
+        def render(parameters: dict[str, str]) -> str:
+            return render_postgresql_conf(self.settings, config, parameters, replica=replica, replication=replication)
+
+        wanted, refused = split_parameters(config)
+        choice = await self._choose_parameters(wanted, render)
+        self._report("parameters", self._parameter_problems(refused, choice))
+        changed = write_if_changed(self.settings.pgdata / "postgresql.conf", render(choice.parameters))
+        self._parameters = dict(choice.parameters)
         changed |= write_if_changed(self.settings.pgdata / "pg_hba.conf", render_hba(replication))
         self.settings.socket_dir.mkdir(parents=True, exist_ok=True)
         write_if_changed(self.settings.passfile, render_passfile(replication))  # libpq reads it on each connect
         return changed
 
-    async def _config_loop(self) -> None:
+    async def _loop(self, name: str, one_pass: Any) -> None:
+        """Run ``one_pass`` forever; an error is reported (once per distinct message) and the loop goes on."""
         while True:
             try:
-                await self._sync()
+                await one_pass()
             except (psycopg.Error, OSError) as exc:
-                self._record_error("sync", f"sync failed: {exc}")
-                log.warning("sync failed", error=str(exc))
+                if self._record_error(name, one_line(f"{name} failed: {exc}")):
+                    log.warning(f"{name} failed", error=one_line(str(exc)))
             except Exception as exc:  # a bug here must not take PostgreSQL down with the manager: report, go on
-                self._record_error("sync", f"sync failed: {exc!r}")
-                log.exception("sync failed unexpectedly")
+                if self._record_error(name, one_line(f"{name} failed: {exc!r}")):
+                    log.exception(f"{name} failed unexpectedly")
+            else:
+                self._clear_error(name)
             # right after a start, poll quickly until the new postmaster has been synced once
-            fast = self.pg.running and self._synced is not self.pg.process
+            fast = self.pg.running and (self._synced is not self.pg.process or not self._roles_ok)
             await asyncio.sleep(0.2 if fast else self.settings.config_interval)
 
+    async def _config_loop(self) -> None:
+        await self._loop("sync", self._sync)
+
+    async def _upkeep_loop(self) -> None:
+        await self._loop("upkeep", self._upkeep)
+
     async def _sync(self) -> None:
-        """One pass: config and Secrets → files → reload; pending-restart report; roles and slots on a primary."""
+        """One pass: config and Secrets → checked → files → reload; pending-restart report."""
         config_changed = self._read_config()
-        secrets_changed = self._read_secrets()
-        if secrets_changed:
+        if self._read_secrets():
             self._roles_ok = False
         async with self._lock:
-            files_changed = self._write_files()
+            files_changed = await self._write_files()
             process = self.pg.process
             if not self.pg.running:
                 return
         try:
-            conn = await connect(self.settings, timeout=2)
+            conn = await connect(self.settings, timeout=2, statement_timeout_ms=5_000)
         except psycopg.OperationalError:
             return  # starting up, or stopping: the next pass will do
         async with conn:
             if files_changed:
                 await conn.execute("SELECT pg_reload_conf()")
-                log.info("configuration reloaded", config_changed=config_changed, secrets_changed=secrets_changed)
+                log.info("configuration reloaded", config_changed=config_changed)
                 if problems := await status_queries.config_errors(conn):
-                    self._record_error("conf", "PostgreSQL cannot use parts of postgresql.conf: " + "; ".join(problems))
-                    log.error("configuration has errors", problems=problems)
+                    if self._record_error(
+                        "conf", "PostgreSQL cannot use parts of its configuration: " + "; ".join(problems)
+                    ):
+                        log.error("configuration has errors", problems=problems)
                 else:
                     self._clear_error("conf")
             await self._report_pending_restart(conn)
-            in_recovery = (await fetch_one(conn, "SELECT pg_is_in_recovery() AS r"))["r"]
-            if not in_recovery:
-                if not self._roles_ok:
-                    await ensure_roles(conn, self.settings)
-                    self._roles_ok = True
-                await reconcile_slots(
-                    conn, cluster=self.settings.cluster, name=self.settings.name, instances=self.config.instances
-                )
             self._synced = process
-        # a full pass reached a running PostgreSQL: earlier crash and sync problems no longer hold
+        # a full pass reached a running PostgreSQL: an earlier crash no longer holds
         self._clear_error("postgres")
-        self._clear_error("sync")
+
+    async def _upkeep(self) -> None:
+        """One pass on a primary: roles after a start or a Secret change, then slots. Its own task and connection:
+        a statement stuck here (a lock held by a client) ends at the statement timeout and never delays ``_sync``."""
+        if not self.pg.running or self._synced is not self.pg.process:
+            return  # the config loop reaches a new postmaster first (files in place, reload done)
+        try:
+            conn = await connect(self.settings, timeout=2)
+        except psycopg.OperationalError:
+            return
+        async with conn:
+            if (await fetch_one(conn, "SELECT pg_is_in_recovery() AS r"))["r"]:
+                return
+            if not self._roles_ok:
+                await self._ensure_roles(conn)
+            await reconcile_slots(
+                conn, cluster=self.settings.cluster, name=self.settings.name, instances=self.config.instances
+            )
+
+    async def _ensure_roles(self, conn: psycopg.AsyncConnection[DictRow]) -> None:
+        secrets = self._secrets
+        await ensure_roles(
+            conn,
+            self.settings,
+            superuser=secrets["superuser"].credentials,
+            replication=secrets["replication"].credentials,
+            app=secrets["app"].credentials,
+        )
+        self._roles_ok = True
 
     async def _report_pending_restart(self, conn: psycopg.AsyncConnection[DictRow]) -> None:
         cursor = await conn.execute("SELECT name FROM pg_settings WHERE pending_restart ORDER BY name")
@@ -282,17 +423,18 @@ class InstanceManager:
     # ---- HTTP backend -------------------------------------------------------------------------------------------
 
     def api_token(self) -> str | None:
-        """The current API token (re-read each time: the Secret may rotate)."""
-        try:
-            return self.settings.token_file.read_text().strip() or None
-        except OSError:
-            return None
+        """The current API token, checked (re-read each time: the Secret may rotate). None: every action is 401."""
+        token, problems = check_token(self.settings.token_file)
+        self._report("secret:api", problems)
+        return token
 
     async def _not_ready(self, conn: psycopg.AsyncConnection[DictRow] | None) -> str | None:
         if self._shutting_down:
             return "shutting down"
         if not self._data_ready:
             return f"bootstrapping ({self.settings.bootstrap})"
+        if identity := self.problems.get("identity"):
+            return identity[0].message
         if not self.pg.running or conn is None:
             return "postgres is not running" if not self.pg.running else "postgres does not accept connections"
         if reason := await status_queries.readiness(conn):
@@ -305,7 +447,7 @@ class InstanceManager:
         if not self.pg.running:
             return None
         try:
-            return await connect(self.settings, timeout=3)
+            return await connect(self.settings, timeout=3, statement_timeout_ms=5_000)
         except psycopg.OperationalError:
             return None
 
@@ -328,10 +470,14 @@ class InstanceManager:
             "postgresVersion": None,
             "connections": None,
             "pendingRestart": None,
+            "configErrors": None,
             "running": self.pg.running,
             "ready": False,
             "restartCount": self.restart_count,
             "lastError": self.last_error,
+            "dataVersion": data_version(self.settings.pgdata),
+            "binaryVersion": self._binary_version,
+            "problems": [p.as_json() for p in self.problems.all()],
         }
         if not self._data_ready:
             result["role"] = self.settings.bootstrap
@@ -357,10 +503,9 @@ class InstanceManager:
                 done = (await fetch_one(conn, "SELECT pg_promote(wait => true, wait_seconds => 60) AS done"))["done"]
                 if not done:
                     raise ActionError(504, "promotion did not finish within 60 s")
-                if self._write_files():  # standby.signal is gone: no primary_conninfo, sync standbys instead
+                if await self._write_files():  # standby.signal is gone: no primary_conninfo, sync standbys instead
                     await conn.execute("SELECT pg_reload_conf()")
-                await ensure_roles(conn, self.settings)
-                self._roles_ok = True
+                await self._ensure_roles(conn)
                 await reconcile_slots(
                     conn, cluster=self.settings.cluster, name=self.settings.name, instances=self.config.instances
                 )
@@ -369,11 +514,24 @@ class InstanceManager:
         return {"promoted": True, "timeline": state["timeline"], "lsn": state["writeLsn"]}
 
     async def restart(self) -> dict[str, Any]:
-        """``POST /restart``: fast shutdown and start again with the current files; answer once it takes connections."""
+        """``POST /restart``: fast shutdown and start again with the current files; answer once it takes connections.
+
+        Refused (409) unless the data directory may be started and PostgreSQL accepts the configuration it would
+        read: a restart into a file that does not load is an outage on a lone primary."""
         async with self._lock:
             if self._shutting_down or not self._data_ready or self.pg.process is None:
                 raise ActionError(503, "postgres is not running yet")
-            self._write_files()
+            if problems := start_problems(self.settings.pgdata, self.config, self._binary_version):
+                raise ActionError(409, "refusing to restart: " + "; ".join(p.message for p in problems))
+            await self._write_files()
+            current = (self.settings.pgdata / "postgresql.conf").read_text()
+            check = await self.checker.check(current, self._parameters)
+            if not check.loads:
+                self._choice = None  # the next pass reports what changed (auto.conf, a library gone)
+                reasons = [f"{n}: {m}" for n, m in check.by_parameter.items()] + check.other
+                raise ActionError(
+                    409, one_line("refusing to restart: the configuration would not load: " + "; ".join(reasons))
+                )
             await self.pg.stop()
             await self.pg.start()
         try:
@@ -389,7 +547,9 @@ class InstanceManager:
     async def _action_connection(self) -> psycopg.AsyncConnection[DictRow]:
         if self._shutting_down:
             raise ActionError(503, "shutting down")
-        conn = await self._try_connect()
-        if conn is None:
+        if not self.pg.running:
             raise ActionError(503, "postgres is not running or does not accept connections")
-        return conn
+        try:
+            return await connect(self.settings, timeout=3, statement_timeout_ms=90_000)  # pg_promote waits up to 60 s
+        except psycopg.OperationalError:
+            raise ActionError(503, "postgres is not running or does not accept connections") from None

@@ -1,8 +1,9 @@
-"""The roles and the application database a primary must have, with passwords from the mounted Secrets.
+"""The roles and the application database a primary must have, with passwords from the checked Secrets.
 
 Passwords go to the server as SCRAM verifiers computed client-side (libpq's PQencryptPasswordConn), inside a session
-that has statement logging switched off: the plaintext never leaves the manager, the verifier never reaches a log.
-ALTER ROLE takes no bind parameters, hence ``sql.Literal`` for the verifier.
+that neither logs its statements nor shows them in ``pg_stat_activity``: the plaintext never leaves the manager, the
+verifier never reaches a log or another session's view (a blocked ``ALTER ROLE`` once showed the superuser's
+verifier there). ALTER ROLE takes no bind parameters, hence ``sql.Literal`` for the verifier.
 """
 
 from __future__ import annotations
@@ -12,15 +13,18 @@ import structlog
 from psycopg import sql
 from psycopg.rows import DictRow
 
-from kanri.instance.config import SUPERUSER, Credentials, Settings, read_credentials
+from kanri.contract.roles import REPLICATION_USER, reserved_role
+from kanri.instance.config import SUPERUSER, Credentials, Settings
 
 log = structlog.get_logger("kanri.instance.roles")
 
-_QUIET = (
+QUIET = (
     "SET log_statement = 'none'",
     "SET log_min_duration_statement = -1",
     "SET log_min_error_statement = 'panic'",  # a failed ALTER ROLE would otherwise echo its statement
+    "SET track_activities = off",  # pg_stat_activity.query would show the verifier while a statement runs
 )
+"""The session settings of every connection that sends a verifier."""
 
 
 async def _set_password(conn: psycopg.AsyncConnection[DictRow], role: str, password: str) -> None:
@@ -39,31 +43,29 @@ async def _ensure_role(conn: psycopg.AsyncConnection[DictRow], creds: Credential
     return created
 
 
-async def ensure_roles(conn: psycopg.AsyncConnection[DictRow], settings: Settings) -> None:
+async def ensure_roles(
+    conn: psycopg.AsyncConnection[DictRow],
+    settings: Settings,
+    *,
+    superuser: Credentials | None,
+    replication: Credentials | None,
+    app: Credentials | None,
+) -> None:
     """Make the superuser password, the replication role, the application owner and database match the Secrets.
 
-    Idempotent; run on every start of a primary and whenever a Secret's files change. A missing Secret is skipped
-    (logged): a cluster without an application database or without replicas is legal."""
-    for statement in _QUIET:
+    Each argument is a Secret that passed :mod:`kanri.instance.credentials` (None: absent or refused, reported
+    there, and skipped here). Idempotent; run on every start of a primary and whenever a Secret's files change."""
+    for statement in QUIET:
         await conn.execute(statement)
-
-    superuser = read_credentials(settings.superuser_dir)
     if superuser is not None:
-        if superuser.username != SUPERUSER:
-            log.warning(
-                "superuser secret names another user; its password is set for postgres", username=superuser.username
-            )
         await _set_password(conn, SUPERUSER, superuser.password)
-
-    replication = read_credentials(settings.replication_dir)
-    if replication is None:
-        log.warning("no replication secret; replicas cannot connect", directory=str(settings.replication_dir))
-    elif await _ensure_role(conn, replication, "LOGIN REPLICATION NOSUPERUSER NOCREATEDB NOCREATEROLE"):
-        log.info("role created", role=replication.username, purpose="replication")
-
-    app = read_credentials(settings.app_dir)
-    if app is None:
-        log.warning("no application secret; no application database", directory=str(settings.app_dir))
+    if replication is not None and replication.username == REPLICATION_USER:
+        attributes = "LOGIN REPLICATION NOSUPERUSER NOCREATEDB NOCREATEROLE"
+        if await _ensure_role(conn, replication, attributes):
+            log.info("role created", role=REPLICATION_USER, purpose="replication")
+    # a reserved name is never touched (an app Secret naming postgres once made the only superuser NOSUPERUSER);
+    # the credentials check reports it, this is the last line of defence
+    if app is None or reserved_role(app.username):
         return
     if await _ensure_role(conn, app, "LOGIN NOSUPERUSER NOCREATEROLE"):
         log.info("role created", role=app.username, purpose="application owner")
