@@ -17,6 +17,7 @@ import yaml
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from kanri.contract.roles import RESERVED_ROLES
 from kanri.local.controlplane import Endpoint
 from kanri.postgres.api.v1alpha1 import DEFAULT_MAX_DATA_LOSS_BYTES, PostgresCluster
 from kanri.runtime import Client, crd_for
@@ -225,6 +226,66 @@ INVALID = [
         ("parameter names must be lower case PostgreSQL names", '["Listen_Addresses", "Work-Mem"]'),
     ),
     Refused("parameter-number", {"postgresql": {"parameters": {"max_connections": 200}}}, ("must be of type string",)),
+    Refused(
+        "parameters-that-read-files-load-code-or-set-tls",
+        {
+            "postgresql": {
+                "parameters": {
+                    "include_if_exists": "/etc/kanri/superuser/password",
+                    "include": "/etc/passwd",
+                    "include_dir": "/etc",
+                    "dynamic_library_path": "/tmp",
+                    "ssl": "on",
+                    "ssl_passphrase_command": "cat /etc/kanri/app/password",
+                    "work_mem": "4MB",
+                }
+            }
+        },
+        (
+            "spec.postgresql.parameters",
+            "read files (include*), load code",
+            "configure TLS",
+            'cannot be set: ["dynamic_library_path", "include", "include_dir", "include_if_exists", "ssl", '
+            '"ssl_passphrase_command"]',
+        ),
+    ),
+    Refused(
+        "parameters-that-give-up-data-safety",
+        {"postgresql": {"parameters": {"fsync": "off", "zero_damaged_pages": "on", "synchronous_commit": "off"}}},
+        ("give up data safety", 'cannot be set: ["fsync", "zero_damaged_pages"]'),
+    ),
+    Refused(
+        "parameters-the-contract-adds-to-the-operator-owned",
+        {"postgresql": {"parameters": {"max_wal_senders": "1", "password_encryption": "md5"}}},
+        ('parameters managed by the operator cannot be set: ["max_wal_senders", "password_encryption"]',),
+    ),
+    Refused(
+        "preload-a-library-the-image-does-not-ship",
+        {
+            "postgresql": {
+                "parameters": {
+                    "shared_preload_libraries": "pg_stat_statements,/tmp/evil.so",
+                    "session_preload_libraries": "auto_explain",
+                    "local_preload_libraries": "evil",
+                }
+            }
+        },
+        (
+            "preload parameters may list only libraries",
+            "(auth_delay, auto_explain, passwordcheck, pg_prewarm, pg_stat_statements)",
+            '["local_preload_libraries", "shared_preload_libraries"]',
+        ),
+    ),
+    Refused(
+        "parameter-value-with-nul",
+        {"postgresql": {"parameters": {"work_mem": "4MB\u0000", "max_connections": "200"}}},
+        ("spec.postgresql.parameters[work_mem]", "a parameter value must be one line without NUL"),
+    ),
+    Refused(
+        "parameter-value-with-newline",
+        {"postgresql": {"parameters": {"work_mem": "4MB\ninclude_if_exists = '/etc/kanri/api/token'"}}},
+        ("spec.postgresql.parameters[work_mem]", "a line break would start another postgresql.conf entry"),
+    ),
     Refused("deletion-policy-unknown", {"deletionPolicy": "Destroy"}, ('Unsupported value: "Destroy"', '"Retain"')),
     Refused("failover-policy-unknown", {"failover": {"policy": "Sometimes"}}, ('Unsupported value: "Sometimes"',)),
     Refused(
@@ -310,6 +371,142 @@ INVALID = [
         {"bootstrap": {"initdb": {"owner": "postgres"}}},
         ('owner "postgres" is reserved',),
     ),
+    *[
+        Refused(
+            f"initdb-owner-{role.replace('_', '-')}",
+            {"bootstrap": {"initdb": {"owner": role}}},
+            ("spec.bootstrap.initdb.owner", f'owner "{role}" is reserved', "streaming_replica replicates"),
+        )
+        for role in (*RESERVED_ROLES[1:], "pg_monitor")
+    ],
+    *[
+        Refused(
+            f"initdb-database-{database.replace('_', '-')}",
+            {"bootstrap": {"initdb": {"database": database}}},
+            ("spec.bootstrap.initdb.database", f'database "{database}" is reserved', "every pg_ name"),
+        )
+        for database in ("information_schema", "pg_catalog", "template1")
+    ],
+    Refused(
+        "negative-resources",
+        {"resources": {"requests": {"cpu": -1, "memory": "-1Gi"}, "limits": {"cpu": "-500m", "memory": "1Gi"}}},
+        (
+            "spec.resources.requests",
+            'resource quantities may not be negative: ["cpu", "memory"]',
+            "spec.resources.limits",
+            'resource quantities may not be negative: ["cpu"]',
+        ),
+    ),
+    Refused(
+        "label-key-and-value-not-kubernetes-labels",
+        {"podTemplate": {"labels": {"a b": "x y", "team": "db", "-x/y": "z", "ok": "-"}}},
+        (
+            "label keys must be qualified names",
+            '["-x/y", "a b"]',
+            "spec.podTemplate.labels[a b]",
+            "spec.podTemplate.labels[ok]",
+            "a label value is at most 63 letters",
+        ),
+    ),
+    Refused(
+        "annotation-key-not-a-qualified-name",
+        {"podTemplate": {"annotations": {"why not": "a value may be anything", "example.com/ok": "x"}}},
+        ("annotation keys must be qualified names", '["why not"]'),
+    ),
+    Refused(
+        "node-selector-not-node-labels",
+        {"podTemplate": {"nodeSelector": {"kubernetes.io/os": "linux windows", "zone/": "a"}}},
+        ("node label keys must be qualified names", '["zone/"]', "spec.podTemplate.nodeSelector[kubernetes.io/os]"),
+    ),
+    Refused(
+        "affinity-not-an-object",
+        {"podTemplate": {"affinity": {"nodeAffinity": "x"}}},
+        ("spec.podTemplate.affinity.nodeAffinity", "must be of type object"),
+    ),
+    Refused(
+        "affinity-unknown-operator",
+        {
+            "podTemplate": {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {"matchExpressions": [{"key": "zone", "operator": "Near", "values": ["a"]}]}
+                            ]
+                        }
+                    }
+                }
+            }
+        },
+        (
+            "spec.podTemplate.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
+            ".matchExpressions[0].operator",
+            'Unsupported value: "Near"',
+        ),
+    ),
+    Refused(
+        "affinity-in-without-values",
+        {
+            "podTemplate": {
+                "affinity": {
+                    "podAntiAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": [
+                            {
+                                "topologyKey": "kubernetes.io/hostname",
+                                "labelSelector": {"matchExpressions": [{"key": "app", "operator": "In"}]},
+                            }
+                        ]
+                    }
+                }
+            }
+        },
+        (
+            "requiredDuringSchedulingIgnoredDuringExecution[0].labelSelector.matchExpressions[0].values",
+            "operator In needs at least one value",
+        ),
+    ),
+    Refused(
+        "affinity-term-without-topology-key",
+        {
+            "podTemplate": {
+                "affinity": {
+                    "podAffinity": {
+                        "preferredDuringSchedulingIgnoredDuringExecution": [
+                            {"weight": 500, "podAffinityTerm": {"labelSelector": {}}}
+                        ]
+                    }
+                }
+            }
+        },
+        (
+            "preferredDuringSchedulingIgnoredDuringExecution[0].weight",
+            "less than or equal to 100",
+            "podAffinityTerm.topologyKey: Required value",
+        ),
+    ),
+    Refused(
+        "affinity-unknown-field",
+        {"podTemplate": {"affinity": {"nodeAffinity": {}, "podAffinity": {"required": []}}}},
+        ('unknown field "spec.podTemplate.affinity.podAffinity.required"',),
+        code=400,
+    ),
+    Refused(
+        "topology-spread-out-of-range",
+        {
+            "podTemplate": {
+                "topologySpreadConstraints": [
+                    {"maxSkew": 0, "topologyKey": "zone", "whenUnsatisfiable": "Sometimes"},
+                    {"topologyKey": "zone"},
+                ]
+            }
+        },
+        (
+            "spec.podTemplate.topologySpreadConstraints[0].maxSkew",
+            "greater than or equal to 1",
+            'Unsupported value: "Sometimes"',
+            "spec.podTemplate.topologySpreadConstraints[1].maxSkew: Required value",
+        ),
+    ),
     Refused(
         "unknown-pod-template-field",
         {"podTemplate": {"containers": [{"name": "sidecar", "image": "busybox"}]}},
@@ -351,6 +548,56 @@ async def test_invalid_spec_is_refused_with_its_own_message(
     message = await refusal(clusters.create(cluster(case.name, merged(BASE, case.spec))), code=case.code)
     for expected in case.messages:
         assert expected in message, message
+
+
+# From the Kubernetes documentation (Assigning Pods to Nodes; Pod Topology Spread Constraints).
+DOCS_SCHEDULING: dict[str, Any] = {
+    "labels": {"app.kubernetes.io/name": "orders", "tier": "", "example.com/owner": "team_a.b-c"},
+    "nodeSelector": {"kubernetes.io/os": "linux"},
+    "affinity": {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "topology.kubernetes.io/zone", "operator": "In",
+                 "values": ["antarctica-east1", "antarctica-west1"]}]}]},
+            "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "preference": {"matchExpressions": [
+                {"key": "another-node-label-key", "operator": "In", "values": ["another-node-label-value"]}]}}],
+        },
+        "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+            "labelSelector": {"matchExpressions": [{"key": "security", "operator": "In", "values": ["S1"]}]},
+            "topologyKey": "topology.kubernetes.io/zone"}]},
+        "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": {
+            "labelSelector": {"matchExpressions": [{"key": "security", "operator": "In", "values": ["S2"]}]},
+            "topologyKey": "topology.kubernetes.io/zone"}}]},
+    },
+    "topologySpreadConstraints": [
+        {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule",
+         "labelSelector": {"matchLabels": {"foo": "bar"}}, "matchLabelKeys": ["pod-template-hash"]},
+        {"maxSkew": 1, "minDomains": 2, "topologyKey": "node", "whenUnsatisfiable": "ScheduleAnyway",
+         "nodeAffinityPolicy": "Honor", "nodeTaintsPolicy": "Ignore"},
+    ],
+}  # fmt: skip
+
+
+@pytest.mark.usefixtures("installed")
+async def test_scheduling_from_the_kubernetes_docs_and_allowed_parameters_are_stored_as_written(
+    kube_api: k8s.ApiClient, namespace: str
+) -> None:
+    clusters = Clusters(kube_api, namespace)
+    spec = merged(
+        BASE,
+        {
+            "podTemplate": DOCS_SCHEDULING,
+            "resources": {"requests": {"cpu": 0, "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
+            "postgresql": {"parameters": {
+                "shared_preload_libraries": '"pg_stat_statements", auto_explain', "session_preload_libraries": "",
+                "pg_stat_statements.track": "all", "log_min_duration_statement": "250ms",
+            }},
+            "bootstrap": {"initdb": {"database": "orders", "owner": "orders_owner"}},
+        },
+    )  # fmt: skip
+    created = await clusters.create(cluster("db", spec))
+    assert merged(created["spec"], spec) == created["spec"], "nothing pruned or changed"
+    PostgresCluster.model_validate(created)
 
 
 def test_refusal_cases_are_distinct() -> None:

@@ -14,6 +14,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
+from kanri.contract import parameters, roles
 from kanri.postgres.api import CUSTOM_RESOURCES
 from kanri.postgres.api.v1alpha1 import (
     CRON_PATTERN,
@@ -146,8 +147,13 @@ def test_pod_template_offers_only_the_allowed_fields() -> None:
         "priorityClassName",
     }
     pod_template = SPEC["properties"]["podTemplate"]
+    kept = [path for path, node in nodes(pod_template) if node.get("x-kubernetes-preserve-unknown-fields")]
     assert "x-kubernetes-preserve-unknown-fields" not in pod_template, "unknown keys are pruned, never kept"
-    assert pod_template["properties"]["affinity"]["x-kubernetes-preserve-unknown-fields"] is True
+    assert kept == [], "affinity and topologySpreadConstraints have Kubernetes' structure, not a free-form object"
+    affinity = pod_template["properties"]["affinity"]["properties"]
+    assert set(affinity) == {"nodeAffinity", "podAffinity", "podAntiAffinity"}
+    spread = pod_template["properties"]["topologySpreadConstraints"]["items"]
+    assert spread["required"] == ["maxSkew", "topologyKey", "whenUnsatisfiable"]
 
 
 def test_status_lists_are_maps_keyed_by_name_and_type() -> None:
@@ -240,14 +246,130 @@ def test_samples_read_into_the_models() -> None:
 # --- constants and patterns -------------------------------------------------------------------------------------
 
 
-def test_operator_owned_parameters_include_the_issue_examples_and_the_cel_rule_lists_them_all() -> None:
+def rules_of(node: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(node.get("x-kubernetes-validations", []))
+
+
+PARAMETERS = SPEC["properties"]["postgresql"]["properties"]["parameters"]
+
+
+def test_operator_owned_parameters_are_the_contracts_and_the_cel_rule_lists_them_all() -> None:
+    assert OPERATOR_OWNED_PARAMETERS is parameters.OPERATOR_OWNED, "one list for the API and the instance manager"
     assert {"listen_addresses", "port", "archive_command", "primary_conninfo", "wal_level"} <= set(
         OPERATOR_OWNED_PARAMETERS
     )
     assert list(OPERATOR_OWNED_PARAMETERS) == sorted(set(OPERATOR_OWNED_PARAMETERS))
-    parameters = SPEC["properties"]["postgresql"]["properties"]["parameters"]
-    (owned_rule,) = [rule for rule in parameters["x-kubernetes-validations"] if rule.get("reason")]
-    assert re.findall(r"'([a-z_]+)'", owned_rule["rule"]) == list(OPERATOR_OWNED_PARAMETERS)
+    (owned,) = [r for r in rules_of(PARAMETERS) if "managed by the operator" in r["messageExpression"]]
+    assert re.findall(r"'([a-z_]+)'", owned["rule"]) == list(OPERATOR_OWNED_PARAMETERS)
+
+
+def test_the_forbidden_rule_lists_every_forbidden_parameter_and_the_ssl_family() -> None:
+    (rule,) = [r for r in rules_of(PARAMETERS) if "read files" in r["messageExpression"]]
+    assert re.findall(r"'([a-z_]+)'", rule["rule"]) == [*parameters.FORBIDDEN, "ssl", "ssl_"]
+    assert {"include", "include_if_exists", "include_dir", "dynamic_library_path"} <= set(parameters.FORBIDDEN)
+    assert rule["reason"] == "FieldValueForbidden"
+
+
+def test_parameter_values_are_one_line_without_nul() -> None:
+    (value_rule,) = rules_of(PARAMETERS["additionalProperties"])
+    assert parameters.VALUE_PATTERN in value_rule["rule"]
+    # The CEL cost estimate was measured with these bounds (docs/runtime-crd.md).
+    assert PARAMETERS["maxProperties"] == 256
+    assert PARAMETERS["additionalProperties"]["maxLength"] == 4096
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["pg_stat_statements", "pg_stat_statements,auto_explain", ' "pg_prewarm" , auth_delay ', "", "passwordcheck"],
+)
+def test_preload_lists_of_shipped_libraries_are_allowed(value: str) -> None:
+    assert re.fullmatch(parameters.PRELOAD_LIST_PATTERN, value)
+    assert parameters.refusal("shared_preload_libraries", value) is None
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["evil", "pg_stat_statements,evil", "/tmp/evil.so", '"pg_prewarm', "pg_prewarm,", "$libdir/auto_explain"],
+)
+def test_preload_lists_of_anything_else_are_refused(value: str) -> None:
+    assert not re.fullmatch(parameters.PRELOAD_LIST_PATTERN, value)
+
+
+def test_descriptions_name_what_the_contract_lists() -> None:
+    """Docstrings are static text: they must keep up with the contract's lists."""
+    described = " ".join(PARAMETERS["description"].split())
+    for name in (*parameters.PRELOAD_LIBRARIES, *parameters.PRELOAD_PARAMETERS, "include_if_exists", "ssl_*"):
+        assert name in described, name
+    initdb = SPEC["properties"]["bootstrap"]["properties"]["initdb"]["properties"]
+    for name in roles.RESERVED_ROLES:
+        assert name in initdb["owner"]["description"], name
+    for name in roles.RESERVED_DATABASES:
+        assert name in initdb["database"]["description"], name
+
+
+def test_initdb_rules_refuse_every_reserved_role_and_database() -> None:
+    initdb = SPEC["properties"]["bootstrap"]["properties"]["initdb"]["properties"]
+    (owner,) = rules_of(initdb["owner"])
+    (database,) = rules_of(initdb["database"])
+    assert re.findall(r"'([a-z_0-9]+)'", owner["rule"]) == [*roles.RESERVED_ROLES, roles.RESERVED_PREFIX]
+    assert re.findall(r"'([a-z_0-9]+)'", database["rule"]) == [*roles.RESERVED_DATABASES, roles.RESERVED_PREFIX]
+
+
+# From the Kubernetes documentation (Assigning Pods to Nodes, Pod Topology Spread Constraints).
+DOCS_AFFINITY: dict[str, Any] = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In",
+                                       "values": ["antarctica-east1", "antarctica-west1"]}]}
+            ]
+        },
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 1, "preference": {"matchExpressions": [
+                {"key": "another-node-label-key", "operator": "In", "values": ["another-node-label-value"]}]}}
+        ],
+    },
+    "podAntiAffinity": {
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 100, "podAffinityTerm": {
+                "labelSelector": {"matchExpressions": [{"key": "security", "operator": "In", "values": ["S2"]}]},
+                "topologyKey": "topology.kubernetes.io/zone"}}
+        ]
+    },
+}  # fmt: skip
+DOCS_SPREAD: dict[str, Any] = {
+    "maxSkew": 1,
+    "topologyKey": "zone",
+    "whenUnsatisfiable": "DoNotSchedule",
+    "labelSelector": {"matchLabels": {"foo": "bar"}},
+    "matchLabelKeys": ["pod-template-hash"],
+}
+
+
+def test_a_documented_affinity_is_accepted_and_passed_on_unchanged() -> None:
+    spec = PostgresClusterSpec.model_validate(
+        {**MINIMAL, "podTemplate": {"affinity": DOCS_AFFINITY, "topologySpreadConstraints": [DOCS_SPREAD]}}
+    )
+    assert spec.pod_template is not None
+    assert spec.pod_template.affinity == DOCS_AFFINITY
+    assert spec.pod_template.topology_spread_constraints == [DOCS_SPREAD]
+
+
+@pytest.mark.parametrize(
+    "pod_template",
+    [
+        {"affinity": {"nodeAffinity": "x"}},
+        {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": ""}]}}},
+        {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "zone", "operator": "Near", "values": ["a"]}]}]}}}},
+        {"affinity": {"weird": {}}},
+        {"topologySpreadConstraints": [{"maxSkew": 0, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}]},
+        {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "Sometimes"}]},
+    ],
+)  # fmt: skip
+def test_python_validation_refuses_a_malformed_affinity_or_spread(pod_template: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError):
+        PostgresClusterSpec.model_validate({**MINIMAL, "podTemplate": pod_template})
 
 
 @pytest.mark.parametrize(

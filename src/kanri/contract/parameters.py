@@ -132,7 +132,7 @@ VALUE_PATTERN = "^[^\\r\\n\\x00]*$"
 """One line, no NUL."""
 
 _LIBRARY = "(" + "|".join(PRELOAD_LIBRARIES) + ")"
-_ITEM = f'[ ]*"?{_LIBRARY}"?[ ]*'
+_ITEM = f'[ ]*({_LIBRARY}|"{_LIBRARY}")[ ]*'
 PRELOAD_LIST_PATTERN = f"^({_ITEM}(,{_ITEM})*)?[ ]*$"
 """A comma-separated list of :data:`PRELOAD_LIBRARIES` names (each optionally double-quoted), or empty."""
 

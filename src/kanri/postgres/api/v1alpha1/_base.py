@@ -9,7 +9,7 @@ from pydantic import ConfigDict
 
 from kanri.runtime import KubeModel
 
-__all__ = ["ApiModel", "reflow_descriptions"]
+__all__ = ["ApiModel", "cel_list", "reflow_descriptions"]
 
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
 
@@ -27,6 +27,11 @@ def reflow_descriptions(schema: dict[str, Any]) -> None:
     for node in nodes:
         if isinstance(node.get("description"), str):
             node["description"] = reflow(node["description"])
+
+
+def cel_list(names: tuple[str, ...]) -> str:
+    """A CEL list literal of plain names (no quotes or backslashes in them): ``['a', 'b']``."""
+    return "[" + ", ".join(f"'{name}'" for name in names) + "]"
 
 
 class ApiModel(KubeModel):

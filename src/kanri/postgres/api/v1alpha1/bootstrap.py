@@ -7,42 +7,54 @@ from typing import Annotated
 
 from pydantic import Field
 
-from kanri.postgres.api.v1alpha1._base import ApiModel
+from kanri.contract.roles import (
+    IDENTIFIER_PATTERN,
+    REPLICATION_USER,
+    RESERVED_DATABASES,
+    RESERVED_PREFIX,
+    RESERVED_ROLES,
+    SUPERUSER,
+)
+from kanri.postgres.api.v1alpha1._base import ApiModel, cel_list
 from kanri.postgres.api.v1alpha1.backup import Repository
 from kanri.runtime import cel
 
 __all__ = ["Bootstrap", "InitDB", "Recovery"]
 
-# An unquoted PostgreSQL identifier in lower case (at most 63 bytes, NAMEDATALEN - 1).
-_IDENTIFIER = r"^[a-z_][a-z0-9_]{0,62}$"
 # DNS-1035 label: what a PostgresCluster may be named (see cluster.py).
 _CLUSTER_NAME = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+
+
+# The identifier pattern requires lower case, so exact comparisons with the contract's lower-case lists suffice.
+_RESERVED_ROLE = f"self in {cel_list(RESERVED_ROLES)} || self.startsWith('{RESERVED_PREFIX}')"
+_RESERVED_DATABASE = f"self in {cel_list(RESERVED_DATABASES)} || self.startsWith('{RESERVED_PREFIX}')"
+_KEYWORDS = ", ".join(name for name in RESERVED_ROLES if name not in (SUPERUSER, REPLICATION_USER))
+_NOT_RESERVED_ROLE = cel(
+    f"!({_RESERVED_ROLE})",
+    message_expression=f'\'owner "%s" is reserved ({SUPERUSER} is the only superuser, {REPLICATION_USER} '
+    f"replicates, {_KEYWORDS} are keywords where a role name goes, and {RESERVED_PREFIX} names belong to "
+    "PostgreSQL); choose another role name'.format([self])",
+    reason="FieldValueForbidden",
+)
+_NOT_RESERVED_DATABASE = cel(
+    f"!({_RESERVED_DATABASE})",
+    message_expression=f'\'database "%s" is reserved ({", ".join(RESERVED_DATABASES)} and every {RESERVED_PREFIX} '
+    "name belong to PostgreSQL: catalogs, templates, schemas); choose another name'.format([self])",
+    reason="FieldValueForbidden",
+)
 
 
 class InitDB(ApiModel):
     """Start from an empty cluster (initdb) with one application database owned by one application role, whose
     password the operator generates and keeps in a Secret."""
 
-    database: Annotated[
-        str,
-        Field(max_length=63, pattern=_IDENTIFIER),
-        cel(
-            "!(self in ['postgres', 'template0', 'template1'])",
-            message_expression="'database \"%s\" is created by PostgreSQL itself; choose another name'.format([self])",
-        ),
-    ] = "app"
-    """Name of the application database. Default app."""
+    database: Annotated[str, Field(max_length=63, pattern=IDENTIFIER_PATTERN), _NOT_RESERVED_DATABASE] = "app"
+    """Name of the application database. Default app. Not postgres, template0, template1, information_schema or a
+    pg_ name (PostgreSQL's own)."""
 
-    owner: Annotated[
-        str,
-        Field(max_length=63, pattern=_IDENTIFIER),
-        cel(
-            "self != 'postgres' && !self.startsWith('pg_')",
-            message_expression='\'owner "%s" is reserved (postgres is the superuser, pg_ prefixes belong to '
-            "PostgreSQL); choose another role name'.format([self])",
-        ),
-    ] = "app"
-    """Role that owns the application database (not a superuser). Default app."""
+    owner: Annotated[str, Field(max_length=63, pattern=IDENTIFIER_PATTERN), _NOT_RESERVED_ROLE] = "app"
+    """Role that owns the application database (not a superuser). Default app. Not postgres, streaming_replica,
+    public, none, current_user, current_role, session_user or a pg_ name (the operator's or PostgreSQL's own)."""
 
 
 class Recovery(ApiModel):

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
 from kanri.postgres.api.v1alpha1._base import ApiModel
+from kanri.postgres.api.v1alpha1.scheduling import AffinityDict, SpreadConstraintDict
 from kanri.postgres.api.v1alpha1.storage import DNS_SUBDOMAIN
-from kanri.runtime import cel
+from kanri.runtime import Rule, cel
 
 __all__ = ["OPERATOR_LABEL_PREFIX", "PodTemplate", "Toleration"]
 
@@ -27,6 +28,28 @@ _NO_OPERATOR_ANNOTATIONS = cel(
     f"self.all(k, !k.startsWith('{OPERATOR_LABEL_PREFIX}'))",
     message_expression=f"'annotations under {OPERATOR_LABEL_PREFIX} belong to the operator: %s'.format({_OWN_KEYS})",
     reason="FieldValueForbidden",
+)
+
+
+# Kubernetes' own checks (the CEL format library): keys are qualified names ([prefix/]name), label values at most 63
+# characters of [-A-Za-z0-9_.] beginning and ending with an alphanumeric, or empty.
+_QUALIFIED = "format.qualifiedName().validate(k).hasValue()"
+_QUALIFIED_NAME = (
+    "qualified names (an optional DNS subdomain prefix and /, then at most 63 letters, digits, -, _ and ., "
+    "beginning and ending with a letter or digit)"
+)
+
+
+def _qualified_keys(what: str) -> Rule:
+    return cel(
+        f"!self.exists(k, {_QUALIFIED})",
+        message_expression=f"'{what} keys must be {_QUALIFIED_NAME}: %s'.format([self.filter(k, {_QUALIFIED}).sort()])",
+    )
+
+
+_LABEL_VALUE = cel(
+    "!format.labelValue().validate(self).hasValue()",
+    "a label value is at most 63 letters, digits, -, _ and ., beginning and ending with a letter or digit, or empty",
 )
 
 
@@ -52,32 +75,42 @@ class PodTemplate(ApiModel):
     Changing it rolls the instances one at a time, replicas first and the primary last (after a switchover);
     label and annotation changes are applied in place without a restart."""
 
-    labels: Annotated[dict[str, Annotated[str, Field(max_length=63)]], Field(max_length=64), _NO_OPERATOR_LABELS] = (
-        Field(default_factory=dict)
-    )
-    """Extra labels for the pods. Keys under kanri.dev/ are refused."""
+    labels: Annotated[
+        dict[str, Annotated[str, Field(max_length=63), _LABEL_VALUE]],
+        Field(max_length=64),
+        _qualified_keys("label"),
+        _NO_OPERATOR_LABELS,
+    ] = Field(default_factory=dict)
+    """Extra labels for the pods. Keys are qualified names (an optional DNS subdomain prefix and /, then at most 63
+    letters, digits, -, _ and ., beginning and ending with a letter or digit); values are at most 63 of the same
+    characters, or empty. Keys under kanri.dev/ are refused."""
 
     annotations: Annotated[
-        dict[str, Annotated[str, Field(max_length=65536)]], Field(max_length=64), _NO_OPERATOR_ANNOTATIONS
+        dict[str, Annotated[str, Field(max_length=65536)]],
+        Field(max_length=64),
+        _qualified_keys("annotation"),
+        _NO_OPERATOR_ANNOTATIONS,
     ] = Field(default_factory=dict)
-    """Extra annotations for the pods. Keys under kanri.dev/ are refused."""
+    """Extra annotations for the pods. Keys are qualified names, as for labels; keys under kanri.dev/ are refused."""
 
-    node_selector: Annotated[dict[str, Annotated[str, Field(max_length=63)]], Field(max_length=32)] = Field(
-        default_factory=dict
-    )
-    """Node labels the pods must run on, as in a pod's spec.nodeSelector."""
+    node_selector: Annotated[
+        dict[str, Annotated[str, Field(max_length=63), _LABEL_VALUE]],
+        Field(max_length=32),
+        _qualified_keys("node label"),
+    ] = Field(default_factory=dict)
+    """Node labels the pods must run on, as in a pod's spec.nodeSelector (keys and values as for labels)."""
 
     tolerations: Annotated[list[Toleration], Field(max_length=32)] = Field(default_factory=list)
     """Taints the pods tolerate, as in a pod's spec.tolerations."""
 
-    affinity: dict[str, Any] | None = None
-    """A pod's spec.affinity (nodeAffinity, podAffinity, podAntiAffinity), passed through as is. Default: the
-    operator spreads instances over nodes (preferred pod anti-affinity). Checked by the API server when the pods are
-    created; an invalid one is reported in the cluster's conditions."""
+    affinity: AffinityDict | None = None
+    """A pod's spec.affinity (nodeAffinity, podAffinity, podAntiAffinity), with the structure Kubernetes gives it.
+    Default: the operator spreads instances over nodes (preferred pod anti-affinity)."""
 
-    topology_spread_constraints: Annotated[list[dict[str, Any]], Field(max_length=8)] = Field(default_factory=list)
-    """A pod's spec.topologySpreadConstraints, passed through as is (e.g. spread over zones). Checked when the pods
-    are created, like affinity."""
+    topology_spread_constraints: Annotated[list[SpreadConstraintDict], Field(max_length=8)] = Field(
+        default_factory=list
+    )
+    """A pod's spec.topologySpreadConstraints (e.g. spread over zones), with the structure Kubernetes gives them."""
 
     priority_class_name: Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)] | None = None
     """PriorityClass of the pods."""

@@ -94,7 +94,15 @@ _OVER_LIMIT = (
     "isQuantity(string(self.requests[k])) && isQuantity(string(self.limits[k])) && "
     "quantity(string(self.requests[k])).compareTo(quantity(string(self.limits[k]))) > 0"
 )
-ResourceList = Annotated[dict[str, Annotated[Quantity, _MaxLength(64)]], Field(max_length=8), _KNOWN_RESOURCES]
+# What the API server refuses in a container's resources: a negative quantity (caught here, before a pod is made).
+_NEGATIVE = "isQuantity(string(self[k])) && quantity(string(self[k])).isLessThan(quantity('0'))"
+_NOT_NEGATIVE = cel(
+    f"!self.exists(k, {_NEGATIVE})",
+    message_expression=f"'resource quantities may not be negative: %s'.format([self.filter(k, {_NEGATIVE}).sort()])",
+)
+ResourceList = Annotated[
+    dict[str, Annotated[Quantity, _MaxLength(64)]], Field(max_length=8), _KNOWN_RESOURCES, _NOT_NEGATIVE
+]
 
 
 class Resources(
