@@ -1,0 +1,130 @@
+"""Helpers for the PostgreSQL end-to-end tests: cluster manifests, readiness, credentials, and psycopg clients
+over pod IPs and ClusterIPs."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from typing import Any
+
+import psycopg
+
+from kanri.postgres.kinds import POSTGRES_CLUSTER
+from kanri.postgres.labels import CLUSTER
+from kanri.runtime import ApiError, Client, get_condition
+from kanri.runtime.kinds import POD, SECRET, SERVICE
+from tests.support import eventually
+
+Obj = dict[str, Any]
+
+
+def cluster(name: str, namespace: str, replicas: int, **spec: Any) -> Obj:
+    return {
+        "apiVersion": POSTGRES_CLUSTER.api_version,
+        "kind": "PostgresCluster",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"version": 15, "replicas": replicas, "storage": {"size": "1Gi"}, **spec},
+    }
+
+
+async def ready(client: Client, namespace: str, name: str, replicas: int) -> Obj | None:
+    found = await client.get(POSTGRES_CLUSTER, name, namespace)
+    status = found.get("status") or {}
+    condition = get_condition(status.get("conditions"), "Ready")
+    if condition is not None and condition["status"] == "True" and status.get("readyReplicas") == replicas:
+        return found
+    return None
+
+
+async def credentials(client: Client, namespace: str, name: str) -> tuple[str, str]:
+    secret = await client.get(SECRET, f"{name}-app", namespace)
+    data = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    return data["username"], data["password"]
+
+
+async def connect(host: str, user: str, password: str, database: str = "app") -> psycopg.AsyncConnection[Any]:
+    return await psycopg.AsyncConnection.connect(
+        host=host, port=5432, user=user, password=password, dbname=database, connect_timeout=5, autocommit=True
+    )
+
+
+async def cluster_ip(client: Client, namespace: str, service: str) -> str:
+    return str((await client.get(SERVICE, service, namespace))["spec"]["clusterIP"])
+
+
+async def pods_of(client: Client, namespace: str, name: str) -> list[Obj]:
+    pods = (await client.list(POD, namespace, label_selector=f"{CLUSTER}={name}"))[0]
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+
+async def pod_ips(client: Client, namespace: str, name: str) -> dict[str, str]:
+    pods = await pods_of(client, namespace, name)
+    return {p["metadata"]["name"]: p["status"]["podIP"] for p in pods if (p.get("status") or {}).get("podIP")}
+
+
+async def rows_on(host: str, user: str, password: str) -> list[int] | None:
+    try:
+        async with await connect(host, user, password) as conn:
+            cursor = await conn.execute("SELECT x FROM t ORDER BY x")
+            return [r[0] for r in await cursor.fetchall()]
+    except psycopg.Error:
+        return None
+
+
+async def write_row(client: Client, namespace: str, name: str, value: int) -> None:
+    user, password = await credentials(client, namespace, name)
+    host = await cluster_ip(client, namespace, f"{name}-rw")
+
+    async def insert() -> bool:
+        try:
+            async with await connect(host, user, password) as conn:
+                await conn.execute("CREATE TABLE IF NOT EXISTS t (x int)")
+                await conn.execute("INSERT INTO t VALUES (%s)", (value,))
+                return True
+        except psycopg.Error:
+            return False
+
+    await eventually(insert, timeout=30, interval=0.5)
+
+
+async def every_instance_has(client: Client, namespace: str, name: str, expected: list[int]) -> bool:
+    user, password = await credentials(client, namespace, name)
+    ips = await pod_ips(client, namespace, name)
+    results = await asyncio.gather(*(rows_on(ip, user, password) for ip in ips.values()))
+    return bool(ips) and all(r == expected for r in results)
+
+
+async def show_everywhere(client: Client, namespace: str, name: str, query: str) -> list[Any] | None:
+    """``query``'s single value on every instance (None while one cannot answer)."""
+    user, password = await credentials(client, namespace, name)
+    values = []
+    for ip in (await pod_ips(client, namespace, name)).values():
+        try:
+            async with await connect(ip, user, password) as conn:
+                row = await (await conn.execute(query)).fetchone()
+        except psycopg.Error:
+            return None
+        values.append(row[0] if row else None)
+    return values
+
+
+async def setting_everywhere(client: Client, namespace: str, name: str, setting: str, value: str) -> bool:
+    values = await show_everywhere(client, namespace, name, f"SHOW {setting}")
+    return values is not None and bool(values) and all(v == value for v in values)
+
+
+async def postmaster_start_times(client: Client, namespace: str, name: str) -> list[Any] | None:
+    return await show_everywhere(client, namespace, name, "SELECT pg_postmaster_start_time()")
+
+
+async def names(client: Client, kind: Any, namespace: str, name: str) -> list[str]:
+    items = (await client.list(kind, namespace, label_selector=f"{CLUSTER}={name}"))[0]
+    return sorted(i["metadata"]["name"] for i in items if not i["metadata"].get("deletionTimestamp"))
+
+
+async def gone(client: Client, namespace: str, name: str) -> bool:
+    try:
+        await client.get(POSTGRES_CLUSTER, name, namespace)
+    except ApiError as exc:
+        return exc.not_found
+    return False
