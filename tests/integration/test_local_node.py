@@ -74,6 +74,11 @@ async def events_for(client: Client, namespace: str, name: str, reason: str) -> 
     return [e for e in events if e["reason"] == reason]
 
 
+async def some_events(client: Client, namespace: str, name: str, reason: str) -> list[Obj] | None:
+    """The Events of ``reason`` about ``name``, once there is one."""
+    return await events_for(client, namespace, name, reason) or None
+
+
 async def gone(read: Callable[[], Awaitable[object]]) -> bool:
     try:
         await read()
@@ -289,6 +294,32 @@ async def test_a_larger_request_shows_up_in_the_claim_capacity(
     stdout, _ = await asyncio.wait_for(process.communicate(), 30)
     assert process.returncode == 0
     assert stdout.decode().strip() == "3Gi"  # what `kubectl get pvc` shows as CAPACITY
+
+
+async def test_a_claim_larger_than_the_free_disk_stays_pending_with_a_warning(
+    client: Client, node: LocalNode, namespace: str
+) -> None:
+    await client.create(PVC, claim("huge", namespace, size="1Ei"))
+    (failed,) = await eventually(lambda: some_events(client, namespace, "huge", "ProvisioningFailed"), timeout=30)
+    assert failed["type"] == "Warning"
+    assert failed["message"].startswith("requested 1Ei but only "), failed["message"]
+    assert f"is available on the filesystem of {node.options.volumes_dir.resolve()}" in failed["message"]
+    current = await client.get(PVC, "huge", namespace)
+    assert current["status"]["phase"] == "Pending"
+    assert not current["spec"].get("volumeName")
+    assert not await asyncio.to_thread((node.options.volumes_dir / f"pvc-{current['metadata']['uid']}").exists)
+
+
+async def test_growing_a_claim_past_the_free_disk_is_refused_with_a_warning(
+    client: Client, node: LocalNode, namespace: str
+) -> None:
+    await client.create(PVC, claim("greedy", namespace, size="1Gi"))
+    _, volume = await provisioned(client, "greedy", namespace)
+    await client.patch(PVC, "greedy", {"spec": {"resources": {"requests": {"storage": "1Ei"}}}}, namespace)
+    (failed,) = await eventually(lambda: some_events(client, namespace, "greedy", "VolumeResizeFailed"), timeout=30)
+    assert failed["message"].startswith("growing to 1Ei: requested 1023Pi more but only "), failed["message"]
+    assert (await client.get(PVC, "greedy", namespace))["status"]["capacity"]["storage"] == "1Gi"
+    assert (await client.get(PERSISTENT_VOLUME, volume["metadata"]["name"]))["spec"]["capacity"]["storage"] == "1Gi"
 
 
 async def test_a_resize_on_a_class_without_expansion_is_refused(

@@ -1,4 +1,5 @@
-"""The provisioner's pure parts: the PV it makes for a claim, what it refuses, when a claim needs growing."""
+"""The provisioner's pure parts: the PV it makes for a claim, what it refuses, when a claim needs growing, when it
+does not fit."""
 
 from __future__ import annotations
 
@@ -7,7 +8,16 @@ from typing import Any
 
 import pytest
 
-from kanri.local.node.provisioner import needs_expansion, persistent_volume, storage_class, unsupported
+from kanri.local.node.provisioner import (
+    free_bytes,
+    needs_expansion,
+    persistent_volume,
+    readable_bytes,
+    shortfall,
+    storage_class,
+    unsupported,
+)
+from kanri.runtime import parse_quantity
 
 Obj = dict[str, Any]
 
@@ -67,3 +77,22 @@ def test_expansion_is_needed_only_for_a_bound_claim_asking_for_more() -> None:
     assert needs_expansion(claim("2Gi", "Bound", capacity="1Gi"))
     assert not needs_expansion(claim("1024Mi", "Bound", capacity="1Gi"))  # the same size, written differently
     assert not needs_expansion(claim("2Gi", "Pending"))
+
+
+def test_a_claim_larger_than_the_free_space_names_requested_and_available() -> None:
+    gib = 1 << 30
+    assert shortfall("10Gi", parse_quantity("10Gi"), 10 * gib, Path("/data/volumes")) is None
+    problem = shortfall("1Ei", parse_quantity("1Ei"), 75 * gib + 12345, Path("/data/volumes"))
+    assert problem == "requested 1Ei but only 75Gi is available on the filesystem of /data/volumes"
+
+
+@pytest.mark.parametrize(
+    ("count", "text"),
+    [(0, "0"), (1023, "1023"), (1024, "1Ki"), (3 * (1 << 20) - 1, "2Mi"), (1 << 60, "1Ei"), (5 * (1 << 40), "5Ti")],
+)
+def test_free_space_is_written_in_whole_binary_units_rounded_down(count: int, text: str) -> None:
+    assert readable_bytes(count) == text
+
+
+def test_free_space_of_a_volume_dir_not_made_yet_is_its_parents(tmp_path: Path) -> None:
+    assert 0 < free_bytes(tmp_path / "node" / "volumes") == pytest.approx(free_bytes(tmp_path), rel=0.01)

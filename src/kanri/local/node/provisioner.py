@@ -17,6 +17,10 @@ The split of work with kube-controller-manager, which is what a real external pr
    only: the PV's ``spec.capacity`` is raised, then the PVC's ``status.capacity`` and ``status.allocatedResources``
    are set to the new size (no node-side step: nothing to grow in a filesystem). That is what ``kubectl get pvc``
    shows as CAPACITY.
+5. Capacity: a directory has no size of its own, so the only honest limit is the filesystem under the volume dir.
+   A claim (or a growth) larger than its free space is refused with a Warning Event (``ProvisioningFailed``,
+   ``VolumeResizeFailed``) naming requested and available, and retried later, as a real provisioner does; space is
+   not reserved, so claims that each fit may still together overcommit the disk (as with other local provisioners).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import asyncio
 import contextlib
 import os
 import shutil
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +50,9 @@ ANN_NODE = "kanri.dev/node"
 """On our PVs: the local node whose disk holds the directory (each node reclaims only its own)."""
 _FIELD_MANAGER = "kanri-local-node"
 _RESIZE_CONDITIONS = ("Resizing", "FileSystemResizePending", "ControllerResizeError", "NodeResizeError")
+RETRY_FULL_SECONDS = 60.0
+"""How soon a claim refused for lack of space is looked at again (space may have been freed)."""
+_BINARY_UNITS = ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki")
 
 
 # --- objects ---------------------------------------------------------------------------------------------------------
@@ -135,6 +143,30 @@ def needs_expansion(claim: Obj) -> bool:
     return parse_quantity(requested) > parse_quantity(current)
 
 
+def free_bytes(directory: Path) -> int:
+    """Bytes an unprivileged user may still write on the filesystem holding ``directory`` (or, before it exists,
+    its nearest existing parent)."""
+    existing = directory
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    return shutil.disk_usage(existing).free
+
+
+def readable_bytes(count: int | Decimal) -> str:
+    """``count`` bytes in the largest binary unit that keeps a whole number, rounded down (``75Gi``, ``512Mi``)."""
+    for power, unit in zip(range(60, 0, -10), _BINARY_UNITS, strict=True):
+        if count >= 1 << power:
+            return f"{int(count) >> power}{unit}"
+    return str(int(count))
+
+
+def shortfall(requested: str, size: Decimal, available: int, directory: Path) -> str | None:
+    """Why ``size`` bytes (described as ``requested``) do not fit into ``available`` free bytes, or None."""
+    if size <= available:
+        return None
+    return f"requested {requested} but only {readable_bytes(available)} is available on the filesystem of {directory}"
+
+
 async def ensure_storage_class(client: Client, options: NodeOptions) -> None:
     """Create (or re-assert) the node's StorageClass. Its fields are immutable; a differing one is left alone."""
     desired = storage_class(options.storage_class, default=options.default_storage_class)
@@ -183,19 +215,32 @@ class VolumeProvisioner:
         if storage_class is None:
             return None  # another provisioner's claim (or a static one)
         if not (claim.get("spec") or {}).get("volumeName"):
-            await self._provision(claim, storage_class)
-        elif needs_expansion(claim):
-            await self._expand(claim)
+            return await self._provision(claim, storage_class)
+        if needs_expansion(claim):
+            return await self._expand(claim)
         return None
 
-    async def _provision(self, claim: Obj, storage_class: Obj) -> None:
+    async def _no_room(self, requested: str, size: Decimal) -> str | None:
+        """Why ``size`` more bytes do not fit under the volume dir, or None."""
+        directory = self.options.volumes_dir.resolve()
+        available = await asyncio.to_thread(free_bytes, directory)
+        return shortfall(requested, size, available, directory)
+
+    async def _provision(self, claim: Obj, storage_class: Obj) -> Result | None:
         problem = unsupported(claim)
         if problem is not None:
             await self._events.warning(claim, "ProvisioningFailed", problem)
-            return
+            return None
         name = volume_name(claim)
         if self._cache.get(PERSISTENT_VOLUME, name) is not None:
-            return  # made already; the binder's turn
+            return None  # made already; the binder's turn
+        size = claim["spec"]["resources"]["requests"]["storage"]
+        full = await self._no_room(size, parse_quantity(size))
+        if full is not None:
+            # The claim stays Pending; a real provisioner keeps retrying too, as space may be freed.
+            log.warning("claim does not fit", claim=_key(claim), problem=full)
+            await self._events.warning(claim, "ProvisioningFailed", full)
+            return Result(requeue_after=RETRY_FULL_SECONDS)
         path = self.options.volumes_dir.resolve() / name
         await asyncio.to_thread(_make_directory, path)
         volume = persistent_volume(claim, storage_class, self.options.name, path)
@@ -204,17 +249,23 @@ class VolumeProvisioner:
         except ApiError as exc:
             if not exc.conflict:
                 raise
-            return  # an earlier attempt created it; its watch event had not arrived
+            return None  # an earlier attempt created it; its watch event had not arrived
         log.info("volume provisioned", claim=_key(claim), volume=name, path=str(path))
         await self._events.normal(claim, "ProvisioningSucceeded", f"Successfully provisioned volume {name}")
+        return None
 
-    async def _expand(self, claim: Obj) -> None:
+    async def _expand(self, claim: Obj) -> Result | None:
         volume = self._cache.get(PERSISTENT_VOLUME, claim["spec"]["volumeName"])
         if volume is None or not _ours(volume, self.options.name):
-            return
+            return None
         size = claim["spec"]["resources"]["requests"]["storage"]
         meta = claim["metadata"]
         current = (volume["spec"].get("capacity") or {}).get("storage")
+        growth = parse_quantity(size) - parse_quantity(current or 0)
+        full = await self._no_room(f"{readable_bytes(growth)} more", growth) if growth > 0 else None
+        if full is not None:
+            await self._events.warning(claim, "VolumeResizeFailed", f"growing to {size}: {full}")
+            return Result(requeue_after=RETRY_FULL_SECONDS)
         if current is None or parse_quantity(current) < parse_quantity(size):
             await self._client.patch(
                 PERSISTENT_VOLUME, volume["metadata"]["name"], {"spec": {"capacity": {"storage": size}}}
@@ -236,6 +287,7 @@ class VolumeProvisioner:
         await self._events.normal(
             claim, "VolumeResizeSuccessful", f"resize volume {volume['metadata']['name']} to {size}"
         )
+        return None
 
 
 class VolumeReclaimer:
