@@ -16,7 +16,6 @@ An exception never kills a worker.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import random
 import time
@@ -40,6 +39,8 @@ from kanri.runtime._ratelimit import ExponentialBackoff, MaxOfRateLimiter, Token
 
 Obj = dict[str, Any]
 log = structlog.get_logger("kanri.controller")
+
+_PERMANENT_REPORT_ATTEMPTS = 3  # a fresh read usually wins the next try; more only under heavy write traffic
 
 
 @dataclass(frozen=True)
@@ -265,27 +266,42 @@ class Controller:
             self._metrics.reconcile_total.labels(self.name, result_label).inc()
 
     async def _report_permanent(self, obj: Obj | None, exc: PermanentError) -> None:
-        """Put a permanent failure's reason where the user looks: a False condition on the object's status."""
+        """Put a permanent failure's reason where the user looks: a False condition on the object's status.
+
+        ``obj`` is what the cache held before the reconcile, and the reconcile may have written the object since
+        (a finalizer added first is the usual case): a 409 on the guarded patch means exactly that, so the object
+        is read again from the API and the condition computed anew on it — never dropped."""
         condition_type = self.options.permanent_error_condition
         if obj is None or condition_type is None:
             return
-        conditions = copy.deepcopy((obj.get("status") or {}).get("conditions") or [])
-        changed = set_condition(
-            conditions,
-            type=condition_type,
-            status="False",
-            reason=exc.reason,
-            message=exc.message,
-            observed_generation=int(obj["metadata"].get("generation", 0)),
-            now=datetime.now(UTC),
-        )
-        if not changed:
-            return
-        patch = {
-            "metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
-            "status": {"conditions": conditions},
-        }
-        with contextlib.suppress(ApiError):
-            await self._client.patch_status(
-                self.for_kind, obj["metadata"]["name"], patch, obj["metadata"].get("namespace")
+        name, namespace = obj["metadata"]["name"], obj["metadata"].get("namespace")
+        for attempt in range(_PERMANENT_REPORT_ATTEMPTS):
+            conditions = copy.deepcopy((obj.get("status") or {}).get("conditions") or [])
+            changed = set_condition(
+                conditions,
+                type=condition_type,
+                status="False",
+                reason=exc.reason,
+                message=exc.message,
+                observed_generation=int(obj["metadata"].get("generation", 0)),
+                now=datetime.now(UTC),
             )
+            if not changed:
+                return
+            patch = {
+                "metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
+                "status": {"conditions": conditions},
+            }
+            try:
+                await self._client.patch_status(self.for_kind, name, patch, namespace)
+                return
+            except ApiError as error:
+                if not error.conflict or attempt + 1 == _PERMANENT_REPORT_ATTEMPTS:
+                    log.warning("could not record the permanent error in status", reason=exc.reason,
+                                status=error.status, error=error.message)  # fmt: skip
+                    return
+            try:
+                obj = await self._client.get(self.for_kind, name, namespace)
+            except ApiError as error:
+                log.warning("could not read the object again to record its permanent error", status=error.status)
+                return
