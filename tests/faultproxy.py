@@ -29,9 +29,9 @@ from typing import Any, Literal
 import aiohttp
 import yaml
 from aiohttp import web
-from kubernetes_asyncio import client as k8s_client
 
 from kanri.runtime import Client
+from kanri.runtime._connection import Connection
 
 Action = Literal["status", "hang", "cut", "gone", "silent"]
 
@@ -144,8 +144,7 @@ class FaultProxy:
 
     def client(self, **kwargs: Any) -> Client:
         """A kanri Client that reaches the API server through this proxy."""
-        configuration = k8s_client.Configuration(host=self.url)
-        return Client(k8s_client.ApiClient(configuration), **kwargs)
+        return Client(Connection(self.url), **kwargs)
 
     # --- faults ----------------------------------------------------------------------------------------------------
 

@@ -26,7 +26,9 @@ from kanri.runtime import (
     ControllerOptions,
     Manager,
     ManagerOptions,
+    Request,
     crd_for,
+    owner_reference,
 )
 from kanri.runtime.kinds import CONFIG_MAP, CRD
 from tests.support import eventually
@@ -42,7 +44,8 @@ async def client(control_plane: Endpoint) -> AsyncIterator[Client]:
 
         async def established() -> bool:
             crd = await c.get(CRD, Greeting.resource.crd_name)
-            return any(x["type"] == "Established" and x["status"] == "True" for x in crd["status"]["conditions"])
+            conditions = (crd.get("status") or {}).get("conditions") or ()  # null until the server has looked at it
+            return any(x["type"] == "Established" and x["status"] == "True" for x in conditions)
 
         await eventually(established, timeout=30)
         yield c
@@ -230,7 +233,7 @@ async def test_operator_killed_mid_work_is_replaced_without_duplicate_children(
 
 
 async def test_permanent_error_reaches_status_and_is_not_retried(client: Client, namespace: str) -> None:
-    from kanri.runtime import PermanentError, Request
+    from kanri.runtime import PermanentError
 
     calls: list[Request] = []
 
@@ -267,3 +270,74 @@ async def test_client_surfaces_api_errors_with_the_servers_message(client: Clien
         await client.create(GREETING, {"metadata": {"name": "x", "namespace": namespace}, "spec": {}})
     assert invalid.value.status == 422
     assert "spec.message: Required value" in invalid.value.message
+
+
+# --- the event-filtering rule (kanri.runtime._echo): our own writes' events queue nothing, anyone else's always do --
+
+
+async def test_a_reconciles_own_writes_queue_no_further_reconcile(client: Client, namespace: str) -> None:
+    names = [f"echo-{i}" for i in range(5)]
+    for name in names:
+        await client.create(GREETING, greeting(name, namespace, "once"))
+    manager, registry = new_manager(client, namespace, leader_election=False)
+    async with running(manager):
+        await eventually(lambda: converged(client, namespace, names), timeout=60)
+        await asyncio.sleep(1.5)  # the ConfigMap ADDED and status MODIFIED events of every write have arrived
+        # One reconcile per Greeting, from the initial list: its child's creation and its own status write, each
+        # reported by a watch event, queued nothing.
+        assert sample(registry, "controller_runtime_reconcile_total", controller="greeting", result="success") == 5
+
+        # Metadata only (no generation change) by someone else: still a change, so the key is queued.
+        await client.patch(GREETING, "echo-0", {"metadata": {"labels": {"team": "blue"}}}, namespace)
+
+        async def reconciled_again() -> bool:
+            total = sample(registry, "controller_runtime_reconcile_total", controller="greeting", result="success")
+            return total == 6
+
+        await eventually(reconciled_again, timeout=30)
+    assert manager.controllers[0]._echoes._running == {}
+
+
+class Observer:
+    """Records the child's ``touch`` label as the cache shows it, dawdles a little (other writers' changes land
+    meanwhile), then applies the child whether or not it differs: a no-op write most of the time."""
+
+    def __init__(self, manager: Manager) -> None:
+        self.cache, self.client = manager.cache, manager.client
+        self.seen: dict[str, str | None] = {}
+
+    async def reconcile(self, request: Request) -> None:
+        greeting = self.cache.get(GREETING, request.name, request.namespace)
+        if greeting is None:
+            return
+        child = self.cache.get(CONFIG_MAP, f"{request.name}-greeting", request.namespace)
+        self.seen[request.name] = ((child or {}).get("metadata", {}).get("labels") or {}).get("touch")
+        desired = {"metadata": {"name": f"{request.name}-greeting", "namespace": request.namespace,
+                                "ownerReferences": [owner_reference(greeting)]},
+                   "data": {"message": greeting["spec"]["message"]}}  # fmt: skip
+        await asyncio.sleep(0.02)  # another writer changes the child meanwhile; our apply then returns its version
+        await self.client.apply(CONFIG_MAP, desired, field_manager="observer")
+
+
+async def test_every_change_by_someone_else_is_seen_even_when_our_no_op_write_returned_it(
+    control_plane: Endpoint, client: Client, namespace: str
+) -> None:
+    # Our reconciler's apply changes nothing and so returns the child as another writer just left it: the same
+    # resourceVersion as that writer's event. Taking the version alone for proof of our own write would swallow
+    # the event and leave the reconciler with a stale view; the rule must see the other writer's field.
+    await client.create(GREETING, greeting("watched", namespace, "steady"))
+    manager = Manager(client, ManagerOptions(name="observer", namespace=namespace, leader_election=False,
+                                             health_port=0))  # fmt: skip
+    observer = Observer(manager)
+    controller = Controller("observer", observer, for_kind=GREETING, options=ControllerOptions(resync_period=None))
+    manager.add(controller.owns(CONFIG_MAP))
+    async with running(manager):
+        await eventually(lambda: asyncio.sleep(0, "watched" in observer.seen), timeout=30)
+        async with await Client.from_kubeconfig(str(control_plane.kubeconfig)) as other:
+            for touch in range(1, 31):
+                # Each change lands while the reconcile its predecessor queued is dawdling (our no-op apply then
+                # returns this change's version), or just before or after it.
+                await asyncio.sleep(0.004 * (touch % 6))
+                await other.patch(CONFIG_MAP, "watched-greeting", {"metadata": {"labels": {"touch": str(touch)}}},
+                                  namespace)  # fmt: skip
+        await eventually(lambda: asyncio.sleep(0, observer.seen.get("watched") == "30"), timeout=30)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import copy
 from typing import Any
 
 from kanri.runtime._client import Client
@@ -45,20 +44,19 @@ class Cache:
 
         Without this, a reconcile queued while the previous one was writing (say by the child it just created) reads
         the state before that write and writes it again. Only a newer version of an object already cached is taken
-        (creations, other namespaces and unwatched kinds arrive through the watch as usual); handlers are not told,
-        the watch event that follows does that. resourceVersions are compared as numbers (they are etcd revisions),
-        and only when both are decimal: otherwise nothing is taken.
+        (creations, other namespaces and unwatched kinds arrive through the watch as usual), and it stays until the
+        watch has caught up with it (an older event does not replace it); handlers are not told, the watch event
+        that follows does that. resourceVersions are compared as numbers (they are etcd revisions), and only when
+        both are decimal: otherwise nothing is taken. ``obj`` becomes the cache's (the Client hands each listener a
+        copy of its own).
         """
         informer = self._informers.get(kind)
-        meta = obj.get("metadata") or {}
-        if informer is None or not meta.get("name"):
-            return
-        cached = informer.store.get(str(meta.get("namespace") or ""), str(meta["name"]))
-        if cached is None or cached["metadata"].get("uid") != meta.get("uid"):
-            return
-        new, old = str(meta.get("resourceVersion", "")), str(cached["metadata"].get("resourceVersion", ""))
-        if new.isdecimal() and old.isdecimal() and int(new) > int(old):
-            informer.store.upsert(copy.deepcopy(obj))  # the caller owns the dict it was handed; the cache keeps its own
+        if informer is not None:
+            informer.take_write(obj)
+
+    def informer_of(self, kind: Kind) -> Informer | None:
+        """The informer of ``kind`` if one exists (unlike :meth:`informer`, never creates one)."""
+        return self._informers.get(kind)
 
     def store(self, kind: Kind) -> Store:
         return self.informer(kind).store

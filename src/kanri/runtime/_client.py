@@ -1,16 +1,20 @@
-"""The API client: kubernetes_asyncio for configuration, TLS, authentication and the HTTP session; raw JSON dicts
-for objects (deserialising into generated models is the main CPU cost of a Python operator at scale).
+"""The API client: raw JSON dicts for objects (deserialising into generated models is the main CPU cost of a Python
+operator at scale) over one aiohttp session the client owns.
 
 What it adds over the bare transport: a client-side QPS/burst limiter, 429 ``Retry-After`` honoured, retries of
 idempotent requests on transient failures, server-side apply, ``/status`` writes, paginated lists, raw watches, and
 ``rest_client_requests_total`` so request counts can be asserted (e.g. zero writes on a converged object).
+
+The session is built from a :class:`Connection` resolved once (kanri.runtime._connection): no netrc or proxy lookup
+per request, no thread per request, and kubernetes_asyncio (with its generated models) is not imported at all unless
+the kubeconfig needs an exec plugin or an auth provider.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import contextvars
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -19,10 +23,10 @@ from typing import Any, Protocol
 from urllib.parse import urlencode, urlsplit
 
 import aiohttp
-from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio import config as k8s_config
+import orjson
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from kanri.runtime._connection import ConfigError, Connection, in_cluster, load_kubeconfig, load_with_kubernetes_asyncio
 from kanri.runtime._errors import ApiError
 from kanri.runtime._kinds import Kind, name_of, namespace_of
 from kanri.runtime._ratelimit import TokenBucket
@@ -32,7 +36,34 @@ WriteListener = Callable[[Kind, Obj], None]
 # A JSON patch is a list of operations; merge patches and objects are dicts.
 Body = Obj | list[Obj]
 
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One successful write made during a reconcile: what a controller needs to recognise the watch event that
+    reports it (kanri.runtime._echo)."""
+
+    kind: Kind
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    """The version the server returned: the object as this write left it."""
+    sent: bytes
+    """The body as sent (an object, a merge patch or an apply configuration), JSON-encoded: immutable, and decoded
+    only when an event has to be checked against it."""
+    manager: str
+    """The field manager the server records in ``managedFields`` for this write."""
+    operation: str
+    """``Apply`` or ``Update``, as in ``managedFields``."""
+    subresource: str | None = None
+
+
+# Set by a controller around each reconcile: every write the reconcile makes is appended (see Controller).
+recorded_writes: contextvars.ContextVar[list[Write] | None] = contextvars.ContextVar("kanri_writes", default=None)
+
 _IDEMPOTENT = frozenset({"GET", "HEAD"})
+_REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=60, sock_connect=10)
+_STREAM_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=10)  # watches: the inactivity timeout bounds them
 _MAX_RETRY_AFTER = 30.0
 
 
@@ -99,37 +130,42 @@ class Client:
 
     def __init__(
         self,
-        api: k8s_client.ApiClient,
+        connection: Connection,
         *,
         rate_limiter: RequestLimiter | None = None,
         retry: RetryPolicy | None = None,
         metrics: ClientMetrics | None = None,
         user_agent: str = "kanri",
+        max_connections: int = 100,
     ) -> None:
-        self._api = api
-        self._config: k8s_client.Configuration = api.configuration
-        self._host = str(self._config.host).rstrip("/")
+        self._connection = connection
+        self._host = connection.host.rstrip("/")
         self._host_label = urlsplit(self._host).netloc
         # controller-runtime's client default (client-go's own is 5 qps / burst 10, too low for an operator).
         self._limiter = rate_limiter if rate_limiter is not None else TokenBucket(rate=20.0, burst=30)
         self._retry = retry or RetryPolicy()
         self._metrics = metrics
         self._user_agent = user_agent
+        # The manager name the API server derives from the User-Agent for writes that do not name one.
+        self._default_manager = user_agent.split("/", 1)[0][:128]
+        self._max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
         self._write_listeners: list[WriteListener] = []
+        self._counters: dict[tuple[str, str], Any] = {}
+        self._histograms: dict[str, Any] = {}
 
     @classmethod
     async def from_kubeconfig(cls, path: str | None = None, context: str | None = None, **kwargs: Any) -> Client:
         """A client from a kubeconfig file (``$KUBECONFIG`` or ``~/.kube/config`` when ``path`` is None)."""
-        configuration = k8s_client.Configuration()
-        await k8s_config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
-        return cls(k8s_client.ApiClient(configuration), **kwargs)
+        connection = load_kubeconfig(path, context)
+        if connection is None:  # an exec plugin or auth provider: kubernetes_asyncio knows those
+            connection = await load_with_kubernetes_asyncio(path, context)
+        return cls(connection, **kwargs)
 
     @classmethod
     def in_cluster(cls, **kwargs: Any) -> Client:
-        """A client from the pod's service-account token (refreshed as the kubelet rotates it)."""
-        configuration = k8s_client.Configuration()
-        k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        return cls(k8s_client.ApiClient(configuration), **kwargs)
+        """A client from the pod's service-account token (re-read every minute, as the kubelet rotates it)."""
+        return cls(in_cluster(), **kwargs)
 
     @classmethod
     async def auto(cls, kubeconfig: str | None = None, **kwargs: Any) -> Client:
@@ -137,12 +173,26 @@ class Client:
         if kubeconfig is None:
             try:
                 return cls.in_cluster(**kwargs)
-            except k8s_config.ConfigException:
+            except ConfigError:
                 pass
         return await cls.from_kubeconfig(kubeconfig, **kwargs)
 
+    def _open(self) -> aiohttp.ClientSession:
+        # Created on first use: an aiohttp session belongs to the running event loop.
+        if self._session is None:
+            connector = aiohttp.TCPConnector(
+                limit=self._max_connections, ssl=self._connection.ssl_context or True, enable_cleanup_closed=True
+            )
+            # trust_env=False: the proxy was resolved once (Connection.proxy); with True, aiohttp reads netrc and
+            # proxy settings in a thread for every request. Watch events of large objects need a big read buffer
+            # (etcd allows 1.5 MiB objects).
+            self._session = aiohttp.ClientSession(connector=connector, trust_env=False, read_bufsize=2**21)
+        return self._session
+
     async def close(self) -> None:
-        await self._api.close()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     async def __aenter__(self) -> Client:
         return self
@@ -155,17 +205,44 @@ class Client:
         return self._host
 
     def add_write_listener(self, listener: WriteListener) -> None:
-        """Call ``listener(kind, obj)`` with the object each successful write (create, replace, patch, apply) returns.
+        """Call ``listener(kind, obj)`` with the object each successful write (create, replace, patch, apply) returns
+        (a copy of its own, which it may keep).
 
         The Manager's cache listens, so a reconcile that runs before the watch event of its own earlier write
         arrives sees that write instead of the state before it (and does not write the same thing again).
         """
         self._write_listeners.append(listener)
 
-    def _written(self, kind: Kind, obj: Obj) -> Obj:
+    def _written(
+        self,
+        kind: Kind,
+        raw: bytes,
+        sent: bytes | None,
+        *,
+        manager: str | None = None,
+        operation: str = "Update",
+        subresource: str | None = None,
+    ) -> Obj:
+        obj: Obj = orjson.loads(raw) if raw else {}
         if obj.get("kind") == kind.kind:  # the object itself: not a Status, nor another subresource's type (Scale)
             for listener in self._write_listeners:
-                listener(kind, obj)
+                # Each listener gets its own copy: decoding again is far cheaper than copy.deepcopy.
+                listener(kind, orjson.loads(raw))
+            if (writes := recorded_writes.get()) is not None and sent is not None:
+                meta = obj.get("metadata") or {}
+                writes.append(
+                    Write(
+                        kind=kind,
+                        namespace=str(meta.get("namespace") or ""),
+                        name=str(meta.get("name") or ""),
+                        uid=str(meta.get("uid") or ""),
+                        resource_version=str(meta.get("resourceVersion") or ""),
+                        sent=sent,
+                        manager=manager or self._default_manager,
+                        operation=operation,
+                        subresource=subresource,
+                    )
+                )
         return obj
 
     # --- reads -----------------------------------------------------------------------------------------------------
@@ -238,7 +315,7 @@ class Client:
                     return
                 if not line.strip():
                     continue
-                event: Obj = json.loads(line)
+                event: Obj = orjson.loads(line)
                 if event.get("type") == "ERROR":
                     status = event.get("object", {})
                     raise ApiError(int(status.get("code", 500)), status, method="WATCH", path=path)
@@ -250,8 +327,8 @@ class Client:
 
     async def create(self, kind: Kind, obj: Obj) -> Obj:
         """POST a new object (``apiVersion``/``kind`` filled in from ``kind`` when missing)."""
-        body = {"apiVersion": kind.api_version, "kind": kind.kind, **obj}
-        return self._written(kind, await self._json("POST", kind.path(namespace_of(obj) or None), body=body))
+        data = orjson.dumps({"apiVersion": kind.api_version, "kind": kind.kind, **obj})
+        return self._written(kind, await self._raw("POST", kind.path(namespace_of(obj) or None), body=data), data)
 
     async def create_subresource(
         self, kind: Kind, name: str, subresource: str, body: Obj, namespace: str | None = None
@@ -262,15 +339,15 @@ class Client:
 
     async def replace(self, kind: Kind, obj: Obj) -> Obj:
         """PUT the whole object; guarded by its ``metadata.resourceVersion`` (409 when stale)."""
-        body = {"apiVersion": kind.api_version, "kind": kind.kind, **obj}
-        return self._written(
-            kind, await self._json("PUT", kind.path(namespace_of(obj) or None, name_of(obj)), body=body)
-        )
+        data = orjson.dumps({"apiVersion": kind.api_version, "kind": kind.kind, **obj})
+        path = kind.path(namespace_of(obj) or None, name_of(obj))
+        return self._written(kind, await self._raw("PUT", path, body=data), data)
 
     async def replace_status(self, kind: Kind, obj: Obj) -> Obj:
         """PUT to ``/status``: only the status changes; guarded by ``metadata.resourceVersion``."""
+        data = orjson.dumps(obj)
         path = kind.path(namespace_of(obj) or None, name_of(obj), "status")
-        return self._written(kind, await self._json("PUT", path, body=obj))
+        return self._written(kind, await self._raw("PUT", path, body=data), data, subresource="status")
 
     async def patch(
         self,
@@ -288,8 +365,11 @@ class Client:
             "json": "application/json-patch+json",
             "strategic": "application/strategic-merge-patch+json",
         }[patch_type]
+        data = orjson.dumps(patch)
         path = kind.path(namespace, name, subresource)
-        return self._written(kind, await self._json("PATCH", path, body=patch, content_type=content_type))
+        result = await self._raw("PATCH", path, body=data, content_type=content_type)
+        # A JSON patch names operations, not the fields' new values: it is never taken for "only our write".
+        return self._written(kind, result, data if patch_type != "json" else None, subresource=subresource)
 
     async def patch_status(self, kind: Kind, name: str, patch: Obj, namespace: str | None = None) -> Obj:
         return await self.patch(kind, name, patch, namespace, subresource="status")
@@ -301,13 +381,13 @@ class Client:
 
         Safe to retry (applying the same intent twice is the same as once).
         """
-        body = {"apiVersion": kind.api_version, "kind": kind.kind, **obj}
+        data = orjson.dumps({"apiVersion": kind.api_version, "kind": kind.kind, **obj})
         query = {"fieldManager": field_manager, "force": "true" if force else "false"}
         path = kind.path(namespace_of(obj) or None, name_of(obj), subresource)
-        result = await self._json(
-            "PATCH", path, body=body, query=query, content_type="application/apply-patch+yaml", idempotent=True
+        result = await self._raw(
+            "PATCH", path, body=data, query=query, content_type="application/apply-patch+yaml", idempotent=True
         )
-        return self._written(kind, result)
+        return self._written(kind, result, data, manager=field_manager, operation="Apply", subresource=subresource)
 
     async def delete(
         self,
@@ -349,28 +429,40 @@ class Client:
         method: str,
         path: str,
         *,
-        body: Body | None = None,
+        body: Body | bytes | None = None,
         query: dict[str, str] | None = None,
         content_type: str = "application/json",
         idempotent: bool | None = None,
     ) -> Obj:
+        raw = await self._raw(method, path, body=body, query=query, content_type=content_type, idempotent=idempotent)
+        result: Obj = orjson.loads(raw) if raw else {}
+        return result
+
+    async def _raw(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Body | bytes | None = None,
+        query: dict[str, str] | None = None,
+        content_type: str = "application/json",
+        idempotent: bool | None = None,
+    ) -> bytes:
         response = await self._request(
             method, path, body=body, query=query, content_type=content_type, idempotent=idempotent
         )
         try:
             with _connection_errors(method, path):
-                raw = await response.read()
+                return await response.read()
         finally:
             response.release()
-        result: Obj = json.loads(raw) if raw else {}
-        return result
 
     async def _request(
         self,
         method: str,
         path: str,
         *,
-        body: Body | None = None,
+        body: Body | bytes | None = None,
         query: dict[str, str] | None = None,
         content_type: str = "application/json",
         idempotent: bool | None = None,
@@ -379,13 +471,15 @@ class Client:
         """One logical request: rate-limited, retried when that is safe, counted. Raises :class:`ApiError`."""
         retry_safe = method in _IDEMPOTENT if idempotent is None else idempotent
         url = self._host + path + ("?" + urlencode(query) if query else "")
-        data = json.dumps(body).encode() if body is not None else None
-        session: aiohttp.ClientSession = self._api.rest_client.pool_manager
+        data = body if isinstance(body, bytes) or body is None else orjson.dumps(body)
+        session = self._session or self._open()
         attempt = 0
         while True:
-            if self._limiter is not None and (wait := self._limiter.reserve()) > 0:
+            if (wait := self._limiter.reserve()) > 0:
                 await asyncio.sleep(wait)
-            headers = {"Accept": "application/json", "User-Agent": self._user_agent, **await self._auth_headers()}
+            headers = {"Accept": "application/json", "User-Agent": self._user_agent}
+            if (authorization := await self._connection.credentials.authorization()) is not None:
+                headers["Authorization"] = authorization
             if data is not None:
                 headers["Content-Type"] = content_type
             started = time.monotonic()
@@ -395,8 +489,9 @@ class Client:
                     url,
                     data=data,
                     headers=headers,
-                    timeout=aiohttp.ClientTimeout(total=None if stream else 60, sock_connect=10),
-                    server_hostname=self._config.tls_server_name or None,
+                    timeout=_STREAM_TIMEOUT if stream else _REQUEST_TIMEOUT,
+                    server_hostname=self._connection.server_hostname,
+                    proxy=self._connection.proxy,
                 )
             except (aiohttp.ClientConnectionError, TimeoutError) as exc:
                 self._count("<error>", method)
@@ -410,9 +505,9 @@ class Client:
                     method=method,
                     path=path,
                 ) from exc
-            self._count(str(response.status), method)
             if self._metrics is not None:
-                self._metrics.latency.labels(method, self._host_label).observe(time.monotonic() - started)
+                self._count(str(response.status), method)
+                self._observe(method, time.monotonic() - started)
             if response.status < 300:
                 return response
             raw = await response.read()
@@ -425,14 +520,22 @@ class Client:
                 continue
             raise error
 
-    async def _auth_headers(self) -> dict[str, str]:
-        settings: dict[str, dict[str, Any]] = await self._config.auth_settings()
-        token = settings.get("BearerToken")
-        return {"Authorization": str(token["value"])} if token and token.get("value") else {}
-
     def _count(self, code: str, method: str) -> None:
-        if self._metrics is not None:
-            self._metrics.requests.labels(code, method, self._host_label).inc()
+        if self._metrics is None:
+            return
+        # A labelled child per (code, method), looked up once: prometheus_client's labels() takes a lock and
+        # builds a tuple on every call.
+        counter = self._counters.get((code, method))
+        if counter is None:
+            counter = self._counters[code, method] = self._metrics.requests.labels(code, method, self._host_label)
+        counter.inc()
+
+    def _observe(self, method: str, seconds: float) -> None:
+        assert self._metrics is not None
+        histogram = self._histograms.get(method)
+        if histogram is None:
+            histogram = self._histograms[method] = self._metrics.latency.labels(method, self._host_label)
+        histogram.observe(seconds)
 
     @staticmethod
     def _retry_after(response: aiohttp.ClientResponse) -> float | None:

@@ -27,9 +27,10 @@ from typing import Any, Protocol, cast
 import structlog
 
 from kanri.runtime._cache import Cache
-from kanri.runtime._client import Client
+from kanri.runtime._client import Client, Write, recorded_writes
 from kanri.runtime._conditions import set_condition
 from kanri.runtime._controller_metrics import ControllerMetrics
+from kanri.runtime._echo import Echoes
 from kanri.runtime._errors import ApiError, PermanentError
 from kanri.runtime._informer import Event
 from kanri.runtime._kinds import Kind
@@ -99,6 +100,8 @@ class Controller:
         self._queue: WorkQueue | None = None
         # Keys whose last reconcile failed permanently, with the generation that failed.
         self._failed_generation: dict[Request, int] = {}
+        # Our own writes' watch events queue nothing (see kanri.runtime._echo for the rule).
+        self._echoes = Echoes()
 
     def owns(self, kind: Kind) -> Controller:
         """Changes to ``kind`` objects controlled by a primary object (ownerReference with controller=true) queue it."""
@@ -137,37 +140,60 @@ class Controller:
         metrics.watch_deletions(self.name, cache.store(self.for_kind))
         cache.informer(self.for_kind).add_handler(self._on_primary)
         for kind in self._owned:
-            cache.informer(kind).add_handler(self._on_owned)
+            cache.informer(kind).add_handler(self._owned_handler(kind))
         for kind, mapper in self._mapped:
-            cache.informer(kind).add_handler(self._mapped_handler(mapper))
+            cache.informer(kind).add_handler(self._mapped_handler(kind, mapper))
+
+    def _offer(self, kind: Kind, event: Event, requests: Iterable[Request]) -> None:
+        """Queue the keys an event maps to, unless it is only the echo of that key's own reconcile's write."""
+        if event.from_list:  # a (re)list is also a chance to look again: never filtered
+            self._echoes.forget(kind, event)
+            for request in requests:
+                self.queue.add(request, Priority.BACKGROUND)
+            return
+        for request in self._echoes.to_queue(kind, event, requests):
+            self.queue.add(request, Priority.LIVE)
 
     def _on_primary(self, event: Event) -> None:
         meta = event.obj["metadata"]
         request = Request(meta.get("namespace") or "", meta["name"])
         if event.type == "DELETED":
             self._failed_generation.pop(request, None)
-        self.queue.add(request, Priority.BACKGROUND if event.from_list else Priority.LIVE)
+        self._offer(self.for_kind, event, (request,))
 
-    def _on_owned(self, event: Event) -> None:
-        priority = Priority.BACKGROUND if event.from_list else Priority.LIVE
-        for obj in (event.obj, event.old):
-            if obj is None:
-                continue
-            for ref in obj["metadata"].get("ownerReferences") or ():
-                if (
-                    ref.get("controller")
-                    and ref.get("kind") == self.for_kind.kind
-                    and (ref.get("apiVersion", "").rpartition("/")[0] == self.for_kind.group)
-                ):
-                    self.queue.add(Request(obj["metadata"].get("namespace") or "", ref["name"]), priority)
-
-    def _mapped_handler(self, mapper: Mapper) -> Callable[[Event], None]:
+    def _owned_handler(self, kind: Kind) -> Callable[[Event], None]:
         def handle(event: Event) -> None:
-            priority = Priority.BACKGROUND if event.from_list else Priority.LIVE
-            for request in mapper(event.obj):
-                self.queue.add(request, priority)
+            owners: dict[Request, None] = {}  # ordered and deduplicated (obj and old usually name the same owner)
+            for obj in (event.obj, event.old):
+                if obj is None:
+                    continue
+                for ref in obj["metadata"].get("ownerReferences") or ():
+                    if (
+                        ref.get("controller")
+                        and ref.get("kind") == self.for_kind.kind
+                        and (ref.get("apiVersion", "").rpartition("/")[0] == self.for_kind.group)
+                    ):
+                        owners[Request(obj["metadata"].get("namespace") or "", ref["name"])] = None
+            self._offer(kind, event, owners)
 
         return handle
+
+    def _mapped_handler(self, kind: Kind, mapper: Mapper) -> Callable[[Event], None]:
+        def handle(event: Event) -> None:
+            self._offer(kind, event, dict.fromkeys(mapper(event.obj)))
+
+        return handle
+
+    def _delivered(self, write: Write) -> str | None:
+        """The resourceVersion the watch last delivered for a written object (None: a kind this controller does not
+        watch)."""
+        if write.kind not in self.kinds:
+            return None
+        informer = self._cache.informer_of(write.kind)
+        if informer is None:
+            return None
+        latest = informer.watched(write.namespace if write.kind.namespaced else "", write.name)
+        return str(latest["metadata"].get("resourceVersion", "")) if latest is not None else ""
 
     # --- running ---------------------------------------------------------------------------------------------------
 
@@ -206,9 +232,13 @@ class Controller:
             except QueueShutDown:
                 return
             self._metrics.active_workers.labels(self.name).inc()
+            token = recorded_writes.set(self._echoes.start(request))
             try:
                 await self._process(request)
             finally:
+                recorded_writes.reset(token)
+                if self._echoes.finish(request, self._delivered):
+                    self.queue.add(request, Priority.LIVE)  # before done(): the key comes back once it is released
                 self._metrics.active_workers.labels(self.name).dec()
                 self.queue.done(request)
 

@@ -18,6 +18,7 @@ from typing import Any, Literal
 import structlog
 
 from kanri.runtime._client import Client
+from kanri.runtime._echo import newer
 from kanri.runtime._errors import ApiError
 from kanri.runtime._kinds import Kind
 from kanri.runtime._store import Key, Store, key_of
@@ -28,9 +29,12 @@ EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 log = structlog.get_logger("kanri.informer")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Event:
-    """A change the informer applied to its store. ``from_list`` marks changes found by a (re)list, not a watch."""
+    """A change the informer applied to its store. ``from_list`` marks changes found by a (re)list, not a watch.
+
+    ``old`` is the previous state the informer had *from the API server* (never a write's result taken in ahead of
+    its event, see :meth:`Informer.take_write`), so ``old`` → ``obj`` is one change as the server made it."""
 
     type: EventType
     obj: Obj
@@ -78,6 +82,9 @@ class Informer:
         # Where the next watch starts: the version of the last event applied (None: relist first). Kept as events
         # arrive, so a stream that breaks mid-way resumes after what it delivered instead of replaying it.
         self._resource_version: str | None = None
+        # Keys whose stored object is a write's result the watch has not delivered yet: the watch's own latest object
+        # for each, so events keep reporting real transitions and the store never moves back to an older version.
+        self._ahead: dict[Key, Obj] = {}
 
     def add_handler(self, handler: Handler) -> None:
         self._handlers.append(handler)
@@ -102,6 +109,31 @@ class Informer:
                 failures += 1
                 await self._back_off(failures, exc)
 
+    def take_write(self, obj: Obj) -> bool:
+        """Store ``obj``, the object a write of ours returned (a copy the store may keep), ahead of its watch event;
+        True when taken.
+
+        Only a newer version of an object already stored is taken (creations, other namespaces and unwatched kinds
+        arrive through the watch as usual); handlers are not told: the watch event that follows does that.
+        """
+        meta = obj.get("metadata") or {}
+        if not meta.get("name"):
+            return False
+        key = key_of(obj)
+        cached = self.store.get(*key)
+        if cached is None or cached["metadata"].get("uid") != meta.get("uid"):
+            return False
+        if not newer(str(meta.get("resourceVersion", "")), str(cached["metadata"].get("resourceVersion", ""))):
+            return False
+        self._ahead.setdefault(key, cached)
+        self.store.upsert(obj)
+        return True
+
+    def watched(self, namespace: str, name: str) -> Obj | None:
+        """The latest state of an object the API server delivered (the store may hold a newer write of ours)."""
+        key = (namespace, name)
+        return self._ahead[key] if key in self._ahead else self.store.get(namespace, name)
+
     async def _back_off(self, failures: int, exc: BaseException) -> None:
         delay = min(self._timing.backoff_max, self._timing.backoff_base * 2 ** (failures - 1))
         delay = random.uniform(delay / 2, delay)
@@ -111,6 +143,7 @@ class Informer:
     async def _relist(self) -> str:
         items, resource_version = await self.client.list(self.kind, self.namespace, label_selector=self.label_selector)
         self.relists += 1
+        self._ahead.clear()  # the list is the server's word now
         seen: set[Key] = set()
         for obj in items:
             key = key_of(obj)
@@ -145,9 +178,19 @@ class Informer:
                 continue
             obj.setdefault("apiVersion", self.kind.api_version)
             obj.setdefault("kind", self.kind.kind)
+            key = key_of(obj)
             if kind == "DELETED":
-                old = self.store.remove(key_of(obj))
-                self._notify(Event("DELETED", obj, old))
+                old = self._ahead.pop(key, None)
+                stored = self.store.remove(key)
+                self._notify(Event("DELETED", obj, old if old is not None else stored))
+            elif key in self._ahead:
+                old = self._ahead.pop(key)
+                ahead = self.store.get(*key)
+                if ahead is not None and newer(str(ahead["metadata"].get("resourceVersion", "")), resource_version):
+                    self._ahead[key] = obj  # still behind our write: keep the newer object in the store
+                else:
+                    self.store.upsert(obj)
+                self._notify(Event("MODIFIED", obj, old))
             else:
                 old = self.store.upsert(obj)
                 self._notify(Event("ADDED" if old is None else "MODIFIED", obj, old))
