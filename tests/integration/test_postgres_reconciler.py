@@ -25,7 +25,7 @@ from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.reconciler import validated_spec
 from kanri.postgres.secrets import desired_secrets
 from kanri.postgres.sync import FIELD_MANAGER
-from kanri.runtime import ApiError, Client, Manager, ManagerOptions
+from kanri.runtime import ApiError, Client, Kind, Manager, ManagerOptions
 from kanri.runtime.kinds import (
     CONFIG_MAP,
     EVENT,
@@ -44,6 +44,7 @@ from tests.postgres_support import Operator, install_postgres_crd
 from tests.support import eventually
 
 Obj = dict[str, Any]
+RESOURCE_QUOTA = Kind("v1", "ResourceQuota", "resourcequotas")
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -134,7 +135,7 @@ async def test_creates_children_with_their_shape_and_reports_instances_not_ready
     assert await names_of(client, PVC, namespace) == ["orders-1", "orders-2", "orders-3"]
     assert await names_of(client, SECRET, namespace) == ["orders-api", "orders-app", "orders-replication",
                                                          "orders-superuser"]  # fmt: skip
-    assert await names_of(client, POD_DISRUPTION_BUDGET, namespace) == ["orders", "orders-primary"]
+    assert await names_of(client, POD_DISRUPTION_BUDGET, namespace) == ["orders-primary", "orders-replicas"]
     for kind, name in [(SERVICE, "orders-rw"), (CONFIG_MAP, "orders-config"), (SERVICE_ACCOUNT, "orders-instance"),
                        (ROLE, "orders-instance"), (ROLE_BINDING, "orders-instance"), (STATEFUL_SET, "orders-2"),
                        (POD_DISRUPTION_BUDGET, "orders-primary")]:  # fmt: skip
@@ -209,28 +210,31 @@ async def test_a_converged_cluster_costs_zero_writes(control_plane: Endpoint, cl
 async def test_scales_by_number_and_never_removes_the_primary(
     control_plane: Endpoint, client: Client, namespace: str
 ) -> None:
-    await client.create(POSTGRES_CLUSTER, pgc("db", namespace, replicas=3))
-    operator = Operator(control_plane, namespace)
-    async with operator.running():
-        await eventually(lambda: _equals(statefulsets(client, namespace), {"db-1": 1, "db-2": 1, "db-3": 1}))
-        await eventually(lambda: _equals(current_primary(client, namespace, "db"), "db-1"))
-        # As after a failover to db-3: the primary is the highest-numbered instance.
-        await client.patch_status(POSTGRES_CLUSTER, "db", {"status": {"currentPrimary": "db-3"}}, namespace)
-        await client.patch(POSTGRES_CLUSTER, "db", {"spec": {"replicas": 5}}, namespace)
-        await eventually(lambda: _equals(names_of(client, PVC, namespace), [f"db-{n}" for n in range(1, 6)]))
-        await eventually(lambda: _equals(statefulsets(client, namespace), {f"db-{n}": 1 for n in range(1, 6)}))
+    # As after a failover to db-3: the primary is the highest-numbered instance, and it says so in its report.
+    roles = {n: "primary" if n == 3 else "replica" for n in range(1, 6)}
+    async with fake_instances("db", roles) as (fakes, instances):
+        fakes["db-3"].report["timeline"] = 2
+        await client.create(POSTGRES_CLUSTER, pgc("db", namespace, replicas=3))
+        operator = Operator(control_plane, namespace, instances=instances)
+        async with operator.running(refresh=0.3):
+            await eventually(lambda: _equals(statefulsets(client, namespace), {"db-1": 1, "db-2": 1, "db-3": 1}))
+            await running_at(client, namespace, {n: f for n, f in fakes.items() if n in ("db-1", "db-2", "db-3")})
+            await eventually(lambda: _equals(current_primary(client, namespace, "db"), "db-3"))
+            await client.patch(POSTGRES_CLUSTER, "db", {"spec": {"replicas": 5}}, namespace)
+            await eventually(lambda: _equals(names_of(client, PVC, namespace), [f"db-{n}" for n in range(1, 6)]))
+            await eventually(lambda: _equals(statefulsets(client, namespace), {f"db-{n}": 1 for n in range(1, 6)}))
+            await running_at(client, namespace, fakes)
 
-        await client.patch(POSTGRES_CLUSTER, "db", {"spec": {"replicas": 2}}, namespace)
-        await eventually(lambda: _equals(names_of(client, PVC, namespace), ["db-1", "db-3"]))
-        await eventually(lambda: _equals(names_of(client, PVC, namespace), ["db-1", "db-3"]))
-        status = (await client.get(POSTGRES_CLUSTER, "db", namespace))["status"]
-        assert status["currentPrimary"] == "db-3"
-        config = await client.get(CONFIG_MAP, "db-config", namespace)
-        assert json.loads(config["data"]["instance.json"])["instances"] == ["db-1", "db-3"]
+            await client.patch(POSTGRES_CLUSTER, "db", {"spec": {"replicas": 2}}, namespace)
+            await eventually(lambda: _equals(names_of(client, PVC, namespace), ["db-1", "db-3"]))
+            status = (await client.get(POSTGRES_CLUSTER, "db", namespace))["status"]
+            assert status["currentPrimary"] == "db-3"
+            config = await client.get(CONFIG_MAP, "db-config", namespace)
+            assert json.loads(config["data"]["instance.json"])["instances"] == ["db-1", "db-3"]
 
-        # The lowest free number is reused.
-        await client.patch(POSTGRES_CLUSTER, "db", {"spec": {"replicas": 3}}, namespace)
-        await eventually(lambda: _equals(statefulsets(client, namespace), {"db-1": 1, "db-2": 1, "db-3": 1}))
+            # The lowest free number is reused.
+            await client.patch(POSTGRES_CLUSTER, "db", {"spec": {"replicas": 3}}, namespace)
+            await eventually(lambda: _equals(statefulsets(client, namespace), {"db-1": 1, "db-2": 1, "db-3": 1}))
     events = await reasons(client, namespace, "db")
     assert {"Scaling", "RemovedInstance"} <= events
 
@@ -527,3 +531,355 @@ async def test_instance_reports_drive_readiness_role_labels_and_ordered_restarts
 
 async def _list(items: list[str]) -> list[str]:
     return list(items)
+
+
+SYSID = "7329117425863524378"
+
+
+@contextlib.asynccontextmanager
+async def fake_instances(cluster: str, roles: dict[int, str], major: int = 16) -> AsyncIterator[
+        tuple[dict[str, FakeInstance], HttpInstanceClient]]:  # fmt: skip
+    """Instance-manager doubles for ``<cluster>-<n>`` with the given roles, reporting data of ``major`` (that of
+    ``pgc``: another would change the image, hence replace the pods) and one system identifier, and the operator's
+    HTTP client that reaches them."""
+    prefix = f"127.77.{secrets.randbelow(250) + 1}"
+    fakes = {f"{cluster}-{n}": FakeInstance(f"{cluster}-{n}", f"{prefix}.{n}", role) for n, role in roles.items()}
+    for fake in fakes.values():
+        fake.report.update(systemIdentifier=SYSID, dataVersion=major, binaryVersion=major, problems=[])
+    port = 0
+    for fake in fakes.values():
+        port = await fake.start(port)
+    instances = HttpInstanceClient(port=port, timeout=1.0)
+    try:
+        yield fakes, instances
+    finally:
+        await instances.close()
+        for fake in fakes.values():
+            await fake.runner.cleanup()
+
+
+async def running_at(client: Client, namespace: str, fakes: dict[str, FakeInstance]) -> None:
+    """What the kubelet would report once each fake's pod runs: wait for the pods, then give them the fakes' IPs."""
+
+    async def pods_exist() -> bool:
+        present = {p["metadata"]["name"] for p in (await client.list(POD, namespace))[0]}
+        return {f"{name}-0" for name in fakes} <= present
+
+    await eventually(pods_exist, timeout=30)
+    for name, fake in fakes.items():
+        status = {"phase": "Running", "podIP": fake.address, "podIPs": [{"ip": fake.address}]}
+        await client.patch_status(POD, f"{name}-0", {"status": status}, namespace)
+
+
+async def condition_reason(client: Client, namespace: str, name: str, kind: str, reason: str) -> Obj | None:
+    found = await condition(client, namespace, name, kind)
+    return found if found is not None and found["reason"] == reason else None
+
+
+async def warnings(client: Client, namespace: str, name: str) -> list[Obj]:
+    items, _ = await client.list(EVENT, namespace)
+    return [e for e in items if e["involvedObject"]["name"] == name and e["type"] == "Warning"]
+
+
+async def annotations_of(client: Client, kind: Any, name: str, namespace: str) -> dict[str, str]:
+    return dict((await client.get(kind, name, namespace))["metadata"].get("annotations") or {})
+
+
+async def test_a_lie_in_status_never_removes_the_primary_on_scale_down(
+    control_plane: Endpoint, client: Client, namespace: str
+) -> None:
+    async with fake_instances("shelf", {1: "primary", 2: "replica"}) as (fakes, instances):
+        await client.create(POSTGRES_CLUSTER, pgc("shelf", namespace, replicas=2))
+        operator = Operator(control_plane, namespace, instances=instances)
+        async with operator.running(refresh=0.3):
+            await running_at(client, namespace, fakes)
+            await eventually(lambda: condition_reason(client, namespace, "shelf", "Ready", "InstancesReady"))
+            # The primary seen in reports is recorded on its claim, with its timeline.
+            recorded = await annotations_of(client, PVC, "shelf-1", namespace)
+            assert (recorded["kanri.dev/last-primary"], recorded["kanri.dev/timeline"]) == ("true", "1")
+            assert "kanri.dev/last-primary" not in await annotations_of(client, PVC, "shelf-2", namespace)
+
+            await client.patch(POSTGRES_CLUSTER, "shelf", {"spec": {"replicas": 0}}, namespace)
+            await eventually(lambda: _equals(statefulsets(client, namespace), {"shelf-1": 0, "shelf-2": 0}))
+            await eventually(lambda: _equals(len_of(names_of(client, POD, namespace)), 0), timeout=30)
+            # Only the status names shelf-2: without the claim's record the plan picks shelf-1 as the victim.
+            await client.patch(PVC, "shelf-1", {"metadata": {"annotations": {"kanri.dev/last-primary": None}}},
+                               namespace)  # fmt: skip
+            await client.patch_status(POSTGRES_CLUSTER, "shelf", {"status": {"currentPrimary": "shelf-2"}}, namespace)
+            await client.patch(POSTGRES_CLUSTER, "shelf", {"spec": {"replicas": 1}}, namespace)
+
+            # Woken, nobody has reported yet: nothing is removed, and status says why.
+            waiting = await eventually(
+                lambda: condition_reason(client, namespace, "shelf", "Progressing", "ScaleDownWaiting"), timeout=30
+            )
+            assert "shelf-1" in waiting["message"]
+            assert await names_of(client, PVC, namespace) == ["shelf-1", "shelf-2"]
+            assert await statefulsets(client, namespace) == {"shelf-1": 1, "shelf-2": 1}
+
+            await running_at(client, namespace, fakes)  # the instances report: shelf-1 is the primary
+            await eventually(lambda: _equals(names_of(client, PVC, namespace), ["shelf-1"]), timeout=30)
+            assert await statefulsets(client, namespace) == {"shelf-1": 1}
+            await eventually(lambda: _equals(current_primary(client, namespace, "shelf"), "shelf-1"))
+
+
+async def test_a_lost_volume_is_told_and_the_system_identifier_keeps_an_empty_one_from_initdb(
+    control_plane: Endpoint, client: Client, namespace: str
+) -> None:
+    async with fake_instances("vault", {1: "primary", 2: "replica"}) as (fakes, instances):
+        await client.create(POSTGRES_CLUSTER, pgc("vault", namespace, replicas=2))
+        operator = Operator(control_plane, namespace, instances=instances)
+        async with operator.running(refresh=0.3):
+            await running_at(client, namespace, fakes)
+            await eventually(lambda: _equals(status_field(client, namespace, "vault", "systemIdentifier"), SYSID))
+            config = await client.get(CONFIG_MAP, "vault-config", namespace)
+            assert json.loads(config["data"]["instance.json"])["systemIdentifier"] == SYSID
+            recorded = await annotations_of(client, PVC, "vault-2", namespace)
+            assert (recorded["kanri.dev/system-identifier"], recorded["kanri.dev/pg-major"]) == (SYSID, "16")
+
+            old = (await client.get(PVC, "vault-2", namespace))["metadata"]["uid"]
+            await client.delete(PVC, "vault-2", namespace)
+            await client.delete(POD, "vault-2-0", namespace)
+
+            async def replaced() -> bool:
+                claims = {c["metadata"]["name"]: c["metadata"]["uid"] for c in (await client.list(PVC, namespace))[0]}
+                return claims.get("vault-2") not in (None, old)
+
+            await eventually(replaced, timeout=30)
+            lost = await eventually(lambda: _warning(client, namespace, "vault", "VolumeLost"), timeout=30)
+            assert "vault-2" in lost["message"]
+
+            # The new, empty volume's instance does not initdb: it reports that the data is gone.
+            fakes["vault-2"].report.update(ready=False, running=False, systemIdentifier=None, dataVersion=None,
+                                           problems=[{"reason": "DataDirectoryLost", "message": "the volume is empty "
+                                                      "and the cluster has data"}])  # fmt: skip
+            await running_at(client, namespace, {"vault-2": fakes["vault-2"]})
+            degraded = await eventually(
+                lambda: condition_reason(client, namespace, "vault", "Degraded", "DataDirectoryLost"), timeout=30
+            )
+            assert "vault-2" in degraded["message"]
+            event = await eventually(lambda: _warning(client, namespace, "vault", "DataDirectoryLost"), timeout=30)
+            assert "restore a backup" in event["message"]
+            assert (await client.get(POSTGRES_CLUSTER, "vault", namespace))["status"]["phase"] != "Ready"
+
+
+async def status_field(client: Client, namespace: str, name: str, field: str) -> Any:
+    return ((await client.get(POSTGRES_CLUSTER, name, namespace)).get("status") or {}).get(field)
+
+
+async def _warning(client: Client, namespace: str, name: str, reason: str) -> Obj | None:
+    return next((e for e in await warnings(client, namespace, name) if e["reason"] == reason), None)
+
+
+async def pg_major(client: Client, namespace: str, claim_name: str) -> str | None:
+    return (await annotations_of(client, PVC, claim_name, namespace)).get("kanri.dev/pg-major")
+
+
+def image_of(sts: Obj) -> str:
+    (container,) = [c for c in sts["spec"]["template"]["spec"]["containers"] if c["name"] == "postgres"]
+    return str(container["image"])
+
+
+async def test_the_running_major_comes_from_the_data_and_a_recreate_reports_what_it_did_not_do(
+    control_plane: Endpoint, client: Client, namespace: str
+) -> None:
+    async with fake_instances("atlas", {1: "primary"}, major=15) as (fakes, instances):
+        await client.create(POSTGRES_CLUSTER, pgc("atlas", namespace, replicas=1, version=15))
+        operator = Operator(control_plane, namespace, instances=instances)
+        async with operator.running(refresh=0.3):
+            await running_at(client, namespace, fakes)
+            await eventually(lambda: _equals(pg_major(client, namespace, "atlas-1"), "15"))  # from the report
+            assert await status_field(client, namespace, "atlas", "postgresMajor") == 15
+
+            # A hand edit of the image (another field manager) is reverted to the data's major.
+            sts = await client.get(STATEFUL_SET, "atlas-1", namespace)
+            containers = [
+                {**c, "image": "kanri.dev/postgres:16"} for c in sts["spec"]["template"]["spec"]["containers"]
+            ]
+            await client.patch(STATEFUL_SET, "atlas-1", {"spec": {"template": {"spec": {"containers": containers}}}},
+                               namespace)  # fmt: skip
+
+            async def image() -> str:
+                return image_of(await client.get(STATEFUL_SET, "atlas-1", namespace))
+
+            await eventually(lambda: _equals(image(), "kanri.dev/postgres:15"), timeout=30)
+
+            # Deleted (Retain) and recreated with a higher version and another owner: the data's major runs, and
+            # status says neither the upgrade nor the owner were carried out.
+            await client.delete(POSTGRES_CLUSTER, "atlas", namespace)
+            await eventually(lambda: gone(client, POSTGRES_CLUSTER, "atlas", namespace), timeout=30)
+            await eventually(lambda: _equals(statefulsets(client, namespace), {}), timeout=30)
+            fakes["atlas-1"].report.update(ready=False, running=False)  # no pod yet
+            await client.create(POSTGRES_CLUSTER, pgc("atlas", namespace, replicas=1, version=16,
+                                                      bootstrap={"initdb": {"owner": "shop"}}))  # fmt: skip
+            await eventually(lambda: _equals(statefulsets(client, namespace), {"atlas-1": 1}), timeout=30)
+            assert await image() == "kanri.dev/postgres:15"
+            upgrade = await eventually(
+                lambda: condition_reason(client, namespace, "atlas", "MajorUpgrade", "UpgradeNotApproved"), timeout=30
+            )
+            assert "16" in upgrade["message"]
+            assert "15" in upgrade["message"]
+            owner = await eventually(
+                lambda: condition_reason(client, namespace, "atlas", "Degraded", "OwnerMismatch"), timeout=30
+            )
+            assert "atlas-app" in owner["message"]
+            assert "shop" in owner["message"]
+            await eventually(lambda: _warning(client, namespace, "atlas", "UpgradeNotApproved"), timeout=30)
+            await eventually(lambda: _warning(client, namespace, "atlas", "OwnerMismatch"), timeout=30)
+
+
+async def test_bad_secrets_and_instance_problems_are_named_each_told_once(
+    control_plane: Endpoint, client: Client, namespace: str
+) -> None:
+    # An adopted app Secret with an empty password.
+    await client.create(SECRET, {"metadata": {"name": "tuned-app", "namespace": namespace},
+                                 "type": "kubernetes.io/basic-auth", "stringData": {"username": "app",
+                                                                                    "password": ""}})  # fmt: skip
+    async with fake_instances("tuned", {1: "primary"}) as (fakes, instances):
+        fakes["tuned-1"].report["problems"] = [
+            {"reason": "InvalidParameter", "parameter": "work_mem", "message": 'invalid value for parameter '
+             '"work_mem": "lots"'}]  # fmt: skip
+        await client.create(POSTGRES_CLUSTER, pgc("tuned", namespace, replicas=1))
+        operator = Operator(control_plane, namespace, instances=instances)
+        async with operator.running(refresh=0.3):
+            await running_at(client, namespace, fakes)
+
+            async def both() -> Obj | None:
+                found = await condition(client, namespace, "tuned", "Degraded")
+                message = (found or {}).get("message", "")
+                return found if "Secret tuned-app key password" in message and "work_mem" in message else None
+
+            degraded = await eventually(both, timeout=30)
+            assert degraded["reason"] == "InvalidSecret"
+            assert "parameter work_mem" in degraded["message"]
+            await asyncio.sleep(2)  # several passes
+            told = [
+                e
+                for e in await warnings(client, namespace, "tuned")
+                if e["reason"] in ("InvalidSecret", "InvalidParameter")
+            ]
+            assert sorted((e["reason"], e.get("count", 1)) for e in told) == [("InvalidParameter", 1),
+                                                                               ("InvalidSecret", 1)]  # fmt: skip
+
+            # Fixed: the condition clears.
+            fakes["tuned-1"].report["problems"] = []
+            secret = {"stringData": {"password": "a-fine-password"}}
+            await client.patch(SECRET, "tuned-app", secret, namespace)
+            await eventually(lambda: condition_reason(client, namespace, "tuned", "Degraded", "AsExpected"), timeout=30)
+
+
+async def test_a_permanent_error_reaches_status_after_the_finalizer_was_added(
+    control_plane: Endpoint, client: Client, namespace: str
+) -> None:
+    recovery = {"recovery": {"source": "elsewhere"}}
+    await client.create(POSTGRES_CLUSTER, pgc("restore", namespace, replicas=1, bootstrap=recovery))
+    operator = Operator(control_plane, namespace)
+    async with operator.running():
+        found = await eventually(
+            lambda: condition_reason(client, namespace, "restore", "Ready", "RecoveryNotSupported"), timeout=30
+        )
+        assert found["status"] == "False"
+    cluster = await client.get(POSTGRES_CLUSTER, "restore", namespace)
+    assert "kanri.dev/cleanup" in cluster["metadata"]["finalizers"]
+
+
+async def test_a_refused_child_write_is_reported_and_the_rest_of_the_pass_goes_on(
+    control_plane: Endpoint, client: Client, namespace: str
+) -> None:
+    # The API server refuses every StatefulSet beyond the first (a quota the user cannot see through the operator).
+    quota = {
+        "metadata": {"name": "one-set", "namespace": namespace},
+        "spec": {"hard": {"count/statefulsets.apps": "1"}},
+    }
+    await client.create(RESOURCE_QUOTA, quota)
+
+    async def counted() -> bool:
+        used = ((await client.get(RESOURCE_QUOTA, "one-set", namespace)).get("status") or {}).get("used") or {}
+        return "count/statefulsets.apps" in used
+
+    await eventually(counted, timeout=30)
+    await client.create(POSTGRES_CLUSTER, pgc("capped", namespace, replicas=2))
+    operator = Operator(control_plane, namespace)
+    async with operator.running(refresh=0.5):
+        refused = await eventually(
+            lambda: condition_reason(client, namespace, "capped", "Degraded", "ChildRejected"), timeout=30
+        )
+        assert "StatefulSet capped-2" in refused["message"]
+        assert "exceeded quota" in refused["message"]
+        assert await names_of(client, STATEFUL_SET, namespace) == ["capped-1"]
+        assert await names_of(client, SERVICE, namespace) == ["capped-r", "capped-ro", "capped-rw"]
+        assert await names_of(client, POD_DISRUPTION_BUDGET, namespace) == ["capped-primary", "capped-replicas"]
+        event = await eventually(lambda: _warning(client, namespace, "capped", "ChildRejected"), timeout=30)
+        assert "capped-2" in event["message"]
+        assert operator.errors() == 0
+
+
+async def test_child_names_never_collide_and_a_foreign_owner_is_named_without_a_hot_loop(
+    control_plane: Endpoint, client: Client, namespace: str
+) -> None:
+    c = await client.create(POSTGRES_CLUSTER, pgc("c", namespace, replicas=2))
+    # An old-style replica budget (named after the cluster) that c controls goes away.
+    legacy = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+              "metadata": {"name": "c", "namespace": namespace, "ownerReferences": [owner_ref(c)]},
+              "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"kanri.dev/cluster": "c"}}}}  # fmt: skip
+    await client.create(POD_DISRUPTION_BUDGET, legacy)
+    await client.create(POSTGRES_CLUSTER, pgc("c-primary", namespace, replicas=2))
+    # Cluster d's ConfigMap name is taken by an object cluster c controls.
+    await client.create(CONFIG_MAP, {"metadata": {"name": "d-config", "namespace": namespace,
+                                                  "ownerReferences": [owner_ref(c)]}})  # fmt: skip
+    await client.create(POSTGRES_CLUSTER, pgc("d", namespace, replicas=1))
+    operator = Operator(control_plane, namespace)
+    async with operator.running(refresh=30):
+        expected = ["c-primary", "c-primary-primary", "c-primary-replicas", "c-replicas"]
+        await eventually(lambda: _equals(names_of(client, POD_DISRUPTION_BUDGET, namespace), expected), timeout=30)
+        conflict = await eventually(
+            lambda: condition_reason(client, namespace, "d", "Degraded", "ChildConflict"), timeout=30
+        )
+        assert "ConfigMap d-config is controlled by PostgresCluster c" in conflict["message"]
+        await asyncio.sleep(2)
+        reconciles = operator.reconciles()
+        await asyncio.sleep(4)
+        assert operator.reconciles() <= reconciles + 1  # no 2 s retry loop for a live owner
+    assert await condition_reason(client, namespace, "c-primary", "Degraded", "AsExpected") is not None
+
+
+def owner_ref(owner: Obj) -> Obj:
+    return {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": owner["metadata"]["name"],
+            "uid": owner["metadata"]["uid"], "controller": True}  # fmt: skip
+
+
+async def test_smaller_findings_storage_class_deleting_phase_and_exact_services(
+    control_plane: Endpoint, client: Client, namespace: str
+) -> None:
+    await client.create(
+        POSTGRES_CLUSTER, pgc("nope", namespace, replicas=1, storage={"size": "1Gi", "storageClassName": "no-such"})
+    )
+    await client.create(POSTGRES_CLUSTER, pgc("held", namespace, replicas=1))
+    await client.patch(POSTGRES_CLUSTER, "held", {"metadata": {"finalizers": ["example.com/hold"]}}, namespace)
+    await client.create(POSTGRES_CLUSTER, pgc("svc", namespace, replicas=1))
+    operator = Operator(control_plane, namespace)
+    async with operator.running(refresh=0.3):
+        missing = await eventually(
+            lambda: condition_reason(client, namespace, "nope", "Degraded", "StorageClassNotFound"), timeout=30
+        )
+        assert "StorageClass no-such" in missing["message"]
+
+        await eventually(lambda: _equals(status_field(client, namespace, "held", "phase"), "Provisioning"))
+        await client.delete(POSTGRES_CLUSTER, "held", namespace)
+        await eventually(lambda: _equals(status_field(client, namespace, "held", "phase"), "Deleting"), timeout=30)
+        await client.patch(POSTGRES_CLUSTER, "held", {"metadata": {"finalizers": None}}, namespace)
+
+        # A port added to -rw by hand (another field manager) is removed, and then nothing is written again.
+        await eventually(lambda: _equals(names_of(client, SERVICE, namespace), sorted(
+            f"{n}-{s}" for n in ("nope", "svc") for s in ("r", "ro", "rw"))), timeout=30)  # fmt: skip
+        ports = [{"name": "postgres", "port": 5432, "targetPort": "postgres", "protocol": "TCP"},
+                 {"name": "extra", "port": 6432, "targetPort": 6432, "protocol": "TCP"}]  # fmt: skip
+        await client.patch(SERVICE, "svc-rw", {"spec": {"ports": ports}}, namespace)
+
+        async def service_ports() -> list[int]:
+            return [p["port"] for p in (await client.get(SERVICE, "svc-rw", namespace))["spec"]["ports"]]
+
+        await eventually(lambda: _equals(service_ports(), [5432]), timeout=30)
+        await asyncio.sleep(2)
+        writes = operator.writes()
+        await asyncio.sleep(3)
+        assert operator.writes() == writes

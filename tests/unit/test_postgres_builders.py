@@ -161,6 +161,9 @@ def test_config_map_holds_parameters_instances_and_sync_standbys_as_stable_json(
     assert json.loads(cm["data"]["instance.json"]) == {
         "parameters": {"work_mem": "8MB"}, "instances": ["orders-1", "orders-2"], "synchronousStandbys": 2}  # fmt: skip
     assert cm == config_map(c, parsed(c), ["orders-1", "orders-2"])  # same input, same bytes and hash
+    # Once a primary reported it, the system identifier: an empty volume then never runs initdb.
+    known = config_map(c, parsed(c), ["orders-1"], "7329117425863524378")
+    assert json.loads(known["data"]["instance.json"])["systemIdentifier"] == "7329117425863524378"
     assert synchronous_standbys(parsed(cluster())) == 0
     assert synchronous_standbys(parsed(cluster(replication={"mode": "Sync"}))) == 1
 
@@ -189,7 +192,7 @@ def test_disruption_budgets_protect_the_primary_and_one_replica_at_a_time() -> N
     primary, replicas = disruption_budgets(cluster())
     assert (primary["metadata"]["name"], primary["spec"]["minAvailable"]) == ("orders-primary", 1)
     assert primary["spec"]["selector"]["matchLabels"]["kanri.dev/role"] == "primary"
-    assert (replicas["metadata"]["name"], replicas["spec"]["maxUnavailable"]) == ("orders", 1)
+    assert (replicas["metadata"]["name"], replicas["spec"]["maxUnavailable"]) == ("orders-replicas", 1)
     assert wants_budgets(2, hibernated=False)
     assert not wants_budgets(1, hibernated=False)
     assert not wants_budgets(3, hibernated=True)

@@ -14,9 +14,44 @@ from typing import Any, Protocol
 import aiohttp
 import structlog
 
-__all__ = ["HttpInstanceClient", "InstanceClient", "InstanceReport", "gather_reports", "parse_report"]
+__all__ = [
+    "PROBLEM_REASONS",
+    "HttpInstanceClient",
+    "InstanceClient",
+    "InstanceProblem",
+    "InstanceReport",
+    "gather_reports",
+    "parse_report",
+]
 
 log = structlog.get_logger("kanri.postgres.instances")
+
+
+PROBLEM_REASONS = (
+    "InvalidSecret",
+    "InvalidParameter",
+    "InvalidConfig",
+    "DataDirectoryLost",
+    "SystemIdentifierMismatch",
+    "DataVersionMismatch",
+)
+"""The reasons an instance may report a problem with; anything else is read as ``InstanceProblem``."""
+
+_MAX_TEXT = 300  # the instance manager keeps messages to one line of this length; a longer one is cut
+
+
+@dataclass(frozen=True)
+class InstanceProblem:
+    """Something the user must fix that the instance found (``problems[]`` in ``GET /status``). The message never
+    holds a Secret's or a file's content (the instance manager's side of the contract)."""
+
+    reason: str
+    message: str
+    secret: str | None = None
+    """The credential's purpose (``superuser``, ``replication``, ``app``, ``api``) for InvalidSecret."""
+    key: str | None = None
+    parameter: str | None = None
+    """The ``postgresql.conf`` key for InvalidParameter."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +70,13 @@ class InstanceReport:
     lag_bytes: int | None = None
     pending_restart: bool = False
     last_error: str | None = None
+    system_identifier: str | None = None
+    """The data directory's ``pg_control`` system identifier (a decimal string): one per cluster, kept by clones."""
+    data_version: int | None = None
+    """The major of the data directory (``PG_VERSION``), reported even when PostgreSQL cannot start."""
+    binary_version: int | None = None
+    """The major of the PostgreSQL binaries the pod runs."""
+    problems: tuple[InstanceProblem, ...] = ()
 
 
 def _int(value: Any) -> int | None:
@@ -43,6 +85,39 @@ def _int(value: Any) -> int | None:
 
 def _str(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
+
+
+def _text(value: Any) -> str | None:
+    """A short one-line string from an instance (it is shown in status and Events)."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    flat = " ".join(value.split())
+    return flat if len(flat) <= _MAX_TEXT else flat[: _MAX_TEXT - 1] + "…"
+
+
+def _system_identifier(value: Any) -> str | None:
+    # A uint64 printed in decimal; JSON numbers lose precision above 2**53, hence a string.
+    return value if isinstance(value, str) and value.isdigit() and len(value) <= 20 else None
+
+
+def _problems(value: Any) -> tuple[InstanceProblem, ...]:
+    if not isinstance(value, list):
+        return ()
+    found: list[InstanceProblem] = []
+    for item in value[:16]:  # a misbehaving instance must not fill status
+        if not isinstance(item, dict) or (message := _text(item.get("message"))) is None:
+            continue
+        reason = item.get("reason")
+        found.append(
+            InstanceProblem(
+                reason=reason if reason in PROBLEM_REASONS else "InstanceProblem",
+                message=message,
+                secret=_text(item.get("secret")),
+                key=_text(item.get("key")),
+                parameter=_text(item.get("parameter")),
+            )
+        )
+    return tuple(found)
 
 
 def parse_report(body: Any) -> InstanceReport | None:
@@ -61,6 +136,10 @@ def parse_report(body: Any) -> InstanceReport | None:
         lag_bytes=_int(body.get("lagBytes")),
         pending_restart=body.get("pendingRestart") is True,
         last_error=_str(body.get("lastError")),
+        system_identifier=_system_identifier(body.get("systemIdentifier")),
+        data_version=_int(body.get("dataVersion")),
+        binary_version=_int(body.get("binaryVersion")),
+        problems=_problems(body.get("problems")),
     )
 
 

@@ -3,6 +3,11 @@
 Every name is a pure function of the cluster's name (and an instance number), so a reconcile finds its children
 again without remembering anything and a rerun never creates a twin. The API refuses cluster names over 40
 characters (``MAX_NAME_LENGTH``), so every name below stays a valid DNS-1123 label without hashing.
+
+Names never collide between two clusters of one namespace: every child is ``<cluster>-<suffix>`` (never the bare
+cluster name), and within one kind no suffix is another suffix with a ``<word>-`` prefix — otherwise cluster ``c``'s
+child ``c-primary`` would be cluster ``c-primary``'s child named ``c-primary`` (as the replica budget once was).
+Instance suffixes are bare numbers, which no fixed suffix is. ``tests/unit/test_postgres_names.py`` proves it.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ __all__ = [
     "config_map",
     "instance_name",
     "instance_number",
+    "legacy_replica_pdb",
     "pod_name",
     "primary_pdb",
     "read_only_service",
@@ -94,4 +100,10 @@ def primary_pdb(cluster: str) -> str:
 
 
 def replica_pdb(cluster: str) -> str:
+    return f"{cluster}-replicas"
+
+
+def legacy_replica_pdb(cluster: str) -> str:
+    """What the replica budget was called before: the bare cluster name, so cluster ``c-primary``'s replica budget
+    was cluster ``c``'s primary budget. Deleted when the cluster controls one."""
     return cluster

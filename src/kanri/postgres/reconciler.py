@@ -9,7 +9,7 @@ in ``refresh`` seconds, since the instances' state is not something Kubernetes c
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,12 +30,30 @@ from kanri.postgres.instances import InstanceClient, InstanceReport, gather_repo
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.labels import CLUSTER, PRIMARY, REPLICA, ROLE
 from kanri.postgres.metrics import PostgresMetrics
+from kanri.postgres.primary import choose_primary, gate_removals
+from kanri.postgres.problems import (
+    Problem,
+    child_conflict,
+    child_rejected,
+    ordered,
+    report_problems,
+    secret_problems,
+    storage_class_missing,
+    volume_lost,
+)
+from kanri.postgres.recorded import (
+    annotation_patches,
+    recorded_major,
+    recorded_primary,
+    recorded_system_identifier,
+)
 from kanri.postgres.restarts import next_restart
 from kanri.postgres.secrets import desired_secrets, secret_value
 from kanri.postgres.status import Observation, compute_status, condition_flipped, status_patch
 from kanri.postgres.storage import StoragePlan, plan_storage
 from kanri.postgres.sync import ensure
 from kanri.postgres.topology import InstancePlan, plan_instances
+from kanri.postgres.versions import running_major, upgrade_verdict
 from kanri.runtime import (
     ApiError,
     Cache,
@@ -46,6 +64,7 @@ from kanri.runtime import (
     Request,
     Result,
     add_finalizer,
+    controller_of,
     finalizer_step,
     get_condition,
     is_controlled_by,
@@ -71,6 +90,7 @@ Obj = dict[str, Any]
 log = structlog.get_logger("kanri.postgres")
 
 _RETRY_BLOCKED = 2.0  # a child of ours still held by a deleted owner: the garbage collector is quick
+_RETRIED_STATUSES = frozenset({429, 503, 504})  # throttled or unavailable: retried with backoff, not a refusal
 _RESTART_COOLDOWN = 60.0  # do not ask the same instance to restart again before it had time to report
 
 
@@ -125,11 +145,13 @@ class PostgresClusterReconciler:
         # Steps 1-2: a cluster being deleted gets its deletionPolicy carried out, then is let go.
         match finalizer_step(cluster, FINALIZER):
             case "done":
+                await self.mark_deleting(cluster)  # another finalizer still holds it
                 return None
             case "cleanup":
                 if self.metrics is not None:
                     deleted = datetime.fromisoformat(cluster["metadata"]["deletionTimestamp"].replace("Z", "+00:00"))
                     self.metrics.deleting(cluster, deleted.timestamp())
+                cluster = await self.mark_deleting(cluster)
                 await cleanup(self.client, self.cache, self.events, cluster)
                 try:
                     await remove_finalizer(self.client, POSTGRES_CLUSTER, cluster, FINALIZER)
@@ -144,9 +166,24 @@ class PostgresClusterReconciler:
                 pass
         return await ClusterPass(self, cluster, validated_spec(cluster)).run()
 
+    async def mark_deleting(self, cluster: Obj) -> Obj:
+        """``phase: Deleting`` once deletion was asked (the cluster may wait on finalizers for a while); returns the
+        cluster as written, so a guarded finalizer patch after it carries the new resourceVersion."""
+        if (cluster.get("status") or {}).get("phase") == "Deleting":
+            return cluster
+        meta = cluster["metadata"]
+        try:
+            return await self.client.patch_status(POSTGRES_CLUSTER, meta["name"], {"status": {"phase": "Deleting"}},
+                                                  meta["namespace"])  # fmt: skip
+        except ApiError as exc:
+            if not exc.not_found:
+                raise
+            return cluster
+
 
 class ClusterPass:
-    """One reconcile of one cluster (steps 4-6). Each step returns nothing and records what the status needs."""
+    """One reconcile of one cluster (steps 4-6). Each step records what the status needs; a child write the API
+    server refuses is recorded as a problem (condition and Event) and the rest of the pass goes on."""
 
     def __init__(self, reconciler: PostgresClusterReconciler, cluster: Obj, spec: PostgresClusterSpec) -> None:
         self.r = reconciler
@@ -156,11 +193,13 @@ class ClusterPass:
         self.name: str = meta["name"]
         self.namespace: str = meta["namespace"]
         self.uid: str = meta["uid"]
+        self.status: Obj = cluster.get("status") or {}
         self.running = spec.replicas > 0
         self.blocked: list[str] = []
+        """Children a deleted owner still controls (the garbage collector is about to remove them)."""
+        self.problems: list[Problem] = []
         self.rolling: str | None = None
         self.waiting_to_roll: list[str] = []
-        """Children another (deleted) owner still controls; looked at again shortly."""
 
     @property
     def cache(self) -> Cache:
@@ -172,47 +211,127 @@ class ClusterPass:
 
     async def run(self) -> Result:
         await self.credentials()  # before any pod that mounts them
-        plan = self.plan()
-        await self.shared_children(plan)
+        # Observe first: which instance is primary, and what the data is, come from the instances themselves.
+        reports, pods = await self.observe()
+        claims = self.claims()
+        plan = self.plan(reports, claims)
+        await self.record(claims, reports)
+        system_identifier = self.system_identifier(claims, plan, reports)
+        recorded = recorded_major(claims, plan.primary)
+        major = running_major(recorded, reports, self.status.get("postgresMajor"), self.spec.version)
+        plan, removal_waiting = gate_removals(plan, reports)  # a replica goes only once proven a replica
+        await self.shared_children(plan, system_identifier)
         scaled = await self.scale(plan)
-        await self.instances(plan)
+        await self.instances(plan, major)
         await self.budgets(plan)
         storage = await self.storage(plan)
-        reports, pods = await self.observe(plan)
+        self.check_storage_class(plan)
         await self.label_pods(plan, reports, pods)
         restarting = await self.restart(plan, reports)
+        self.check_secrets()
+        self.problems.extend(report_problems(reports))
+        approved = self.spec.upgrade.approved_version if self.spec.upgrade else None
         observation = Observation(plan=plan, hibernated=not self.running, reports=reports, pods=pods,
                                   generation=int(self.cluster["metadata"].get("generation", 0)), storage=storage,
                                   scaled=scaled, restarting=restarting, rolling=self.rolling,
-                                  waiting_to_roll=tuple(self.waiting_to_roll))  # fmt: skip
+                                  waiting_to_roll=tuple(self.waiting_to_roll), problems=tuple(self.problems),
+                                  removal_waiting=removal_waiting, major=major,
+                                  upgrade=upgrade_verdict(major, self.spec.version, approved),
+                                  system_identifier=system_identifier)  # fmt: skip
         await self.report(observation)
         return Result(requeue_after=_RETRY_BLOCKED if self.blocked else self.r.refresh)
+
+    # --- writes that may be refused --------------------------------------------------------------------------------
+
+    async def write(self, kind: Kind, name: str, request: Awaitable[Any]) -> bool:
+        """Send one write of a child; a refusal becomes a problem (True: it went through)."""
+        try:
+            await request
+        except ApiError as exc:
+            self.rejected(kind, name, exc)
+            return False
+        return True
+
+    def rejected(self, kind: Kind, name: str, exc: ApiError) -> None:
+        """Record the API server's refusal of a child write; throttling and an unavailable server are retried."""
+        if exc.status in _RETRIED_STATUSES:
+            raise exc
+        log.warning("child write refused", kind=kind.kind, child=name, status=exc.status, error=exc.message)
+        self.problems.append(child_rejected(kind.kind, name, exc))
+
+    async def apply(self, kind: Kind, desired: Obj) -> str:
+        name = desired["metadata"]["name"]
+        try:
+            outcome = await ensure(self.client, self.cache, kind, desired, self.uid)
+        except ApiError as exc:
+            self.rejected(kind, name, exc)
+            return "rejected"
+        if outcome == "blocked":
+            self.explain_blocked(kind, name)
+        return outcome
+
+    def explain_blocked(self, kind: Kind, name: str) -> None:
+        """A child of our name that another object controls: say which. Only an owner already gone from the cache
+        (the garbage collector removes its children within seconds) is worth looking again soon."""
+        current = self.cache.get(kind, name, self.namespace) or {}
+        ref = controller_of(current) or {}
+        owner = f"{ref.get('kind', 'an object')} {ref.get('name', '?')}"
+        if ref.get("kind") == POSTGRES_CLUSTER.kind:
+            live = next((c for c in self.cache.list(POSTGRES_CLUSTER, self.namespace)
+                         if c["metadata"].get("uid") == ref.get("uid")), None)  # fmt: skip
+            if live is None:
+                self.blocked.append(f"{kind.kind} {name}")
+                log.info("child still controlled by a deleted owner; waiting for garbage collection",
+                         kind=kind.kind, child=name, owner=owner)  # fmt: skip
+                return
+            if live["metadata"].get("deletionTimestamp"):
+                owner += " (being deleted)"
+        log.warning("child controlled by another object; not taken over", kind=kind.kind, child=name, owner=owner)
+        self.problems.append(child_conflict(kind.kind, name, owner))
 
     # --- step 4/5: children ----------------------------------------------------------------------------------------
 
     async def credentials(self) -> None:
         """Generate each missing credential Secret once; an existing one is adopted as it is."""
-        owner = self.spec.bootstrap.initdb.owner if self.spec.bootstrap.initdb else "app"
-        for wanted in desired_secrets(self.name, owner):
+        for wanted in desired_secrets(self.name, self.owner):
             if self.cache.get(SECRET, wanted.name, self.namespace) is not None:
                 continue
             try:
                 await self.client.create(SECRET, wanted.build(self.name, self.namespace))
             except ApiError as exc:
                 if exc.status != 409:
-                    raise
+                    self.rejected(SECRET, wanted.name, exc)
                 continue  # exists, the cache had not seen it yet: adopted, never overwritten
             await self.r.events.normal(self.cluster, "CreatedSecret", f"generated Secret {wanted.name}")
+
+    @property
+    def owner(self) -> str:
+        return self.spec.bootstrap.initdb.owner if self.spec.bootstrap.initdb else "app"
+
+    def check_secrets(self) -> None:
+        """Every adopted credential Secret against the contract (from the cache: costs no request)."""
+        wanted = [s.name for s in desired_secrets(self.name, self.owner)]
+        found = {name: self.cache.get(SECRET, name, self.namespace) for name in wanted}
+        self.problems.extend(secret_problems(self.name, found, self.owner))
 
     def existing_instances(self) -> list[str]:
         """Instances with a volume or a StatefulSet (not being deleted): they hold data or run."""
         claims = self.cache.list(PVC, self.namespace, {CLUSTER: self.name})
         sets = self.cache.owned_by(STATEFUL_SET, self.uid)
-        return [o["metadata"]["name"] for o in [*claims, *sets] if not o["metadata"].get("deletionTimestamp")]
+        found = [o["metadata"]["name"] for o in [*claims, *sets] if not o["metadata"].get("deletionTimestamp")]
+        return sorted({n for n in found if names.instance_number(self.name, n) is not None})
 
-    def plan(self) -> InstancePlan:
-        current = (self.cluster.get("status") or {}).get("currentPrimary") or self.bootstrapping_primary()
-        return plan_instances(self.name, self.spec.replicas, self.existing_instances(), current)
+    def claims(self) -> dict[str, Obj]:
+        """The instances' claims in the cache, by name (those being deleted too: their records still count)."""
+        found = self.cache.list(PVC, self.namespace, {CLUSTER: self.name})
+        return {c["metadata"]["name"]: c for c in found if names.instance_number(self.name, c["metadata"]["name"])}
+
+    def plan(self, reports: dict[str, InstanceReport], claims: dict[str, Obj]) -> InstancePlan:
+        existing = self.existing_instances()
+        primary = choose_primary(existing, reports, recorded=recorded_primary(claims.values()),
+                                 status=self.status.get("currentPrimary"),
+                                 bootstrapping=self.bootstrapping_primary())  # fmt: skip
+        return plan_instances(self.name, self.spec.replicas, existing, primary)
 
     def bootstrapping_primary(self) -> str | None:
         """Before any instance has reported (status names no primary): the instance already told to bootstrap as
@@ -223,17 +342,24 @@ class ClusterPass:
                 return str(sts["metadata"]["name"])
         return None
 
-    async def apply(self, kind: Kind, desired: Obj) -> str:
-        outcome = await ensure(self.client, self.cache, kind, desired, self.uid)
-        if outcome == "blocked":
-            self.blocked.append(f"{kind.kind} {desired['metadata']['name']}")
-            log.info("child still controlled by a deleted owner; waiting", kind=kind.kind,
-                     child=desired["metadata"]["name"])  # fmt: skip
-        return outcome
+    async def record(self, claims: dict[str, Obj], reports: dict[str, InstanceReport]) -> None:
+        """What the reports say about the data (last primary, major, system identifier), onto the claims."""
+        for name, patch in annotation_patches(claims, reports).items():
+            await self.write(PVC, name, self.client.patch(PVC, name, patch, self.namespace))
 
-    async def shared_children(self, plan: InstancePlan) -> None:
-        """The ConfigMap (parameters and instance list), the instances' RBAC, and the three Services."""
-        await self.apply(CONFIG_MAP, config_map(self.cluster, self.spec, plan.instances))
+    def system_identifier(
+        self, claims: dict[str, Obj], plan: InstancePlan, reports: dict[str, InstanceReport]
+    ) -> str | None:
+        """The cluster's identifier: as recorded on the claims, else in status, else as its primary reports it."""
+        recorded = recorded_system_identifier(claims, plan.primary) or self.status.get("systemIdentifier")
+        if recorded:
+            return str(recorded)
+        report = reports.get(plan.primary) if plan.primary else None
+        return report.system_identifier if report is not None and report.role == PRIMARY else None
+
+    async def shared_children(self, plan: InstancePlan, system_identifier: str | None) -> None:
+        """The ConfigMap (parameters, instance list, system identifier), the instances' RBAC, the three Services."""
+        await self.apply(CONFIG_MAP, config_map(self.cluster, self.spec, plan.instances, system_identifier))
         for kind, obj in zip((SERVICE_ACCOUNT, RBAC_ROLE, ROLE_BINDING), rbac(self.cluster), strict=True):
             await self.apply(kind, obj)
         for service in services(self.cluster):
@@ -251,17 +377,15 @@ class ClusterPass:
         for instance in plan.removed:
             sts = self.cache.get(STATEFUL_SET, instance, self.namespace)
             if sts is not None and is_controlled_by(sts, self.cluster):
-                await self.client.delete(STATEFUL_SET, instance, self.namespace, propagation_policy="Background")
+                deleted = self.client.delete(STATEFUL_SET, instance, self.namespace, propagation_policy="Background")
+                if not await self.write(STATEFUL_SET, instance, deleted):
+                    continue  # the volume goes only after its pod
             if self.cache.get(PVC, instance, self.namespace) is not None:
-                await self.client.delete(PVC, instance, self.namespace)
+                claim_deleted = self.client.delete(PVC, instance, self.namespace)
+                if not await self.write(PVC, instance, claim_deleted):
+                    continue
             await self.r.events.normal(self.cluster, "RemovedInstance", f"removed replica {instance} and its volume")
         return scaling
-
-    def running_major(self) -> int:
-        """The major the instances run: an existing StatefulSet's, else ``spec.version``. A raised ``version`` is a
-        major upgrade, which only the upgrade procedure may carry out — never a plain image change."""
-        majors = [m for s in self.cache.owned_by(STATEFUL_SET, self.uid) if (m := image_major(s)) is not None]
-        return min(majors, default=self.spec.version)
 
     def settled(self, plan: InstancePlan) -> bool:
         """Every instance's StatefulSet has rolled out its current template and its pod is Ready."""
@@ -283,31 +407,53 @@ class ClusterPass:
     def rollout_order(self, plan: InstancePlan) -> list[str]:
         """Replicas first and the primary last once it exists (a template change restarts the primary once, after
         its replicas); a primary yet to be created comes first — replicas clone from it."""
-        primary = (self.cluster.get("status") or {}).get("currentPrimary") or plan.primary
+        primary = plan.primary
         if primary is None or self.cache.get(STATEFUL_SET, primary, self.namespace) is None:
             return [i for i in plan.instances if i == primary] + [i for i in plan.instances if i != primary]
         return [i for i in plan.instances if i != primary] + [i for i in plan.instances if i == primary]
 
-    async def instances(self, plan: InstancePlan) -> None:
-        """Each instance's claim (created once, never owned) and StatefulSet (1 replica, 0 while hibernated).
+    async def ensure_claim(self, instance: str) -> bool:
+        """The instance's claim exists (created once, never owned); False when it cannot be made.
+
+        A claim deleted under a StatefulSet of ours is a lost volume: said so (``VolumeLost``), and replaced by an
+        empty one — the instance then clones from the primary, or reports ``DataDirectoryLost``: never initdb, since
+        the ConfigMap carries the cluster's system identifier."""
+        current = self.cache.get(PVC, instance, self.namespace)
+        sts = self.cache.get(STATEFUL_SET, instance, self.namespace)
+        had_volume = sts is not None and is_controlled_by(sts, self.cluster)
+        if current is not None:
+            if current["metadata"].get("deletionTimestamp") and had_volume:
+                self.problems.append(volume_lost(instance))
+            return True
+        storage_class = self.spec.storage.storage_class_name
+        try:
+            await self.client.create(PVC, claim(self.cluster, instance, self.spec.storage.size, storage_class))
+        except ApiError as exc:
+            if exc.status == 409:
+                return True  # the cache had not seen it yet
+            self.rejected(PVC, instance, exc)
+            return False
+        if had_volume:
+            self.problems.append(volume_lost(instance))
+        return True
+
+    async def instances(self, plan: InstancePlan, major: int) -> None:
+        """Each instance's claim and StatefulSet (1 replica, 0 while hibernated), on the data's major.
 
         A changed pod template (resources, placement, image settings) restarts the pod, so it is rolled out one
         instance at a time, replicas first and the primary last, each only once every instance is Ready again."""
-        major = self.running_major()
         settled: bool | None = None
         for instance in self.rollout_order(plan):
-            if self.cache.get(PVC, instance, self.namespace) is None:
-                storage_class = self.spec.storage.storage_class_name
-                try:
-                    await self.client.create(PVC, claim(self.cluster, instance, self.spec.storage.size, storage_class))
-                except ApiError as exc:
-                    if exc.status != 409:
-                        raise
+            if not await self.ensure_claim(instance):
+                continue  # a pod without its volume would only wait
             current = self.cache.get(STATEFUL_SET, instance, self.namespace)
             kept = bootstrap_role(current) if current is not None and is_controlled_by(current, self.cluster) else None
             role = kept or (PRIMARY if instance == plan.primary else REPLICA)
             desired = statefulset(self.cluster, self.spec, instance, role=role, major=major, running=self.running)
-            if self.restarts_pod(current, desired):
+            # An image of another major (a hand edit) is reverted at once: that pod cannot open its data, so waiting
+            # for it to become ready first would wait forever.
+            wrong_major = current is not None and image_major(current) != major
+            if self.restarts_pod(current, desired) and not wrong_major:
                 settled = self.settled(plan) if settled is None else settled
                 if self.rolling is not None or not settled:
                     self.waiting_to_roll.append(instance)
@@ -332,15 +478,18 @@ class ClusterPass:
         return not is_subset(desired["spec"]["template"], (current.get("spec") or {}).get("template"))
 
     async def budgets(self, plan: InstancePlan) -> None:
-        """Disruption budgets while a primary and replicas run; none otherwise."""
+        """Disruption budgets while a primary and replicas run; none otherwise (nor under the old replica name)."""
+        unwanted = [names.legacy_replica_pdb(self.name)]
         if wants_budgets(len(plan.instances), not self.running):
             for budget in disruption_budgets(self.cluster):
                 await self.apply(POD_DISRUPTION_BUDGET, budget)
-            return
-        for name in (names.primary_pdb(self.name), names.replica_pdb(self.name)):
+        else:
+            unwanted += [names.primary_pdb(self.name), names.replica_pdb(self.name)]
+        for name in unwanted:
             existing = self.cache.get(POD_DISRUPTION_BUDGET, name, self.namespace)
             if existing is not None and is_controlled_by(existing, self.cluster):
-                await self.client.delete(POD_DISRUPTION_BUDGET, name, self.namespace)
+                deleted = self.client.delete(POD_DISRUPTION_BUDGET, name, self.namespace)
+                await self.write(POD_DISRUPTION_BUDGET, name, deleted)
 
     async def storage(self, plan: InstancePlan) -> StoragePlan:
         """Grow every claim to ``spec.storage.size`` when its class allows it; report it when it does not."""
@@ -348,18 +497,33 @@ class ClusterPass:
         classes = {c["metadata"]["name"]: c for c in self.cache.list(STORAGE_CLASS)}
         result = plan_storage(claims, self.spec.storage.size, classes)
         for name, patch in result.grow.items():
-            await self.client.patch(PVC, name, patch, self.namespace)
+            await self.write(PVC, name, self.client.patch(PVC, name, patch, self.namespace))
         if result.grow:
             await self.r.events.normal(self.cluster, "ResizingStorage", f"growing volumes "
                                        f"{', '.join(sorted(result.grow))} to {self.spec.storage.size}")  # fmt: skip
         return result
 
+    def check_storage_class(self, plan: InstancePlan) -> None:
+        """A class that does not exist leaves claims Pending forever: name it (the pods only say Pending)."""
+        classes = {c["metadata"]["name"] for c in self.cache.list(STORAGE_CLASS)}
+        missing: dict[str, list[str]] = {}
+        wanted = self.spec.storage.storage_class_name
+        if wanted and wanted not in classes:
+            missing[wanted] = []
+        for instance in plan.instances:
+            pvc = self.cache.get(PVC, instance, self.namespace) or {}
+            class_name = (pvc.get("spec") or {}).get("storageClassName")
+            if class_name and class_name not in classes and (pvc.get("status") or {}).get("phase") != "Bound":
+                missing.setdefault(class_name, []).append(instance)
+        for class_name, waiting in missing.items():
+            self.problems.append(storage_class_missing(class_name, waiting))
+
     # --- step 5: instances -----------------------------------------------------------------------------------------
 
-    async def observe(self, plan: InstancePlan) -> tuple[dict[str, InstanceReport], dict[str, Obj]]:
-        """Each instance's pod (from the cache) and its instance manager's report (over HTTP)."""
+    async def observe(self) -> tuple[dict[str, InstanceReport], dict[str, Obj]]:
+        """Each existing instance's pod (from the cache) and its instance manager's report (over HTTP)."""
         pods: dict[str, Obj] = {}
-        for instance in plan.instances:
+        for instance in self.existing_instances():
             pod = self.cache.get(POD, names.pod_name(instance), self.namespace)
             if pod is not None and (pod["metadata"].get("labels") or {}).get(CLUSTER) == self.name:
                 pods[instance] = pod
@@ -392,12 +556,12 @@ class ClusterPass:
                 wanted = PRIMARY if instance == plan.primary else REPLICA
             if labels.get(ROLE) == wanted:
                 continue
+            name = pod["metadata"]["name"]
             try:
-                await self.client.patch(POD, pod["metadata"]["name"], {"metadata": {"labels": {ROLE: wanted}}},
-                                        self.namespace)  # fmt: skip
+                await self.client.patch(POD, name, {"metadata": {"labels": {ROLE: wanted}}}, self.namespace)
             except ApiError as exc:
                 if not exc.not_found:
-                    raise
+                    self.rejected(POD, name, exc)
 
     async def restart(self, plan: InstancePlan, reports: dict[str, InstanceReport]) -> str | None:
         """Restart one instance whose parameters need it (replicas first, the primary last)."""
@@ -429,7 +593,7 @@ class ClusterPass:
             self.r.metrics.observe({**self.cluster, "status": new}, observation.reports)
         patch = status_patch(old, new)
         if patch is None:
-            return  # converged: not even a status write
+            return  # converged: not even a status write (and no problem is new)
         await self.client.patch_status(POSTGRES_CLUSTER, self.name, {"status": patch}, self.namespace)
         ready = condition_flipped(old, new, "Ready")
         if ready is not None and ready["status"] == "True":
@@ -439,3 +603,12 @@ class ClusterPass:
         storage = condition_flipped(old, new, "StorageResizing")
         if storage is not None and storage["reason"] == "ExpansionNotSupported":
             await self.r.events.warning(self.cluster, "StorageExpansionNotSupported", storage["message"])
+        upgrade = condition_flipped(old, new, "MajorUpgrade")
+        if upgrade is not None and observation.upgrade is not None and observation.upgrade.warn:
+            await self.r.events.warning(self.cluster, upgrade["reason"], upgrade["message"])
+        # One Warning Event per problem when it appears: the old Degraded message lists the ones already told.
+        told = get_condition(old.get("conditions") or [], "Degraded") or {}
+        told_message = str(told.get("message") or "") if told.get("status") == "True" else ""
+        for problem in ordered(observation.problems):
+            if problem.message not in told_message:
+                await self.r.events.warning(self.cluster, problem.reason, problem.event or problem.message)

@@ -12,7 +12,8 @@ Four Secrets per cluster (names in :mod:`kanri.postgres.names`):
 They carry no owner reference, so neither garbage collection nor a ``Retain`` deletion removes them: a cluster
 recreated under the same name adopts them and its retained data keeps working with the same passwords. They are
 created with POST (never apply), so an existing Secret, including one the cache has not seen yet, is never
-overwritten: the API server answers 409 and the existing one is adopted.
+overwritten: the API server answers 409 and the existing one is adopted. An adopted Secret is checked every pass
+against :mod:`kanri.contract.secrets` (see ``problems.secret_problems``): what is wrong is reported, never repaired.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kanri.contract.roles import REPLICATION_USER, SUPERUSER
 from kanri.postgres import names
 from kanri.postgres.labels import cluster_labels
 
@@ -31,8 +33,6 @@ __all__ = ["BASIC_AUTH", "REPLICATION_USER", "SUPERUSER", "SecretSpec", "desired
 Obj = dict[str, Any]
 
 BASIC_AUTH = "kubernetes.io/basic-auth"
-SUPERUSER = "postgres"
-REPLICATION_USER = "streaming_replica"
 
 
 def _password() -> str:

@@ -1,34 +1,40 @@
 """The cluster's status from what the operator observed: pure, so every reason is unit-tested.
 
-Conditions (``Ready``, ``Progressing``, ``Degraded``, ``StorageResizing``) carry specific reasons:
+Conditions (``Ready``, ``Progressing``, ``Degraded``, ``StorageResizing``, ``MajorUpgrade``) carry specific reasons:
 
 | condition | status | reasons |
 |---|---|---|
 | Ready | True | ``InstancesReady`` |
 | Ready | False | ``PrimaryNotReady``, ``ReplicasNotReady``, ``Hibernated`` |
-| Progressing | True | ``Provisioning``, ``Scaling``, ``ResizingStorage``, ``RestartingInstances``,
-``WaitingForInstances`` |
+| Progressing | True | ``Provisioning``, ``Scaling``, ``ScaleDownWaiting``, ``ResizingStorage``, ``RollingUpdate``,
+``RestartingInstances``, ``WaitingForInstances`` |
 | Progressing | False | ``Converged``, ``Hibernated`` |
-| Degraded | True | ``ReplicasNotReady`` (the primary serves, a replica does not), ``InstanceErrors`` |
+| Degraded | True | a problem's reason (``kanri.postgres.problems.SEVERITY``, most serious first: ``DataDirectoryLost``,
+``SystemIdentifierMismatch``, ``DataVersionMismatch``, ``VolumeLost``, ``ChildRejected``, ``ChildConflict``,
+``StorageClassNotFound``, ``InvalidSecret``, ``OwnerMismatch``, ``InvalidParameter``, ``InvalidConfig``,
+``InstanceProblem``), else ``InstanceErrors``, ``ReplicasNotReady`` (the primary serves, a replica does not) |
 | Degraded | False | ``AsExpected`` |
 | StorageResizing | True | ``Resizing`` (a claim's capacity is below its request) |
 | StorageResizing | False | ``Resized``, ``ExpansionNotSupported`` (the class cannot grow volumes: the user must act) |
+| MajorUpgrade | False | ``NotRequested``, ``UpgradeNotApproved``, ``UpgradeNotSupported``, ``DowngradeNotSupported`` |
 
-Messages name instances and claims, never credentials; an instance's ``lastError`` text stays out of status
-(it may quote SQL), only the fact that there is one.
+Messages name instances, claims, Secrets' keys and parameters, never credentials; an instance's ``lastError`` text
+stays out of status (it may quote SQL), only the fact that there is one.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from kanri.postgres.instances import InstanceReport
+from kanri.postgres.problems import Problem, ordered
 from kanri.postgres.storage import StoragePlan
 from kanri.postgres.topology import InstancePlan
+from kanri.postgres.versions import UpgradeVerdict
 from kanri.runtime import get_condition, set_condition
 
 __all__ = ["MANAGED_FIELDS", "Observation", "compute_status", "condition_flipped", "status_patch"]
@@ -36,7 +42,7 @@ __all__ = ["MANAGED_FIELDS", "Observation", "compute_status", "condition_flipped
 Obj = dict[str, Any]
 _MIB = 1 << 20
 MANAGED_FIELDS = ("phase", "conditions", "observedGeneration", "currentPrimary", "timeline", "instances",
-                  "readyReplicas")  # fmt: skip
+                  "readyReplicas", "postgresMajor", "systemIdentifier")  # fmt: skip
 """The status fields this reconciler writes (others, such as ``backup``, belong to other steps)."""
 
 
@@ -58,6 +64,15 @@ class Observation:
     """The instance whose pod template is being updated now (one at a time, replicas first)."""
     waiting_to_roll: tuple[str, ...] = ()
     """Instances whose new pod template waits for the rollout to reach them."""
+    problems: tuple[Problem, ...] = ()
+    """What the user must fix (Degraded, most serious first)."""
+    removal_waiting: Mapping[str, str] = field(default_factory=dict)
+    """Replicas the scale-down would remove, each with why it may not be removed yet."""
+    major: int | None = None
+    """The major the data has (the image runs it)."""
+    upgrade: UpgradeVerdict | None = None
+    system_identifier: str | None = None
+    """The cluster's system identifier, once a primary reported it."""
 
 
 def _instance(name: str, obs: Observation, primary: str | None) -> Obj:
@@ -119,8 +134,13 @@ def compute_status(old: Obj, obs: Observation, now: datetime) -> Obj:
     # Progressing
     never_ready = previous_phase in (None, "Pending", "Provisioning") and not (primary_ready and not not_ready)
     scaling = obs.scaled or (previous_phase == "Scaling" and bool(not_ready))
+    problems = ordered(obs.problems)
     if obs.hibernated:
         progressing = (False, "Hibernated", "every instance is stopped")
+    elif obs.removal_waiting:
+        why = "; ".join(f"{name}: {reason}" for name, reason in sorted(obs.removal_waiting.items()))
+        progressing = (True, "ScaleDownWaiting", f"a replica is removed only once it reported itself replica "
+                       f"behind a reporting primary; waiting: {why}")  # fmt: skip
     elif scaling:
         progressing = (True, "Scaling", f"{summary}; instances: {', '.join(instances)}")
     elif never_ready:
@@ -149,7 +169,9 @@ def compute_status(old: Obj, obs: Observation, now: datetime) -> Obj:
         and r.last_error
         and not (creating and r.role == "replica" and not r.ready)
     ]
-    if errors:
+    if problems:
+        condition("Degraded", True, problems[0].reason, "; ".join(p.message for p in problems))
+    elif errors:
         condition("Degraded", True, "InstanceErrors", f"instances report errors: {', '.join(errors)}")
     elif primary_ready and not_ready and not creating:
         condition("Degraded", True, "ReplicasNotReady", f"the primary serves; {details}")
@@ -166,11 +188,14 @@ def compute_status(old: Obj, obs: Observation, now: datetime) -> Obj:
     else:
         condition("StorageResizing", False, "Resized", "every volume has its requested size")
 
+    if obs.upgrade is not None:
+        condition("MajorUpgrade", False, obs.upgrade.reason, obs.upgrade.message)
+
     if obs.hibernated:
         phase = "Hibernated"
-    elif primary_ready and not not_ready:
+    elif primary_ready and not not_ready and not problems and not obs.removal_waiting:
         phase = "Ready"
-    elif scaling:
+    elif scaling or obs.removal_waiting:
         phase = "Scaling"
     elif never_ready:
         phase = "Provisioning"
@@ -185,6 +210,8 @@ def compute_status(old: Obj, obs: Observation, now: datetime) -> Obj:
         "timeline": primary_report.timeline if primary_report and primary_report.timeline else old.get("timeline"),
         "instances": [_instance(name, obs, primary) for name in obs.plan.instances],
         "readyReplicas": len(ready),
+        "postgresMajor": obs.major if obs.major is not None else old.get("postgresMajor"),
+        "systemIdentifier": obs.system_identifier or old.get("systemIdentifier"),
     }
 
 

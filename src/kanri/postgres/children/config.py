@@ -1,4 +1,6 @@
-"""The ConfigMap every instance manager reads: PostgreSQL parameters, the instance list, synchronous standbys.
+"""The ConfigMap every instance manager reads: PostgreSQL parameters, the instance list, synchronous standbys, and
+``systemIdentifier`` once a primary has reported it — from then on an instance with an empty volume never runs
+initdb (it clones from the primary, or reports ``DataDirectoryLost``). Before that the key is absent.
 
 Instances watch the mounted file and reload PostgreSQL themselves; a parameter that needs a restart shows up as
 ``pendingRestart`` in their status, and the operator restarts them one at a time (see ``restarts.py``).
@@ -27,14 +29,22 @@ def synchronous_standbys(spec: PostgresClusterSpec) -> int:
     return spec.replication.sync_standbys or 1
 
 
-def instance_config(spec: PostgresClusterSpec, instances: list[str]) -> str:
+def instance_config(spec: PostgresClusterSpec, instances: list[str], system_identifier: str | None = None) -> str:
     """The JSON document at ``/etc/kanri/config/instance.json`` (keys sorted: same input, same bytes)."""
     parameters = dict(spec.postgresql.parameters) if spec.postgresql else {}
-    document = {"parameters": parameters, "instances": instances, "synchronousStandbys": synchronous_standbys(spec)}
+    document: Obj = {
+        "parameters": parameters,
+        "instances": instances,
+        "synchronousStandbys": synchronous_standbys(spec),
+    }
+    if system_identifier is not None:
+        document["systemIdentifier"] = system_identifier
     return json.dumps(document, sort_keys=True, indent=2) + "\n"
 
 
-def config_map(cluster: Obj, spec: PostgresClusterSpec, instances: list[str]) -> Obj:
+def config_map(
+    cluster: Obj, spec: PostgresClusterSpec, instances: list[str], system_identifier: str | None = None
+) -> Obj:
     name = cluster["metadata"]["name"]
     meta = child_meta(cluster, names.config_map(name), cluster_labels(name))
-    return owned("v1", "ConfigMap", meta, data={CONFIG_KEY: instance_config(spec, instances)})
+    return owned("v1", "ConfigMap", meta, data={CONFIG_KEY: instance_config(spec, instances, system_identifier)})

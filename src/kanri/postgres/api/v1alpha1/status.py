@@ -138,6 +138,13 @@ class PostgresClusterStatus(ApiModel):
     """Every instance with its role, readiness and replication position."""
     ready_replicas: Annotated[int, Field(ge=0)] | None = None
     """Instances (primary included) that accept connections."""
+    postgres_major: Annotated[int, Field(ge=1)] | None = None
+    """The PostgreSQL major of the data (its PG_VERSION, as the instances report it): the image runs this major,
+    whatever spec.version says, until a major upgrade is carried out."""
+    system_identifier: Annotated[str, Field(pattern=r"^[0-9]{1,20}$")] | None = None
+    """The cluster's PostgreSQL system identifier (decimal), recorded once a primary reported it. An instance with
+    an empty volume never initialises a new database while it is known: it clones from the primary, or reports
+    DataDirectoryLost."""
     last_failover: FailoverRecord | None = None
     backup: BackupStatus | None = None
     upgrade: UpgradeStatus | None = None

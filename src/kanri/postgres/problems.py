@@ -1,0 +1,167 @@
+"""Problems the user must see: what the operator found wrong this pass, each with a reason and a message.
+
+They become the ``Degraded`` condition (the most serious reason first, every message joined) and one Warning Event
+each when they appear (see ``status.py``/``reconciler.py``). Messages name objects, keys and parameters, never a
+value from a Secret.
+
+| reason | found by | the user does |
+|---|---|---|
+| ``DataDirectoryLost`` | an instance: its volume is empty, the cluster has data | replica: nothing (it re-clones);
+a lone primary: restore a backup into a new cluster |
+| ``SystemIdentifierMismatch`` | an instance: its data belongs to another cluster | replace the volume |
+| ``DataVersionMismatch`` | an instance: its binaries cannot open its data | nothing (the image is reverted) |
+| ``VolumeLost`` | the operator: a running instance's claim was deleted | see DataDirectoryLost |
+| ``ChildRejected`` | the API server refused a write of a child | fix what the message names (often a spec field) |
+| ``ChildConflict`` | a child's name is taken by an object another owner controls | rename or delete one of them |
+| ``StorageClassNotFound`` | ``spec.storage.storageClassName`` does not exist | create the class or fix the name |
+| ``InvalidSecret`` | the operator or an instance: a credential Secret is unusable | fix the key named |
+| ``OwnerMismatch`` | the adopted ``<cluster>-app`` Secret's user is not ``bootstrap.initdb.owner`` | align them |
+| ``InvalidParameter`` | an instance: PostgreSQL refused a parameter | fix ``spec.postgresql.parameters`` |
+| ``InvalidConfig``, ``InstanceProblem`` | an instance | see its message |
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kanri.contract.secrets import Purpose, credential_problems, token_problems
+from kanri.postgres import names
+from kanri.postgres.instances import InstanceReport
+from kanri.runtime import ApiError
+
+__all__ = [
+    "SEVERITY",
+    "Problem",
+    "child_conflict",
+    "child_rejected",
+    "ordered",
+    "report_problems",
+    "secret_problems",
+    "storage_class_missing",
+    "volume_lost",
+]
+
+Obj = dict[str, Any]
+_MAX_SERVER_MESSAGE = 500
+
+SEVERITY = (
+    "DataDirectoryLost",
+    "SystemIdentifierMismatch",
+    "DataVersionMismatch",
+    "VolumeLost",
+    "ChildRejected",
+    "ChildConflict",
+    "StorageClassNotFound",
+    "InvalidSecret",
+    "OwnerMismatch",
+    "InvalidParameter",
+    "InvalidConfig",
+    "InstanceProblem",
+)
+"""Most serious first: the first problem's reason is the ``Degraded`` condition's reason."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    reason: str
+    message: str
+    event: str | None = None
+    """The Warning Event's message when it differs from ``message`` (say, with restore instructions)."""
+
+
+def ordered(problems: Iterable[Problem]) -> list[Problem]:
+    """Without duplicates, most serious first (stable within one reason)."""
+    unique = list(dict.fromkeys(problems))
+    rank = {reason: i for i, reason in enumerate(SEVERITY)}
+    return sorted(unique, key=lambda p: rank.get(p.reason, len(SEVERITY)))
+
+
+def _decoded(secret: Obj) -> dict[str, bytes]:
+    data: dict[str, bytes] = {}
+    for key, value in (secret.get("data") or {}).items():
+        try:
+            data[key] = base64.b64decode(str(value), validate=True)
+        except (binascii.Error, ValueError):
+            continue
+    return data
+
+
+def secret_problems(cluster: str, secrets: Mapping[str, Obj | None], owner: str) -> list[Problem]:
+    """What is wrong with the adopted credential Secrets (name -> object from the cache; None when missing)."""
+    purposes: list[tuple[str, Purpose | None]] = [
+        (names.superuser_secret(cluster), "superuser"),
+        (names.replication_secret(cluster), "replication"),
+        (names.app_secret(cluster), "app"),
+        (names.api_secret(cluster), None),
+    ]
+    found: list[Problem] = []
+    for name, purpose in purposes:
+        secret = secrets.get(name)
+        if secret is None:
+            continue  # created this pass or the next
+        data = _decoded(secret)
+        issues = credential_problems(purpose, data) if purpose is not None else token_problems(data)
+        for issue in issues:
+            found.append(Problem("InvalidSecret", f"Secret {name} key {issue.key} {issue.message}"))
+        user = data.get("username", b"").decode(errors="replace").strip()
+        if purpose == "app" and not issues and user != owner:
+            found.append(
+                Problem(
+                    "OwnerMismatch",
+                    f"Secret {name} (adopted) holds another username than spec.bootstrap.initdb.owner ({owner}): "
+                    f"the application role stays the Secret's; set initdb.owner to it or fix the Secret",
+                )
+            )
+    return found
+
+
+_LOST_HELP = (
+    "a replica clones again from the primary by itself; if it was the only copy (a lone primary), restore a backup "
+    "into a new PostgresCluster (runbook DataDirectoryLost in docs/postgres-operator.md)"
+)
+
+
+def report_problems(reports: Mapping[str, InstanceReport]) -> list[Problem]:
+    """The problems the instances report, each under its own reason and naming the instance."""
+    found: list[Problem] = []
+    for name in sorted(reports):
+        for p in reports[name].problems:
+            if p.reason == "InvalidParameter" and p.parameter:
+                message = f"instance {name}: parameter {p.parameter}: {p.message}"
+            elif p.reason == "InvalidSecret" and p.secret:
+                key = f" key {p.key}" if p.key else ""
+                message = f"instance {name}: {p.secret} Secret{key}: {p.message}"
+            else:
+                message = f"instance {name}: {p.message}"
+            event = None
+            if p.reason == "DataDirectoryLost":
+                message = f"the data of instance {name} is gone ({p.message})"
+                event = f"{message}; {_LOST_HELP}"
+            found.append(Problem(p.reason, message, event))
+    return found
+
+
+def volume_lost(instance: str) -> Problem:
+    message = f"PersistentVolumeClaim {instance} of instance {instance} was deleted; its data is gone"
+    return Problem("VolumeLost", message, f"{message}; a new empty volume is made: {_LOST_HELP}")
+
+
+def child_rejected(kind: str, name: str, error: ApiError) -> Problem:
+    text = " ".join(error.message.split())[:_MAX_SERVER_MESSAGE] or error.reason or "no message"
+    return Problem("ChildRejected", f"the API server refused {kind} {name} ({error.status}): {text}")
+
+
+def child_conflict(kind: str, name: str, owner: str) -> Problem:
+    return Problem("ChildConflict", f"{kind} {name} is controlled by {owner}; it is not taken over")
+
+
+def storage_class_missing(storage_class: str, claims: list[str]) -> Problem:
+    waiting = f"; claims waiting: {', '.join(claims)}" if claims else ""
+    return Problem(
+        "StorageClassNotFound",
+        f"StorageClass {storage_class} (spec.storage.storageClassName) does not exist{waiting}",
+    )
