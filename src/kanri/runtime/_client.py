@@ -186,7 +186,10 @@ class Client:
             # trust_env=False: the proxy was resolved once (Connection.proxy); with True, aiohttp reads netrc and
             # proxy settings in a thread for every request. Watch events of large objects need a big read buffer
             # (etcd allows 1.5 MiB objects).
-            self._session = aiohttp.ClientSession(connector=connector, trust_env=False, read_bufsize=2**21)
+            # No cookie jar: the API server sets none, and aiohttp filters the jar on every request.
+            self._session = aiohttp.ClientSession(
+                connector=connector, trust_env=False, read_bufsize=2**21, cookie_jar=aiohttp.DummyCookieJar()
+            )
         return self._session
 
     async def close(self) -> None:
@@ -306,20 +309,29 @@ class Client:
         # The wait for the response headers counts as inactivity too: a proxy can accept and then never answer.
         async with asyncio.timeout(inactivity_timeout):
             response = await self._request("GET", path, query=query, stream=True)
+        # Read whatever has arrived and split it into lines ourselves: under load one read holds many events, and
+        # a readline() per event costs an await, a timeout and aiohttp's line search each.
+        pending: list[bytes] = []  # the start of a line still incomplete (a big object spans many reads)
         try:
             while True:
                 with _connection_errors("WATCH", path):
                     async with asyncio.timeout(inactivity_timeout):
-                        line = await response.content.readline()
-                if not line:
-                    return
-                if not line.strip():
+                        chunk = await response.content.readany()
+                if not chunk:
+                    return  # the server ended the watch (a line cut off by the end of the stream is dropped)
+                pending.append(chunk)
+                if b"\n" not in chunk:
                     continue
-                event: Obj = orjson.loads(line)
-                if event.get("type") == "ERROR":
-                    status = event.get("object", {})
-                    raise ApiError(int(status.get("code", 500)), status, method="WATCH", path=path)
-                yield event
+                *lines, rest = b"".join(pending).split(b"\n")
+                pending = [rest] if rest else []
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    event: Obj = orjson.loads(line)
+                    if event.get("type") == "ERROR":
+                        status = event.get("object", {})
+                        raise ApiError(int(status.get("code", 500)), status, method="WATCH", path=path)
+                    yield event
         finally:
             response.release()
 

@@ -92,11 +92,18 @@ class Store:
         """Insert or replace; returns the previous object."""
         key = key_of(obj)
         old = self._objects.get(key)
-        if old is not None:
-            self._unindex(key, old)
         self._objects[key] = obj
         for name, func in self._index_funcs.items():
-            for value in func(obj):
+            values = set(func(obj))
+            if old is not None:
+                before = set(func(old))
+                if before == values:
+                    continue  # the usual update (status, data): same namespace, owners and labels
+                index = self._indexes[name]
+                for value in before - values:
+                    self._discard(index, value, key)
+                values -= before
+            for value in values:
                 self._indexes[name][value].add(key)
         return old
 
@@ -110,8 +117,12 @@ class Store:
         for name, func in self._index_funcs.items():
             index = self._indexes[name]
             for value in func(obj):
-                keys = index.get(value)
-                if keys is not None:
-                    keys.discard(key)
-                    if not keys:
-                        del index[value]
+                self._discard(index, value, key)
+
+    @staticmethod
+    def _discard(index: defaultdict[str, set[Key]], value: str, key: Key) -> None:
+        keys = index.get(value)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del index[value]
