@@ -292,3 +292,46 @@ async def test_a_foreign_data_directory_or_major_is_not_started_and_http_keeps_a
     # and once it matches, PostgreSQL starts
     (stray.pgdata / "PG_VERSION").write_text("15\n")
     await stray.wait_ready(timeout=60)
+
+
+async def test_user_parameters_do_not_stop_the_manager_or_record_its_verifiers(
+    fresh: Workspace, instances: list[Instance]
+) -> None:
+    # every session, the manager's included, gets the user's parameters: a read-only default would block its role
+    # management, a search path would make it resolve names elsewhere, and pg_stat_statements (an allowed preload)
+    # would keep the text of ALTER ROLE ... PASSWORD on disk
+    hostile = {
+        **BASE_PARAMETERS,
+        "default_transaction_read_only": "on",
+        "search_path": "nowhere",
+        "lock_timeout": "1ms",
+        "shared_preload_libraries": "pg_stat_statements",
+        "pg_stat_statements.track_utility": "on",
+        "log_statement": "all",
+        "log_min_duration_statement": "0",
+    }
+    fresh.write_config(hostile, [FIRST])
+    primary = await start(instances, Instance(fresh, FIRST, "primary"))
+    await primary.wait_ready()
+    assert await primary.query("SHOW default_transaction_read_only") == [("on",)]  # the user's setting is in force
+    owner = await primary.query("SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = 'orders'")
+    assert owner == [("orders_owner",)]
+    async with await primary.connect() as conn:
+        await conn.execute("SET default_transaction_read_only = off")
+        await conn.execute("SET search_path = public")
+        await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    fresh.passwords["app"] = "rotated-under-pg-stat-statements"
+    write_secret(fresh, "app", "password", fresh.passwords["app"].encode())
+
+    async def rotated() -> bool:
+        try:
+            await primary.query("SELECT 1", role="app", dbname="orders")
+        except psycopg.OperationalError:
+            return False
+        return True
+
+    await eventually(rotated, timeout=30)
+    statements = await primary.query("SELECT query FROM public.pg_stat_statements")
+    assert statements  # it records
+    assert not [q for (q,) in statements if "SCRAM-SHA-256$" in q or "PASSWORD" in q.upper()]
+    assert "SCRAM-SHA-256$" not in primary.output()

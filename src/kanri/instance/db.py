@@ -2,7 +2,9 @@
 
 Every manager session commits with ``synchronous_commit = local``: its own writes (roles, the application database,
 slots) must never wait for a synchronous standby — on a new cluster none exists yet, and the standby's clone waits
-for those very writes. Every statement has a timeout, so one blocked statement cannot stall a loop for good."""
+for those very writes. Every statement has a timeout, so one blocked statement cannot stall a loop for good. User
+parameters in postgresql.conf apply to every session, the manager's too: the settings that could stop it from doing
+its work (a read-only default, a search path, lock and idle timeouts) are pinned for its own sessions."""
 
 from __future__ import annotations
 
@@ -16,6 +18,18 @@ from kanri.instance.config import SUPERUSER, Settings
 APPLICATION_NAME = "kanri-instance"
 """Set on every manager connection, so status can leave them out of the client connection count."""
 
+
+_PINNED = " ".join(
+    f"-c {name}={value}"
+    for name, value in (
+        ("synchronous_commit", "local"),
+        ("default_transaction_read_only", "off"),
+        ("search_path", "pg_catalog"),
+        ("lock_timeout", "0"),
+        ("idle_in_transaction_session_timeout", "0"),
+    )
+)
+"""Session settings of every manager connection, whatever the user's parameters say."""
 
 STATEMENT_TIMEOUT_MS = 15_000
 """The default limit of one manager statement (a lock held by a client, a stuck sync wait)."""
@@ -31,7 +45,7 @@ async def connect(
         user=SUPERUSER,
         dbname=dbname,
         application_name=APPLICATION_NAME,
-        options=f"-c synchronous_commit=local -c statement_timeout={statement_timeout_ms}",
+        options=f"{_PINNED} -c statement_timeout={statement_timeout_ms}",
         connect_timeout=timeout,
         autocommit=True,
         row_factory=dict_row,

@@ -23,6 +23,9 @@ QUIET = (
     "SET log_min_duration_statement = -1",
     "SET log_min_error_statement = 'panic'",  # a failed ALTER ROLE would otherwise echo its statement
     "SET track_activities = off",  # pg_stat_activity.query would show the verifier while a statement runs
+    # pg_stat_statements (a preloadable library) keeps utility statements' text, verifier included, on disk; a
+    # placeholder setting when the library is not loaded
+    "SET pg_stat_statements.track_utility = off",
 )
 """The session settings of every connection that sends a verifier."""
 
