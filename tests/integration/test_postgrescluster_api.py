@@ -306,6 +306,11 @@ INVALID = [
         ("replication mode Sync with 1 synchronous standby(s) needs at least 2 replicas, not 1",),
     ),
     Refused(
+        "sync-with-local-commits",
+        {"replication": {"mode": "Sync"}, "postgresql": {"parameters": {"synchronous_commit": "local"}}},
+        ("replication mode Sync needs synchronous_commit on, remote_write or remote_apply",),
+    ),
+    Refused(
         "sync-standbys-with-async",
         {"replication": {"syncStandbys": 1}},
         ("spec.replication.syncStandbys", "syncStandbys applies to mode Sync only"),

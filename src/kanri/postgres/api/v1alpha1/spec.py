@@ -47,6 +47,15 @@ class PostgresClusterSpec(
             "%d: lower replication.syncStandbys, raise replicas, or use mode Async'"
             f".format([{_SYNC_STANDBYS}, {_SYNC_STANDBYS} + 1, self.replicas])",
         ),
+        # Mode Sync promises that an acknowledged commit is on a standby; synchronous_commit off or local would
+        # acknowledge commits the standby never confirmed, and a failover would then lose them silently.
+        cel(
+            "self.replication.mode != 'Sync' || !has(self.postgresql) || !has(self.postgresql.parameters) || "
+            "!('synchronous_commit' in self.postgresql.parameters) || "
+            "self.postgresql.parameters['synchronous_commit'] in ['on', 'remote_write', 'remote_apply']",
+            "replication mode Sync needs synchronous_commit on, remote_write or remote_apply (off and local "
+            "acknowledge commits no standby has confirmed)",
+        ),
     ],
 ):
     """The desired state of a PostgreSQL cluster: one primary and its streaming replicas, their storage,
