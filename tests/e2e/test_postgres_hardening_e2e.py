@@ -223,3 +223,22 @@ async def test_a_bad_parameter_value_is_named_and_every_other_change_still_appli
 
         await eventually(cleared, timeout=60, interval=1)
         assert await ready(client, namespace, "tuned", 1) is not None
+
+
+async def test_lowering_max_connections_restarts_the_primary_first_and_converges(
+    client: Client, node: LocalNode, operator: Operator, namespace: str
+) -> None:
+    # Found while hardening: replicas-first restarts with a lower max_connections than the running primary's left the
+    # replica crash-looping on "recovery aborted because of insufficient parameter settings".
+    await client.create(POSTGRES_CLUSTER, cluster("limits", namespace, 2))
+    async with operator.running(refresh=2.0):
+        await eventually(lambda: ready(client, namespace, "limits", 2), timeout=180, interval=1)
+        await write_row(client, namespace, "limits", 1)
+        parameters = {"max_connections": "60"}
+        await client.patch(POSTGRES_CLUSTER, "limits", {"spec": {"postgresql": {"parameters": parameters}}}, namespace)
+        await eventually(
+            lambda: setting_everywhere(client, namespace, "limits", "max_connections", "60"), timeout=240, interval=1
+        )
+        await eventually(lambda: ready(client, namespace, "limits", 2), timeout=120, interval=1)
+        await write_row(client, namespace, "limits", 2)
+        await eventually(lambda: every_instance_has(client, namespace, "limits", [1, 2]), timeout=60, interval=1)

@@ -335,3 +335,23 @@ async def test_user_parameters_do_not_stop_the_manager_or_record_its_verifiers(
     assert statements  # it records
     assert not [q for (q,) in statements if "SCRAM-SHA-256$" in q or "PASSWORD" in q.upper()]
     assert "SCRAM-SHA-256$" not in primary.output()
+
+
+async def test_a_lowered_standby_limit_is_reported_so_the_primary_restarts_first(
+    fresh: Workspace, instances: list[Instance]
+) -> None:
+    primary = await start(instances, Instance(fresh, FIRST, "primary"))
+    await primary.wait_ready()
+
+    async def reported() -> list[str] | None:
+        status = await primary.status()
+        return status["pendingRestartLowers"] if status["pendingRestart"] else None
+
+    fresh.write_config({**BASE_PARAMETERS, "max_connections": "50"}, [FIRST])  # the default is 100
+    assert await eventually(reported, timeout=15) == ["max_connections"]
+    fresh.write_config({**BASE_PARAMETERS, "max_connections": "150"}, [FIRST])
+
+    async def raised() -> bool:
+        return await reported() == []
+
+    await eventually(raised, timeout=15)

@@ -154,6 +154,20 @@ def test_restarts_go_replicas_first_one_at_a_time_primary_last() -> None:
     assert next_restart(instances, "db-1", {n: report(n) for n in instances}) is None
 
 
+def test_lowering_a_standby_limit_restarts_the_primary_first() -> None:
+    # a replica restarted first with a lower max_connections than its primary's refuses to start
+    instances = ["db-1", "db-2"]
+    lowers = ("max_connections",)
+    reports = {"db-1": report("db-1", "primary", pending_restart=True, pending_lowers=lowers),
+               "db-2": report("db-2", pending_restart=True, pending_lowers=lowers)}  # fmt: skip
+    assert next_restart(instances, "db-1", reports) == "db-1"
+    reports["db-1"] = report("db-1", "primary")  # restarted: the replica follows
+    assert next_restart(instances, "db-1", reports) == "db-2"
+    assert parse_report({"name": "db-1", "role": "primary", "pendingRestartLowers": ["max_connections", 5]}) == (
+        InstanceReport(name="db-1", role="primary", ready=False, running=False, pending_lowers=lowers)
+    )
+
+
 def test_reports_are_parsed_defensively() -> None:
     body = {"name": "db-1", "role": "primary", "ready": True, "running": True, "timeline": 2, "writeLsn": "0/16B3748",
             "pendingRestart": True, "lagBytes": -5}  # fmt: skip

@@ -22,6 +22,25 @@ SELECT pg_is_in_recovery() AS in_recovery,
        EXISTS (SELECT 1 FROM pg_settings WHERE pending_restart) AS pending_restart
 """
 
+STANDBY_LIMITS = (
+    "max_connections",
+    "max_locks_per_transaction",
+    "max_prepared_transactions",
+    "max_wal_senders",
+    "max_worker_processes",
+)
+"""Settings a hot standby must have at least as high as its primary (PostgreSQL aborts recovery otherwise)."""
+
+# A pending value lower than the running one: the primary must restart first (it then logs the new value in WAL),
+# because a replica restarted first with a lower value than its primary's refuses to start ("recovery aborted because
+# of insufficient parameter settings"). The last entry of a name in the files is the one that counts.
+_LOWERED = """
+SELECT coalesce(array_agg(s.name ORDER BY s.name), '{}') AS lowered
+  FROM pg_settings s
+  JOIN (SELECT DISTINCT ON (name) name, setting FROM pg_file_settings ORDER BY name, seqno DESC) f USING (name)
+ WHERE s.pending_restart AND s.name = ANY(%s) AND f.setting ~ '^[0-9]+$' AND f.setting::bigint < s.setting::bigint
+"""
+
 # pg_walfile_name() uses the timeline WAL is being inserted on: the new one right after a promotion, before the
 # end-of-recovery checkpoint has updated pg_control.
 _PRIMARY = """
@@ -57,6 +76,7 @@ async def collect(conn: psycopg.AsyncConnection[DictRow]) -> dict[str, Any]:
         "postgresVersion": common["version"],
         "connections": common["connections"],
         "pendingRestart": common["pending_restart"],
+        "pendingRestartLowers": await lowered_standby_limits(conn) if common["pending_restart"] else [],
         "configErrors": await config_errors(conn),
     }
     if common["in_recovery"]:
@@ -85,6 +105,11 @@ async def collect(conn: psycopg.AsyncConnection[DictRow]) -> dict[str, Any]:
         ]
         status.update(timeline=row["timeline"], writeLsn=row["write_lsn"], flushLsn=row["flush_lsn"], replicas=replicas)
     return status
+
+
+async def lowered_standby_limits(conn: psycopg.AsyncConnection[DictRow]) -> list[str]:
+    """The :data:`STANDBY_LIMITS` waiting for a restart with a lower value than the one running."""
+    return list((await fetch_one(conn, _LOWERED, (list(STANDBY_LIMITS),)))["lowered"])
 
 
 async def config_errors(conn: psycopg.AsyncConnection[DictRow]) -> list[str]:

@@ -69,6 +69,8 @@ class InstanceReport:
     replay_lsn: str | None = None
     lag_bytes: int | None = None
     pending_restart: bool = False
+    pending_lowers: tuple[str, ...] = ()
+    """Standby limits (``max_connections``, ...) waiting for a restart with a lower value: the primary goes first."""
     last_error: str | None = None
     system_identifier: str | None = None
     """The data directory's ``pg_control`` system identifier (a decimal string): one per cluster, kept by clones."""
@@ -85,6 +87,13 @@ def _int(value: Any) -> int | None:
 
 def _str(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    """A short list of parameter names (anything else in it is ignored)."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(v for v in value[:16] if isinstance(v, str) and 0 < len(v) <= 63)
 
 
 def _text(value: Any) -> str | None:
@@ -135,6 +144,7 @@ def parse_report(body: Any) -> InstanceReport | None:
         replay_lsn=_str(body.get("replayLsn")),
         lag_bytes=_int(body.get("lagBytes")),
         pending_restart=body.get("pendingRestart") is True,
+        pending_lowers=_names(body.get("pendingRestartLowers")),
         last_error=_str(body.get("lastError")),
         system_identifier=_system_identifier(body.get("systemIdentifier")),
         data_version=_int(body.get("dataVersion")),
