@@ -20,7 +20,9 @@ class FakeClient:
         self.refuse = refuse
         self.patches: list[Obj] = []
 
-    async def patch_status(self, kind: Any, name: str, patch: Obj, namespace: str | None = None) -> Obj:
+    async def patch_status(
+        self, kind: Any, name: str, patch: Obj, namespace: str | None = None, *, field_manager: str | None = None
+    ) -> Obj:
         self.patches.append(patch)
         if self.refuse is not None:
             raise ApiError(self.refuse, {"message": "refused"})

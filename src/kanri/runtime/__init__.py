@@ -3,7 +3,7 @@
 The public API is this module's names; everything else is private. See docs/runtime.md.
 """
 
-from kanri.runtime._cache import Cache
+from kanri.runtime._cache import Cache, NotWatchedError
 from kanri.runtime._client import Client, ClientMetrics, RetryPolicy, Unlimited
 from kanri.runtime._clock import Clock, FakeClock, SystemClock
 from kanri.runtime._conditions import get_condition, is_true, remove_condition, set_condition
@@ -13,6 +13,7 @@ from kanri.runtime._errors import ApiError, PermanentError, ReconcileError, Tran
 from kanri.runtime._events import EventRecorder
 from kanri.runtime._finalizers import add_finalizer, finalizer_step, has_finalizer, remove_finalizer
 from kanri.runtime._informer import Informer, WatchTiming
+from kanri.runtime._install import CrdNotEstablished, install_crd
 from kanri.runtime._kinds import Kind
 from kanri.runtime._leader import LeaderElector, LeadershipLost
 from kanri.runtime._logging import configure_logging
@@ -42,6 +43,7 @@ __all__ = [
     "Conditions",
     "Controller",
     "ControllerOptions",
+    "CrdNotEstablished",
     "CustomResource",
     "EventRecorder",
     "FakeClock",
@@ -53,6 +55,7 @@ __all__ = [
     "LeadershipLost",
     "Manager",
     "ManagerOptions",
+    "NotWatchedError",
     "PermanentError",
     "PrinterColumn",
     "Priority",
@@ -80,6 +83,7 @@ __all__ = [
     "finalizer_step",
     "get_condition",
     "has_finalizer",
+    "install_crd",
     "is_controlled_by",
     "is_true",
     "list_map",

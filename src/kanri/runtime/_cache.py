@@ -14,11 +14,20 @@ from kanri.runtime._store import Store
 Obj = dict[str, Any]
 
 
+class NotWatchedError(LookupError):
+    """A cache read of a kind the cache has no informer for: nothing declared it, so nothing is cached."""
+
+
 class Cache:
     """Informers keyed by kind, shared by all controllers (one LIST+WATCH per kind, however many controllers read it).
 
     Reads (``get``, ``list``, ``owned_by``) come from memory and never block on the API. Objects returned are the
     cached dicts: copy before changing them.
+
+    Only kinds with an informer are cached: those of every controller added to the manager (``for_kind``, ``owns``,
+    ``watches``) and those started with :meth:`wait_for_sync`. Reading any other kind raises
+    :class:`NotWatchedError` (an empty answer would be a lie). Controllers start reconciling only once every
+    informer of the cache has synced, so a reconcile may read the kinds of the manager's other controllers too.
     """
 
     def __init__(self, client: Client, *, namespace: str | None = None, timing: WatchTiming | None = None) -> None:
@@ -59,25 +68,41 @@ class Cache:
         return self._informers.get(kind)
 
     def store(self, kind: Kind) -> Store:
+        """The store of ``kind``'s informer (created, unstarted until the cache runs, when there is none)."""
         return self.informer(kind).store
 
+    def _watched(self, kind: Kind) -> Store:
+        informer = self._informers.get(kind)
+        if informer is None:
+            raise NotWatchedError(
+                f"{kind} is not in the cache: no controller owns or watches it. Declare it on a controller "
+                "(Controller.owns(kind) or .watches(kind, mapper)), or start its informer before reading it with "
+                "`await manager.cache.wait_for_sync([kind])`, or read it from the API with client.get/list"
+            )
+        return informer.store
+
     def get(self, kind: Kind, name: str, namespace: str = "") -> Obj | None:
-        return self.store(kind).get(namespace if kind.namespaced else "", name)
+        """The cached object (None when there is none); raises :class:`NotWatchedError` for an uncached kind."""
+        return self._watched(kind).get(namespace if kind.namespaced else "", name)
 
     def list(
         self, kind: Kind, namespace: str | None = None, labels: dict[str, str] | None = None
     ) -> builtins.list[Obj]:
-        return self.store(kind).list(namespace, labels)
+        """Cached objects of ``kind`` (in ``namespace``, all when None; with all of ``labels``)."""
+        return self._watched(kind).list(namespace, labels)
 
     def owned_by(self, kind: Kind, uid: str) -> builtins.list[Obj]:
         """Objects of ``kind`` with an ownerReference to ``uid``."""
-        return self.store(kind).owned_by(uid)
+        return self._watched(kind).owned_by(uid)
 
     def synced(self, kinds: builtins.list[Kind] | None = None) -> bool:
         return all(self.informer(k).synced.is_set() for k in (kinds or builtins.list(self._informers)))
 
     async def wait_for_sync(self, kinds: builtins.list[Kind] | None = None) -> None:
-        """Return once every informer of ``kinds`` (all, when None) has completed its first list."""
+        """Return once every informer of ``kinds`` (all, when None) has completed its first list.
+
+        A kind without an informer gets one, started at once when the cache runs (else when it starts): this is how
+        a reconciler reads a kind no controller declares (changes to it then queue nothing)."""
         for kind in kinds or builtins.list(self._informers):
             await self.informer(kind).synced.wait()
 

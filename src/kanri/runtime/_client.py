@@ -370,8 +370,12 @@ class Client:
         *,
         patch_type: str = "merge",
         subresource: str | None = None,
+        field_manager: str | None = None,
     ) -> Obj:
-        """PATCH with ``patch_type`` one of ``merge``, ``json``, ``strategic``."""
+        """PATCH with ``patch_type`` one of ``merge``, ``json``, ``strategic``.
+
+        ``field_manager`` names the writer in ``managedFields`` (default: derived from the User-Agent by the server).
+        """
         content_type = {
             "merge": "application/merge-patch+json",
             "json": "application/json-patch+json",
@@ -379,12 +383,17 @@ class Client:
         }[patch_type]
         data = orjson.dumps(patch)
         path = kind.path(namespace, name, subresource)
-        result = await self._raw("PATCH", path, body=data, content_type=content_type)
+        query = {"fieldManager": field_manager} if field_manager else None
+        result = await self._raw("PATCH", path, body=data, query=query, content_type=content_type)
         # A JSON patch names operations, not the fields' new values: it is never taken for "only our write".
-        return self._written(kind, result, data if patch_type != "json" else None, subresource=subresource)
+        sent = data if patch_type != "json" else None
+        return self._written(kind, result, sent, manager=field_manager, subresource=subresource)
 
-    async def patch_status(self, kind: Kind, name: str, patch: Obj, namespace: str | None = None) -> Obj:
-        return await self.patch(kind, name, patch, namespace, subresource="status")
+    async def patch_status(
+        self, kind: Kind, name: str, patch: Obj, namespace: str | None = None, *, field_manager: str | None = None
+    ) -> Obj:
+        """A merge patch of the ``status`` subresource (see :meth:`patch`)."""
+        return await self.patch(kind, name, patch, namespace, subresource="status", field_manager=field_manager)
 
     async def apply(
         self, kind: Kind, obj: Obj, *, field_manager: str, force: bool = True, subresource: str | None = None

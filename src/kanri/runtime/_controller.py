@@ -7,8 +7,10 @@ cache, which is what makes the loop level-triggered. How a reconcile ended decid
 |---|---|
 | returns ``None`` / ``Result()`` | backoff forgotten; nothing until the next change or resync |
 | returns ``Result(requeue_after=s)`` | backoff forgotten; looked at again in ``s`` seconds |
-| raises :class:`PermanentError` | not retried until ``metadata.generation`` changes; reason written to a condition |
-| raises anything else (incl. timeout) | retried with per-key exponential backoff |
+| raises :class:`PermanentError`, or an API 422 | not retried until ``metadata.generation`` changes; reason written to a
+condition, which the runtime removes again after the next successful reconcile |
+| raises anything else (incl. timeout) | retried with per-key exponential backoff; the traceback is logged once,
+repeats of the same error as one line with a count (at 2, 4, 8, ... repeats) |
 
 An exception never kills a worker.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import random
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -42,6 +45,7 @@ Obj = dict[str, Any]
 log = structlog.get_logger("kanri.controller")
 
 _PERMANENT_REPORT_ATTEMPTS = 3  # a fresh read usually wins the next try; more only under heavy write traffic
+_INVALID = 422  # the API server refused an object as invalid: retrying the same object cannot succeed
 
 
 @dataclass(frozen=True)
@@ -74,7 +78,9 @@ class ControllerOptions:
     qps: float = 10.0
     burst: int = 100
     permanent_error_condition: str | None = "Ready"
-    """Condition type set False with the error's reason on a PermanentError (None: leave status alone)."""
+    """Condition type set False with the error's reason on a PermanentError (None: leave status alone). The runtime
+    writes it under its own field manager (``kanri.runtime/<controller name>``) and removes it after the next
+    successful reconcile, unless the reconciler has written that condition since (then it is the reconciler's)."""
 
 
 class Controller:
@@ -102,6 +108,10 @@ class Controller:
         self._failed_generation: dict[Request, int] = {}
         # Our own writes' watch events queue nothing (see kanri.runtime._echo for the rule).
         self._echoes = Echoes()
+        # Keys failing with a retried error: that error's text and how many times in a row (for quieter logs).
+        self._failures: dict[Request, tuple[str, int]] = {}
+        self.field_manager = f"kanri.runtime/{name}"
+        """The field manager of the status condition the runtime writes after a permanent failure."""
 
     def owns(self, kind: Kind) -> Controller:
         """Changes to ``kind`` objects controlled by a primary object (ownerReference with controller=true) queue it."""
@@ -159,6 +169,7 @@ class Controller:
         request = Request(meta.get("namespace") or "", meta["name"])
         if event.type == "DELETED":
             self._failed_generation.pop(request, None)
+            self._failures.pop(request, None)
         self._offer(self.for_kind, event, (request,))
 
     def _owned_handler(self, kind: Kind) -> Callable[[Event], None]:
@@ -198,8 +209,12 @@ class Controller:
     # --- running ---------------------------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Wait for the caches, then reconcile with ``max_concurrent_reconciles`` workers until the queue shuts down."""
+        """Wait for the caches, then reconcile with ``max_concurrent_reconciles`` workers until the queue shuts down.
+
+        Every informer of the cache must have synced, not only this controller's: a reconcile may read the kinds the
+        manager's other controllers declared, and must not find them empty because their first list is not in yet."""
         await self._cache.wait_for_sync(self.kinds)
+        await self._cache.wait_for_sync()
         log.info("controller started", controller=self.name, workers=self.options.max_concurrent_reconciles)
         async with asyncio.TaskGroup() as group:
             resync = group.create_task(self._resync_loop(), name=f"{self.name} resync")
@@ -267,33 +282,103 @@ class Controller:
                     result = await self._reconcile(request)
             except PermanentError as exc:
                 result_label = "error"
-                self._metrics.terminal_errors.labels(self.name).inc()
-                self._metrics.reconcile_errors.labels(self.name).inc()
-                self._failed_generation[request] = generation
-                self.queue.forget(request)
                 log.warning("reconcile failed permanently", reason=exc.reason, error=exc.message)
-                await self._report_permanent(obj, exc)
+                await self._fail_permanently(request, obj, generation, exc)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 result_label = "error"
-                self._metrics.reconcile_errors.labels(self.name).inc()
-                self.queue.add_rate_limited(request)
-                if isinstance(exc, ApiError) and exc.conflict:
-                    # Someone changed the object under us: routine, retried from the fresh cache.
-                    log.info("reconcile hit a conflict; retrying", error=str(exc))
-                elif isinstance(exc, TimeoutError):
-                    log.warning("reconcile timed out; retrying", timeout=self.options.reconcile_timeout)
+                if isinstance(exc, ApiError) and exc.status == _INVALID:
+                    # The API server refused what the reconcile built from this object (a child made from the
+                    # user's spec, most often): the same object would be refused again, so this is terminal.
+                    log.warning("reconcile failed: the API server refused an object as invalid", error=str(exc))
+                    invalid = PermanentError(exc.reason or "Invalid", exc.message or str(exc))
+                    await self._fail_permanently(request, obj, generation, invalid)
                 else:
-                    log.exception("reconcile failed; retrying", retries=self.queue.num_requeues(request))
+                    self._metrics.reconcile_errors.labels(self.name).inc()
+                    self.queue.add_rate_limited(request)
+                    self._log_retried(request, exc)
             else:
                 self.queue.forget(request)
+                self._recovered(request)
                 if result is not None and result.requeue_after is not None:
                     result_label = "requeue_after"
                     self.queue.add_after(request, result.requeue_after)
+                await self._clear_permanent(request)
             finally:
                 self._metrics.reconcile_time.labels(self.name).observe(time.monotonic() - started)
             self._metrics.reconcile_total.labels(self.name, result_label).inc()
+
+    def _log_retried(self, request: Request, exc: Exception) -> None:
+        """Log an error that will be retried: a traceback the first time, then one line at 2, 4, 8, ... repeats."""
+        if isinstance(exc, ApiError) and exc.conflict:
+            # Someone changed the object under us: routine, retried from the fresh cache.
+            log.info("reconcile hit a conflict; retrying", error=str(exc))
+            return
+        if isinstance(exc, TimeoutError):
+            log.warning("reconcile timed out; retrying", timeout=self.options.reconcile_timeout)
+            return
+        text = f"{type(exc).__name__}: {exc}"
+        previous, count = self._failures.get(request, ("", 0))
+        if previous != text:
+            self._failures[request] = (text, 1)
+            log.exception("reconcile failed; retrying", retries=self.queue.num_requeues(request))
+            return
+        count += 1
+        self._failures[request] = (text, count)
+        if count & (count - 1) == 0:
+            log.error("reconcile failed again with the same error; retrying", error=text, repeats=count)
+
+    def _recovered(self, request: Request) -> None:
+        failed = self._failures.pop(request, None)
+        if failed is not None:
+            log.info("reconcile succeeded after failing", failures=failed[1])
+
+    async def _fail_permanently(self, request: Request, obj: Obj | None, generation: int, exc: PermanentError) -> None:
+        """Not retried at this generation; the reason goes to the object's status."""
+        self._metrics.terminal_errors.labels(self.name).inc()
+        self._metrics.reconcile_errors.labels(self.name).inc()
+        self._failed_generation[request] = generation
+        self._failures.pop(request, None)
+        self.queue.forget(request)
+        await self._report_permanent(obj, exc)
+
+    async def _clear_permanent(self, request: Request) -> None:
+        """After a successful reconcile, remove the condition a permanent failure made the runtime write.
+
+        Only a condition the runtime still owns is removed (its ``reason`` is in the managedFields entry of the
+        runtime's field manager and of no other): a reconciler that wrote that condition type since, even with the
+        same status, made it its own, and the runtime leaves it alone. A 409 means the cached view was stale: the
+        object is read again and the check made anew."""
+        condition_type = self.options.permanent_error_condition
+        if condition_type is None:
+            return
+        obj = self._cache.get(self.for_kind, request.name, request.namespace)
+        for attempt in range(_PERMANENT_REPORT_ATTEMPTS):
+            if obj is None or not _runtime_wrote(obj, self.field_manager, condition_type):
+                return
+            conditions = (obj.get("status") or {}).get("conditions") or []
+            kept = [condition for condition in conditions if condition.get("type") != condition_type]
+            patch = {
+                "metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
+                "status": {"conditions": kept},
+            }
+            try:
+                await self._client.patch_status(
+                    self.for_kind, request.name, patch, request.namespace or None, field_manager=self.field_manager
+                )
+                log.info("removed the condition of an earlier permanent failure", condition=condition_type)
+                return
+            except ApiError as error:
+                if not error.conflict or attempt + 1 == _PERMANENT_REPORT_ATTEMPTS:
+                    log.warning("could not remove the condition of an earlier permanent failure",
+                                status=error.status, error=error.message)  # fmt: skip
+                    return
+            try:
+                obj = await self._client.get(self.for_kind, request.name, request.namespace or None)
+            except ApiError as error:
+                log.warning("could not read the object again to clear its permanent error", status=error.status)
+                return
 
     async def _report_permanent(self, obj: Obj | None, exc: PermanentError) -> None:
         """Put a permanent failure's reason where the user looks: a False condition on the object's status.
@@ -323,7 +408,7 @@ class Controller:
                 "status": {"conditions": conditions},
             }
             try:
-                await self._client.patch_status(self.for_kind, name, patch, namespace)
+                await self._client.patch_status(self.for_kind, name, patch, namespace, field_manager=self.field_manager)
                 return
             except ApiError as error:
                 if not error.conflict or attempt + 1 == _PERMANENT_REPORT_ATTEMPTS:
@@ -335,3 +420,24 @@ class Controller:
             except ApiError as error:
                 log.warning("could not read the object again to record its permanent error", status=error.status)
                 return
+
+
+def _runtime_wrote(obj: Obj, manager: str, condition_type: str) -> bool:
+    """Whether ``manager`` (the runtime's) is the only writer of the condition of ``condition_type``'s reason, per
+    ``managedFields``. A list-map ``conditions`` names each entry (``k:{"type":"Ready"}``); an atomic list is owned
+    whole (``f:conditions: {}``)."""
+    conditions = (obj.get("status") or {}).get("conditions") or ()
+    if not any(condition.get("type") == condition_type for condition in conditions):
+        return False
+    key = "k:" + json.dumps({"type": condition_type}, separators=(",", ":"))
+    ours = False
+    for entry in obj["metadata"].get("managedFields") or ():
+        fields = ((entry.get("fieldsV1") or {}).get("f:status") or {}).get("f:conditions")
+        if fields is None:
+            continue
+        owns = not fields or "f:reason" in (fields.get(key) or {})
+        if entry.get("manager") == manager:
+            ours = ours or owns
+        elif owns:
+            return False
+    return ours

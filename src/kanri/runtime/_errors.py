@@ -7,6 +7,25 @@ from typing import Any
 
 # Statuses worth retrying: throttled, or the server (or something in front of it) briefly unavailable.
 _TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+# metav1.StatusReason by HTTP status, for answers without a Status body (a path the server does not serve answers
+# "404 page not found" as plain text).
+_REASONS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    406: "NotAcceptable",
+    409: "Conflict",
+    410: "Expired",
+    413: "RequestEntityTooLarge",
+    415: "UnsupportedMediaType",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
 
 
 class ApiError(Exception):
@@ -29,7 +48,9 @@ class ApiError(Exception):
 
     @property
     def reason(self) -> str:
-        return str(self.body.get("reason", ""))
+        """The Status object's reason (``NotFound``, ``Invalid``, ...); derived from the HTTP status when the answer
+        carried none."""
+        return str(self.body.get("reason") or _REASONS.get(self.status, f"HTTP{self.status}"))
 
     @property
     def message(self) -> str:

@@ -137,7 +137,11 @@ class Informer:
     async def _back_off(self, failures: int, exc: BaseException) -> None:
         delay = min(self._timing.backoff_max, self._timing.backoff_base * 2 ** (failures - 1))
         delay = random.uniform(delay / 2, delay)
-        log.warning("watch failed; retrying", kind=str(self.kind), error=str(exc) or type(exc).__name__, delay=delay)
+        error = str(exc) or type(exc).__name__
+        if isinstance(exc, ApiError) and exc.not_found:
+            # The kind is not served (yet): a CRD not installed, or installed but not Established.
+            error += f" ({self.kind} is not served: is its CRD installed and Established? see install_crd)"
+        log.warning("watch failed; retrying", kind=str(self.kind), error=error, delay=delay)
         await asyncio.sleep(delay)
 
     async def _relist(self) -> str:

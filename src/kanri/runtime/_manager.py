@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+from collections.abc import Generator
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 from aiohttp import web
@@ -71,6 +73,8 @@ class Manager:
         self._queue_metrics = WorkQueueMetrics(self.registry)
         self._controllers: list[Controller] = []
         self._stop_requested = asyncio.Event()
+        self._stopped = asyncio.Event()
+        self._running = False
         self._leading = False
         self.health_port: int | None = None
         self.identity = options.identity or default_identity()
@@ -84,9 +88,20 @@ class Manager:
     def controllers(self) -> list[Controller]:
         return list(self._controllers)
 
-    def stop(self) -> None:
-        """Ask for a graceful stop: no new reconciles, in-flight ones finish, the lease is released."""
+    def stop(self) -> Stopping:
+        """Ask for a graceful stop: no new reconciles, in-flight ones finish, the lease is released.
+
+        The request is made at once, so plain ``manager.stop()`` works from synchronous code (a signal handler, a
+        test's ``finally``); ``await manager.stop()`` also waits until :meth:`run` has returned (at once if it is not
+        running). Never await it from inside one of this manager's reconciles: the stop waits for that reconcile.
+        """
         self._stop_requested.set()
+        return Stopping(self)
+
+    async def wait_stopped(self) -> None:
+        """Return once :meth:`run` has returned (at once when it is not running)."""
+        if self._running:
+            await self._stopped.wait()
 
     def ready(self) -> bool:
         """Ready when every informer has synced (leader or standby alike)."""
@@ -95,6 +110,8 @@ class Manager:
     async def run(self, *, handle_signals: bool = True) -> None:
         """Run until :meth:`stop`, SIGTERM/SIGINT (when ``handle_signals``), or loss of leadership."""
         loop = asyncio.get_running_loop()
+        self._running = True
+        self._stopped.clear()
         if handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop)
@@ -116,6 +133,8 @@ class Manager:
                 raise errors.exceptions[0] from None
             raise
         finally:
+            self._running = False
+            self._stopped.set()
             if handle_signals:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.remove_signal_handler(sig)
@@ -187,3 +206,13 @@ class Manager:
 
     async def _metrics(self, _: web.Request) -> web.Response:
         return web.Response(body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+class Stopping:
+    """What :meth:`Manager.stop` returns: the stop is already requested; awaiting this waits until ``run`` returned."""
+
+    def __init__(self, manager: Manager) -> None:
+        self._manager = manager
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return self._manager.wait_stopped().__await__()
