@@ -253,6 +253,10 @@ class Client:
     async def get(self, kind: Kind, name: str, namespace: str | None = None) -> Obj:
         return await self._json("GET", kind.path(namespace, name))
 
+    async def get_path(self, path: str) -> Obj:
+        """GET any API path as JSON (``/version``, ``/openapi/v3/api/v1``, ``/apis``)."""
+        return await self._json("GET", path)
+
     async def list(
         self,
         kind: Kind,

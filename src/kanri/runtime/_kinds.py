@@ -64,6 +64,29 @@ PVC = Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims")
 EVENT = Kind("v1", "Event", "events")
 STATEFUL_SET = Kind("apps/v1", "StatefulSet", "statefulsets")
 DEPLOYMENT = Kind("apps/v1", "Deployment", "deployments")
+DAEMON_SET = Kind("apps/v1", "DaemonSet", "daemonsets")
+REPLICA_SET = Kind("apps/v1", "ReplicaSet", "replicasets")
+JOB = Kind("batch/v1", "Job", "jobs")
+CRON_JOB = Kind("batch/v1", "CronJob", "cronjobs")
+ENDPOINTS = Kind("v1", "Endpoints", "endpoints")
+LIMIT_RANGE = Kind("v1", "LimitRange", "limitranges")
+RESOURCE_QUOTA = Kind("v1", "ResourceQuota", "resourcequotas")
+INGRESS = Kind("networking.k8s.io/v1", "Ingress", "ingresses")
+INGRESS_CLASS = Kind("networking.k8s.io/v1", "IngressClass", "ingressclasses", namespaced=False)
+NETWORK_POLICY = Kind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies")
+HORIZONTAL_POD_AUTOSCALER = Kind("autoscaling/v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers")
+PRIORITY_CLASS = Kind("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", namespaced=False)
+VOLUME_ATTACHMENT = Kind("storage.k8s.io/v1", "VolumeAttachment", "volumeattachments", namespaced=False)
+CSI_DRIVER = Kind("storage.k8s.io/v1", "CSIDriver", "csidrivers", namespaced=False)
+VALIDATING_WEBHOOK_CONFIGURATION = Kind(
+    "admissionregistration.k8s.io/v1",
+    "ValidatingWebhookConfiguration",
+    "validatingwebhookconfigurations",
+    namespaced=False,
+)
+MUTATING_WEBHOOK_CONFIGURATION = Kind(
+    "admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", "mutatingwebhookconfigurations", namespaced=False
+)
 LEASE = Kind("coordination.k8s.io/v1", "Lease", "leases")
 ROLE = Kind("rbac.authorization.k8s.io/v1", "Role", "roles")
 ROLE_BINDING = Kind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings")
