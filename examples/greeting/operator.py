@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from typing import Any
 
 from pydantic import Field
 
 from kanri import runtime as kr
-from kanri.runtime.kinds import CONFIG_MAP, CRD
+from kanri.runtime.kinds import CONFIG_MAP
 
 
 class GreetingSpec(kr.KubeModel):
@@ -54,19 +53,13 @@ class GreetingReconciler:
                 "data": data,
             }
             await self.client.apply(CONFIG_MAP, desired, field_manager="greeting-operator")
-        await self.report(greeting)
+        # One merge patch of what differs, none when the status already says this (a converged object: no write).
+        await kr.update_status(
+            self.client, GREETING, greeting,
+            fields={"observedGeneration": greeting["metadata"]["generation"]},
+            conditions=[{"type": "Ready", "status": True, "reason": "Published", "message": "ConfigMap is up to date"}],
+        )  # fmt: skip
         return None
-
-    async def report(self, greeting: dict[str, Any]) -> None:
-        status = greeting.get("status") or {}
-        conditions = [dict(c) for c in status.get("conditions", [])]
-        generation = greeting["metadata"]["generation"]
-        changed = kr.set_condition(conditions, type="Ready", status="True", reason="Published",
-                                   message="ConfigMap is up to date", observed_generation=generation)  # fmt: skip
-        if changed or status.get("observedGeneration") != generation:
-            patch = {"status": {"observedGeneration": generation, "conditions": conditions}}
-            meta = greeting["metadata"]
-            await self.client.patch_status(GREETING, meta["name"], patch, meta["namespace"])
 
 
 async def main() -> None:
@@ -74,12 +67,16 @@ async def main() -> None:
     parser.add_argument("--kubeconfig")
     parser.add_argument("--install-crd", action="store_true")
     parser.add_argument("--health-port", type=int, default=8081)
+    parser.add_argument("--health-host", default="127.0.0.1", help="0.0.0.0 in a pod, for the kubelet's probes")
     args = parser.parse_args()
     kr.configure_logging()
     async with await kr.Client.auto(args.kubeconfig) as client:
         if args.install_crd:
-            await client.apply(CRD, kr.crd_for(Greeting), field_manager="greeting-operator")
-        manager = kr.Manager(client, kr.ManagerOptions(name="greeting-operator", health_port=args.health_port))
+            await kr.install_crd(client, Greeting, field_manager="greeting-operator")  # returns once it is served
+        options = kr.ManagerOptions(
+            name="greeting-operator", health_host=args.health_host, health_port=args.health_port
+        )
+        manager = kr.Manager(client, options)
         manager.add(kr.Controller("greeting", GreetingReconciler(manager), for_kind=GREETING).owns(CONFIG_MAP))
         await manager.run()
 

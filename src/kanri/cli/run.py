@@ -35,6 +35,9 @@ def run(
         str | None, typer.Option(help="Watch PostgresClusters in this namespace only (default: all namespaces).")
     ] = None,
     health_port: Annotated[int, typer.Option(help="Port of /healthz, /readyz and /metrics (0: any free port).")] = 8081,
+    health_host: Annotated[
+        str, typer.Option(help="Address /healthz, /readyz and /metrics listen on; 0.0.0.0 in a pod (kubelet probes).")
+    ] = "127.0.0.1",
     leader_election: Annotated[
         bool, typer.Option(help="Run only while holding the Lease, so replicas of the operator can stand by.")
     ] = True,
@@ -52,6 +55,7 @@ def run(
         leader_election=leader_election,
         leader_election_namespace=leader_election_namespace or own_namespace(),
         health_port=health_port,
+        manager={"health_host": health_host},
     )
     asyncio.run(_run(str(kubeconfig) if kubeconfig else None, options))
 

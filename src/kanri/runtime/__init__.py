@@ -6,7 +6,7 @@ The public API is this module's names; everything else is private. See docs/runt
 from kanri.runtime._cache import Cache, NotWatchedError
 from kanri.runtime._client import Client, ClientMetrics, RetryPolicy, Unlimited
 from kanri.runtime._clock import Clock, FakeClock, SystemClock
-from kanri.runtime._conditions import get_condition, is_true, remove_condition, set_condition
+from kanri.runtime._conditions import format_time, get_condition, is_true, parse_time, remove_condition, set_condition
 from kanri.runtime._controller import Controller, ControllerOptions, Reconciler, Result
 from kanri.runtime._crd import CustomResource, PrinterColumn, Scale, SchemaError, crd_for, crd_yaml
 from kanri.runtime._errors import ApiError, PermanentError, ReconcileError, TransientError
@@ -32,6 +32,7 @@ from kanri.runtime._model import (
 )
 from kanri.runtime._ownership import child_name, controller_of, is_controlled_by, owner_reference, set_owner
 from kanri.runtime._queue import Priority, Request, WorkQueue
+from kanri.runtime._status import update_status
 
 __all__ = [
     "ApiError",
@@ -81,6 +82,7 @@ __all__ = [
     "crd_for",
     "crd_yaml",
     "finalizer_step",
+    "format_time",
     "get_condition",
     "has_finalizer",
     "install_crd",
@@ -90,8 +92,10 @@ __all__ = [
     "list_set",
     "owner_reference",
     "parse_quantity",
+    "parse_time",
     "remove_condition",
     "remove_finalizer",
     "set_condition",
     "set_owner",
+    "update_status",
 ]

@@ -17,6 +17,7 @@ from kanri.runtime._cache import Cache
 from kanri.runtime._client import Client
 from kanri.runtime._controller import Controller
 from kanri.runtime._controller_metrics import ControllerMetrics
+from kanri.runtime._events import EventRecorder
 from kanri.runtime._informer import WatchTiming
 from kanri.runtime._leader import LeaderElector, default_identity
 from kanri.runtime._queue_metrics import WorkQueueMetrics
@@ -37,7 +38,9 @@ class ManagerOptions:
     retry_period: float = 2.0
     identity: str | None = None
     """Unique per process; defaults to hostname + a random suffix."""
-    health_host: str = "0.0.0.0"
+    health_host: str = "127.0.0.1"
+    """Where /healthz, /readyz and /metrics listen: this machine only by default. In a pod, the kubelet probes the
+    pod's IP: pass ``"0.0.0.0"`` (what ``kanri run --health-host`` and deploy/operator/operator.yaml do)."""
     health_port: int | None = 8081
     """Serves /healthz, /readyz and /metrics; 0 picks a free port (see ``Manager.health_port``), None disables."""
     graceful_shutdown_timeout: float = 30.0
@@ -50,17 +53,22 @@ class ManagerOptions:
 class Manager:
     """Runs controllers against one cluster.
 
-    Usage::
+        Usage::
 
-        async with await Client.from_kubeconfig() as client:
-            manager = Manager(client, ManagerOptions(name="widgets"))
-            manager.add(Controller("widgets", reconcile, for_kind=WIDGET).owns(CONFIG_MAP))
-            await manager.run()          # until SIGTERM/SIGINT (or stop())
+            async with await Client.from_kubeconfig() as client:
+                manager = Manager(client, ManagerOptions(name="widgets"))
+                manager.add(Controller("widgets", reconcile, for_kind=WIDGET).owns(CONFIG_MAP))
+                await manager.run()          # until SIGTERM/SIGINT (or stop())
 
-    Caches run on every replica (a standby has a warm cache); controllers run only on the leader. Losing the lease
-    stops every reconcile at once and ``run`` raises ``LeadershipLost`` (exit and let the Deployment restart the
-    process, as controller-runtime does). A stop request lets reconciles in flight finish within
-    ``graceful_shutdown_timeout``, then releases the lease so a successor starts without waiting for it to expire.
+        What a reconciler needs comes from the manager: ``manager.cache`` (the shared informer cache: reads from memory,
+    see :class:`Cache`), ``manager.client`` (the :class:`Client` it was built with; writes made through it from a
+    reconcile are known as that reconcile's own), ``manager.events`` (an :class:`EventRecorder` whose component is the
+    manager's name) and ``manager.registry`` (the Prometheus registry /metrics serves).
+
+        Caches run on every replica (a standby has a warm cache); controllers run only on the leader. Losing the lease
+        stops every reconcile at once and ``run`` raises ``LeadershipLost`` (exit and let the Deployment restart the
+        process, as controller-runtime does). A stop request lets reconciles in flight finish within
+        ``graceful_shutdown_timeout``, then releases the lease so a successor starts without waiting for it to expire.
     """
 
     def __init__(self, client: Client, options: ManagerOptions, *, registry: CollectorRegistry | None = None) -> None:
@@ -68,6 +76,9 @@ class Manager:
         self.options = options
         self.registry = registry if registry is not None else CollectorRegistry()
         self.cache = Cache(client, namespace=options.namespace, timing=options.watch_timing)
+        """The informer cache every controller of this manager shares."""
+        self.events = EventRecorder(client, component=options.name)
+        """Records core/v1 Events about objects (``await manager.events.normal(obj, "Created", "...")``)."""
         client.add_write_listener(self.cache.observe_write)  # reconciles read their own writes
         self._controller_metrics = ControllerMetrics(self.registry)
         self._queue_metrics = WorkQueueMetrics(self.registry)
