@@ -141,3 +141,19 @@ def test_the_data_major_system_identifier_and_upgrade_verdict_are_in_status() ->
     assert conditions(status)["MajorUpgrade"][:2] == ("False", "UpgradeNotApproved")
     # Once recorded, an identifier is not forgotten by a pass that did not learn it again.
     assert compute_status(status, observe(), NOW)["systemIdentifier"] == "7329117425863524378"
+
+
+def test_the_same_fault_on_every_instance_is_one_line_and_a_secret_fault_the_operator_found_is_not_repeated() -> None:
+    fault = InstanceProblem("InvalidSecret", "app Secret: username is reserved", secret="app", key="username")
+    bad = InstanceProblem("InvalidParameter", "invalid value", parameter="work_mem")
+    reports = {name: InstanceReport(name, "replica", ready=True, running=True, problems=(fault, bad))
+               for name in ("db-1", "db-2")}  # fmt: skip
+    assert [p.message for p in report_problems(reports)] == [
+        "instances db-1, db-2: app Secret: username is reserved",
+        "instances db-1, db-2: parameter work_mem: invalid value",
+    ]
+    assert [p.reason for p in report_problems(reports, known={("app", "username")})] == ["InvalidParameter"]
+    operator_found = secret_problems(
+        "db", {"db-app": {"data": {"username": "cG9zdGdyZXM=", "password": "eA=="}}}, "app"
+    )
+    assert {p.subject for p in operator_found} == {("app", "username")}

@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kanri.contract.secrets import Purpose, credential_problems, token_problems
 from kanri.postgres import names
-from kanri.postgres.instances import InstanceReport
+from kanri.postgres.instances import InstanceProblem, InstanceReport
 from kanri.runtime import ApiError
 
 __all__ = [
@@ -71,6 +71,8 @@ class Problem:
     message: str
     event: str | None = None
     """The Warning Event's message when it differs from ``message`` (say, with restore instructions)."""
+    subject: tuple[str, str] | None = None
+    """For ``InvalidSecret``: (purpose, key), so the instances' reports of the same fault are not repeated."""
 
 
 def ordered(problems: Iterable[Problem]) -> list[Problem]:
@@ -106,7 +108,13 @@ def secret_problems(cluster: str, secrets: Mapping[str, Obj | None], owner: str)
         data = _decoded(secret)
         issues = credential_problems(purpose, data) if purpose is not None else token_problems(data)
         for issue in issues:
-            found.append(Problem("InvalidSecret", f"Secret {name} key {issue.key} {issue.message}"))
+            found.append(
+                Problem(
+                    "InvalidSecret",
+                    f"Secret {name} key {issue.key} {issue.message}",
+                    subject=(purpose or "api", issue.key),
+                )
+            )
         user = data.get("username", b"").decode(errors="replace").strip()
         if purpose == "app" and not issues and user != owner:
             found.append(
@@ -125,23 +133,33 @@ _LOST_HELP = (
 )
 
 
-def report_problems(reports: Mapping[str, InstanceReport]) -> list[Problem]:
-    """The problems the instances report, each under its own reason and naming the instance."""
-    found: list[Problem] = []
+def _text(p: InstanceProblem) -> str:
+    """An instance problem's message, naming its parameter or Secret key when the message does not already."""
+    if p.reason == "InvalidParameter" and p.parameter:
+        return f"parameter {p.parameter}: {p.message}"
+    if p.reason == "InvalidSecret" and p.secret and not p.message.startswith(f"{p.secret} Secret"):
+        key = f" key {p.key}" if p.key else ""
+        return f"{p.secret} Secret{key}: {p.message}"
+    return p.message
+
+
+def report_problems(reports: Mapping[str, InstanceReport], *, known: Collection[tuple[str, str]] = ()) -> list[Problem]:
+    """The problems the instances report, each under its own reason, naming the instances that report it (the same
+    fault on every instance is one line). ``known``: (purpose, key) of Secret faults the operator reported itself."""
+    grouped: dict[tuple[str, str], list[str]] = {}
     for name in sorted(reports):
         for p in reports[name].problems:
-            if p.reason == "InvalidParameter" and p.parameter:
-                message = f"instance {name}: parameter {p.parameter}: {p.message}"
-            elif p.reason == "InvalidSecret" and p.secret:
-                key = f" key {p.key}" if p.key else ""
-                message = f"instance {name}: {p.secret} Secret{key}: {p.message}"
-            else:
-                message = f"instance {name}: {p.message}"
-            event = None
-            if p.reason == "DataDirectoryLost":
-                message = f"the data of instance {name} is gone ({p.message})"
-                event = f"{message}; {_LOST_HELP}"
-            found.append(Problem(p.reason, message, event))
+            if p.reason == "InvalidSecret" and p.secret and (p.secret, p.key or "") in known:
+                continue
+            grouped.setdefault((p.reason, _text(p)), []).append(name)
+    found: list[Problem] = []
+    for (reason, text), instances in grouped.items():
+        who = f"instance {instances[0]}" if len(instances) == 1 else f"instances {', '.join(instances)}"
+        if reason == "DataDirectoryLost":
+            message = f"the data of {who} is gone ({text})"
+            found.append(Problem(reason, message, f"{message}; {_LOST_HELP}"))
+        else:
+            found.append(Problem(reason, f"{who}: {text}"))
     return found
 
 

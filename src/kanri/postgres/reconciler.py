@@ -229,7 +229,8 @@ class ClusterPass:
         await self.label_pods(plan, reports, pods)
         restarting = await self.restart(plan, reports)
         self.check_secrets()
-        self.problems.extend(report_problems(reports))
+        known = {p.subject for p in self.problems if p.subject is not None}
+        self.problems.extend(report_problems(reports, known=known))
         approved = self.spec.upgrade.approved_version if self.spec.upgrade else None
         observation = Observation(plan=plan, hibernated=not self.running, reports=reports, pods=pods,
                                   generation=int(self.cluster["metadata"].get("generation", 0)), storage=storage,
