@@ -114,16 +114,41 @@ async def finished(client: Client, name: str, namespace: str) -> Obj | None:
 
 
 def container_pid(node: LocalNode, namespace: str, name: str) -> int | None:
+    """The container's launcher (its shim, which the kubelet watches)."""
     for worker in node.kubelet.workers.values():
         if (worker.namespace, worker.name) == (namespace, name) and "main" in worker.processes:
             return worker.processes["main"].pid
     return None
 
 
+def init_pid(node: LocalNode, namespace: str, name: str) -> int | None:
+    """The container's init (PID 1 in its PID namespace), as the host sees it."""
+    for worker in node.kubelet.workers.values():
+        if (worker.namespace, worker.name) == (namespace, name):
+            return worker.init_pids.get("main")
+    return None
+
+
+def host_dir(path: Path) -> Obj:
+    """A pod's volume and mount showing ``path`` of the host at the same place (a container's root is its own)."""
+    return {
+        "volumes": [{"name": "shared", "hostPath": {"path": str(path)}}],
+        "volumeMounts": [{"name": "shared", "mountPath": str(path)}],
+    }
+
+
+def with_host_dir(spec: Obj, path: Path) -> Obj:
+    mounts = host_dir(path)
+    spec["spec"]["volumes"] = [*spec["spec"].get("volumes", []), *mounts["volumes"]]
+    main = spec["spec"]["containers"][0]
+    main["volumeMounts"] = [*main.get("volumeMounts", []), *mounts["volumeMounts"]]
+    return spec
+
+
 @contextlib.contextmanager
 def shared_dir() -> Any:
     """A directory any uid can write to (pytest's tmp dirs are root-only), outside /tmp (a container's /tmp is
-    private to its pod)."""
+    its own); pods see it through :func:`with_host_dir`."""
     path = Path(tempfile.mkdtemp(prefix="kanri-kubelet-", dir="/var/tmp"))
     path.chmod(0o777)
     try:
@@ -155,7 +180,7 @@ async def test_pod_runs_with_env_args_working_dir_and_user(client: Client, node:
                 {"name": "GREETING", "value": "hello"},
             ],
         )
-        await client.create(POD, spec)
+        await client.create(POD, with_host_dir(spec, work))
         live = await eventually(lambda: running(client, "shell", namespace), timeout=30)
         assert live["status"]["startTime"]
         assert live["status"]["hostIP"] == node.options.internal_ip
@@ -168,7 +193,7 @@ async def test_pod_runs_with_env_args_working_dir_and_user(client: Client, node:
         assert (status["name"], status["image"], status["ready"], status["started"]) == ("main", SHELL, True, True)
         out = await eventually(lambda: _read(work / "out.txt"), timeout=10)
         assert out.split() == ["shell", namespace, "s3cr3t", "hello", str(work), "65534", "hello-arg"]
-        pid = container_pid(node, namespace, "shell")
+        pid = init_pid(node, namespace, "shell")
         assert pid is not None
         assert os.stat(f"/proc/{pid}").st_uid == 65534
 
@@ -241,7 +266,7 @@ async def test_unmapped_image_waits_visibly(client: Client, node: LocalNode, nam
 async def test_deleting_a_pod_sends_sigterm_then_removes_it(client: Client, node: LocalNode, namespace: str) -> None:
     with shared_dir() as work:
         script = f"trap 'echo term > {work}/marker; exit 0' TERM; sleep 3600 & wait"
-        await client.create(POD, pod("graceful", namespace, node, image=SHELL, args=[script]))
+        await client.create(POD, with_host_dir(pod("graceful", namespace, node, image=SHELL, args=[script]), work))
         await eventually(lambda: running(client, "graceful", namespace), timeout=30)
         pid = container_pid(node, namespace, "graceful")
         assert pid is not None

@@ -1,9 +1,9 @@
 """What a stopped local node must not leave behind, checked by ``kanri local down`` (and the tests).
 
 A network namespace with the node's prefix, the bridge or the service link, a mount in the host's namespace under
-the node's data dir or ``/run/netns``, a mountpoint the node created for a container, or a process of a container
-(found by the session ids the node recorded: each container process leads a session of its own, and whatever it
-started inherits that session).
+the node's data dir or ``/run/netns``, a mountpoint the node created for a container, a container's cgroup (the node
+records the cgroup directories it makes), or a process of a container (found by the session ids the node recorded:
+each container's launcher leads a session of its own, and whatever it started inherits that session).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from kanri.local.node.cgroups import leftover_cgroups
 from kanri.local.node.network import leftover_namespaces
 from kanri.local.node.options import NodeOptions
 from kanri.local.node.sessions import container_processes
@@ -26,6 +27,7 @@ def find_leftovers(options: NodeOptions) -> list[str]:
     registry = options.data_dir / "mountpoints"
     if registry.exists():
         found += [f"mountpoint {p}" for p in registry.read_text().split() if Path(p).exists()]
+    found += [f"cgroup {path}" for path in leftover_cgroups(options.data_dir)]
     found += [f"process {pid}" for pid in container_processes(options.data_dir)]
     return found
 

@@ -1,5 +1,5 @@
 """The local node: a Node that stays Ready, a scheduler that binds pods to it, a local volume provisioner, a
-kubelet-lite that runs pods' containers as local processes in network and mount namespaces of their own, a
+kubelet-lite that runs pods' containers as local processes in namespaces, roots and cgroups of their own, a
 service proxy for ClusterIPs and the cluster DNS (see docs/local-node.md).
 
 Run it next to a control plane::
@@ -64,6 +64,7 @@ class LocalNode:
         try:
             if self.network is not None:
                 await self.network.start()
+            await asyncio.to_thread(self.kubelet.cgroups.start)
             await self.agent.heartbeat()  # the node exists before the scheduler looks for it
             await ensure_storage_class(self.client, self.options)
             if self.dns is not None:
@@ -92,6 +93,7 @@ class LocalNode:
         if self.network is not None:
             await self.network.close()
         await asyncio.to_thread(self.kubelet.mountpoints.remove_all)
+        await asyncio.to_thread(self.kubelet.cgroups.close)
         await asyncio.to_thread(forget_sessions, self.options.data_dir)
 
     def stop(self) -> None:

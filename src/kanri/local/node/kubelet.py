@@ -2,21 +2,23 @@
 
 A controller on :mod:`kanri.runtime` keyed by Pod. For each pod bound to the node it keeps a :class:`PodWorker`
 (one per pod uid) that runs every container as a local program (see :mod:`kanri.local.node.images`) in a session
-and process group of its own, restarts it per ``restartPolicy`` with the kubelet's crash-loop back-off, and asks
+of its own, restarts it per ``restartPolicy`` with the kubelet's crash-loop back-off, and asks
 the controller to look at the pod again whenever something changed; the reconcile then writes ``status`` through
 ``pods/status`` — only when it differs from what the pod says.
 
-Deletion: SIGTERM to each container's process group, the pod's grace period, SIGKILL, a terminal phase written
-(which makes the API server delete at once, as it does for a kubelet's final delete), then the pod object is
-deleted with a uid precondition. :meth:`Kubelet.kill_all` (called by ``LocalNode.stop``) SIGKILLs everything at once:
-this is a development runtime, pods do not outlive their node.
+Deletion: SIGTERM to each container's init, the pod's grace period, then every process of its cgroup killed, a
+terminal phase written (which makes the API server delete at once, as it does for a kubelet's final delete), then
+the pod object is deleted with a uid precondition. :meth:`Kubelet.kill_all` (called by ``LocalNode.stop``) kills
+everything at once: this is a development runtime, pods do not outlive their node.
 
 Before the first container starts, the worker gives the pod its network namespace and address
 (:mod:`kanri.local.node.network`) and its volumes (:mod:`kanri.local.node.mounts`); each container process is
-started by :mod:`kanri.local.node.launcher` inside that namespace and a mount namespace of its own. The pod's
-namespace is removed when its last container has stopped.
+started by :mod:`kanri.local.node.launcher` inside that namespace, in a PID, mount, UTS and IPC namespace of its
+own, on a root of its own (:mod:`kanri.local.node.rootfs`) and in a cgroup of its own with the container's limits
+(:mod:`kanri.local.node.cgroups`). The pod's network namespace and cgroup are removed when its last container has
+stopped.
 
-Not here: init containers (ignored), resource limits.
+Not here: init containers (ignored).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from typing import IO, Any
 
 import structlog
 
+from kanri.local.node.cgroups import Cgroups, ContainerCgroup, container_limits
 from kanri.local.node.containers import (
     ContainerState,
     EnvError,
@@ -56,6 +59,7 @@ from kanri.local.node.mounts import Mount, PodVolumes, VolumeNotReady, container
 from kanri.local.node.network import PodNetwork
 from kanri.local.node.options import NodeOptions
 from kanri.local.node.probes import ContainerProber, ExecFn, subprocess_exec
+from kanri.local.node.rootfs import host_mountpoint, named_paths, root_layout
 from kanri.local.node.sandbox import Mountpoints, account_mounts, pod_file_mounts
 from kanri.local.node.sessions import record_session
 from kanri.runtime import ApiError, Cache, Client, Controller, ControllerOptions, EventRecorder, Request, Result
@@ -114,6 +118,24 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
         os.killpg(pid, sig)
 
 
+def _signal(pid: int, sig: signal.Signals) -> None:
+    """Signal a container: its shim (the launcher) passes the signal on to the container's init only, as a
+    runtime does — PID 1 ignores it unless it has a handler."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
+def _read_pid(fd: int) -> int | None:
+    """The container init's host pid, as the launcher reports it (None: it failed before forking)."""
+    try:
+        data = b""
+        while not data.endswith(b"\n") and (chunk := os.read(fd, 32)):
+            data += chunk
+        return int(data) if data.strip() else None
+    finally:
+        os.close(fd)
+
+
 class PodWorker:
     """Runs one pod's containers until the pod finishes or :meth:`terminate` is called."""
 
@@ -128,6 +150,10 @@ class PodWorker:
         containers = pod["spec"]["containers"]
         self.states = [ContainerState(c["name"], c.get("image", "")) for c in containers]
         self.processes: dict[str, asyncio.subprocess.Process] = {}
+        """Each running container's launcher (its shim), by container name."""
+        self.init_pids: dict[str, int] = {}
+        """Each running container's init (PID 1 inside), by host pid."""
+        self.cgroups: dict[str, ContainerCgroup | None] = {}
         self.stopping = asyncio.Event()
         self.grace = _grace_seconds(pod)
         self.task: asyncio.Task[None] | None = None
@@ -220,13 +246,25 @@ class PodWorker:
         self.grace = grace
         self.stopping.set()
         for process in self.processes.values():
-            _signal_group(process.pid, signal.SIGTERM)
+            _signal(process.pid, signal.SIGTERM)
 
     def kill_all(self) -> None:
-        """SIGKILL every container's process group now (node shutdown)."""
+        """Kill every process of every container now (node shutdown)."""
         self.stopping.set()
         self.grace = 0
-        for process in self.processes.values():
+        for name in list(self.processes):
+            self.kill(name)
+
+    def kill(self, name: str) -> None:
+        """End container ``name`` whole: every process in its cgroup (frozen first, so none forks away), then its
+        shim's process group (which also ends the init through its parent-death signal, should cgroups be
+        unavailable)."""
+        cgroup = self.cgroups.get(name)
+        if cgroup is not None:
+            with contextlib.suppress(OSError):
+                cgroup.kill()
+        process = self.processes.get(name)
+        if process is not None:
             _signal_group(process.pid, signal.SIGKILL)
 
     async def _sleep_unless_stopping(self, seconds: float) -> bool:
@@ -280,7 +318,7 @@ class PodWorker:
             argv = [expand(arg, env) for arg in command_line(container, entry)]
             started = datetime.now(UTC)
             try:
-                returncode = await self._run_process(container, state, argv, env, entry)
+                returncode, oom_killed = await self._run_process(container, state, argv, env, entry)
             except (OSError, VolumeNotReady) as exc:
                 state.kind, state.exit_code, state.reason = "terminated", 128, "StartError"
                 state.message = f"failed to start container process {argv[:1]}: {exc}"
@@ -288,7 +326,9 @@ class PodWorker:
                 await kubelet.events.warning(self.pod, "Failed", f"Error: {state.message}")
             else:
                 state.kind, state.exit_code = "terminated", exit_code(returncode)
-                state.reason, state.message = ("Completed" if returncode == 0 else "Error"), ""
+                # As the kubelet reports it: the kernel's OOM killer ended a process of the container.
+                reason = "OOMKilled" if oom_killed else ("Completed" if returncode == 0 else "Error")
+                state.reason, state.message = reason, ""
                 state.started_at, state.finished_at = now_iso(started), now_iso()
             code = state.exit_code or 0
             if self.stopping.is_set() or not should_restart(self.restart_policy, code):
@@ -320,9 +360,19 @@ class PodWorker:
         directory = pod_dir(self.kubelet.options.data_dir, self.namespace, self.name, self.uid)
         mounts = [*self.pod_mounts, *account_mounts(directory, container["name"], entry.users, uid, gid)]
         mounts += container_mounts(container, self.volumes)
+        # A new container's /tmp is empty, as a new container's writable layer is.
+        tmp = directory / "tmp" / container["name"]
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        tmp.chmod(0o1777)
+        words = [*argv, *env.values(), *entry.command, *entry.args, entry.working_dir or ""]
+        layout, bound = root_layout(tmp, named_paths(words))
         for index, mount in enumerate(mounts):
-            self._ensure_mountpoint(mount, mounts[:index])
+            self._ensure_mountpoint(mount, mounts[:index], bound)
+        self.kubelet.rootfs_dir.mkdir(parents=True, exist_ok=True)
         return {
+            "root": str(self.kubelet.rootfs_dir),
+            "layout": layout,
             "netns": self.netns,
             "hostname": self.hostname,
             "mounts": [m.as_json() for m in mounts],
@@ -334,9 +384,11 @@ class PodWorker:
             "env": dict(env),
         }
 
-    def _ensure_mountpoint(self, mount: Mount, earlier: list[Mount]) -> None:
+    def _ensure_mountpoint(self, mount: Mount, earlier: list[Mount], bound: list[str]) -> None:
         """Create a missing mountpoint where the container will look for it: inside an earlier mount that covers
-        it (a volume mounted inside another volume), else on the host (recorded, removed at node stop)."""
+        it (a volume mounted inside another volume), else on the host (recorded, removed at node stop) when the
+        container's root binds that part of the host read-only; anywhere else the launcher makes it in the
+        container's own root."""
         target, is_file = Path(mount.target), Path(mount.source).is_file()
         covering = [m for m in earlier if target.is_relative_to(m.target) and Path(m.source).is_dir()]
         if covering:
@@ -349,31 +401,52 @@ class PodWorker:
                 else:
                     inside.mkdir(parents=True)
             return
-        self.kubelet.mountpoints.ensure(target, is_file)
+        if host_mountpoint(str(target), bound):
+            self.kubelet.mountpoints.ensure(target, is_file)
 
     async def _run_process(
         self, container: Obj, state: ContainerState, argv: list[str], env: Mapping[str, str], entry: ImageEntry
-    ) -> int:
-        """Start the container's process, report it running, wait for it; SIGKILL after the grace period once
-        stopping. Returns the raw returncode (negative: killed by that signal)."""
+    ) -> tuple[int, bool]:
+        """Start the container, report it running, wait for it; once stopping, kill it whole after the grace
+        period. Returns the raw returncode (negative: killed by that signal) and whether the kernel's OOM killer
+        ended a process of it."""
         kubelet = self.kubelet
         path = log_path(kubelet.options.data_dir, self.namespace, self.name, self.uid, state.name, state.restart_count)
         path.parent.mkdir(parents=True, exist_ok=True)
         launch = await asyncio.to_thread(self.launch_spec, container, argv, env, entry)
+        cgroup = await asyncio.to_thread(kubelet.cgroups.container, self.uid, state.name, container_limits(container))
+        launch["cgroups"] = cgroup.paths() if cgroup is not None else []
         spec_path = path.parent / f"launch-{state.restart_count}.json"
         # The spec may hold secret env values: only root may read it, and the launcher deletes it at once.
         descriptor = os.open(spec_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(descriptor, "w") as f:
             json.dump(launch, f)
-        with path.open("ab") as output:
-            process = await _spawn([sys.executable, "-I", "-S", _LAUNCHER, str(spec_path)], output)
+        pid_read, pid_write = os.pipe()
+        try:
+            with path.open("ab") as output:
+                process = await _spawn(
+                    [sys.executable, "-I", "-S", _LAUNCHER, str(spec_path), str(pid_write)], output, pid_write
+                )
+        except BaseException:
+            os.close(pid_read)
+            if cgroup is not None:
+                await asyncio.to_thread(cgroup.remove)
+            raise
+        finally:
+            os.close(pid_write)
         record_session(kubelet.options.data_dir, process.pid)
         self.processes[state.name] = process
+        self.cgroups[state.name] = cgroup
+        init_pid = await asyncio.to_thread(_read_pid, pid_read)
+        if init_pid is not None:
+            self.init_pids[state.name] = init_pid
         state.kind, state.reason, state.message = "running", "", ""
         state.started_at, state.ever_started = now_iso(), True
         prober = self._prober(container, state, process, launch)
         kubelet.notify(self)
-        log.info("container started", pod=f"{self.namespace}/{self.name}", container=state.name, pid=process.pid)
+        log.info(
+            "container started", pod=f"{self.namespace}/{self.name}", container=state.name, pid=init_pid or process.pid
+        )
         await kubelet.events.normal(self.pod, "Started", f"Started container {state.name}")
         if prober is not None:
             prober.start()
@@ -382,22 +455,29 @@ class PodWorker:
             stop = asyncio.ensure_future(self.stopping.wait())
             await asyncio.wait({wait, stop}, return_when=asyncio.FIRST_COMPLETED)
             if not wait.done():
-                _signal_group(process.pid, signal.SIGTERM)  # again, for a process started as terminate() ran
+                _signal(process.pid, signal.SIGTERM)  # again, for a process started as terminate() ran
                 await kubelet.events.normal(self.pod, "Killing", f"Stopping container {state.name}")
                 try:
                     await asyncio.wait_for(asyncio.shield(wait), self.grace)
                 except TimeoutError:
-                    _signal_group(process.pid, signal.SIGKILL)
+                    self.kill(state.name)
             stop.cancel()
             returncode = await wait
         finally:
             if prober is not None:
                 await prober.stop()
             state.probe_ready = state.probe_started = True  # the next run starts its own probes
-            # Whatever the process left behind in its group dies with it, as in a container's pid namespace.
-            _signal_group(process.pid, signal.SIGKILL)
+            # Whatever is left of the container dies with its init, as in a container's PID namespace.
+            self.kill(state.name)
             self.processes.pop(state.name, None)
-        return returncode
+            self.init_pids.pop(state.name, None)
+            self.cgroups.pop(state.name, None)
+            oom_killed = False
+            if cgroup is not None:
+                oom_killed = cgroup.oom_kills() > 0
+                if not await asyncio.to_thread(cgroup.remove):
+                    log.warning("cgroup not removed", pod=f"{self.namespace}/{self.name}", cgroup=cgroup.paths())
+        return returncode, oom_killed
 
     def _prober(
         self, container: Obj, state: ContainerState, process: asyncio.subprocess.Process, launch: Obj
@@ -419,7 +499,12 @@ class PodWorker:
                 self.pod, "Killing", verdict.killing_message(state.name) if verdict else message
             )
             grace = verdict.grace_period_seconds if verdict and verdict.grace_period_seconds is not None else None
-            await _stop_process(process, self.grace if grace is None else float(grace))
+            _signal(process.pid, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(asyncio.shield(process.wait()), self.grace if grace is None else float(grace))
+            except TimeoutError:
+                if self.processes.get(state.name) is process:
+                    self.kill(state.name)
 
         async def event(kind: str, reason: str, message: str) -> None:
             await kubelet.events.event(self.pod, "Warning" if kind == "Warning" else "Normal", reason, message)
@@ -427,7 +512,7 @@ class PodWorker:
         prober = ContainerProber(
             container,
             self.pod_ip,
-            _exec_in_container(process.pid, launch),
+            _exec_in_container(self.init_pids.get(state.name, process.pid), launch),
             on_change=changed,
             on_restart=restart,
             on_event=event,
@@ -435,18 +520,11 @@ class PodWorker:
         return prober
 
 
-async def _stop_process(process: asyncio.subprocess.Process, grace: float) -> None:
-    """SIGTERM the container's process group, SIGKILL after ``grace`` seconds (a failed liveness probe)."""
-    _signal_group(process.pid, signal.SIGTERM)
-    try:
-        await asyncio.wait_for(asyncio.shield(process.wait()), grace)
-    except TimeoutError:
-        _signal_group(process.pid, signal.SIGKILL)
-
-
 def _exec_in_container(pid: int, launch: Obj) -> ExecFn:
-    """Exec probes run in the container's namespaces, as its user, in its working directory, with its env."""
-    prefix = [shutil.which("nsenter") or "nsenter", f"--target={pid}", "--net", "--mount", "--uts", "--wd"]
+    """Exec probes run in the container's namespaces (its PID namespace too: they die with it) and root, as its
+    user, in its working directory, with its env."""
+    nsenter = shutil.which("nsenter") or "nsenter"
+    prefix = [nsenter, f"--target={pid}", "--net", "--mount", "--uts", "--ipc", "--pid", "--root", "--wd"]
     if launch.get("uid") is not None:
         prefix += [f"--setuid={launch['uid']}", f"--setgid={launch['gid'] or 0}"]
     run = subprocess_exec(env=launch["env"])
@@ -457,7 +535,7 @@ def _exec_in_container(pid: int, launch: Obj) -> ExecFn:
     return exec_fn
 
 
-async def _spawn(argv: list[str], output: IO[bytes]) -> asyncio.subprocess.Process:
+async def _spawn(argv: list[str], output: IO[bytes], pid_fd: int) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         *argv,
         env={},
@@ -465,7 +543,8 @@ async def _spawn(argv: list[str], output: IO[bytes]) -> asyncio.subprocess.Proce
         stdin=asyncio.subprocess.DEVNULL,
         stdout=output,
         stderr=output,
-        start_new_session=True,  # its own session and process group: signals reach the whole tree
+        pass_fds=(pid_fd,),
+        start_new_session=True,  # its own session: `kanri local down` finds anything left by the session id
     )
 
 
@@ -479,6 +558,9 @@ class Kubelet:
         self.network = network
         """None: pods share the host's network (no pod IPs of their own)."""
         self.mountpoints = Mountpoints(options.data_dir)
+        self.cgroups = Cgroups(options.data_dir, options.name)
+        self.rootfs_dir = options.data_dir / "rootfs"
+        """An empty directory each container's launcher mounts its root's tmpfs on, in its own mount namespace."""
         self.images = ImageMap.load(options.image_map_file, options.images)
         self.events = EventRecorder(client, component="kubelet")
         self.workers: dict[str, PodWorker] = {}
@@ -560,7 +642,8 @@ class Kubelet:
         }
 
     async def release(self, worker: PodWorker) -> None:
-        """The pod's last process is gone: remove its network namespace."""
+        """The pod's last process is gone: remove its cgroup and network namespace."""
+        await asyncio.to_thread(self.cgroups.remove_pod, worker.uid)
         if self.network is not None:
             await self.network.detach(worker.uid)
 
@@ -670,9 +753,10 @@ class Kubelet:
     # --- shutdown ------------------------------------------------------------------------------------------------
 
     def kill_all(self) -> None:
-        """SIGKILL every container process group now. The pods' objects are left as they are."""
+        """Kill every container whole now. The pods' objects are left as they are."""
         for worker in self.workers.values():
             worker.kill_all()
+        self.cgroups.kill_all()  # also what a worker no longer tracks
 
     async def shutdown(self, grace: float = 0.0) -> None:
         """Stop every container — SIGTERM with up to ``grace`` seconds (PostgreSQL gets to shut down cleanly),
