@@ -18,6 +18,7 @@ import pytest_asyncio
 
 from kanri.local import Endpoint
 from kanri.local.node import LocalNode, NodeOptions
+from kanri.local.node.cgroups import leftover_cgroups
 from kanri.runtime import ApiError, Client, get_condition
 from kanri.runtime.kinds import EVENT, POD, SECRET
 from tests.local_node_support import running_node, with_test_network
@@ -56,6 +57,7 @@ async def node(control_plane: Endpoint, tmp_path: Path) -> AsyncIterator[LocalNo
         finally:
             pids = _container_pids(local)
     assert not [pid for pid in pids if _alive(pid)], "container processes outlived the node"
+    assert not leftover_cgroups(options.data_dir), "cgroups outlived the node"
 
 
 def _container_pids(node: LocalNode) -> list[int]:
@@ -312,3 +314,186 @@ async def test_stopping_the_node_leaves_no_process(client: Client, node: LocalNo
         return not [pid for pid in tree if _alive(pid)]
 
     await eventually(all_gone, timeout=10)
+
+
+# --- containers die whole, on a root of their own, within their limits (issue 11) ----------------------------------
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except FileNotFoundError:
+        return ""
+
+
+def _in_cgroup(node: LocalNode, namespace: str, name: str, command: str) -> list[int]:
+    """Host pids of the processes of the pod's ``main`` container whose command line is ``command``."""
+    for worker in node.kubelet.workers.values():
+        cgroup = worker.cgroups.get("main") if (worker.namespace, worker.name) == (namespace, name) else None
+        if cgroup is not None:
+            return [pid for pid in cgroup.pids() if _cmdline(pid) == command and _alive(pid)]
+    return []
+
+
+def _pid_inside(pid: int) -> int:
+    """The pid of host process ``pid`` in its own (innermost) PID namespace."""
+    return int(Path(f"/proc/{pid}/status").read_text().split("NSpid:")[1].split("\n")[0].split()[-1])
+
+
+@contextlib.contextmanager
+def etc_files(*names: str) -> Any:
+    """Files in the host's /etc ("host v1"), removed after."""
+    paths = [Path("/etc") / name for name in names]
+    for path in paths:
+        path.write_text("host v1\n")
+    try:
+        yield paths
+    finally:
+        for path in paths:
+            path.unlink(missing_ok=True)
+
+
+def _pod_cgroups(node: LocalNode, uid: str) -> list[Path]:
+    return [d / f"pod{uid}" for d in node.kubelet.cgroups.nodes.values() if (d / f"pod{uid}").exists()]
+
+
+async def test_a_daemonised_grandchild_dies_with_its_pod(client: Client, node: LocalNode, namespace: str) -> None:
+    # setsid: the grandchild leaves the container's session and process group; only its PID namespace and cgroup
+    # still hold it.
+    script = "setsid sh -c 'exec sleep 1001' & exec sleep 3600"
+    created = await client.create(POD, pod("daemon", namespace, node, image=SHELL, args=[script]))
+    await eventually(lambda: running(client, "daemon", namespace), timeout=30)
+    grandchild = await eventually(lambda: asyncio.sleep(0, _in_cgroup(node, namespace, "daemon", "sleep 1001")))
+    init = init_pid(node, namespace, "daemon")
+    assert init is not None
+    assert _pid_inside(init) == 1
+    await client.delete(POD, "daemon", namespace)
+
+    async def gone() -> bool:
+        try:
+            await client.get(POD, "daemon", namespace)
+        except ApiError as exc:
+            return exc.not_found
+        return False
+
+    await eventually(gone, timeout=30)
+    assert not [pid for pid in grandchild if _alive(pid)]
+    assert not _pod_cgroups(node, created["metadata"]["uid"])
+
+
+async def test_a_hung_container_killed_by_liveness_leaves_nothing(client: Client, node: LocalNode, namespace: str) -> (
+    None
+):  # fmt: skip
+    # The issue's reproduction: every process SIGSTOPped (a hung PostgreSQL), the liveness probe fails, the
+    # container is restarted — and no process of the old one may survive to hold its files.
+    with shared_dir() as work:
+        script = "setsid sh -c 'exec sleep 1002' & exec sleep 3600"
+        spec = pod("hung", namespace, node, image=SHELL, args=[script])
+        spec["spec"]["terminationGracePeriodSeconds"] = 1
+        spec["spec"]["containers"][0]["livenessProbe"] = {
+            "exec": {"command": ["/bin/sh", "-c", f"test ! -e {work}/hang"]},
+            "periodSeconds": 1,
+            "failureThreshold": 1,
+        }
+        await client.create(POD, with_host_dir(spec, work))
+        await eventually(lambda: running(client, "hung", namespace), timeout=30)
+        first = await eventually(lambda: asyncio.sleep(0, _in_cgroup(node, namespace, "hung", "sleep 1002")))
+        init = init_pid(node, namespace, "hung")
+        assert init is not None
+        for pid in [init, *first]:
+            os.kill(pid, signal.SIGSTOP)
+        (work / "hang").touch()
+        await eventually(lambda: _restarted(client, "hung", namespace), timeout=30)
+        (work / "hang").unlink()
+        await eventually(lambda: running(client, "hung", namespace, restarts=1), timeout=30)
+        assert not [pid for pid in [init, *first] if _alive(pid)]
+        second = await eventually(lambda: asyncio.sleep(0, _in_cgroup(node, namespace, "hung", "sleep 1002")))
+        assert set(second).isdisjoint(first)
+
+
+async def _restarted(client: Client, name: str, namespace: str) -> bool:
+    status = main_status(await client.get(POD, name, namespace))
+    return status is not None and status["restartCount"] >= 1
+
+
+async def test_an_exiting_init_takes_its_daemon_along(client: Client, node: LocalNode, namespace: str) -> None:
+    script = "setsid sh -c 'exec sleep 1003' & sleep 1; exit 1"
+    await client.create(POD, pod("exits", namespace, node, image=SHELL, args=[script]))
+    first = await eventually(lambda: asyncio.sleep(0, _in_cgroup(node, namespace, "exits", "sleep 1003")))
+    await eventually(lambda: _restarted(client, "exits", namespace), timeout=30)
+    await eventually(lambda: asyncio.sleep(0, not [pid for pid in first if _alive(pid)]), timeout=5)
+    status = main_status(await client.get(POD, "exits", namespace))
+    assert status is not None
+    assert status["lastState"]["terminated"]["exitCode"] == 1
+
+
+async def test_host_changes_to_etc_do_not_reach_a_running_container(
+    client: Client, node: LocalNode, namespace: str
+) -> None:
+    """The issue's apt-get: the host renames a new /etc/passwd into place. A file bound over a host /etc file (as
+    the pod's passwd was) lost its mount; a file the pod only reads from /etc changed under it."""
+    tag = secrets.token_hex(3)
+    with etc_files(f"kanri-test-own-{tag}", f"kanri-test-snapshot-{tag}") as (own, snapshot), shared_dir() as work:
+        (work / "own").write_text("pod\n")
+        (work / "own").chmod(0o644)
+        script = (
+            f"while :; do {{ echo $$$$; cat {own} {snapshot}; ls /work 2>&1; }} > {work}/seen.tmp; "
+            f"mv {work}/seen.tmp {work}/seen; sleep 0.2; done"
+        )
+        spec = with_host_dir(pod("etc", namespace, node, image=SHELL, args=[script]), work)
+        spec["spec"]["terminationGracePeriodSeconds"] = 1
+        spec["spec"]["volumes"].append({"name": "own", "hostPath": {"path": str(work / "own")}})
+        spec["spec"]["containers"][0]["volumeMounts"].append({"name": "own", "mountPath": str(own)})
+        await client.create(POD, spec)
+
+        async def seen() -> list[str] | None:
+            path = work / "seen"
+            return path.read_text().splitlines() if path.exists() else None
+
+        first = await eventually(seen, timeout=30)
+        assert first[:3] == ["1", "pod", "host v1"]  # the shell is PID 1
+        assert "No such file or directory" in first[3]  # this checkout's /work is not the container's
+        for path in (own, snapshot):
+            replacement = path.with_name(path.name + ".new")
+            replacement.write_text("host v2\n")
+            os.replace(replacement, path)
+        await asyncio.sleep(1.5)  # several rounds of the loop
+        after = await seen()
+        assert after is not None
+        assert after[:3] == ["1", "pod", "host v1"]
+
+
+async def test_memory_limit_is_enforced_and_an_oom_kill_reported(
+    client: Client, node: LocalNode, namespace: str
+) -> None:
+    allocate = "exec /usr/bin/python3 -c 'x = b\"x\" * (256 << 20)'"  # touches every page: they are charged
+    spec = pod("hungry", namespace, node, restart_policy="OnFailure", image=SHELL, args=[allocate])
+    spec["spec"]["containers"][0]["resources"] = {"limits": {"memory": "64Mi"}}
+    await client.create(POD, spec)
+    live = await eventually(lambda: _restarted(client, "hungry", namespace), timeout=30)
+    assert live
+    status = main_status(await client.get(POD, "hungry", namespace))
+    assert status is not None
+    terminated = status["lastState"]["terminated"]
+    assert (terminated["reason"], terminated["exitCode"]) == ("OOMKilled", 137)
+
+
+async def test_cpu_limit_is_a_cfs_quota(client: Client, node: LocalNode, namespace: str) -> None:
+    spec = pod("busy", namespace, node, image=SHELL, args=["while :; do :; done"])
+    spec["spec"]["terminationGracePeriodSeconds"] = 1
+    spec["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "200m"}}
+    await client.create(POD, spec)
+    await eventually(lambda: running(client, "busy", namespace), timeout=30)
+    worker = next(w for w in node.kubelet.workers.values() if (w.namespace, w.name) == (namespace, "busy"))
+    cgroup = worker.cgroups["main"]
+    assert cgroup is not None
+    cpu = cgroup.dirs["cpu"]
+    assert (cpu / "cpu.cfs_quota_us").read_text().strip() == "20000"
+    assert (cpu / "cpu.cfs_period_us").read_text().strip() == "100000"
+    await asyncio.sleep(0.5)
+    used, since = cgroup.cpu_usage_ns(), asyncio.get_running_loop().time()
+    await asyncio.sleep(3)
+    share = (cgroup.cpu_usage_ns() - used) / 1e9 / (asyncio.get_running_loop().time() - since)
+    assert 0.1 < share < 0.3, share  # a busy loop alone would use a whole CPU
+    throttled = dict(line.split() for line in (cpu / "cpu.stat").read_text().splitlines())
+    assert int(throttled["nr_throttled"]) > 0
