@@ -1,13 +1,13 @@
 """The files a container expects of its image and runtime, made per pod: ``/etc/hosts``, ``/etc/hostname``,
-``/etc/resolv.conf``,
-``/etc/passwd`` and ``/etc/group`` — plus the mountpoints the host lacks. ``/tmp`` stays the host's: the programs
-standing for images may live there (a checkout in ``/tmp``), and hiding it would hide them.
+``/etc/resolv.conf``, ``/etc/passwd`` and ``/etc/group`` — plus the mountpoints the host lacks.
 
-There is no image filesystem on the local node: containers see the host's, with their volumes bind-mounted in a
-mount namespace of their own. A mount needs an existing mountpoint, so a missing one (``/etc/kanri/app``, say) is
-created on the host and written to a list; :class:`Mountpoints` removes them again, deepest first and only while
-empty, when the node stops. ``/etc/passwd`` and ``/etc/group`` get the image's users (the image map's ``users``)
-and an entry for a ``runAsUser`` the host does not know — programs such as ``initdb`` look their user up.
+There is no image filesystem on the local node: a container's root is assembled from the host's
+(:mod:`kanri.local.node.rootfs`), with these files and its volumes bind-mounted over it. A mount needs an existing
+mountpoint; the launcher makes a missing one in the container's own root, but one inside a directory the root binds
+read-only from the host (``/var/lib/postgresql/data``, say) is created on the host and written to a list;
+:class:`Mountpoints` removes them again, deepest first and only while empty, when the node stops. ``/etc/passwd``
+and ``/etc/group`` get the image's users (the image map's ``users``) and an entry for a ``runAsUser`` the host does
+not know — programs such as ``initdb`` look their user up.
 """
 
 from __future__ import annotations

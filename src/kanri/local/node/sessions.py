@@ -1,6 +1,7 @@
-"""Container sessions: every container process leads a session of its own (the kubelet starts it with
-``start_new_session``), and whatever it starts inherits that session. The node records each session id so that
-``kanri local down`` can prove no container process outlived the node, even after a crash."""
+"""Container sessions: every container's launcher (its shim) leads a session of its own (the kubelet starts it
+with ``start_new_session``), and the container's processes inherit that session unless they ``setsid`` (their PID
+namespace and cgroup still end them). The node records each session id so that ``kanri local down`` can prove no
+container process outlived the node, even after a crash."""
 
 from __future__ import annotations
 
