@@ -13,18 +13,9 @@ from dataclasses import dataclass
 
 import structlog
 
+from kanri.contract.problems import MAX_MESSAGE, REASONS
+
 log = structlog.get_logger("kanri.instance.problems")
-
-REASONS = (
-    "InvalidSecret",
-    "InvalidParameter",
-    "InvalidConfig",
-    "DataDirectoryLost",
-    "SystemIdentifierMismatch",
-    "DataVersionMismatch",
-)
-
-MAX_MESSAGE = 300
 
 
 def one_line(text: str) -> str:

@@ -14,6 +14,8 @@ from typing import Any, Protocol
 import aiohttp
 import structlog
 
+from kanri.contract.problems import MAX_MESSAGE, REASONS
+
 __all__ = [
     "PROBLEM_REASONS",
     "HttpInstanceClient",
@@ -27,17 +29,10 @@ __all__ = [
 log = structlog.get_logger("kanri.postgres.instances")
 
 
-PROBLEM_REASONS = (
-    "InvalidSecret",
-    "InvalidParameter",
-    "InvalidConfig",
-    "DataDirectoryLost",
-    "SystemIdentifierMismatch",
-    "DataVersionMismatch",
-)
-"""The reasons an instance may report a problem with; anything else is read as ``InstanceProblem``."""
-
-_MAX_TEXT = 300  # the instance manager keeps messages to one line of this length; a longer one is cut
+PROBLEM_REASONS = REASONS
+"""The reasons an instance may report a problem with (kanri.contract.problems); anything else is read as
+``InstanceProblem``."""
+_MAX_TEXT = MAX_MESSAGE  # the instance manager keeps messages to one line of this length; a longer one is cut
 
 
 @dataclass(frozen=True)

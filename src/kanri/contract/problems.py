@@ -1,0 +1,21 @@
+"""The problems an instance manager reports in ``GET /status`` (``problems``), as the operator reads them.
+
+Each is ``{"reason", "message", "secret"?, "key"?, "parameter"?}``: one of :data:`REASONS`, a one-line message of at
+most :data:`MAX_MESSAGE` characters that never holds a Secret's or a file's content. The operator turns each reason
+into a condition of its own (an unknown reason is read as ``InstanceProblem``).
+"""
+
+from __future__ import annotations
+
+__all__ = ["MAX_MESSAGE", "REASONS"]
+
+REASONS: tuple[str, ...] = (
+    "InvalidSecret",
+    "InvalidParameter",
+    "InvalidConfig",
+    "DataDirectoryLost",
+    "SystemIdentifierMismatch",
+    "DataVersionMismatch",
+)
+
+MAX_MESSAGE = 300
