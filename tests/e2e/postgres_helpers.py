@@ -128,3 +128,11 @@ async def gone(client: Client, namespace: str, name: str) -> bool:
     except ApiError as exc:
         return exc.not_found
     return False
+
+
+async def ready_with_row(client: Client, namespace: str, name: str, replicas: int, value: int = 1) -> None:
+    """Wait until the cluster is Ready with ``replicas`` instances, write row ``value`` through ``-rw`` and see it on
+    every instance."""
+    await eventually(lambda: ready(client, namespace, name, replicas), timeout=180, interval=1)
+    await write_row(client, namespace, name, value)
+    await eventually(lambda: every_instance_has(client, namespace, name, [value]), timeout=60, interval=1)

@@ -24,6 +24,7 @@ from tests.e2e.postgres_helpers import (
     pod_ips,
     pods_of,
     ready,
+    ready_with_row,
     rows_on,
     setting_everywhere,
     write_row,
@@ -71,9 +72,7 @@ async def test_a_synchronous_cluster_bootstraps_and_commits(
     spec = {"replication": {"mode": "Sync", "syncStandbys": 1}}
     await client.create(POSTGRES_CLUSTER, cluster("ledger", namespace, 2, **spec))
     async with operator.running(refresh=2.0):
-        await eventually(lambda: ready(client, namespace, "ledger", 2), timeout=180, interval=1)
-        await write_row(client, namespace, "ledger", 1)  # a commit needs the standby's confirmation
-        await eventually(lambda: every_instance_has(client, namespace, "ledger", [1]), timeout=60, interval=1)
+        await ready_with_row(client, namespace, "ledger", 2)  # a commit needs the standby's confirmation
         assert await setting_everywhere(client, namespace, "ledger", "synchronous_commit", "on")
 
 
@@ -83,9 +82,7 @@ async def test_a_lie_in_status_never_removes_the_primary_on_scale_down(
     # Finding 5: hibernate, point status.currentPrimary at the replica, scale to 1 -> the real primary was deleted.
     await client.create(POSTGRES_CLUSTER, cluster("shelf", namespace, 2))
     async with operator.running(refresh=2.0):
-        await eventually(lambda: ready(client, namespace, "shelf", 2), timeout=180, interval=1)
-        await write_row(client, namespace, "shelf", 1)
-        await eventually(lambda: every_instance_has(client, namespace, "shelf", [1]), timeout=60, interval=1)
+        await ready_with_row(client, namespace, "shelf", 2)
         primary = await primary_of(client, namespace, "shelf")
         replica = next(n for n in await names(client, STATEFUL_SET, namespace, "shelf") if n != primary)
 
@@ -107,9 +104,7 @@ async def test_a_lost_replica_volume_is_recloned_and_a_lost_primary_volume_is_ne
     # Finding 6: a deleted claim (then pod) got a new claim and initdb; the table was gone and status said Ready.
     await client.create(POSTGRES_CLUSTER, cluster("vault", namespace, 2))
     async with operator.running(refresh=2.0):
-        await eventually(lambda: ready(client, namespace, "vault", 2), timeout=180, interval=1)
-        await write_row(client, namespace, "vault", 1)
-        await eventually(lambda: every_instance_has(client, namespace, "vault", [1]), timeout=60, interval=1)
+        await ready_with_row(client, namespace, "vault", 2)
         await eventually(lambda: _status_field(client, namespace, "vault", "systemIdentifier"), timeout=30)
         primary = await primary_of(client, namespace, "vault")
         replica = next(n for n in await names(client, STATEFUL_SET, namespace, "vault") if n != primary)

@@ -74,6 +74,15 @@ def problems(status: dict[str, Any], reason: str) -> list[dict[str, Any]]:
     return [p for p in status["problems"] if p["reason"] == reason]
 
 
+async def app_logs_in(instance: Instance) -> bool:
+    """The application role logs in over TCP with the password the workspace holds now."""
+    try:
+        await instance.query("SELECT 1", role="app", dbname="orders")
+    except psycopg.OperationalError:
+        return False
+    return True
+
+
 def write_secret(ws: Workspace, name: str, key: str, raw: bytes) -> None:
     path = ws.secret_dir(name) / key
     path.write_bytes(raw)
@@ -203,14 +212,7 @@ async def test_a_blocked_role_statement_neither_shows_its_verifier_nor_holds_up_
         assert await blocked()  # still blocked while the change applied
         await holder.execute("ROLLBACK")
 
-    async def rotated() -> bool:
-        try:
-            await primary.query("SELECT 1", role="app", dbname="orders")
-        except psycopg.OperationalError:
-            return False
-        return True
-
-    await eventually(rotated, timeout=30)
+    await eventually(lambda: app_logs_in(primary), timeout=30)
 
 
 async def test_a_lost_data_directory_of_an_initialised_cluster_is_cloned_never_initdb(
@@ -323,14 +325,7 @@ async def test_user_parameters_do_not_stop_the_manager_or_record_its_verifiers(
     fresh.passwords["app"] = "rotated-under-pg-stat-statements"
     write_secret(fresh, "app", "password", fresh.passwords["app"].encode())
 
-    async def rotated() -> bool:
-        try:
-            await primary.query("SELECT 1", role="app", dbname="orders")
-        except psycopg.OperationalError:
-            return False
-        return True
-
-    await eventually(rotated, timeout=30)
+    await eventually(lambda: app_logs_in(primary), timeout=30)
     statements = await primary.query("SELECT query FROM public.pg_stat_statements")
     assert statements  # it records
     assert not [q for (q,) in statements if "SCRAM-SHA-256$" in q or "PASSWORD" in q.upper()]
