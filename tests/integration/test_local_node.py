@@ -145,7 +145,7 @@ async def test_a_pod_is_bound_to_the_node(client: Client, node: LocalNode, names
     scheduled = condition(await client.get(POD, "plain", namespace), "PodScheduled")
     assert scheduled is not None
     assert scheduled["status"] == "True"
-    assert await eventually(lambda: events_for(client, namespace, "plain", "Scheduled"), timeout=10)
+    assert await eventually(lambda: some_events(client, namespace, "plain", "Scheduled"), timeout=10)
 
 
 async def test_a_pod_with_an_unmatched_node_selector_waits_until_the_node_is_labelled(
@@ -154,7 +154,7 @@ async def test_a_pod_with_an_unmatched_node_selector_waits_until_the_node_is_lab
     await client.create(POD, pod("picky", namespace, nodeSelector={"example.kanri.dev/disk": "ssd"}))
     message = await eventually(lambda: unschedulable(client, "picky", namespace), timeout=30)
     assert message == "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
-    events = await eventually(lambda: events_for(client, namespace, "picky", "FailedScheduling"), timeout=10)
+    events = await eventually(lambda: some_events(client, namespace, "picky", "FailedScheduling"), timeout=10)
     # One Event per distinct reason; an earlier one may name a transient taint, the last says this.
     assert events[-1]["type"] == "Warning"
     assert message in [e["message"] for e in events]
@@ -281,7 +281,7 @@ async def test_a_larger_request_shows_up_in_the_claim_capacity(
 
     current = await eventually(grown, timeout=30)
     # The controller-manager's expand controller left it to us, as it does for any external resizer.
-    (handed_over,) = await eventually(lambda: events_for(client, namespace, "growing", "ExternalExpanding"), timeout=10)
+    (handed_over,) = await eventually(lambda: some_events(client, namespace, "growing", "ExternalExpanding"), timeout=10)
     assert handed_over["message"] == "waiting for an external controller to expand this PVC"
     assert current["status"]["allocatedResources"] == {"storage": "3Gi"}
     assert not current["status"].get("allocatedResourceStatuses")
