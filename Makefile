@@ -6,9 +6,20 @@ VENV := .venv
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup up down test lint typecheck unit integration controlplane bench
+.PHONY: setup system up down test lint typecheck unit integration controlplane bench
 
-setup: $(VENV)/.installed controlplane
+setup: system $(VENV)/.installed controlplane
+
+# Debian packages the local cluster uses: nft (kube-proxy's nftables mode, the node chaos verbs' partition rules).
+# Installed only when missing, so a set-up machine needs no network and no apt lock.
+SYSTEM_PACKAGES := nftables
+system:
+	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages: $$missing"; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null || \
+		{ apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null; }; \
+	fi
 
 # Reinstall only when the declared dependencies change.
 $(VENV)/.installed: pyproject.toml
