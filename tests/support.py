@@ -13,15 +13,31 @@ from kubernetes_asyncio.client.exceptions import ApiException
 T = TypeVar("T")
 
 
+class NotYet(TimeoutError):
+    """``eventually`` gave up; the message shows what the check last returned."""
+
+
+def _done(value: object) -> bool:
+    # An empty list/dict/str means "nothing yet" just as None does: a check listing Events that are not there yet
+    # must keep polling, not hand the caller an empty list (CI once failed on exactly that race).
+    if value is None or value is False:
+        return False
+    return not (isinstance(value, (list, tuple, dict, set, str, bytes)) and len(value) == 0)
+
+
 async def eventually(check: Callable[[], Awaitable[T | None]], *, timeout: float = 60.0, interval: float = 0.2) -> T:
-    """Poll ``check`` until it returns something other than None/False; fail with the last value after ``timeout``."""
+    """Poll ``check`` until it returns something other than None, False or an empty collection; after ``timeout``
+    raise :class:`NotYet` (a TimeoutError) naming the last value."""
     last: T | None = None
-    async with asyncio.timeout(timeout):
-        while True:
-            last = await check()
-            if last is not None and last is not False:
-                return last
-            await asyncio.sleep(interval)
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                last = await check()
+                if _done(last):
+                    return last  # type: ignore[return-value]
+                await asyncio.sleep(interval)
+    except TimeoutError:
+        raise NotYet(f"still not done after {timeout} s; the check last returned {last!r:.2000}") from None
 
 
 async def is_gone(read: Callable[[], Awaitable[object]]) -> bool:
