@@ -281,7 +281,9 @@ async def test_a_larger_request_shows_up_in_the_claim_capacity(
 
     current = await eventually(grown, timeout=30)
     # The controller-manager's expand controller left it to us, as it does for any external resizer.
-    (handed_over,) = await eventually(lambda: some_events(client, namespace, "growing", "ExternalExpanding"), timeout=10)
+    (handed_over,) = await eventually(
+        lambda: some_events(client, namespace, "growing", "ExternalExpanding"), timeout=10
+    )
     assert handed_over["message"] == "waiting for an external controller to expand this PVC"
     assert current["status"]["allocatedResources"] == {"storage": "3Gi"}
     assert not current["status"].get("allocatedResourceStatuses")
