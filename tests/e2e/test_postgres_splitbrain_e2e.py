@@ -100,7 +100,7 @@ async def test_a_replica_promoted_by_hand_is_fenced_and_rw_keeps_only_the_record
         rogue = sorted(name.removesuffix("-0") for name in ips if not name.startswith(f"{primary}-"))[0]
         other = next(name.removesuffix("-0") for name in ips if name.removesuffix("-0") not in (primary, rogue))
         primary_ip, rogue_ip, other_ip = ips[f"{primary}-0"], ips[f"{rogue}-0"], ips[f"{other}-0"]
-        assert await rw_ready_addresses(client, namespace) == [primary_ip]
+        await eventually(lambda: _is(rw_ready_addresses(client, namespace), [primary_ip]), timeout=30, interval=0.5)
 
         # -rw must never route to two instances: sampled from the promotion until the rogue is fenced
         seen: list[list[str]] = []
