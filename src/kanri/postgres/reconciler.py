@@ -583,6 +583,9 @@ class ClusterPass:
         """Split brain: each primary but the kept one is labelled ``fenced`` (neither ``-rw`` nor ``-ro`` selects
         it), then asked to stop PostgreSQL and keep it stopped. Both are repeated each pass until it reports fenced;
         a refusal is logged (the label holds the routing meanwhile)."""
+        for held in verdict.held:
+            log.warning("an instance reports primary while the recorded primary does not answer; not routed to it "
+                        "until both report", cluster=self.name, namespace=self.namespace, instance=held)  # fmt: skip
         if not verdict.split or verdict.kept is None:
             return
         token = secret_value(self.cache.get(SECRET, names.api_secret(self.name), self.namespace), "token")
@@ -593,12 +596,15 @@ class ClusterPass:
             if pod is None:
                 continue
             name = pod["metadata"]["name"]
-            if (pod["metadata"].get("labels") or {}).get(ROLE) != FENCED:
+            labels = pod["metadata"].get("labels") or {}
+            if labels.get(ROLE) != FENCED:
                 try:
                     await self.client.patch(POD, name, {"metadata": {"labels": {ROLE: FENCED}}}, self.namespace)
                 except ApiError as exc:
                     if not exc.not_found:
                         self.rejected(POD, name, exc)
+                else:  # label_pods later this pass reads this, not the cache's older copy (no second patch)
+                    pods[rogue.name] = {**pod, "metadata": {**pod["metadata"], "labels": {**labels, ROLE: FENCED}}}
             address = (pod.get("status") or {}).get("podIP")
             if token is None or not address:
                 continue
