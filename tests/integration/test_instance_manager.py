@@ -232,6 +232,11 @@ class Instance:
         async with aiohttp.ClientSession() as http, http.post(self.url + path, headers=headers) as response:
             return response.status, await response.json()
 
+    async def post_json(self, path: str, token: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        headers = {"Authorization": f"Bearer {token}"}
+        async with aiohttp.ClientSession() as http, http.post(self.url + path, headers=headers, json=body) as response:
+            return response.status, await response.json()
+
     async def alive(self) -> bool:
         """/healthz answers 200."""
         try:
@@ -660,6 +665,70 @@ async def _no_config_errors(instance: Instance) -> bool:
 
 async def _no_last_error(instance: Instance) -> bool:
     return (await instance.status())["lastError"] is None
+
+
+async def test_fence_stops_postgres_keeps_it_stopped_across_a_manager_restart_and_unfence_starts_it(
+    workspace: Workspace, primary: Instance, replica: Instance
+) -> None:
+    marker = replica.pgdata.parent / "kanri-fenced"
+    assert (await replica.post("/fence", None))[0] == 401
+    assert (await replica.post("/fence", "not-the-token"))[0] == 401
+    assert not marker.exists()
+
+    code, body = await replica.post_json("/fence", workspace.token, {"reason": "split brain: orders-1 is kept"})
+    assert code == 200, body
+    assert (body["fenced"], body["already"], body["stopped"], body["reason"]) == (
+        True, False, True, "split brain: orders-1 is kept")  # fmt: skip
+    # on the volume, outside PGDATA: a clone (pg_basebackup copies PGDATA) never inherits it
+    assert marker.is_file()
+    assert not any(path.name.startswith("kanri-fenced") for path in replica.pgdata.rglob("*"))
+    with pytest.raises(psycopg.OperationalError):
+        await replica.connect()
+    await _assert_fenced(replica)
+    # idempotent: the first record stays
+    again = await replica.post_json("/fence", workspace.token, {"reason": "another reason"})
+    assert again == (200, {**body, "already": True, "stopped": False})
+    for action in ("/restart", "/promote"):
+        code, refused = await replica.post(action, workspace.token)
+        assert code == 409, (action, refused)
+        assert "fenced" in refused["error"]
+
+    # a restarted manager (a new pod on the same volume) comes back fenced and never starts PostgreSQL
+    assert await replica.stop() == 0
+    waiting = "postgres kept stopped: the instance is fenced"
+    kept_stopped = [e["event"] for e in replica.log_events()].count(waiting)
+    await replica.start(primary_port=primary.pg_port)
+
+    async def supervisor_waits() -> bool:
+        return [e["event"] for e in replica.log_events()].count(waiting) > kept_stopped
+
+    await eventually(supervisor_waits, timeout=30)
+    await _assert_fenced(replica)
+    assert not [p for p, argv in all_argv().items() if argv.startswith(str(PG_BIN / "postgres")) and
+                str(replica.pgdata) in argv]  # fmt: skip
+
+    # unfence: the supervisor starts PostgreSQL again, the replica streams and has the rows
+    code, body = await replica.post("/unfence", workspace.token)
+    assert (code, body) == (200, {"fenced": False, "lifted": True})
+    assert not marker.exists()
+    await replica.wait_ready()
+    status = await replica.status()
+    assert (status["fenced"], status["role"], status["running"]) == (False, "replica", True)
+    assert not [p for p in status["problems"] if p["reason"] == "Fenced"]
+    assert (42,) in await replica.query("SELECT id FROM items", role="app", dbname="orders")
+    assert (await replica.post("/unfence", workspace.token)) == (200, {"fenced": False, "lifted": False})
+
+
+async def _assert_fenced(instance: Instance) -> None:
+    code, ready = await instance.get("/readyz")
+    assert (code, ready["ready"]) == (503, False)
+    assert ready["reason"] == "fenced: split brain: orders-1 is kept"
+    status = await instance.status()
+    assert (status["fenced"], status["running"], status["ready"]) == (True, False, False)
+    assert status["fenceReason"] == "split brain: orders-1 is kept"
+    fenced = [p for p in status["problems"] if p["reason"] == "Fenced"]
+    assert len(fenced) == 1, status["problems"]
+    assert "kept stopped until POST /unfence" in fenced[0]["message"]
 
 
 async def test_a_data_volume_with_foreign_content_is_refused(workspace: Workspace) -> None:

@@ -17,6 +17,7 @@ class FakeBackend:
         self.reason: str | None = "bootstrapping (replica)"
         self.token: str | None = "t0ken"
         self.promotions = 0
+        self.fences: list[dict[str, Any]] = []
 
     async def status(self) -> dict[str, Any]:
         return {"name": "orders-2", "role": "replica"}
@@ -32,6 +33,13 @@ class FakeBackend:
 
     async def restart(self) -> dict[str, Any]:
         return {"restarted": True, "pendingRestart": False}
+
+    async def fence(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.fences.append(body)
+        return {"fenced": True, "reason": body.get("reason")}
+
+    async def unfence(self, body: dict[str, Any]) -> dict[str, Any]:
+        return {"fenced": False, "lifted": bool(self.fences)}
 
     def api_token(self) -> str | None:
         return self.token
@@ -65,11 +73,12 @@ async def test_actions_without_the_bearer_token_are_401(
 ) -> None:
     client, backend = api
     headers = {} if header is None else {"Authorization": header}
-    for path in ("/promote", "/restart"):
+    for path in ("/promote", "/restart", "/fence", "/unfence"):
         response = await client.post(path, headers=headers)
         assert response.status == 401
         assert "error" in await response.json()
     assert backend.promotions == 0
+    assert backend.fences == []
 
 
 @pytest.mark.timeout(10)
@@ -91,3 +100,23 @@ async def test_an_action_error_becomes_its_status_with_a_json_reason(
     assert (second.status, await second.json()) == (409, {"error": "this instance is already a primary"})
     restart = await client.post("/restart", headers=auth)
     assert (restart.status, await restart.json()) == (200, {"restarted": True, "pendingRestart": False})
+
+
+@pytest.mark.timeout(10)
+async def test_fence_passes_its_json_body_and_refuses_anything_but_an_object(
+    api: tuple[TestClient[Any, Any], FakeBackend],
+) -> None:
+    client, backend = api
+    auth = {"Authorization": "Bearer t0ken"}
+    fenced = await client.post("/fence", headers=auth, json={"reason": "split brain"})
+    assert (fenced.status, await fenced.json()) == (200, {"fenced": True, "reason": "split brain"})
+    assert (await client.post("/fence", headers=auth)).status == 200  # no body: {}
+    assert backend.fences == [{"reason": "split brain"}, {}]
+    for bad in (b"[1]", b"not json", b'"text"'):
+        response = await client.post("/fence", headers=auth, data=bad)
+        assert (response.status, await response.json()) == (400, {"error": "the body must be a JSON object"})
+    too_big = await client.post("/fence", headers=auth, json={"reason": "x" * 5000})
+    assert too_big.status == 413
+    assert len(backend.fences) == 2
+    lifted = await client.post("/unfence", headers=auth)
+    assert (lifted.status, await lifted.json()) == (200, {"fenced": False, "lifted": True})

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kanri.postgres.instances import InstanceReport
-from kanri.postgres.primary import choose_primary, gate_removals, removal_blocker, reported_primary
+from kanri.postgres.primary import choose_primary, gate_removals, removal_blocker
 from kanri.postgres.topology import plan_instances
 
 INSTANCES = ["db-1", "db-2", "db-3"]
@@ -16,22 +16,15 @@ def report(name: str, role: str = "replica", timeline: int | None = 1, **extra: 
 
 
 def test_a_reported_primary_beats_the_claims_status_and_bootstrap_choice() -> None:
-    reports = {"db-1": report("db-1", "primary"), "db-2": report("db-2")}
-    assert choose_primary(INSTANCES, reports, recorded="db-3", status="db-2", bootstrapping="db-2") == "db-1"
+    assert choose_primary(INSTANCES, "db-1", recorded="db-3", status="db-2", bootstrapping="db-2") == "db-1"
 
 
 def test_without_reports_the_claims_record_beats_status() -> None:
     # A lie in status (db-2) while the instances are stopped: the last primary seen in reports stands.
-    assert choose_primary(INSTANCES, {}, recorded="db-1", status="db-2", bootstrapping=None) == "db-1"
-    assert choose_primary(INSTANCES, {}, recorded=None, status="db-2", bootstrapping="db-3") == "db-2"
-    assert choose_primary(INSTANCES, {}, recorded=None, status="gone-9", bootstrapping="db-3") == "db-3"
-    assert choose_primary(INSTANCES, {}, recorded=None, status=None, bootstrapping=None) is None
-
-
-def test_of_two_reported_primaries_the_highest_timeline_wins() -> None:
-    reports = {"db-1": report("db-1", "primary", 2), "db-3": report("db-3", "primary", 3)}
-    assert reported_primary(reports) == "db-3"
-    assert reported_primary({"db-2": report("db-2")}) is None
+    assert choose_primary(INSTANCES, None, recorded="db-1", status="db-2", bootstrapping=None) == "db-1"
+    assert choose_primary(INSTANCES, None, recorded=None, status="db-2", bootstrapping="db-3") == "db-2"
+    assert choose_primary(INSTANCES, None, recorded=None, status="gone-9", bootstrapping="db-3") == "db-3"
+    assert choose_primary(INSTANCES, None, recorded=None, status=None, bootstrapping=None) is None
 
 
 def test_a_replica_is_removable_only_behind_exactly_one_reporting_primary() -> None:
@@ -40,6 +33,8 @@ def test_a_replica_is_removable_only_behind_exactly_one_reporting_primary() -> N
     assert removal_blocker("db-2", {"db-1": primary, "db-2": report("db-2", timeline=1)}) is None
     assert "has not reported" in str(removal_blocker("db-2", {"db-1": primary}))
     assert "reports itself primary" in str(removal_blocker("db-1", {"db-1": primary, "db-2": report("db-2")}))
+    fenced = {"db-1": primary, "db-2": report("db-2", "fenced")}
+    assert "reports itself fenced" in str(removal_blocker("db-2", fenced))  # a fenced instance holds divergent data
     assert "no instance reports" in str(removal_blocker("db-2", {"db-2": report("db-2")}))
     two = {"db-1": primary, "db-3": report("db-3", "primary", 2), "db-2": report("db-2")}
     assert "several" in str(removal_blocker("db-2", two))
@@ -60,7 +55,7 @@ def test_a_waiting_removal_keeps_the_instance_and_says_why() -> None:
     assert waiting == {"db-1": "db-1 has not reported its role"}
     # Awake, the instances report: the primary is db-1, db-2 is the proven replica and goes.
     reports = {"db-1": report("db-1", "primary"), "db-2": report("db-2")}
-    plan = plan_instances("db", 1, ["db-1", "db-2"], choose_primary(["db-1", "db-2"], reports, recorded=None,
+    plan = plan_instances("db", 1, ["db-1", "db-2"], choose_primary(["db-1", "db-2"], "db-1", recorded=None,
                                                                      status="db-2", bootstrapping=None))  # fmt: skip
     gated, waiting = gate_removals(plan, reports)
     assert (gated.instances, gated.removed, waiting) == (["db-1"], ["db-2"], {})

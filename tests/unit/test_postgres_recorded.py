@@ -32,7 +32,7 @@ def test_a_reporting_primary_is_marked_and_the_old_mark_removed() -> None:
     claims = {"db-1": claim("db-1", **{LAST_PRIMARY: "true", TIMELINE: "1"}), "db-2": claim("db-2")}
     reports = {"db-1": report("db-1", data_version=16, system_identifier=SYSID),
                "db-2": report("db-2", "primary", timeline=2, data_version=16, system_identifier=SYSID)}  # fmt: skip
-    patches = annotation_patches(claims, reports)
+    patches = annotation_patches(claims, reports, "db-2")
     assert patches == {
         "db-1": {"metadata": {"annotations": {PG_MAJOR: "16", SYSTEM_IDENTIFIER: SYSID, LAST_PRIMARY: None,
                                               TIMELINE: None}}},
@@ -43,14 +43,22 @@ def test_a_reporting_primary_is_marked_and_the_old_mark_removed() -> None:
 
 def test_up_to_date_records_need_no_write_and_no_report_moves_no_mark() -> None:
     claims = {"db-1": claim("db-1", **{LAST_PRIMARY: "true", TIMELINE: "2", PG_MAJOR: "16"}), "db-2": claim("db-2")}
-    assert annotation_patches(claims, {"db-1": report("db-1", "primary", timeline=2, data_version=16)}) == {}
-    assert annotation_patches(claims, {}) == {}  # stopped instances: the last knowledge stays
-    assert annotation_patches(claims, {"db-2": report("db-2")}) == {}
+    assert annotation_patches(claims, {"db-1": report("db-1", "primary", timeline=2, data_version=16)}, "db-1") == {}
+    assert annotation_patches(claims, {}, None) == {}  # stopped instances: the last knowledge stays
+    assert annotation_patches(claims, {"db-2": report("db-2")}, None) == {}
+    # the mark moves only to the confirmed primary, and only when it reports itself primary
+    assert annotation_patches(claims, {"db-2": report("db-2")}, "db-2") == {}
+
+
+def test_a_second_primary_never_takes_the_mark_whatever_its_timeline() -> None:
+    claims = {"db-1": claim("db-1", **{LAST_PRIMARY: "true", TIMELINE: "1"}), "db-2": claim("db-2")}
+    reports = {"db-1": report("db-1", "primary", timeline=1), "db-2": report("db-2", "primary", timeline=2)}
+    assert annotation_patches(claims, reports, "db-1") == {}
 
 
 def test_a_claim_being_deleted_is_not_written() -> None:
     deleting = {"metadata": {"name": "db-1", "deletionTimestamp": "2026-05-01T12:00:00Z"}}
-    assert annotation_patches({"db-1": deleting}, {"db-1": report("db-1", "primary", data_version=15)}) == {}
+    assert annotation_patches({"db-1": deleting}, {"db-1": report("db-1", "primary", data_version=15)}, "db-1") == {}
 
 
 def test_records_are_read_back() -> None:

@@ -16,6 +16,8 @@ REASONS: tuple[str, ...] = (
     "DataDirectoryLost",
     "SystemIdentifierMismatch",
     "DataVersionMismatch",
+    "Fenced",
 )
+"""``Fenced``: the instance holds a fence marker (``POST /fence``): PostgreSQL stays stopped until ``POST /unfence``."""
 
 MAX_MESSAGE = 300

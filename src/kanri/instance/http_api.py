@@ -1,13 +1,15 @@
 """The HTTP API the operator (and the kubelet's probes) talk to.
 
-``GET /status``, ``GET /readyz``, ``GET /healthz`` are open (no secret is ever in them); ``POST /promote`` and
-``POST /restart`` need ``Authorization: Bearer <token>`` with the token from ``KANRI_API_TOKEN_FILE`` (read on every
-request, so a rotated Secret takes effect without a restart). Errors are JSON: ``{"error": "..."}``.
+``GET /status``, ``GET /readyz``, ``GET /healthz`` are open (no secret is ever in them); ``POST /promote``,
+``POST /restart``, ``POST /fence`` and ``POST /unfence`` need ``Authorization: Bearer <token>`` with the token from
+``KANRI_API_TOKEN_FILE`` (read on every request, so a rotated Secret takes effect without a restart). An action's
+body is empty or a JSON object (``/fence`` reads ``reason``). Errors are JSON: ``{"error": "..."}``.
 """
 
 from __future__ import annotations
 
 import hmac
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -39,11 +41,35 @@ class Backend(Protocol):
 
     async def restart(self) -> dict[str, Any]: ...
 
+    async def fence(self, body: dict[str, Any]) -> dict[str, Any]: ...
+
+    async def unfence(self, body: dict[str, Any]) -> dict[str, Any]: ...
+
     def api_token(self) -> str | None: ...
+
+
+MAX_BODY = 4096
+"""An action's body is a few fields at most."""
 
 
 def _error(status: int, reason: str) -> web.Response:
     return web.json_response({"error": reason}, status=status)
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    """The action's JSON object body ({} when empty); ActionError 400 for anything else."""
+    raw = await request.content.read(MAX_BODY + 1)
+    if len(raw) > MAX_BODY:
+        raise ActionError(413, f"the body may hold at most {MAX_BODY} bytes")
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, ValueError):
+        raise ActionError(400, "the body must be a JSON object") from None
+    if not isinstance(body, dict):
+        raise ActionError(400, "the body must be a JSON object")
+    return body
 
 
 def build_app(backend: Backend) -> web.Application:
@@ -56,14 +82,14 @@ def build_app(backend: Backend) -> web.Application:
             return False
         return hmac.compare_digest(header.removeprefix("Bearer ").strip().encode(), token.encode())
 
-    def action(run: Callable[[], Awaitable[dict[str, Any]]], name: str) -> Handler:
+    def action(run: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]], name: str) -> Handler:
         async def handler(request: web.Request) -> web.StreamResponse:
             if not authorized(request):
                 log.warning("refused unauthorized request", action=name, peer=request.remote)
                 return _error(401, "a valid bearer token is required")
             log.info("action requested", action=name, peer=request.remote)
             try:
-                return web.json_response(await run())
+                return web.json_response(await run(await _body(request)))
             except ActionError as exc:
                 log.warning("action refused", action=name, status=exc.status, reason=exc.reason)
                 return _error(exc.status, exc.reason)
@@ -89,6 +115,8 @@ def build_app(backend: Backend) -> web.Application:
     app.router.add_get("/status", status)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/healthz", healthz)
-    app.router.add_post("/promote", action(backend.promote, "promote"))
-    app.router.add_post("/restart", action(backend.restart, "restart"))
+    app.router.add_post("/promote", action(lambda _: backend.promote(), "promote"))
+    app.router.add_post("/restart", action(lambda _: backend.restart(), "restart"))
+    app.router.add_post("/fence", action(backend.fence, "fence"))
+    app.router.add_post("/unfence", action(backend.unfence, "unfence"))
     return app

@@ -1,7 +1,8 @@
 """The instance manager: prepare the data directory, run PostgreSQL, keep it configured, answer the operator.
 
 Four activities share one lifecycle lock (nothing starts, stops or promotes PostgreSQL concurrently): the supervisor
-(start; restart with back-off after an unexpected exit), the config loop (every ``config_interval``: config file and
+(start; restart with back-off after an unexpected exit; nothing while fenced, see :mod:`kanri.instance.fence`), the
+config loop (every ``config_interval``: config file and
 Secrets → checked → files → reload), the upkeep loop (roles and slots on a primary) and the HTTP handlers' actions.
 The config loop and the upkeep loop are separate tasks, so a statement blocked in one (a lock, a synchronous-commit
 wait) never keeps a config change from applying. Nothing is started that is not proven to start: parameters are
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
+from datetime import UTC, datetime
 from typing import Any, get_args
 
 import psycopg
@@ -34,6 +36,7 @@ from kanri.instance.conf_check import Choice, ConfChecker, choose
 from kanri.instance.config import ClusterConfig, Credentials, Settings
 from kanri.instance.credentials import Checked, Purpose, check_credentials, check_token
 from kanri.instance.db import connect, fetch_one
+from kanri.instance.fence import FenceRecord, lift, marker_path, read_fence, write_fence
 from kanri.instance.http_api import ActionError, build_app
 from kanri.instance.identity import binary_version, data_version, start_problems
 from kanri.instance.postgres_process import PostgresProcess
@@ -45,6 +48,9 @@ log = structlog.get_logger("kanri.instance")
 
 MAX_BACKOFF = 30.0
 """Longest wait before restarting a PostgreSQL that keeps dying."""
+
+MAX_REASON = 200
+"""Longest fence reason kept (it is shown in /readyz, /status and the operator's status)."""
 
 STABLE_RUN = 60.0
 """A PostgreSQL that ran this long before dying is restarted after the shortest back-off again."""
@@ -75,6 +81,8 @@ class InstanceManager:
         self._choice_key: tuple[str, bytes] | None = None
         self._pending: list[str] = []
         self._binary_version: int | None = None
+        self.fence_path = marker_path(settings.pgdata)
+        self._unfenced = asyncio.Event()  # set while no fence marker holds PostgreSQL stopped
 
     # ---- process life -------------------------------------------------------------------------------------------
 
@@ -120,6 +128,7 @@ class InstanceManager:
         self._binary_version = await binary_version(self.settings.binary("postgres"))
         self._read_config()
         self._read_secrets()
+        self._check_fence()  # before anything starts PostgreSQL: a fenced instance must never serve again by itself
         discard_partial(self.settings)
         if not has_data(self.settings.pgdata):
             await self._bootstrap()
@@ -175,20 +184,31 @@ class InstanceManager:
         return await self.pg.start()
 
     async def _supervise(self) -> None:
-        """Start PostgreSQL; whenever it exits without being asked to, start it again after a growing pause."""
-        async with self._lock:
-            proc = await self._start()
+        """Start PostgreSQL; whenever it exits without being asked to, start it again after a growing pause. While the
+        instance is fenced it stays stopped; it starts again once the fence is lifted."""
         delay = 1.0
+        proc: asyncio.subprocess.Process | None = None
         while True:
+            if not self._unfenced.is_set():
+                log.warning("postgres kept stopped: the instance is fenced", marker=str(self.fence_path))
+                await self._unfenced.wait()
+                await self._wait_startable()
+            async with self._lock:
+                if self._shutting_down:
+                    return
+                if self._check_fence() is not None:
+                    continue  # fenced meanwhile (or the marker was put there by hand): wait for the fence to lift
+                if self.pg.process is not None and self.pg.process is not proc:
+                    proc = self.pg.process  # started on purpose (POST /restart)
+                else:
+                    proc = await self._start()
             started = time.monotonic()
             code = await proc.wait()
             async with self._lock:
                 if self._shutting_down:
                     return
-                if self.pg.process is not proc:  # restarted on purpose (POST /restart)
-                    assert self.pg.process is not None
-                    proc = self.pg.process
-                    continue
+                if self.pg.process is not proc or self._check_fence() is not None:
+                    continue  # restarted on purpose (POST /restart), or stopped on purpose (POST /fence)
                 self.restart_count += 1
                 delay = 1.0 if time.monotonic() - started > STABLE_RUN else delay
                 self._record_error("postgres", f"postgres exited unexpectedly with code {code}")
@@ -196,12 +216,6 @@ class InstanceManager:
             await asyncio.sleep(delay)
             delay = min(delay * 2, MAX_BACKOFF)
             await self._wait_startable()
-            async with self._lock:
-                if self.pg.process is not proc and self.pg.running:
-                    assert self.pg.process is not None
-                    proc = self.pg.process
-                    continue
-                proc = await self._start()
 
     # ---- problems -----------------------------------------------------------------------------------------------
 
@@ -230,6 +244,28 @@ class InstanceManager:
                 self._record_error(source, problems[-1].message)
             else:
                 self._clear_error(source)
+
+    # ---- fence --------------------------------------------------------------------------------------------------
+
+    @property
+    def fenced(self) -> FenceRecord | None:
+        """The fence in force (read from the volume: the marker is the truth, not memory)."""
+        return read_fence(self.fence_path)
+
+    def _check_fence(self) -> FenceRecord | None:
+        """Read the marker and bring the supervisor's gate and the ``Fenced`` problem in line with it."""
+        record = self.fenced
+        if record is None:
+            self._unfenced.set()
+            self._report("fence", [])
+        else:
+            self._unfenced.clear()
+            since = f" since {record.since}" if record.since else ""
+            self._report(
+                "fence",
+                [Problem("Fenced", f"fenced{since}: {record.reason}; PostgreSQL is kept stopped until POST /unfence")],
+            )
+        return record
 
     # ---- configuration ------------------------------------------------------------------------------------------
 
@@ -355,10 +391,14 @@ class InstanceManager:
 
     async def _sync(self) -> None:
         """One pass: config and Secrets → checked → files → reload; pending-restart report."""
+        fenced = self._check_fence() is not None  # a marker removed or put there by hand is seen within a pass
         config_changed = self._read_config()
         if self._read_secrets():
             self._roles_ok = False
         async with self._lock:
+            if fenced and self.pg.running and self._check_fence() is not None:
+                log.warning("fence marker found: stopping postgres", marker=str(self.fence_path))
+                await self.pg.stop()
             files_changed = await self._write_files()
             process = self.pg.process
             if not self.pg.running:
@@ -431,6 +471,8 @@ class InstanceManager:
     async def _not_ready(self, conn: psycopg.AsyncConnection[DictRow] | None) -> str | None:
         if self._shutting_down:
             return "shutting down"
+        if (fence := self.fenced) is not None:
+            return f"fenced: {fence.reason}"
         if not self._data_ready:
             return f"bootstrapping ({self.settings.bootstrap})"
         if identity := self.problems.get("identity"):
@@ -478,7 +520,10 @@ class InstanceManager:
             "dataVersion": data_version(self.settings.pgdata),
             "binaryVersion": self._binary_version,
             "problems": [p.as_json() for p in self.problems.all()],
+            "fenced": False,
         }
+        if (fence := self.fenced) is not None:
+            result.update(fenced=True, fencedSince=fence.since or None, fenceReason=fence.reason)
         if not self._data_ready:
             result["role"] = self.settings.bootstrap
         conn = await self._try_connect()
@@ -495,6 +540,7 @@ class InstanceManager:
     async def promote(self) -> dict[str, Any]:
         """``POST /promote``: pg_promote, wait for the end of recovery, switch the files to the primary's."""
         async with self._lock:
+            self._refuse_if_fenced("promote")
             conn = await self._action_connection()
             async with conn:
                 if not (await fetch_one(conn, "SELECT pg_is_in_recovery() AS r"))["r"]:
@@ -519,6 +565,7 @@ class InstanceManager:
         Refused (409) unless the data directory may be started and PostgreSQL accepts the configuration it would
         read: a restart into a file that does not load is an outage on a lone primary."""
         async with self._lock:
+            self._refuse_if_fenced("restart")
             if self._shutting_down or not self._data_ready or self.pg.process is None:
                 raise ActionError(503, "postgres is not running yet")
             if problems := start_problems(self.settings.pgdata, self.config, self._binary_version):
@@ -543,6 +590,44 @@ class InstanceManager:
             pending = await fetch_one(conn, "SELECT EXISTS (SELECT 1 FROM pg_settings WHERE pending_restart) AS p")
         log.info("postgres restarted on request")
         return {"restarted": True, "pendingRestart": pending["p"]}
+
+    def _refuse_if_fenced(self, action: str) -> None:
+        if (fence := self.fenced) is not None:
+            raise ActionError(409, f"refusing to {action}: the instance is fenced ({fence.reason}); unfence it first")
+
+    async def fence(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``POST /fence``: put the marker on the volume, then stop PostgreSQL (fast shutdown) and keep it stopped.
+
+        The marker comes first, so a manager killed halfway comes back fenced. Idempotent: fencing a fenced instance
+        keeps the first record and answers the same. Shielded: the operator's request may time out while PostgreSQL
+        shuts down; the shutdown goes on regardless."""
+        reason = one_line(str(body.get("reason") or "fenced on request")[:MAX_REASON])
+        return await asyncio.shield(self._fence(reason))
+
+    async def _fence(self, reason: str) -> dict[str, Any]:
+        async with self._lock:
+            if self._shutting_down:
+                raise ActionError(503, "shutting down")
+            record = self.fenced
+            already = record is not None
+            if record is None:
+                record = write_fence(self.fence_path, reason, datetime.now(UTC))
+                log.warning("fenced: PostgreSQL stops and stays stopped", reason=reason, marker=str(self.fence_path))
+            self._check_fence()
+            stopped = self.pg.running  # this call stops it (a fenced instance's PostgreSQL is not running)
+            await self.pg.stop()
+        return {"fenced": True, "since": record.since, "reason": record.reason, "already": already,
+                "stopped": stopped}  # fmt: skip
+
+    async def unfence(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``POST /unfence``: remove the marker; the supervisor starts PostgreSQL again (with whatever data it has —
+        the operator's rejoin decides whether that data may serve)."""
+        async with self._lock:
+            removed = lift(self.fence_path)
+            self._check_fence()
+        if removed:
+            log.warning("fence lifted: PostgreSQL starts again")
+        return {"fenced": False, "lifted": removed}
 
     async def _action_connection(self) -> psycopg.AsyncConnection[DictRow]:
         if self._shutting_down:

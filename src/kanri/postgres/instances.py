@@ -1,4 +1,5 @@
-"""Talking to the instance managers: ``GET /status``, ``POST /restart``, ``POST /promote`` on port 8008.
+"""Talking to the instance managers: ``GET /status``, ``POST /restart``, ``POST /promote``, ``POST /fence`` on port
+8008.
 
 The instance's state is not a Kubernetes object, so the controller cannot watch it: the reconciler asks every
 instance on each pass (all at once, with a short timeout) and requeues itself periodically. :class:`InstanceClient`
@@ -27,6 +28,7 @@ __all__ = [
 ]
 
 log = structlog.get_logger("kanri.postgres.instances")
+FENCE_TIMEOUT = 20.0
 
 
 PROBLEM_REASONS = REASONS
@@ -55,7 +57,8 @@ class InstanceReport:
 
     name: str
     role: str
-    """``primary`` or ``replica``."""
+    """``primary`` or ``replica`` as reported (PostgreSQL in recovery or not); the reconciler reads a fenced instance
+    as ``fenced`` (``splitbrain.routed``)."""
     ready: bool
     running: bool
     timeline: int | None = None
@@ -74,6 +77,8 @@ class InstanceReport:
     binary_version: int | None = None
     """The major of the PostgreSQL binaries the pod runs."""
     problems: tuple[InstanceProblem, ...] = ()
+    fenced: bool = False
+    """The instance holds a fence marker: its PostgreSQL is kept stopped (``POST /fence``)."""
 
 
 def _int(value: Any) -> int | None:
@@ -145,6 +150,7 @@ def parse_report(body: Any) -> InstanceReport | None:
         data_version=_int(body.get("dataVersion")),
         binary_version=_int(body.get("binaryVersion")),
         problems=_problems(body.get("problems")),
+        fenced=body.get("fenced") is True,
     )
 
 
@@ -161,6 +167,10 @@ class InstanceClient(Protocol):
 
     async def promote(self, address: str, token: str) -> bool:
         """Ask a replica to promote itself; True when it accepted."""
+        ...
+
+    async def fence(self, address: str, token: str, reason: str) -> bool:
+        """Ask the instance to stop PostgreSQL and keep it stopped; True once it is fenced."""
         ...
 
 
@@ -199,10 +209,13 @@ class HttpInstanceClient:
             log.debug("instance status unavailable", address=address, error=type(exc).__name__)
             return None
 
-    async def _post(self, address: str, path: str, token: str) -> bool:
+    async def _post(
+        self, address: str, path: str, token: str, body: dict[str, Any] | None = None, timeout: float | None = None
+    ) -> bool:
         headers = {"Authorization": f"Bearer {token}"}
+        extra: dict[str, Any] = {} if timeout is None else {"timeout": aiohttp.ClientTimeout(total=timeout)}
         try:
-            async with self._http().post(self._url(address, path), headers=headers) as response:
+            async with self._http().post(self._url(address, path), headers=headers, json=body, **extra) as response:
                 return 200 <= response.status < 300
         except (aiohttp.ClientError, TimeoutError) as exc:
             log.info("instance request failed", address=address, path=path, error=type(exc).__name__)
@@ -213,6 +226,11 @@ class HttpInstanceClient:
 
     async def promote(self, address: str, token: str) -> bool:
         return await self._post(address, "/promote", token)
+
+    async def fence(self, address: str, token: str, reason: str) -> bool:
+        # PostgreSQL's fast shutdown takes a checkpoint: allow it longer than a status read (the marker is written
+        # first, and the instance finishes the shutdown even if this request gives up).
+        return await self._post(address, "/fence", token, {"reason": reason}, timeout=FENCE_TIMEOUT)
 
 
 async def gather_reports(client: InstanceClient, addresses: dict[str, str]) -> dict[str, InstanceReport]:

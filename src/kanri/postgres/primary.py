@@ -3,9 +3,10 @@
 ``status.currentPrimary`` is only what the operator last wrote — and anyone who may edit the status can rewrite it.
 Deleting an instance's volume on the strength of it once deleted the real primary's data. So:
 
-- the primary is the instance that *reports* itself primary (the highest timeline wins if two do); before anyone
-  reports, the claim annotated ``kanri.dev/last-primary`` (written from an earlier report, it survives an operator
-  restart and a recreated cluster), then status, then an instance already told to bootstrap as primary;
+- the primary is the instance that *reports* itself primary — with several (split brain), the one the operator
+  recorded, never the highest timeline (``splitbrain.py`` decides, and fences the others); before anyone reports,
+  the claim annotated ``kanri.dev/last-primary`` (written from an earlier report, it survives an operator restart and
+  a recreated cluster), then status, then an instance already told to bootstrap as primary;
 - a replica is removed only when, in the same pass, it reported role replica and exactly one other instance
   reported primary on a timeline at least as high as its own. Anything else (no report, a stopped or hibernated
   cluster, two primaries, a replica ahead of the primary) makes the removal wait, with the reason in status.
@@ -19,26 +20,21 @@ from dataclasses import replace
 from kanri.postgres.instances import InstanceReport
 from kanri.postgres.topology import InstancePlan
 
-__all__ = ["choose_primary", "gate_removals", "removal_blocker", "reported_primary"]
-
-
-def reported_primary(reports: Mapping[str, InstanceReport]) -> str | None:
-    """The instance reporting role primary; with several, the one on the highest timeline (then the first name)."""
-    primaries = sorted((-(r.timeline or 0), name) for name, r in reports.items() if r.role == "primary")
-    return primaries[0][1] if primaries else None
+__all__ = ["choose_primary", "gate_removals", "removal_blocker"]
 
 
 def choose_primary(
     instances: Sequence[str],
-    reports: Mapping[str, InstanceReport],
+    reported: str | None,
     *,
     recorded: str | None,
     status: str | None,
     bootstrapping: str | None,
 ) -> str | None:
-    """The primary among ``instances`` (those with a volume or a StatefulSet): reports first, then what the claims
-    recorded, then status, then the bootstrap primary; None when none of them names an existing instance."""
-    for candidate in (reported_primary(reports), recorded, status, bootstrapping):
+    """The primary among ``instances`` (those with a volume or a StatefulSet): the reported one
+    (``splitbrain.decide``'s verdict) first, then what the claims recorded, then status, then the bootstrap primary;
+    None when none of them names an existing instance."""
+    for candidate in (reported, recorded, status, bootstrapping):
         if candidate is not None and candidate in instances:
             return candidate
     return None
@@ -50,7 +46,7 @@ def removal_blocker(instance: str, reports: Mapping[str, InstanceReport]) -> str
     if own is None:
         return f"{instance} has not reported its role"
     if own.role != "replica":
-        return f"{instance} reports itself primary"
+        return f"{instance} reports itself {own.role}"
     primaries = [name for name, r in reports.items() if r.role == "primary"]
     if not primaries:
         return "no instance reports itself primary"

@@ -6,6 +6,9 @@ value from a Secret.
 
 | reason | found by | the user does |
 |---|---|---|
+| ``SplitBrain`` | the operator: two instances reported primary; the one not recorded was fenced | recover the fenced
+instance (docs/postgres-operator.md, "Split brain") |
+| ``Fenced`` | an instance: it holds a fence marker and keeps PostgreSQL stopped | see SplitBrain |
 | ``DataDirectoryLost`` | an instance: its volume is empty, the cluster has data | replica: nothing (it re-clones);
 a lone primary: restore a backup into a new cluster |
 | ``SystemIdentifierMismatch`` | an instance: its data belongs to another cluster | replace the volume |
@@ -49,6 +52,8 @@ Obj = dict[str, Any]
 _MAX_SERVER_MESSAGE = 500
 
 SEVERITY = (
+    "SplitBrain",
+    "Fenced",
     "DataDirectoryLost",
     "SystemIdentifierMismatch",
     "DataVersionMismatch",

@@ -28,7 +28,7 @@ from kanri.postgres.deletion import FINALIZER, cleanup
 from kanri.postgres.diff import is_subset
 from kanri.postgres.instances import InstanceClient, InstanceReport, gather_reports
 from kanri.postgres.kinds import POSTGRES_CLUSTER
-from kanri.postgres.labels import CLUSTER, PRIMARY, REPLICA, ROLE
+from kanri.postgres.labels import CLUSTER, FENCED, PRIMARY, REPLICA, ROLE
 from kanri.postgres.metrics import PostgresMetrics
 from kanri.postgres.primary import choose_primary, gate_removals
 from kanri.postgres.problems import (
@@ -49,6 +49,7 @@ from kanri.postgres.recorded import (
 )
 from kanri.postgres.restarts import next_restart
 from kanri.postgres.secrets import desired_secrets, secret_value
+from kanri.postgres.splitbrain import HELP, Verdict, decide, fenced_names, next_record, routed, split_brain_problem
 from kanri.postgres.status import Observation, compute_status, condition_flipped, status_patch
 from kanri.postgres.storage import StoragePlan, plan_storage
 from kanri.postgres.sync import ensure
@@ -214,8 +215,15 @@ class ClusterPass:
         # Observe first: which instance is primary, and what the data is, come from the instances themselves.
         reports, pods = await self.observe()
         claims = self.claims()
-        plan = self.plan(reports, claims)
-        await self.record(claims, reports)
+        existing = self.existing_instances()
+        verdict = decide(reports, recorded=recorded_primary(claims.values()),
+                         status=self.status.get("currentPrimary"), instances=existing)  # fmt: skip
+        # A second primary is fenced before anything else this pass: routing first, then its PostgreSQL stopped.
+        await self.fence_rogues(verdict, pods)
+        reports = routed(reports, verdict)  # from here on a fenced instance is never read as a primary
+        split_brain = next_record(self.status.get("splitBrain"), verdict, reports, existing, datetime.now(UTC))
+        plan = self.plan(verdict.primary, claims)
+        await self.record(claims, reports, plan.primary)
         system_identifier = self.system_identifier(claims, plan, reports)
         recorded = recorded_major(claims, plan.primary)
         major = running_major(recorded, reports, self.status.get("postgresMajor"), self.spec.version)
@@ -226,9 +234,11 @@ class ClusterPass:
         await self.budgets(plan)
         storage = await self.storage(plan)
         self.check_storage_class(plan)
-        await self.label_pods(plan, reports, pods)
+        await self.label_pods(plan, reports, pods, fenced_names(split_brain))
         restarting = await self.restart(plan, reports)
         self.check_secrets()
+        if (split := split_brain_problem(split_brain)) is not None:
+            self.problems.append(split)
         known = {p.subject for p in self.problems if p.subject is not None}
         self.problems.extend(report_problems(reports, known=known))
         approved = self.spec.upgrade.approved_version if self.spec.upgrade else None
@@ -238,7 +248,7 @@ class ClusterPass:
                                   waiting_to_roll=tuple(self.waiting_to_roll), problems=tuple(self.problems),
                                   removal_waiting=removal_waiting, major=major,
                                   upgrade=upgrade_verdict(major, self.spec.version, approved),
-                                  system_identifier=system_identifier)  # fmt: skip
+                                  system_identifier=system_identifier, split_brain=split_brain)  # fmt: skip
         await self.report(observation)
         return Result(requeue_after=_RETRY_BLOCKED if self.blocked else self.r.refresh)
 
@@ -327,9 +337,9 @@ class ClusterPass:
         found = self.cache.list(PVC, self.namespace, {CLUSTER: self.name})
         return {c["metadata"]["name"]: c for c in found if names.instance_number(self.name, c["metadata"]["name"])}
 
-    def plan(self, reports: dict[str, InstanceReport], claims: dict[str, Obj]) -> InstancePlan:
+    def plan(self, reported: str | None, claims: dict[str, Obj]) -> InstancePlan:
         existing = self.existing_instances()
-        primary = choose_primary(existing, reports, recorded=recorded_primary(claims.values()),
+        primary = choose_primary(existing, reported, recorded=recorded_primary(claims.values()),
                                  status=self.status.get("currentPrimary"),
                                  bootstrapping=self.bootstrapping_primary())  # fmt: skip
         return plan_instances(self.name, self.spec.replicas, existing, primary)
@@ -343,9 +353,9 @@ class ClusterPass:
                 return str(sts["metadata"]["name"])
         return None
 
-    async def record(self, claims: dict[str, Obj], reports: dict[str, InstanceReport]) -> None:
+    async def record(self, claims: dict[str, Obj], reports: dict[str, InstanceReport], primary: str | None) -> None:
         """What the reports say about the data (last primary, major, system identifier), onto the claims."""
-        for name, patch in annotation_patches(claims, reports).items():
+        for name, patch in annotation_patches(claims, reports, primary).items():
             await self.write(PVC, name, self.client.patch(PVC, name, patch, self.namespace))
 
     def system_identifier(
@@ -539,18 +549,23 @@ class ClusterPass:
         # An address can be reused by another pod: trust a report only from the instance it names.
         return {name: report for name, report in reports.items() if report.name == name}, pods
 
-    async def label_pods(self, plan: InstancePlan, reports: dict[str, InstanceReport], pods: dict[str, Obj]) -> None:
+    async def label_pods(
+        self, plan: InstancePlan, reports: dict[str, InstanceReport], pods: dict[str, Obj], fenced: set[str]
+    ) -> None:
         """``kanri.dev/role`` on each pod, from the role its instance reports, so the Services route right.
 
         Before an instance reports, a pod without the label gets its expected role (the primary the plan chose,
         replicas otherwise): replicas clone from ``-rw``, so the bootstrap primary must be behind it first. A label
-        is never flipped without a report saying so.
+        is never flipped without a report saying so — except to ``fenced`` for an instance the split-brain record
+        keeps fenced (a recreated pod of it must not be routed to before it reports).
         """
         for instance, pod in pods.items():
             labels = pod["metadata"].get("labels") or {}
             report = reports.get(instance)
             if report is not None:
                 wanted = report.role
+            elif instance in fenced:
+                wanted = FENCED
             elif ROLE in labels:
                 continue
             else:
@@ -563,6 +578,39 @@ class ClusterPass:
             except ApiError as exc:
                 if not exc.not_found:
                     self.rejected(POD, name, exc)
+
+    async def fence_rogues(self, verdict: Verdict, pods: dict[str, Obj]) -> None:
+        """Split brain: each primary but the kept one is labelled ``fenced`` (neither ``-rw`` nor ``-ro`` selects
+        it), then asked to stop PostgreSQL and keep it stopped. Both are repeated each pass until it reports fenced;
+        a refusal is logged (the label holds the routing meanwhile)."""
+        for held in verdict.held:
+            log.warning("an instance reports primary while the recorded primary does not answer; not routed to it "
+                        "until both report", cluster=self.name, namespace=self.namespace, instance=held)  # fmt: skip
+        if not verdict.split or verdict.kept is None:
+            return
+        token = secret_value(self.cache.get(SECRET, names.api_secret(self.name), self.namespace), "token")
+        for rogue in verdict.fence:
+            log.warning("split brain: fencing a second primary", cluster=self.name, namespace=self.namespace,
+                        kept=verdict.kept.describe(), fenced=rogue.describe(), kept_by=verdict.kept_by)  # fmt: skip
+            pod = pods.get(rogue.name)
+            if pod is None:
+                continue
+            name = pod["metadata"]["name"]
+            labels = pod["metadata"].get("labels") or {}
+            if labels.get(ROLE) != FENCED:
+                try:
+                    await self.client.patch(POD, name, {"metadata": {"labels": {ROLE: FENCED}}}, self.namespace)
+                except ApiError as exc:
+                    if not exc.not_found:
+                        self.rejected(POD, name, exc)
+                else:  # label_pods later this pass reads this, not the cache's older copy (no second patch)
+                    pods[rogue.name] = {**pod, "metadata": {**pod["metadata"], "labels": {**labels, ROLE: FENCED}}}
+            address = (pod.get("status") or {}).get("podIP")
+            if token is None or not address:
+                continue
+            reason = f"split brain: {verdict.kept.name} is the primary; {HELP}"
+            if not await self.r.instances.fence(address, token, reason):
+                log.warning("fencing refused or unanswered; retried next pass", instance=rogue.name)
 
     async def restart(self, plan: InstancePlan, reports: dict[str, InstanceReport]) -> str | None:
         """Restart one instance whose parameters need it (replicas first, the primary last)."""

@@ -79,13 +79,15 @@ def recorded_system_identifier(claims: Mapping[str, Obj], primary: str | None) -
     return None
 
 
-def annotation_patches(claims: Mapping[str, Obj], reports: Mapping[str, InstanceReport]) -> dict[str, Obj]:
+def annotation_patches(
+    claims: Mapping[str, Obj], reports: Mapping[str, InstanceReport], primary: str | None
+) -> dict[str, Obj]:
     """Claim name -> merge patch of its annotations, for the claims whose record differs from the reports.
 
-    The last-primary mark moves only when an instance reports primary this pass (without a report, the old mark is
-    the best knowledge there is)."""
-    primaries = [name for name, r in reports.items() if r.role == "primary"]
-    primary = max(primaries, key=lambda n: reports[n].timeline or 0) if primaries else None
+    The last-primary mark moves only to ``primary``, the instance confirmed primary this pass (``splitbrain.decide``:
+    never a second primary, whatever its timeline); without one, the old mark is the best knowledge there is."""
+    if primary is not None and (primary not in reports or reports[primary].role != "primary"):
+        primary = None
     patches: dict[str, Obj] = {}
     for name, claim in claims.items():
         if claim.get("metadata", {}).get("deletionTimestamp"):

@@ -9,7 +9,8 @@ Conditions (``Ready``, ``Progressing``, ``Degraded``, ``StorageResizing``, ``Maj
 | Progressing | True | ``Provisioning``, ``Scaling``, ``ScaleDownWaiting``, ``ResizingStorage``, ``RollingUpdate``,
 ``RestartingInstances``, ``WaitingForInstances`` |
 | Progressing | False | ``Converged``, ``Hibernated`` |
-| Degraded | True | a problem's reason (``kanri.postgres.problems.SEVERITY``, most serious first: ``DataDirectoryLost``,
+| Degraded | True | a problem's reason (``kanri.postgres.problems.SEVERITY``, most serious first: ``SplitBrain``,
+``Fenced``, ``DataDirectoryLost``,
 ``SystemIdentifierMismatch``, ``DataVersionMismatch``, ``VolumeLost``, ``ChildRejected``, ``ChildConflict``,
 ``StorageClassNotFound``, ``InvalidSecret``, ``OwnerMismatch``, ``InvalidParameter``, ``InvalidConfig``,
 ``InstanceProblem``), else ``InstanceErrors``, ``ReplicasNotReady`` (the primary serves, a replica does not) |
@@ -31,7 +32,9 @@ from datetime import datetime
 from typing import Any
 
 from kanri.postgres.instances import InstanceReport
+from kanri.postgres.labels import FENCED
 from kanri.postgres.problems import Problem, ordered
+from kanri.postgres.splitbrain import fenced_names
 from kanri.postgres.storage import StoragePlan
 from kanri.postgres.topology import InstancePlan
 from kanri.postgres.versions import UpgradeVerdict
@@ -42,7 +45,7 @@ __all__ = ["MANAGED_FIELDS", "Observation", "compute_status", "condition_flipped
 Obj = dict[str, Any]
 _MIB = 1 << 20
 MANAGED_FIELDS = ("phase", "conditions", "observedGeneration", "currentPrimary", "timeline", "instances",
-                  "readyReplicas", "postgresMajor", "systemIdentifier")  # fmt: skip
+                  "readyReplicas", "postgresMajor", "systemIdentifier", "splitBrain")  # fmt: skip
 """The status fields this reconciler writes (others, such as ``backup``, belong to other steps)."""
 
 
@@ -73,11 +76,18 @@ class Observation:
     upgrade: UpgradeVerdict | None = None
     system_identifier: str | None = None
     """The cluster's system identifier, once a primary reported it."""
+    split_brain: Obj | None = None
+    """``status.splitBrain`` (``splitbrain.next_record``): kept while a fenced instance is unresolved."""
 
 
 def _instance(name: str, obs: Observation, primary: str | None) -> Obj:
     report = obs.reports.get(name)
-    role = report.role if report else ("primary" if name == primary else "replica")
+    if report is not None:
+        role = report.role
+    elif name in fenced_names(obs.split_brain):
+        role = FENCED
+    else:
+        role = "primary" if name == primary else "replica"
     entry: Obj = {"name": name, "role": role.capitalize(), "ready": bool(report and report.ready)}
     if report is not None and report.role == "replica" and report.lag_bytes is not None:
         # Whole MiB only: a replica a few bytes behind a busy primary would otherwise rewrite the status on every
@@ -89,6 +99,8 @@ def _instance(name: str, obs: Observation, primary: str | None) -> Obj:
 def _why_not_ready(name: str, obs: Observation) -> str:
     pod = obs.pods.get(name)
     report = obs.reports.get(name)
+    if report is not None and report.role == FENCED:
+        return f"{name}: fenced (PostgreSQL kept stopped)"
     if report is not None:
         return f"{name}: PostgreSQL not ready" + (" (instance reports an error)" if report.last_error else "")
     if pod is None:
@@ -212,6 +224,7 @@ def compute_status(old: Obj, obs: Observation, now: datetime) -> Obj:
         "readyReplicas": len(ready),
         "postgresMajor": obs.major if obs.major is not None else old.get("postgresMajor"),
         "systemIdentifier": obs.system_identifier or old.get("systemIdentifier"),
+        "splitBrain": obs.split_brain,
     }
 
 

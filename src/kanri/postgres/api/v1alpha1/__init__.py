@@ -37,6 +37,8 @@ from kanri.postgres.api.v1alpha1.status import (
     PostgresClusterStatus,
     RestoreTestRecord,
     RestoreTestResult,
+    SplitBrainInstance,
+    SplitBrainRecord,
     UpgradePhase,
     UpgradeStatus,
 )
@@ -79,6 +81,8 @@ __all__ = [
     "RestoreTestResult",
     "S3Credentials",
     "S3Repository",
+    "SplitBrainInstance",
+    "SplitBrainRecord",
     "Toleration",
     "Upgrade",
     "UpgradePhase",

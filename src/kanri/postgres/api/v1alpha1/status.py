@@ -21,6 +21,8 @@ __all__ = [
     "PostgresClusterStatus",
     "RestoreTestRecord",
     "RestoreTestResult",
+    "SplitBrainInstance",
+    "SplitBrainRecord",
     "UpgradePhase",
     "UpgradeStatus",
 ]
@@ -29,7 +31,8 @@ Phase = Literal[
     "Pending", "Provisioning", "Ready", "Degraded", "Scaling", "Upgrading", "FailingOver", "Hibernated", "Deleting"
 ]
 PHASES: tuple[Phase, ...] = get_args(Phase)
-InstanceRole = Literal["Primary", "Replica"]
+InstanceRole = Literal["Primary", "Replica", "Fenced"]
+KeptBy = Literal["LastPrimary", "CurrentPrimary", "HighestPosition"]
 UpgradePhase = Literal["WaitingForApproval", "Checking", "BackingUp", "Upgrading", "Succeeded", "Failed"]
 RestoreTestResult = Literal["Succeeded", "Failed"]
 
@@ -50,7 +53,7 @@ class InstanceStatus(ApiModel):
     name: Name
     """Name of the instance (its pod)."""
     role: InstanceRole
-    """Primary or Replica."""
+    """Primary, Replica, or Fenced (its PostgreSQL is kept stopped after a split brain; no Service routes to it)."""
     ready: bool = False
     """Whether PostgreSQL accepts connections on this instance."""
     received_lsn: Lsn | None = Field(default=None, alias="receivedLSN")
@@ -80,6 +83,33 @@ class FailoverRecord(ApiModel):
     gap could not be measured)."""
     reason: Annotated[str, Field(max_length=1024)] | None = None
     """Why it happened, e.g. PrimaryUnreachable or Switchover."""
+
+
+class SplitBrainInstance(ApiModel):
+    """One side of a split brain, where its history stood when the split was seen."""
+
+    name: Name
+    """The instance."""
+    timeline: Annotated[int, Field(ge=1)] | None = None
+    """Its PostgreSQL timeline."""
+    lsn: Lsn | None = None
+    """Its write LSN (pg_current_wal_lsn)."""
+
+
+class SplitBrainRecord(ApiModel):
+    """Two or more instances ran as primary at once: which one was kept, which were fenced, and where each stood.
+    Kept until every fenced instance is resolved (gone, or back as an unfenced replica)."""
+
+    detected_at: datetime
+    """When the operator saw the instances report primary together."""
+    kept: SplitBrainInstance
+    """The primary that stays behind the -rw Service."""
+    kept_by: KeptBy
+    """Why it was kept: LastPrimary (the primary the operator recorded on the claims), CurrentPrimary
+    (status.currentPrimary), or HighestPosition (no record named one: the highest timeline, then write LSN)."""
+    fenced: Annotated[list[SplitBrainInstance], Field(max_length=64)] = Field(default_factory=list)
+    """The other primaries: labelled fenced and their PostgreSQL stopped. Their writes after the histories diverged
+    exist only on their volumes."""
 
 
 class RestoreTestRecord(ApiModel):
@@ -146,5 +176,6 @@ class PostgresClusterStatus(ApiModel):
     an empty volume never initialises a new database while it is known: it clones from the primary, or reports
     DataDirectoryLost."""
     last_failover: FailoverRecord | None = None
+    split_brain: SplitBrainRecord | None = None
     backup: BackupStatus | None = None
     upgrade: UpgradeStatus | None = None
