@@ -10,9 +10,10 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 setup: system $(VENV)/.installed controlplane
 
-# Debian packages the local cluster uses: nft (kube-proxy's nftables mode, the node chaos verbs' partition rules).
+# Debian packages the local cluster uses: nft (kube-proxy's nftables mode, the node chaos verbs' partition rules),
+# openssl (each node signs its kubelet serving certificate).
 # Installed only when missing, so a set-up machine needs no network and no apt lock.
-SYSTEM_PACKAGES := nftables
+SYSTEM_PACKAGES := nftables openssl
 system:
 	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
