@@ -74,14 +74,13 @@ func run() error {
 		return err
 	}
 	server := fmt.Sprintf("https://127.0.0.1:%d", cfg.APIServerPort)
-	adminKubeconfig := filepath.Join(*dataDir, "admin.kubeconfig")
-	kcmKubeconfig := filepath.Join(*dataDir, "controller-manager.kubeconfig")
-	if err := writeKubeconfig(adminKubeconfig, server, p, adminIdentity); err != nil {
-		return err
+	for _, id := range clientIdentities {
+		if err := writeKubeconfig(id.kubeconfig(*dataDir), server, p, id); err != nil {
+			return err
+		}
 	}
-	if err := writeKubeconfig(kcmKubeconfig, server, p, kcmIdentity); err != nil {
-		return err
-	}
+	adminKubeconfig := adminIdentity.kubeconfig(*dataDir)
+	kcmKubeconfig := kcmIdentity.kubeconfig(*dataDir)
 
 	// Everything that should stop the control plane cancels runCtx with its cause: a signal, the parent's exit, or
 	// a component failing.
