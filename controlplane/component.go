@@ -17,6 +17,7 @@ type component struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	done    sync.WaitGroup
+	stopped sync.Once
 }
 
 func newComponent(name string, timeout time.Duration) *component {
@@ -35,16 +36,18 @@ func (c *component) start(fn func(ctx context.Context) error, failed context.Can
 }
 
 // stop cancels the component and waits (up to its timeout) for it to return. Stopping a component that never
-// started returns at once.
+// started returns at once, and so does stopping it again (a deferred stopAll after the explicit one).
 func (c *component) stop() {
-	c.cancel()
-	done := make(chan struct{})
-	go func() { c.done.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(c.timeout):
-		klog.InfoS("component did not stop in time; continuing shutdown", "component", c.name, "timeout", c.timeout)
-	}
+	c.stopped.Do(func() {
+		c.cancel()
+		done := make(chan struct{})
+		go func() { c.done.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(c.timeout):
+			klog.InfoS("component did not stop in time; continuing shutdown", "component", c.name, "timeout", c.timeout)
+		}
+	})
 }
 
 // stopAll stops the components in the order given.
