@@ -61,7 +61,7 @@ NETWORK: Network = {
 SERVER = (
     "set -e; D=/tmp/pgdata; initdb -D $D -U postgres -A trust >/dev/null; "
     'echo "host all all 0.0.0.0/0 trust" >> $D/pg_hba.conf; '
-    "exec postgres -D $D -c listen_addresses='*' -c max_connections=50"
+    "exec postgres -D $D -c listen_addresses='*' -c unix_socket_directories=/tmp -c max_connections=50"
 )
 
 
@@ -183,6 +183,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="pgbench -j")
     parser.add_argument("--wait", type=float, default=600.0, help="seconds to wait for another local node to stop")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds the pod may take to be Ready")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch dir (logs) and print its path")
     args = parser.parse_args()
 
     check_machine(NETWORK, args.wait)
@@ -193,7 +194,10 @@ def main() -> None:
             pod_ip, cluster_ip = asyncio.run(prepare(cluster.kubeconfig, args.timeout))
             results = measure(pod_ip, cluster_ip, args)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        if args.keep:
+            print(f"kept {scratch} (node.log, controlplane.log, node/kube-proxy.log)", file=sys.stderr)
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
     cluster.require_clean()
     report(results, args)
 
