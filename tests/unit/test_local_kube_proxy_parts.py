@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -25,7 +26,7 @@ def test_guard_drops_what_pods_send_outside_the_pod_network_and_what_is_routed_i
     assert "policy accept" in rules  # the host's own forwarding between other interfaces is not ours to stop
 
 
-@pytest.mark.skipif(shutil.which("nft") is None, reason="nft is not installed")
+@pytest.mark.skipif(shutil.which("nft") is None or os.geteuid() != 0, reason="needs nft and root")
 def test_guard_ruleset_is_valid_nft_input() -> None:
     # -c: parse and check against the kernel without changing anything.
     result = subprocess.run(["nft", "-c", "-f", "-"], input=guard_ruleset(OPTIONS), capture_output=True, text=True)
