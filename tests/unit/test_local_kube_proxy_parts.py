@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kanri.local.node import NodeOptions
-from kanri.local.node.kubeproxy import Sysctls, guard_ruleset, guard_table
+from kanri.local.node.kubeproxy import PROXY_KUBECONFIG, Sysctls, guard_ruleset, guard_table, kubeconfig_for_proxy
 from kanri.local.node.services import MANAGED_BY, SERVICE_NAME_LABEL, endpoints, host_endpoint_slice
 from kanri.runtime import Request
 
@@ -69,3 +69,11 @@ def test_sysctls_leave_a_value_that_was_already_right(tmp_path: Path) -> None:
     assert not record.exists()
     Sysctls(record).restore()
     assert knob.read_text() == "1\n"
+
+
+def test_kube_proxy_runs_as_system_kube_proxy_when_the_control_plane_wrote_its_kubeconfig(tmp_path: Path) -> None:
+    admin = tmp_path / "admin.kubeconfig"
+    admin.write_text("{}")
+    assert kubeconfig_for_proxy(admin) == admin
+    (tmp_path / PROXY_KUBECONFIG).write_text("{}")
+    assert kubeconfig_for_proxy(admin) == tmp_path / PROXY_KUBECONFIG

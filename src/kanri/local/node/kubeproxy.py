@@ -71,6 +71,18 @@ def guard_ruleset(options: NodeOptions) -> str:
     )
 
 
+PROXY_KUBECONFIG = "proxy.kubeconfig"
+"""What the control plane writes into its data dir for the ``system:kube-proxy`` identity (bound to the bootstrap
+ClusterRole ``system:node-proxier``, which grants everything kube-proxy reads and writes)."""
+
+
+def kubeconfig_for_proxy(node_kubeconfig: Path) -> Path:
+    """kube-proxy's own identity, ``proxy.kubeconfig`` next to the node's kubeconfig (both in the control plane's
+    data dir), as a real cluster runs it; the node's kubeconfig when the control plane wrote none."""
+    own = node_kubeconfig.parent / PROXY_KUBECONFIG
+    return own if own.is_file() else node_kubeconfig
+
+
 def _nft(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["nft", *args], input=stdin, capture_output=True, text=True, check=False)
 

@@ -36,7 +36,7 @@ from typing import Any
 
 import structlog
 
-from kanri.local.node.kubeproxy import KubeProxy
+from kanri.local.node.kubeproxy import KubeProxy, kubeconfig_for_proxy
 from kanri.local.node.options import NodeOptions
 from kanri.runtime import Cache, Client, Controller, ControllerOptions, Request, Result
 from kanri.runtime.kinds import ENDPOINT_SLICE, SERVICE
@@ -325,7 +325,7 @@ class ServiceProxy:
             return
         assert self._client is not None
         assert self._options.kubeconfig is not None
-        kube_proxy = KubeProxy(self._options, self._options.kubeconfig)
+        kube_proxy = KubeProxy(self._options, kubeconfig_for_proxy(self._options.kubeconfig))
         try:
             api = await self._client.get(SERVICE, API_SERVICE.name, API_SERVICE.namespace)
             await kube_proxy.start(str(api["spec"]["clusterIP"]))
