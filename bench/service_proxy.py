@@ -17,6 +17,11 @@ address and to the Service's ClusterIP. The number is pgbench's ``tps`` (without
 ratio is ClusterIP / direct (the issue's target: ≥ 0.9). Before measuring, the benchmark checks that kube-proxy
 has the ClusterIP in its nftables map (so the ClusterIP path is the kernel's DNAT, not the userspace fallback).
 
+With ``--cluster`` the target is instead what the issue measured: a one-instance PostgresCluster (version 15) of
+the operator, deployed from ``deploy/`` as a pod (as ``bench/postgres_operator.py`` does), through its ``-rw``
+Service vs straight to the primary pod, as the cluster's app user (``scram-sha-256``, password from ``<name>-app``)
+on database ``app``; the instance's configuration is the operator's.
+
 Prints a Markdown table and one JSON line; record them in docs/benchmarks.md with the command that produced them.
 """
 
@@ -36,8 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from _localcluster import Network, check_machine, local_cluster, sigterm_as_exit
-from kanri.local import controlplane_binary
-from kanri.runtime import Client, Kind
+from kanri.local import controlplane_binary, paths
+from kanri.runtime import Client, Kind, get_condition
 
 POD = Kind("v1", "Pod", "pods")
 SERVICE = Kind("v1", "Service", "services")
@@ -111,12 +116,18 @@ def programmed(cluster_ip: str) -> bool:
     return cluster_ip in listing
 
 
+LOGIN = {"user": "postgres", "password": "", "database": "postgres"}
+"""Who pgbench logs in as: the plain pod's trusted superuser, or (``--cluster``) the cluster's app user."""
+
+
 def pgbench(host: str, *args: str) -> str:
+    env = {"PATH": "/usr/bin:/bin", "PGPASSWORD": LOGIN["password"]}
     result = subprocess.run(
-        [str(PG_BIN / "pgbench"), "-h", host, "-p", "5432", "-U", "postgres", *args, "postgres"],
+        [str(PG_BIN / "pgbench"), "-h", host, "-p", "5432", "-U", LOGIN["user"], *args, LOGIN["database"]],
         capture_output=True,
         text=True,
         check=False,
+        env=env,
     )
     if result.returncode != 0:
         sys.exit(f"pgbench {' '.join(args)} against {host} failed:\n{result.stderr[-2000:]}")
@@ -145,6 +156,58 @@ async def prepare(kubeconfig: Path, timeout: float) -> tuple[str, str]:
     return pod_ip, cluster_ip
 
 
+async def prepare_cluster(kubeconfig: Path, timeout: float) -> tuple[str, str]:
+    """The operator and a one-instance PostgresCluster; the primary's address and the ``-rw`` ClusterIP once the
+    cluster is Ready and kube-proxy routes that address. Sets :data:`LOGIN` to the app user."""
+    import base64
+
+    from kanri.cli.up import apply_all, documents
+    from kanri.postgres.kinds import POSTGRES_CLUSTER
+    from kanri.postgres.labels import CLUSTER, PRIMARY, ROLE
+    from kanri.postgres.names import app_secret, read_write_service
+
+    secret_kind = Kind("v1", "Secret", "secrets")
+    root = paths.source_root()
+    async with await Client.from_kubeconfig(str(kubeconfig)) as client:
+        await apply_all(client, documents(root / "deploy" / "crds"))
+        await apply_all(client, documents(root / "deploy" / "operator"))
+        spec = {"version": 15, "replicas": 1, "storage": {"size": "2Gi"}, "deletionPolicy": "Delete"}
+        cluster = {"apiVersion": POSTGRES_CLUSTER.api_version, "kind": POSTGRES_CLUSTER.kind,
+                   "metadata": {"name": NAME, "namespace": NAMESPACE}, "spec": spec}  # fmt: skip
+        deadline = time.monotonic() + timeout
+        while True:  # the CRD may not be served yet right after it was applied
+            try:
+                await client.create(POSTGRES_CLUSTER, cluster)
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(1)
+        while True:
+            current = await client.get(POSTGRES_CLUSTER, NAME, NAMESPACE)
+            ready = get_condition((current.get("status") or {}).get("conditions"), "Ready")
+            if ready is not None and ready["status"] == "True":
+                break
+            if time.monotonic() > deadline:
+                sys.exit(f"PostgresCluster {NAME} not Ready within {timeout:.0f}s: {current.get('status')}")
+            await asyncio.sleep(1)
+        pods, _ = await client.list(POD, NAMESPACE, label_selector=f"{CLUSTER}={NAME},{ROLE}={PRIMARY}")
+        pod_ip = str(pods[0]["status"]["podIP"])
+        service = await client.get(SERVICE, read_write_service(NAME), NAMESPACE)
+        data = (await client.get(secret_kind, app_secret(NAME), NAMESPACE))["data"]
+    LOGIN.update(
+        user=base64.b64decode(data["username"]).decode(),
+        password=base64.b64decode(data["password"]).decode(),
+        database="app",
+    )
+    cluster_ip = str(service["spec"]["clusterIP"])
+    while not programmed(cluster_ip):
+        if time.monotonic() > deadline:
+            sys.exit(f"kube-proxy did not program {cluster_ip}: is the node on the userspace fallback? (node.log)")
+        await asyncio.sleep(0.5)
+    return pod_ip, cluster_ip
+
+
 def measure(pod_ip: str, cluster_ip: str, args: argparse.Namespace) -> dict[str, dict[str, list[float]]]:
     started = time.monotonic()
     pgbench(pod_ip, "-i", "-s", str(args.scale), "-q")
@@ -165,7 +228,8 @@ def report(results: dict[str, dict[str, list[float]]], args: argparse.Namespace)
     print(f"| workload (-c {args.clients} -j {args.threads} -T {args.seconds}, scale {args.scale}) "
           "| direct to the pod, tps | through the ClusterIP (kube-proxy), tps | ratio |")  # fmt: skip
     print("|---|---|---|---|")
-    summary: dict[str, Any] = {"bench": "service_proxy", "rounds": args.rounds, "seconds": args.seconds}
+    summary: dict[str, Any] = {"bench": "service_proxy", "target": "cluster -rw" if args.cluster else "plain pod",
+                               "rounds": args.rounds, "seconds": args.seconds}  # fmt: skip
     for workload, label in (("select", "pgbench -S"), ("tpcb", "TPC-B (default script)")):
         direct = statistics.median(results[workload]["direct"])
         through = statistics.median(results[workload]["clusterip"])
@@ -183,6 +247,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="pgbench -j")
     parser.add_argument("--wait", type=float, default=600.0, help="seconds to wait for another local node to stop")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds the pod may take to be Ready")
+    parser.add_argument("--cluster", action="store_true", help="a PostgresCluster's -rw Service instead of a plain pod")
     parser.add_argument("--keep", action="store_true", help="keep the scratch dir (logs) and print its path")
     args = parser.parse_args()
 
@@ -191,7 +256,8 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="kanri-bench-svc-"))
     try:
         with sigterm_as_exit(), local_cluster(scratch / "cluster", binary, NETWORK, args.wait) as cluster:
-            pod_ip, cluster_ip = asyncio.run(prepare(cluster.kubeconfig, args.timeout))
+            setup = prepare_cluster if args.cluster else prepare
+            pod_ip, cluster_ip = asyncio.run(setup(cluster.kubeconfig, args.timeout))
             results = measure(pod_ip, cluster_ip, args)
     finally:
         if args.keep:
