@@ -2,7 +2,8 @@
 pod, both from the host, against one PostgreSQL 15 pod.
 
     flock /run/kanri-tests.lock .venv/bin/python bench/service_proxy.py              # 20 s per run, 1 round
-    flock /run/kanri-tests.lock .venv/bin/python bench/service_proxy.py --seconds 30 --rounds 2
+    flock /run/kanri-tests.lock .venv/bin/python bench/service_proxy.py --rounds 2             # as recorded
+    flock /run/kanri-tests.lock .venv/bin/python bench/service_proxy.py --cluster --rounds 2 --timeout 300
 
 What runs is what ``kanri local up`` starts (:func:`_localcluster.local_cluster`): the real control plane and the
 local node as a detached process, with the benchmark's own bridge, pod range and DNS address (``NETWORK``), so a
