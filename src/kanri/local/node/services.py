@@ -334,7 +334,7 @@ class ServiceProxy:
             log.warning("kube-proxy refused; falling back to the userspace service proxy", reason=str(exc))
             return
         self.kube_proxy, self.mode = kube_proxy, "nftables"
-        await self.link.delete()  # an earlier userspace run's ClusterIP addresses would shadow kube-proxy's DNAT
+        await self.link.delete()  # a link an earlier userspace run left: nothing serves its addresses any more
         await self._forward_api_server()
 
     def _userspace_reason(self) -> str | None:
