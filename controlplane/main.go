@@ -25,6 +25,13 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == proxySubcommand {
+		if err := runKubeProxy(os.Args[2:]); err != nil {
+			fmt.Fprintf(os.Stderr, "kanri-controlplane kube-proxy: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(); err != nil {
 		fmt.Fprintf(os.Stderr, "kanri-controlplane: %v\n", err)
 		emit(map[string]any{"event": "failed", "error": err.Error()})

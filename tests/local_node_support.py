@@ -7,6 +7,9 @@ import contextlib
 import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
+from urllib.parse import urlsplit
+
+import yaml
 
 from kanri.local.node import LocalNode, NodeOptions
 from kanri.runtime import ApiError, Client
@@ -27,10 +30,24 @@ def with_test_network(options: NodeOptions) -> NodeOptions:
     )
 
 
+def with_kube_proxy(options: NodeOptions, kubeconfig: Path) -> NodeOptions:
+    """``options`` with what kube-proxy needs, as ``kanri local up`` gives it: the kubeconfig and the API server's
+    address (for the ``kubernetes`` Service's endpoint); ones set already are kept."""
+    server = urlsplit(yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"])
+    assert server.hostname is not None
+    assert server.port is not None
+    return dataclasses.replace(
+        options,
+        kubeconfig=options.kubeconfig or kubeconfig,
+        apiserver=options.apiserver or (server.hostname, server.port),
+    )
+
+
 @contextlib.asynccontextmanager
 async def running_node(kubeconfig: Path, options: NodeOptions) -> AsyncIterator[LocalNode]:
     """Start a LocalNode, wait until its caches have synced; on exit stop it (awaiting its shutdown) and delete what
     would outlive it: its PersistentVolumes (nobody else reclaims them) and its Node."""
+    options = with_kube_proxy(options, kubeconfig)
     async with await Client.from_kubeconfig(str(kubeconfig)) as node_client:
         local = LocalNode(node_client, options)
         task = asyncio.create_task(local.run())

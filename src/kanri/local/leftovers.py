@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from kanri.local.node import kubeproxy
 from kanri.local.node.cgroups import leftover_cgroups
 from kanri.local.node.network import leftover_namespaces
 from kanri.local.node.options import NodeOptions
@@ -29,6 +30,7 @@ def find_leftovers(options: NodeOptions) -> list[str]:
         found += [f"mountpoint {p}" for p in registry.read_text().split() if Path(p).exists()]
     found += [f"cgroup {path}" for path in leftover_cgroups(options.data_dir)]
     found += [f"process {pid}" for pid in container_processes(options.data_dir)]
+    found += kubeproxy.leftovers(options)
     return found
 
 

@@ -52,7 +52,7 @@ class LocalNode:
         self.proxy: ServiceProxy | None = None
         self.dns: ClusterDNS | None = None
         if options.pod_network:
-            self.proxy = ServiceProxy(cache, options)
+            self.proxy = ServiceProxy(cache, options, client)
             self.manager.add(self.proxy.controller())
             self.dns = ClusterDNS(cache, options, self.proxy)
 
@@ -67,6 +67,8 @@ class LocalNode:
             await asyncio.to_thread(self.kubelet.cgroups.start)
             await self.agent.heartbeat()  # the node exists before the scheduler looks for it
             await ensure_storage_class(self.client, self.options)
+            if self.proxy is not None:
+                await self.proxy.start()  # kube-proxy, or the userspace proxy: before DNS, which asks it where to bind
             if self.dns is not None:
                 await reserve_dns_service(self.client, self.options)
                 await self.dns.start()

@@ -44,6 +44,8 @@ async def _run(args: argparse.Namespace) -> int:
         image_map_file=Path(args.image_map) if args.image_map else None,
         images=_extra_images(args.extra_image_map),
         apiserver=("127.0.0.1", args.apiserver_port),
+        kubeconfig=Path(args.kubeconfig),
+        proxy_mode=args.proxy_mode,
     )
     async with await Client.from_kubeconfig(args.kubeconfig) as client:
         node = LocalNode(client, options)
@@ -69,6 +71,8 @@ def main() -> None:
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--apiserver-port", type=int, required=True)
     parser.add_argument("--name", default="kanri-local")
+    parser.add_argument("--proxy-mode", choices=["nftables", "userspace"], default="nftables",
+                        help="the real kube-proxy (nftables) or the node's userspace proxy for ClusterIPs")  # fmt: skip
     parser.add_argument("--image-map", help="the generated image map (YAML/JSON)")
     parser.add_argument("--extra-image-map", help="the user's image map; its entries win")
     args = parser.parse_args()

@@ -41,7 +41,7 @@ from kanri.local.node.services import (
     service_ports,
     slices_of,
 )
-from kanri.runtime import ApiError, Cache, Client
+from kanri.runtime import ApiError, Cache, Client, Request
 from kanri.runtime.kinds import ENDPOINT_SLICE, SERVICE
 
 Obj = dict[str, Any]
@@ -52,6 +52,8 @@ TTL = 5
 DNS_PORT = 53
 DNS_SERVICE = ("kube-system", "kube-dns")
 """The Service that holds the DNS address, under the name kubeadm clusters use (tools look for it)."""
+DNS_PORTS = (("dns", DNS_PORT, "UDP"), ("dns-tcp", DNS_PORT, "TCP"))
+"""The Service's ports, as ``(name, port, protocol)``."""
 
 _UDP_LIMIT = 512  # without EDNS0 (RFC 1035)
 _EDNS_LIMIT = 1232  # what we offer and honour at most: the DNS flag day 2020 size, safe from fragmentation
@@ -176,11 +178,13 @@ def _namespace_asked(qname: str, domain: str) -> str | None:
 
 
 class ClusterDNS:
-    """The DNS server at ``NodeOptions.cluster_dns_ip``, port 53, UDP and TCP.
+    """The DNS server for ``NodeOptions.cluster_dns_ip``, port 53, UDP and TCP.
 
-    ``start()`` puts the address on the service link (through ``proxy``, which keeps it there) and binds; ``close()``
-    unbinds. The answers come from ``cache`` — the node Manager's, which must be running for the server to be useful
-    (queries get SERVFAIL until it has synced).
+    ``start()`` asks ``proxy`` where to listen and binds there: with kube-proxy on the bridge's address, which an
+    EndpointSlice of ``kube-dns`` names (kube-proxy DNATs the ClusterIP to it); with the userspace proxy on the
+    ClusterIP itself, which the proxy puts on the service link and keeps there. ``close()`` unbinds. The answers
+    come from ``cache`` — the node Manager's, which must be running for the server to be useful (queries get
+    SERVFAIL until it has synced).
     """
 
     def __init__(self, cache: Cache, options: NodeOptions, proxy: ServiceProxy) -> None:
@@ -190,6 +194,8 @@ class ClusterDNS:
         self._udp: asyncio.DatagramTransport | None = None
         self._tcp: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self.bound: tuple[str, int] | None = None
+        """Where the server listens once started: the ClusterIP, or the bridge's address under kube-proxy."""
         for kind in (SERVICE, ENDPOINT_SLICE):
             cache.informer(kind)  # the Manager's cache runs the informers of every kind asked for before it starts
 
@@ -199,14 +205,16 @@ class ClusterDNS:
         return self._options.cluster_dns_ip, DNS_PORT
 
     async def start(self) -> None:
-        """Bind UDP and TCP on the DNS address."""
-        await self._proxy.ensure_address(self._options.cluster_dns_ip)
+        """Bind UDP and TCP where the DNS address reaches (see the class docstring)."""
+        service = Request(*DNS_SERVICE)
+        host = await self._proxy.serve_on_host(service, self._options.cluster_dns_ip, DNS_PORTS)
+        self.bound = (host, DNS_PORT)
         loop = asyncio.get_running_loop()
-        transport, _ = await loop.create_datagram_endpoint(lambda: _UDPProtocol(self), local_addr=self.address)
+        transport, _ = await loop.create_datagram_endpoint(lambda: _UDPProtocol(self), local_addr=self.bound)
         self._udp = transport
-        self._tcp = await asyncio.start_server(self._serve_tcp, *self.address, reuse_address=True)
+        self._tcp = await asyncio.start_server(self._serve_tcp, *self.bound, reuse_address=True)
         log.info("cluster DNS listening", address=f"{self._options.cluster_dns_ip}:{DNS_PORT}",
-                 domain=self._options.cluster_domain)  # fmt: skip
+                 bound=f"{host}:{DNS_PORT}", domain=self._options.cluster_domain)  # fmt: skip
 
     async def close(self) -> None:
         """Stop answering (the address stays until the proxy closes the link)."""

@@ -68,6 +68,11 @@ class NodeOptions:
     """The cluster's DNS domain."""
     apiserver: tuple[str, int] | None = None
     """Host and port the ``default/kubernetes`` Service proxies to (the control plane has no endpoints for it)."""
+    kubeconfig: Path | None = None
+    """The kubeconfig kube-proxy uses (the node's own). None: no kube-proxy; the userspace proxy serves."""
+    proxy_mode: str = "nftables"
+    """``nftables``: the real kube-proxy serves ClusterIPs (the userspace proxy only if it cannot run);
+    ``userspace``: the node's userspace proxy does."""
 
     @property
     def volumes_dir(self) -> Path:

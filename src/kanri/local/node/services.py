@@ -1,4 +1,14 @@
-"""Services: a userspace kube-proxy for ClusterIPs.
+"""Services: the real kube-proxy for ClusterIPs, and a userspace proxy as its fallback.
+
+:meth:`ServiceProxy.start` runs kube-proxy in nftables mode (:mod:`kanri.local.node.kubeproxy`) when the node has a
+kubeconfig to give it and ``NodeOptions.proxy_mode`` is ``nftables``. kube-proxy reads Services and EndpointSlices
+itself; what is left here are the endpoints of the two Services that are served from the host, not from pods:
+``default/kubernetes`` (the API server binds only 127.0.0.1, so a small forwarder on the bridge's address passes
+connections on to it) and the cluster DNS (see :mod:`kanri.local.node.dns`). Both get an EndpointSlice naming the
+bridge's address, which pods and the host reach and which kube-proxy's DNAT can target.
+
+When kube-proxy cannot run (no kubeconfig, ``proxy_mode`` ``userspace``, or the kernel or nft refuse: one log line
+says which), the userspace proxy below serves instead:
 
 Every Service with an IPv4 ``clusterIP`` gets that address as a ``/32`` on a link of its own in the host's network
 namespace (``NodeOptions.service_link``), and an asyncio TCP listener on ``clusterIP:port`` for each TCP port. The
@@ -20,21 +30,27 @@ import contextlib
 import ipaddress
 import json
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 
+from kanri.local.node.kubeproxy import KubeProxy, kubeconfig_for_proxy
 from kanri.local.node.options import NodeOptions
-from kanri.runtime import Cache, Controller, ControllerOptions, Request, Result
+from kanri.runtime import Cache, Client, Controller, ControllerOptions, Request, Result
 from kanri.runtime.kinds import ENDPOINT_SLICE, SERVICE
 
 Obj = dict[str, Any]
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 log = structlog.get_logger("kanri.local.services")
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 """Ties an EndpointSlice to its Service (set by kube-controller-manager, or by whoever writes a slice by hand)."""
+
+MANAGED_BY = "kanri-local-node"
+"""The ``endpointslice.kubernetes.io/managed-by`` label and field manager of the slices the node writes."""
+API_SERVICE = Request("default", "kubernetes")
 
 _CHUNK = 64 * 1024
 _CONNECT_TIMEOUT = 5.0
@@ -206,6 +222,23 @@ def endpoints(slices: Iterable[Obj], port_name: str | None = None, protocol: str
     return list(found.values())
 
 
+def host_endpoint_slice(service: Request, address: str, ports: Iterable[tuple[str, int, str]]) -> Obj:
+    """The EndpointSlice of a selector-less Service served on the host at ``address``: one ready endpoint with the
+    ``(name, port, protocol)`` ports (names as the Service's ports name them)."""
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": f"{service.name}-{MANAGED_BY}",
+            "namespace": service.namespace,
+            "labels": {SERVICE_NAME_LABEL: service.name, "endpointslice.kubernetes.io/managed-by": MANAGED_BY},
+        },
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": [address], "conditions": {"ready": True, "serving": True, "terminating": False}}],
+        "ports": [{"name": name, "port": port, "protocol": protocol} for name, port, protocol in ports],
+    }
+
+
 def proxy_targets(service: Obj, slices: Iterable[Obj], port: int) -> list[tuple[str, int]]:
     """Where a connection to the Service's ``port`` may go: the ready endpoints, else — as kube-proxy does, so that
     a rolling update does not drop connections — the serving and terminating ones; empty when there are none."""
@@ -243,16 +276,23 @@ class _Proxied:
 
 
 class ServiceProxy:
-    """A userspace kube-proxy: ClusterIPs on :class:`ServiceLink`, a TCP listener per service port.
+    """kube-proxy, or a userspace proxy: ClusterIPs on :class:`ServiceLink`, a TCP listener per service port.
 
-    Add :meth:`controller` to the node's Manager; call :meth:`close` after the Manager has stopped. The ClusterIP
-    of the cluster DNS Service (``NodeOptions.cluster_dns_ip``) gets its address but no listeners: the DNS server
-    serves those ports.
+    Add :meth:`controller` to the node's Manager, call :meth:`start` (which picks the mode, see the module
+    docstring) before the Manager runs; call :meth:`close` after the Manager has stopped. Without :meth:`start` the
+    userspace proxy serves. The ClusterIP of the cluster DNS Service (``NodeOptions.cluster_dns_ip``) gets its
+    address but no listeners from the userspace proxy: the DNS server serves those ports.
     """
 
-    def __init__(self, cache: Cache, options: NodeOptions) -> None:
+    def __init__(self, cache: Cache, options: NodeOptions, client: Client | None = None) -> None:
         self._cache = cache
         self._options = options
+        self._client = client
+        self.mode = "userspace"
+        """``nftables`` once :meth:`start` has kube-proxy running, else ``userspace``."""
+        self.kube_proxy: KubeProxy | None = None
+        self._host_slices: dict[Request, Obj] = {}  # the slices of Services served on the host, kept as written
+        self._api_forwarder: _Listener | None = None
         self.link = ServiceLink(options.service_link)
         self._proxied: dict[Request, _Proxied] = {}
         self._pinned: set[str] = {options.cluster_dns_ip}  # addresses kept whatever the Services say
@@ -277,6 +317,72 @@ class ServiceProxy:
         """Every ``(clusterIP, port)`` with a listener right now."""
         return {(state.ip, port) for state in self._proxied.values() for port in state.listeners}
 
+    async def start(self) -> None:
+        """Run kube-proxy if it can run here; else stay the userspace proxy, saying why in one log line."""
+        reason = self._userspace_reason()
+        if reason is not None:
+            log.info("service proxy: userspace", reason=reason)
+            return
+        assert self._client is not None
+        assert self._options.kubeconfig is not None
+        kube_proxy = KubeProxy(self._options, kubeconfig_for_proxy(self._options.kubeconfig))
+        try:
+            api = await self._client.get(SERVICE, API_SERVICE.name, API_SERVICE.namespace)
+            await kube_proxy.start(str(api["spec"]["clusterIP"]))
+        except Exception as exc:  # whatever stops it (the kernel, nft, the binary), the userspace proxy serves
+            await kube_proxy.stop()
+            log.warning("kube-proxy refused; falling back to the userspace service proxy", reason=str(exc))
+            return
+        self.kube_proxy, self.mode = kube_proxy, "nftables"
+        await self.link.delete()  # a link an earlier userspace run left: nothing serves its addresses any more
+        await self._forward_api_server()
+
+    def _userspace_reason(self) -> str | None:
+        if self._options.proxy_mode == "userspace":
+            return "proxy_mode is userspace"
+        if self._options.kubeconfig is None or self._client is None:
+            return "no kubeconfig for kube-proxy"
+        if self._options.apiserver is None:
+            return "the API server's address is unknown (the kubernetes Service needs an endpoint)"
+        return None
+
+    async def _forward_api_server(self) -> None:
+        """Forward ``<bridge address>:<port>`` to the API server on 127.0.0.1 and name that address in the
+        ``kubernetes`` Service's EndpointSlice, so kube-proxy's DNAT (which cannot target loopback) reaches it."""
+        assert self._options.apiserver is not None
+        target = self._options.apiserver
+        port = target[1]
+
+        async def forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                async with asyncio.timeout(_CONNECT_TIMEOUT):
+                    backend_reader, backend_writer = await asyncio.open_connection(*target)
+            except (OSError, TimeoutError) as exc:
+                log.info("API server unreachable", endpoint=f"{target[0]}:{target[1]}", error=str(exc))
+                writer.transport.abort()
+                return
+            await splice(reader, writer, backend_reader, backend_writer)
+
+        self._api_forwarder = await self._listen(self._options.internal_ip, port, forward)
+        await self.publish_host_endpoints(API_SERVICE, [("https", port, "TCP")])
+
+    async def serve_on_host(self, service: Request, ip: str, ports: Sequence[tuple[str, int, str]]) -> str:
+        """Where a server on the host must listen for the Service whose ClusterIP is ``ip`` to reach it: with
+        kube-proxy the bridge's address (named by an EndpointSlice, ``ports`` as ``(name, port, protocol)``);
+        with the userspace proxy ``ip`` itself, on the service link."""
+        if self.mode == "nftables":
+            await self.publish_host_endpoints(service, ports)
+            return self._options.internal_ip
+        await self.ensure_address(ip)
+        return ip
+
+    async def publish_host_endpoints(self, service: Request, ports: Iterable[tuple[str, int, str]]) -> None:
+        """Write (and keep, see :meth:`reconcile`) the EndpointSlice naming the bridge's address for ``service``."""
+        assert self._client is not None
+        slice_ = host_endpoint_slice(service, self._options.internal_ip, ports)
+        self._host_slices[service] = slice_
+        await self._client.apply(ENDPOINT_SLICE, slice_, field_manager=MANAGED_BY)
+
     async def ensure_address(self, ip: str) -> None:
         """Put ``ip`` on the service link (creating it if need be) and keep it there until :meth:`close`."""
         self._pinned.add(ip)
@@ -286,6 +392,12 @@ class ServiceProxy:
     async def close(self) -> None:
         """Close every listener and connection and delete the link (which removes every address on it)."""
         self._closed = True
+        if self._api_forwarder is not None:
+            await self._api_forwarder.close()
+            self._api_forwarder = None
+        if self.kube_proxy is not None:
+            await self.kube_proxy.stop()
+            self.kube_proxy = None
         for state in self._proxied.values():
             for listener in state.listeners.values():
                 await listener.close()
@@ -297,6 +409,11 @@ class ServiceProxy:
 
     async def reconcile(self, request: Request) -> Result | None:
         if self._closed:
+            return None
+        if self.mode == "nftables":
+            # kube-proxy serves every Service; ours is only to keep the slices of those served on the host.
+            if (slice_ := self._host_slices.get(request)) is not None and self._client is not None:
+                await self._client.apply(ENDPOINT_SLICE, slice_, field_manager=MANAGED_BY)
             return None
         if not self._prepared:
             await self._prepare()
@@ -322,7 +439,7 @@ class ServiceProxy:
             await state.listeners.pop(port).close()
             log.info("service port closed", service=str(request), ip=ip, port=port)
         for port in sorted(set(ports) - set(state.listeners)):
-            state.listeners[port] = await self._listen(request, ip, port)
+            state.listeners[port] = await self._listen(ip, port, self._forwarder(request, port))
             log.info("service port open", service=str(request), ip=ip, port=port)
         return None
 
@@ -344,7 +461,14 @@ class ServiceProxy:
         del self._proxied[request]
         log.info("service address removed", service=str(request), ip=state.ip)
 
-    async def _listen(self, request: Request, ip: str, port: int) -> _Listener:
+    def _forwarder(self, request: Request, port: int) -> Handler:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await self._forward(request, port, reader, writer)
+
+        return handle
+
+    @staticmethod
+    async def _listen(ip: str, port: int, handle: Handler) -> _Listener:
         connections: set[asyncio.Task[None]] = set()
 
         async def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -352,7 +476,7 @@ class ServiceProxy:
             assert task is not None
             connections.add(task)  # so that closing the listener can drop its connections
             try:
-                await self._forward(request, port, reader, writer)
+                await handle(reader, writer)
             finally:
                 connections.discard(task)
                 if not writer.is_closing():  # cancelled before the splice took the connection over
