@@ -44,6 +44,7 @@ async def _run(args: argparse.Namespace) -> int:
         image_map_file=Path(args.image_map) if args.image_map else None,
         images=_extra_images(args.extra_image_map),
         apiserver=("127.0.0.1", args.apiserver_port),
+        kubelet_pki_dir=Path(args.kubeconfig).parent / "pki",  # the control plane's data dir holds both
     )
     async with await Client.from_kubeconfig(args.kubeconfig) as client:
         node = LocalNode(client, options)

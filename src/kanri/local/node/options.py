@@ -68,6 +68,9 @@ class NodeOptions:
     """The cluster's DNS domain."""
     apiserver: tuple[str, int] | None = None
     """Host and port the ``default/kubernetes`` Service proxies to (the control plane has no endpoints for it)."""
+    kubelet_pki_dir: Path | None = None
+    """The control plane's ``pki`` dir (cluster CA, kubelet CA): with it the node serves the kubelet API on its
+    ``internal_ip`` (``kubectl logs``; see :mod:`kanri.local.node.kubeletapi`). None: no kubelet API."""
 
     @property
     def volumes_dir(self) -> Path:
