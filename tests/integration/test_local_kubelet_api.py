@@ -6,11 +6,16 @@ kubectl runs as a child process awaited with asyncio: the node serving its reque
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import os
+import pty
 import secrets
 import shutil
 import ssl
+import struct
 import sys
 import tempfile
+import termios
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -192,6 +197,81 @@ async def test_kubectl_logs_follow_streams_new_lines_until_the_container_ends(
             if follower.returncode is None:
                 follower.kill()
                 await follower.wait()
+
+
+# --- kubectl exec --------------------------------------------------------------------------------------------------
+
+
+async def test_kubectl_exec_runs_in_the_container_with_its_streams_and_exit_code(
+    control_plane: Endpoint, client: Client, node: LocalNode, namespace: str
+) -> None:
+    spec = shell_pod("target", namespace, node, "echo ready; exec sleep 3600")
+    spec["spec"]["containers"][0]["env"] = [{"name": "GREETING", "value": "hello-from-env"}]
+    spec["spec"]["containers"][0]["securityContext"] = {"runAsUser": 65534}
+    await client.create(POD, spec)
+    await eventually(lambda: logs(control_plane, namespace, "target"), timeout=60)
+    # Inside the container: its hostname, its PID namespace (its init is PID 1), its user, its environment.
+    script = 'echo "$(hostname) $(cat /proc/1/comm) $(id -u) $GREETING"; echo to-stderr >&2; exit 3'
+    code, out, err = await kubectl(control_plane, "exec", "-n", namespace, "target", "--", "sh", "-c", script)
+    assert code == 3, err
+    assert out == "target sleep 65534 hello-from-env\n"
+    assert "to-stderr" in err
+    code, out, err = await kubectl(control_plane, "exec", "-n", namespace, "target", "--", "true")
+    assert (code, out) == (0, ""), err
+
+
+async def test_kubectl_exec_passes_stdin_until_it_closes(
+    control_plane: Endpoint, client: Client, node: LocalNode, namespace: str
+) -> None:
+    await client.create(POD, shell_pod("reader", namespace, node, "echo ready; exec sleep 3600"))
+    await eventually(lambda: logs(control_plane, namespace, "reader"), timeout=60)
+    process = await asyncio.create_subprocess_exec(
+        KUBECTL, "--kubeconfig", str(control_plane.kubeconfig), "exec", "-i", "-n", namespace, "reader", "--",
+        "sh", "-c", "tr a-z A-Z; echo done",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(process.communicate(b"hello\nworld\n"), 60)
+    assert process.returncode == 0, err
+    assert out == b"HELLO\nWORLD\ndone\n"
+
+
+async def test_kubectl_exec_with_a_terminal_gets_one_of_the_callers_size(
+    control_plane: Endpoint, client: Client, node: LocalNode, namespace: str
+) -> None:
+    await client.create(POD, shell_pod("console", namespace, node, "echo ready; exec sleep 3600"))
+    await eventually(lambda: logs(control_plane, namespace, "console"), timeout=60)
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 41, 123, 0, 0))  # rows, columns
+    try:
+        process = await asyncio.create_subprocess_exec(
+            KUBECTL, "--kubeconfig", str(control_plane.kubeconfig), "exec", "-it", "-n", namespace, "console", "--",
+            "sh", "-c", "test -t 0 && echo on-a-terminal; stty size",
+            stdin=slave, stdout=slave, stderr=slave,
+        )  # fmt: skip
+        os.close(slave)
+        slave = -1
+        output = await asyncio.wait_for(asyncio.to_thread(_read_until_closed, master), 60)
+        assert await asyncio.wait_for(process.wait(), 30) == 0, output
+    finally:
+        os.close(master)
+        if slave >= 0:
+            os.close(slave)
+    assert "on-a-terminal" in output
+    assert "41 123" in output
+
+
+def _read_until_closed(fd: int) -> str:
+    """Everything a pseudo-terminal's master reads until its last slave holder is gone (EIO)."""
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks).decode(errors="replace")
 
 
 # --- the kubelet port itself --------------------------------------------------------------------------------------

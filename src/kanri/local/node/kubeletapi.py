@@ -5,12 +5,13 @@ port the kernel picks; the Node advertises it in ``status.daemonEndpoints.kubele
 dials ``InternalIP`` (``--kubelet-preferred-address-types=InternalIP``). Routes:
 
 - ``GET /containerLogs/{namespace}/{pod}/{container}``: :mod:`kanri.local.node.containerlogs`.
+- ``GET|POST /exec/{namespace}/{pod}/{container}`` (WebSocket only): :mod:`kanri.local.node.kubeletexec`.
 - ``GET /healthz``: ``ok``.
 
 TLS: the serving certificate is signed at start by the control plane's kubelet CA (``pki/kubelet-ca.*``, which the
 API server verifies with ``--kubelet-certificate-authority``) for the node's addresses; client certificates are
-optional but must chain to the cluster CA. Who may do what: :mod:`kanri.local.node.kubeletauth`. Not served: exec,
-attach, port-forward, stats, metrics, the pods list.
+optional but must chain to the cluster CA. Who may do what: :mod:`kanri.local.node.kubeletauth`. Not served:
+attach, port-forward, exec over SPDY, stats, metrics, the pods list.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ import structlog
 from aiohttp import web
 
 from kanri.local.node.containerlogs import LogError, LogOptions, log_run, parse_options, read_log
-from kanri.local.node.kubelet import Kubelet, log_path
+from kanri.local.node.kubelet import Kubelet, log_path, user_and_group
 from kanri.local.node.kubeletauth import AuthError, NodeAuthorizer
+from kanri.local.node.kubeletexec import ContainerProcess, ExecRequest, serve_exec
 from kanri.local.node.options import NodeOptions
 from kanri.runtime import Cache, Client
 from kanri.runtime.kinds import POD
@@ -139,6 +141,8 @@ class KubeletAPI:
         app = web.Application(middlewares=[self._authenticate])
         app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", self._container_logs)
         app.router.add_get("/healthz", self._healthz)
+        for method in ("GET", "POST"):  # a WebSocket upgrade is a GET; kubelets also take POST
+            app.router.add_route(method, "/exec/{namespace}/{pod}/{container}", self._exec)
         runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=_SHUTDOWN_TIMEOUT)
         await runner.setup()
         try:
@@ -203,6 +207,27 @@ class KubeletAPI:
                 await response.write(chunk)
             await response.write_eof()
         return response
+
+    async def _exec(self, request: web.Request) -> web.StreamResponse:
+        namespace, name = request.match_info["namespace"], request.match_info["pod"]
+        container = request.match_info["container"]
+        exec_request = ExecRequest.from_query(request.query, request.query.getall("command", []))
+        if not exec_request.command:
+            return web.Response(status=400, text="you must specify at least one command for the container")
+        if not (exec_request.stdin or exec_request.stdout or exec_request.stderr):
+            return web.Response(status=400, text="you must specify at least 1 of stdin, stdout, stderr")
+        pod = self._cache.get(POD, name, namespace)
+        if pod is None or (pod.get("spec") or {}).get("nodeName") != self.options.name:
+            return web.Response(status=404, text="pod does not exist")
+        spec = next((c for c in pod["spec"].get("containers") or [] if c["name"] == container), None)
+        if spec is None:
+            return web.Response(status=404, text=f'container "{container}" not found in pod "{name}"')
+        worker = self._kubelet.workers.get(pod["metadata"]["uid"])
+        pid = worker.init_pids.get(container) if worker is not None else None
+        if pid is None:
+            return web.Response(status=400, text=f'container "{container}" in pod "{name}" is not running')
+        uid, gid = user_and_group(pod, spec)
+        return await serve_exec(request, exec_request, ContainerProcess(pid, uid, gid))
 
     def _log_file(self, namespace: str, name: str, container: str, options: LogOptions) -> tuple[Path, str, int]:
         """The file of the run asked for, the pod's uid and the run, or :class:`LogError` as the kubelet says it."""

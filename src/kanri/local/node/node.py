@@ -124,6 +124,8 @@ def node_status(options: NodeOptions, resources: dict[str, str], conditions: lis
         "conditions": conditions,
         "nodeInfo": node_info(),
         "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}},  # where the API server reaches it
+        # The API server then passes `kubectl exec`'s WebSocket on instead of translating it to SPDY.
+        "declaredFeatures": ["ExtendWebSocketsToKubelet"] if kubelet_port else [],
     }
 
 
