@@ -1,9 +1,10 @@
-"""The kubelet API's pure parts: which run's log, the log query, tail and follow over a real file, and who a caller
-is."""
+"""The kubelet API's pure parts: which run's log, the log query, tail and follow over a real file, who a caller is,
+and what an exec runs."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 
 from kanri.local.node.containerlogs import LogError, LogOptions, log_run, parse_options, read_log, tail_offset
 from kanri.local.node.kubeletauth import bearer_token, certificate_user, subresources, verb
+from kanri.local.node.kubeletexec import ContainerProcess, ExecRequest, container_environment, exit_status, nsenter_argv
 from tests.support import eventually
 
 Obj = dict[str, Any]
@@ -185,3 +187,28 @@ def test_bearer_tokens_and_the_kubelets_attributes() -> None:
     assert subresources("/containerLogs/ns/pod/main") == ["proxy"]
     assert subresources("/healthz") == ["healthz", "proxy"]
     assert (verb("GET"), verb("POST"), verb("DELETE")) == ("get", "create", "delete")
+
+
+# --- exec ---------------------------------------------------------------------------------------------------------
+
+
+def test_the_exec_query_and_exit_statuses_are_the_kubelets() -> None:
+    request = ExecRequest.from_query({"input": "1", "output": "1", "tty": "true"}, ["sh", "-c", "true"])
+    assert (request.stdin, request.stdout, request.stderr, request.tty) == (True, True, False, True)
+    assert exit_status(0) == {"metadata": {}, "status": "Success"}
+    failed = exit_status(3)
+    assert (failed["status"], failed["reason"]) == ("Failure", "NonZeroExitCode")
+    assert failed["details"]["causes"] == [{"reason": "ExitCode", "message": "3"}]
+
+
+def test_exec_enters_the_containers_namespaces_as_its_user() -> None:
+    argv = nsenter_argv(ContainerProcess(pid=42, uid=26, gid=None), ["psql", "-c", "select 1"])
+    assert argv[1:] == [
+        "--target=42", "--net", "--mount", "--uts", "--ipc", "--pid", "--root", "--wd",
+        "--setuid=26", "--setgid=0", "--", "psql", "-c", "select 1",
+    ]  # fmt: skip
+    assert "--setuid" not in " ".join(nsenter_argv(ContainerProcess(pid=42, uid=None, gid=None), ["id"]))
+
+
+def test_the_environment_is_the_container_inits() -> None:
+    assert container_environment(os.getpid())["PATH"] == os.environ["PATH"]
