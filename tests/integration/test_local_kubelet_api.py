@@ -132,6 +132,8 @@ async def test_kubectl_logs_of_a_running_container_and_its_tail(
     live = await client.get(NODE, node.options.name)
     assert node.kubelet_api is not None
     assert live["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] == node.kubelet_api.port > 0
+    # ... and that it takes exec's WebSocket itself (see kubeletexec.py).
+    assert live["status"]["declaredFeatures"] == ["ExtendWebSocketsToKubelet"]
 
 
 async def test_kubectl_logs_chooses_the_container(
