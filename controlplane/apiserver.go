@@ -29,6 +29,11 @@ func apiserverArgs(c config, p pki) []string {
 		"--service-account-signing-key-file=" + p.saPrivateKey(),
 		"--service-cluster-ip-range=" + c.ServiceCIDR,
 		"--allow-privileged=true",
+		// Reaching the nodes' kubelet API (kubectl logs); see kubeletclient.go.
+		"--kubelet-client-certificate=" + p.clientCert(kubeletClientIdentity.file),
+		"--kubelet-client-key=" + p.clientKey(kubeletClientIdentity.file),
+		"--kubelet-certificate-authority=" + p.kubeletCACert(),
+		"--kubelet-preferred-address-types=InternalIP", // a Node's Hostname (its name) resolves nowhere
 		// The built-in reconciler publishes the advertise address as the `kubernetes` Service endpoint, and
 		// EndpointSlices refuse loopback addresses; the local node publishes a reachable address itself.
 		"--endpoint-reconciler-type=none",

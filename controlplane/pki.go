@@ -96,6 +96,9 @@ func (p pki) ensure(serviceIP net.IP) error {
 			return fmt.Errorf("client certificate %s: %w", id.user, err)
 		}
 	}
+	if err := p.ensureKubelet(ca, caKey); err != nil { // kubeletclient.go
+		return err
+	}
 	if !exists(p.saPrivateKey()) {
 		if err := p.writeServiceAccountKeys(); err != nil {
 			return fmt.Errorf("service-account keys: %w", err)

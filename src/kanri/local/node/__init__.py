@@ -17,6 +17,7 @@ import asyncio
 
 from kanri.local.node.dns import ClusterDNS, reserve_dns_service
 from kanri.local.node.kubelet import Kubelet, log_path
+from kanri.local.node.kubeletapi import KubeletAPI, start_kubelet_api
 from kanri.local.node.network import NodeLock, PodNetwork
 from kanri.local.node.node import NodeAgent
 from kanri.local.node.options import NodeOptions
@@ -51,6 +52,7 @@ class LocalNode:
         self.manager.add(self.kubelet.controller())
         self.proxy: ServiceProxy | None = None
         self.dns: ClusterDNS | None = None
+        self.kubelet_api: KubeletAPI | None = None
         if options.pod_network:
             self.proxy = ServiceProxy(cache, options, client)
             self.manager.add(self.proxy.controller())
@@ -65,6 +67,9 @@ class LocalNode:
             if self.network is not None:
                 await self.network.start()
             await asyncio.to_thread(self.kubelet.cgroups.start)
+            # On the node's address, which the network has by now; its port goes into the first heartbeat.
+            self.kubelet_api = await start_kubelet_api(self.kubelet, self.manager.cache, self.client, self.options)
+            self.agent.kubelet_port = self.kubelet_api.port if self.kubelet_api is not None else 0
             await self.agent.heartbeat()  # the node exists before the scheduler looks for it
             await ensure_storage_class(self.client, self.options)
             if self.proxy is not None:
@@ -88,6 +93,8 @@ class LocalNode:
                     lock.release()
 
     async def _clean_up(self) -> None:
+        if self.kubelet_api is not None:
+            await self.kubelet_api.close()
         if self.dns is not None:
             await self.dns.close()
         if self.proxy is not None:

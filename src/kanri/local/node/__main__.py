@@ -46,6 +46,7 @@ async def _run(args: argparse.Namespace) -> int:
         apiserver=("127.0.0.1", args.apiserver_port),
         kubeconfig=Path(args.kubeconfig),
         proxy_mode=args.proxy_mode,
+        kubelet_pki_dir=Path(args.kubeconfig).parent / "pki",  # the control plane's data dir holds both
     )
     async with await Client.from_kubeconfig(args.kubeconfig) as client:
         node = LocalNode(client, options)

@@ -112,7 +112,7 @@ def ready_conditions(existing: list[Obj], now: datetime) -> list[Obj]:
     return conditions
 
 
-def node_status(options: NodeOptions, resources: dict[str, str], conditions: list[Obj]) -> Obj:
+def node_status(options: NodeOptions, resources: dict[str, str], conditions: list[Obj], kubelet_port: int = 0) -> Obj:
     return {
         "capacity": resources,
         # Nothing is reserved for system daemons: the machine is a developer's, and the pods are its workload.
@@ -123,7 +123,9 @@ def node_status(options: NodeOptions, resources: dict[str, str], conditions: lis
         ],
         "conditions": conditions,
         "nodeInfo": node_info(),
-        "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}},  # where the API server reaches it
+        # The API server then passes `kubectl exec`'s WebSocket on instead of translating it to SPDY.
+        "declaredFeatures": ["ExtendWebSocketsToKubelet"] if kubelet_port else [],
     }
 
 
@@ -137,6 +139,8 @@ class NodeAgent:
         self.options = options
         self._now = now
         self._resources = capacity(options.max_pods)
+        self.kubelet_port = 0
+        """The kubelet API's port, advertised in the Node's status (0: none)."""
         self.heartbeats = 0
         """Heartbeats that reached the API server (status and Lease both written)."""
 
@@ -161,7 +165,7 @@ class NodeAgent:
             node = await self._register()
         now = self._now()
         conditions = ready_conditions((node.get("status") or {}).get("conditions") or [], now)
-        patch = {"status": node_status(self.options, self._resources, conditions)}
+        patch = {"status": node_status(self.options, self._resources, conditions, self.kubelet_port)}
         node = await self._client.patch_status(NODE, self.options.name, patch)
         await self._renew_lease(node, now)
         self.heartbeats += 1
@@ -173,7 +177,7 @@ class NodeAgent:
             "metadata": {"name": self.options.name, "labels": node_labels(self.options)},
             "spec": {},
             # Nodes keep the status they are created with, so the node is Ready from its first moment.
-            "status": node_status(self.options, self._resources, ready_conditions([], now)),
+            "status": node_status(self.options, self._resources, ready_conditions([], now), self.kubelet_port),
         }
         try:
             node = await self._client.create(NODE, body)

@@ -73,6 +73,9 @@ class NodeOptions:
     proxy_mode: str = "nftables"
     """``nftables``: the real kube-proxy serves ClusterIPs (the userspace proxy only if it cannot run);
     ``userspace``: the node's userspace proxy does."""
+    kubelet_pki_dir: Path | None = None
+    """The control plane's ``pki`` dir (cluster CA, kubelet CA): with it the node serves the kubelet API on its
+    ``internal_ip`` (``kubectl logs``; see :mod:`kanri.local.node.kubeletapi`). None: no kubelet API."""
 
     @property
     def volumes_dir(self) -> Path:
