@@ -23,7 +23,7 @@ from kanri.local.node import LocalNode, NodeOptions
 from kanri.local.node.kinds import NODE, NODE_LEASE_NAMESPACE, PERSISTENT_VOLUME, STORAGE_CLASS
 from kanri.local.node.node import NodeAgent
 from kanri.local.node.provisioner import storage_class
-from kanri.runtime import ApiError, Client, get_condition
+from kanri.runtime import ApiError, Client, get_condition, parse_quantity
 from kanri.runtime.kinds import EVENT, LEASE, PVC
 from tests.local_node_support import running_node, with_test_network
 from tests.support import eventually
@@ -85,7 +85,7 @@ async def test_node_registers_and_stays_ready_past_the_node_monitor_grace_period
     name = node.options.name
     registered = await client.get(NODE, name)
     status = registered["status"]
-    assert status["capacity"]["cpu"] == f"{(os.cpu_count() or 1) * 1000}m"  # one node: the whole machine
+    assert parse_quantity(status["capacity"]["cpu"]) == os.cpu_count()  # one node: the whole machine
     assert status["capacity"]["pods"] == "110"
     assert status["capacity"]["memory"].endswith("Ki")
     assert int(status["capacity"]["memory"][:-2]) > 0

@@ -146,7 +146,7 @@ class PodNetwork:
     async def attach(self, pod_uid: str, pool: AddressPool | None = None) -> PodSandbox:
         """The pod's namespace, veth pair and an address from ``pool`` (a node's slice; default: the whole pod
         CIDR) — idempotent per pod uid."""
-        pool = pool or self.pool
+        pool = pool if pool is not None else self.pool  # (an empty pool is falsy: it has a __len__)
         async with self._lock:
             existing = self.sandboxes.get(pod_uid)
             if existing is not None:
