@@ -9,6 +9,7 @@ import pytest
 
 from kanri.local.node import NodeOptions, node_options
 from kanri.local.node.chaos import Partition, ruleset
+from kanri.local.node.containers import ContainerState, resume
 from kanri.local.node.host import zone_name
 from kanri.local.node.state import NodeState
 
@@ -75,3 +76,22 @@ async def test_the_gate_closes_for_any_condition_and_close_opens_it_for_good() -
     assert state.acting
     with pytest.raises(ValueError, match="unknown"):
         state.set("asleep", True)
+
+
+def test_a_restarted_node_counts_one_more_restart_for_containers_that_had_run() -> None:
+    ran = ContainerState("main", "img")
+    never = ContainerState("side", "img")
+    status = {
+        "containerStatuses": [
+            {"name": "main", "restartCount": 2, "state": {"running": {"startedAt": "2026-12-01T00:00:00Z"}}},
+            {"name": "side", "restartCount": 0, "state": {"waiting": {"reason": "ImageNotMapped"}}},
+        ]
+    }
+    resume([ran, never], status)
+    assert ran.restart_count == 3
+    assert ran.last_terminated == {"exitCode": 255, "reason": "Unknown", "startedAt": "2026-12-01T00:00:00Z"}
+    assert ran.ever_started
+    assert (never.restart_count, never.last_terminated, never.ever_started) == (0, None, False)
+    fresh = ContainerState("main", "img")
+    resume([fresh], None)  # a new pod
+    assert (fresh.restart_count, fresh.last_terminated) == (0, None)

@@ -57,7 +57,7 @@ async def serving(host: NodeHost, path: Path) -> AsyncIterator[None]:
     await asyncio.to_thread(path.unlink, missing_ok=True)
     runner = web.AppRunner(_app(host), access_log=None)
     await runner.setup()
-    old = os.umask(0o077)  # no window in which the socket is open to others
+    old = os.umask(0o177)  # 0600 from the start: no window in which the socket is open to others
     try:
         await web.UnixSite(runner, str(path)).start()
     finally:
