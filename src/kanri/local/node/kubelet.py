@@ -8,8 +8,8 @@ the controller to look at the pod again whenever something changed; the reconcil
 
 Deletion: SIGTERM to each container's init, the pod's grace period, then every process of its cgroup killed, a
 terminal phase written (which makes the API server delete at once, as it does for a kubelet's final delete), then
-the pod object is deleted with a uid precondition. :meth:`Kubelet.kill_all` (called by ``LocalNode.stop``) kills
-everything at once: this is a development runtime, pods do not outlive their node.
+the pod object is deleted with a uid precondition. :meth:`Kubelet.kill_all` (when the node host stops, and for the
+``stop`` chaos verb: :meth:`Kubelet.power_off`) kills everything at once: pods do not outlive their node.
 
 Before the first container starts, the worker gives the pod its network namespace and address
 (:mod:`kanri.local.node.network`) and its volumes (:mod:`kanri.local.node.mounts`); each container process is
