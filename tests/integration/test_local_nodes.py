@@ -25,7 +25,7 @@ from kanri.local.node import LocalNode, NodeHost, NodeOptions
 from kanri.local.node.control import call, serving
 from kanri.local.node.kinds import NODE, NODE_LEASE_NAMESPACE, PERSISTENT_VOLUME
 from kanri.runtime import Client, get_condition, parse_quantity
-from kanri.runtime.kinds import LEASE, POD, PVC
+from kanri.runtime.kinds import LEASE, POD, PVC, SERVICE
 from tests.local_node_support import running_nodes, untainted, with_test_network
 from tests.support import eventually
 
@@ -267,14 +267,25 @@ async def test_freeze_stops_every_process_of_the_node_at_once_and_thaw_resumes_t
 # --- partition / heal -------------------------------------------------------------------------------------------------
 
 
-async def _connects(netns: str, address: str) -> bool:
-    """Whether a TCP connection from inside network namespace ``netns`` to ``address:8080`` opens (2 s)."""
-    script = f"import socket,sys\ns=socket.socket(); s.settimeout(2)\nsys.exit(s.connect_ex(('{address}', 8080)))\n"
+async def _connects(netns: str, address: str, port: int = 8080) -> bool:
+    """Whether a TCP connection from inside network namespace ``netns`` to ``address:port`` opens (2 s)."""
+    script = f"import socket,sys\ns=socket.socket(); s.settimeout(2)\nsys.exit(s.connect_ex(('{address}', {port})))\n"
     process = await asyncio.create_subprocess_exec(
         "nsenter", f"--net={netns}", sys.executable, "-c", script, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )  # fmt: skip
     return await process.wait() == 0
+
+
+async def _host_connects(address: str) -> bool:
+    """Whether a process on the host (the usual source address) opens a connection to ``address:8080`` (2 s)."""
+    try:
+        async with asyncio.timeout(2):
+            _, writer = await asyncio.open_connection(address, 8080)
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    return True
 
 
 async def test_a_partitioned_nodes_pods_neither_reach_nor_are_reached_by_other_nodes_pods_until_healed(
@@ -294,15 +305,24 @@ async def test_a_partitioned_nodes_pods_neither_reach_nor_are_reached_by_other_n
     inside_ip, outside_ip = inside["status"]["podIP"], outside["status"]["podIP"]
     assert await _connects(outside_ns, inside_ip)
     assert await _connects(inside_ns, outside_ip)
+    api = await client.get(SERVICE, "kubernetes", "default")  # the API server, through its Service
+    api_ip, api_port = api["spec"]["clusterIP"], api["spec"]["ports"][0]["port"]
+    assert await _connects(inside_ns, api_ip, api_port)
+    assert await _host_connects(inside_ip)
     async with restored(host, cut.name):
         assert await host.chaos("partition", cut.name)
         assert not await host.chaos("partition", cut.name)
         assert not await _connects(outside_ns, inside_ip)
         assert not await _connects(inside_ns, outside_ip)
         assert await _connects(inside_ns, inside_ip)  # its own pods still reach each other
+        assert not await _connects(inside_ns, api_ip, api_port)  # nor the API server
+        assert await _connects(outside_ns, api_ip, api_port)
+        assert not await _host_connects(inside_ip)  # nor does anything else on the host (but the node's probes)
         assert not cut.state.acting  # its heartbeats and API calls pause (simulated: the node process is the host's)
 
         assert await host.chaos("heal", cut.name)
+        assert await _connects(inside_ns, api_ip, api_port)
+        assert await _host_connects(inside_ip)
         assert await _connects(outside_ns, inside_ip)
         assert await _connects(inside_ns, outside_ip)
         # Its probes went on meanwhile (from the node's address): the pod is still Ready, never restarted.
