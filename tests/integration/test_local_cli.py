@@ -145,6 +145,7 @@ def test_a_pod_runs_is_reached_and_logged_and_down_leaves_nothing(kanri_env: dic
     log = run([*KANRI, "local", "logs", "web"], kanri_env).stdout
     assert "GET /hosts" in log
 
+    assert "kanri-2 (zone-b): Running, 1 pod(s)" in run([*KANRI, "local", "status"], kanri_env).stderr
     listed = run([*KANRI, "local", "node", "list"], kanri_env).stdout
     for row in ("kanri-1", "zone-a", "kanri-3", "zone-c", "10.244.2.1"):
         assert row in listed, listed

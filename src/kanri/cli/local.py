@@ -124,7 +124,14 @@ def status(name: ClusterOption = "default") -> None:
     if node_pid is None:
         err.print("local node: [yellow]stopped[/yellow]")
         raise typer.Exit(1)
-    err.print(f"local node: [green]running[/green] (pid {node_pid}), log {_node(name).log_file}")
+    err.print(f"local nodes: [green]running[/green] (pid {node_pid}), log {_node(name).log_file}")
+    try:
+        nodes = asyncio.run(call(_node(name).control_socket, "GET", "/nodes"))
+    except ControlError as exc:
+        err.print(f"  [yellow]{exc}[/yellow]")
+        return
+    for node in nodes:
+        err.print(f"  {node['name']} ({node['zone']}): {node['state']}, {node['pods']} pod(s)")
 
 
 async def _client(name: str) -> Client:
