@@ -33,6 +33,10 @@ func apiserverArgs(c config, p pki) []string {
 		// EndpointSlices refuse loopback addresses; the local node publishes a reachable address itself.
 		"--endpoint-reconciler-type=none",
 		"--profiling=false",
+		// Pods without their own tolerations are evicted 30 s after their node turns NotReady or unreachable
+		// (the DefaultTolerationSeconds admission plugin's default is 300 s); docs/local.md, "Timings".
+		"--default-not-ready-toleration-seconds=30",
+		"--default-unreachable-toleration-seconds=30",
 		fmt.Sprintf("--v=%d", c.Verbosity),
 	}
 }

@@ -19,6 +19,7 @@ type config struct {
 	ServiceCIDR    string `json:"serviceCIDR"`
 	Controllers    string `json:"-"`
 	Verbosity      int    `json:"-"`
+	Scheduler      bool   `json:"-"`
 }
 
 // loadConfig merges flags with what the data dir remembers: an explicit flag wins, then the remembered value, then

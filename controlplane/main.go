@@ -1,10 +1,11 @@
-// Command kanri-controlplane runs a real Kubernetes control plane in one process: embedded etcd, kube-apiserver and
-// kube-controller-manager, all on 127.0.0.1. It is kanri's test and development cluster (no Docker, kind or prebuilt
-// binaries on the machines it targets).
+// Command kanri-controlplane runs a real Kubernetes control plane in one process: embedded etcd, kube-apiserver,
+// kube-controller-manager and kube-scheduler, all on 127.0.0.1. It is kanri's test and development cluster (no
+// Docker, kind or prebuilt binaries on the machines it targets).
 //
 // On start it generates (once) a CA, serving and client certificates and service-account keys under --data-dir,
 // writes admin.kubeconfig there, and prints one JSON line {"event":"ready",...} to stdout when the API server is
-// ready and the controllers run. SIGTERM or SIGINT stops it: controllers, then the API server, then etcd.
+// ready, the controllers run and the scheduler has synced. SIGTERM or SIGINT stops it: scheduler and controllers,
+// then the API server, then etcd.
 package main
 
 import (
@@ -16,7 +17,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"time"
 
@@ -47,6 +47,7 @@ func run() error {
 		controllers = flag.String("controllers", "*", "kube-controller-manager --controllers value")
 		verbosity   = flag.Int("v", 0, "klog verbosity of the API server and controllers")
 		parentPID   = flag.Int("parent-pid", 0, "stop when this process exits (0: run until signalled)")
+		withSched   = flag.Bool("scheduler", true, "run kube-scheduler (false: something else binds pods to nodes)")
 	)
 	flag.Parse()
 	if *dataDir == "" {
@@ -64,7 +65,7 @@ func run() error {
 
 	cfg, err := loadConfig(*dataDir, config{
 		APIServerPort: *apiPort, EtcdClientPort: *etcdPort, EtcdPeerPort: *peerPort,
-		ServiceCIDR: defaultServiceCIDR, Controllers: *controllers, Verbosity: *verbosity,
+		ServiceCIDR: defaultServiceCIDR, Controllers: *controllers, Verbosity: *verbosity, Scheduler: *withSched,
 	})
 	if err != nil {
 		return err
@@ -74,14 +75,12 @@ func run() error {
 		return err
 	}
 	server := fmt.Sprintf("https://127.0.0.1:%d", cfg.APIServerPort)
-	adminKubeconfig := filepath.Join(*dataDir, "admin.kubeconfig")
-	kcmKubeconfig := filepath.Join(*dataDir, "controller-manager.kubeconfig")
-	if err := writeKubeconfig(adminKubeconfig, server, p, adminIdentity); err != nil {
-		return err
+	for _, id := range clientIdentities {
+		if err := writeKubeconfig(id.kubeconfig(*dataDir), server, p, id); err != nil {
+			return err
+		}
 	}
-	if err := writeKubeconfig(kcmKubeconfig, server, p, kcmIdentity); err != nil {
-		return err
-	}
+	adminKubeconfig := adminIdentity.kubeconfig(*dataDir)
 
 	// Everything that should stop the control plane cancels runCtx with its cause: a signal, the parent's exit, or
 	// a component failing.
@@ -106,17 +105,14 @@ func run() error {
 	}
 	defer etcd.Close()
 
-	apiCtx, stopAPI := context.WithCancel(context.Background())
-	kcmCtx, stopKCM := context.WithCancel(context.Background())
-	defer stopAPI()
-	defer stopKCM()
-	var apiDone, kcmDone sync.WaitGroup
+	// Shutdown order: the API server's clients first, then the API server; etcd is closed last (deferred).
+	api := newComponent("kube-apiserver", 60*time.Second)
+	kcm := newComponent("kube-controller-manager", 30*time.Second)
+	scheduler := newComponent("kube-scheduler", 30*time.Second)
+	components := []*component{scheduler, kcm, api}
+	defer stopAll(components...)
 
-	apiDone.Go(func() {
-		if err := runAPIServer(apiCtx, apiserverArgs(cfg, p)); err != nil && apiCtx.Err() == nil {
-			stopRun(fmt.Errorf("kube-apiserver: %w", err))
-		}
-	})
+	api.start(func(ctx context.Context) error { return runAPIServer(ctx, apiserverArgs(cfg, p)) }, stopRun)
 	go func() {
 		if err := <-etcd.Err(); err != nil {
 			stopRun(fmt.Errorf("etcd: %w", err))
@@ -126,17 +122,27 @@ func run() error {
 	readyCtx, cancelReady := context.WithTimeout(runCtx, 3*time.Minute)
 	defer cancelReady()
 	if err := waitForAPIServer(readyCtx, adminKubeconfig); err != nil {
-		shutdown(stopKCM, &kcmDone, stopAPI, &apiDone)
+		stopAll(components...)
 		return fmt.Errorf("API server never became ready: %w", causeOf(runCtx, err))
 	}
-	kcmDone.Go(func() {
-		if err := runControllerManager(kcmCtx, controllerManagerArgs(cfg, p, kcmKubeconfig)); err != nil && kcmCtx.Err() == nil {
-			stopRun(fmt.Errorf("kube-controller-manager: %w", err))
-		}
-	})
+	kcm.start(func(ctx context.Context) error {
+		return runControllerManager(ctx, controllerManagerArgs(cfg, p, kcmIdentity.kubeconfig(*dataDir)))
+	}, stopRun)
+	schedulerSynced := make(chan struct{})
+	if cfg.Scheduler {
+		scheduler.start(func(ctx context.Context) error {
+			return runScheduler(ctx, schedulerArgs(schedulerIdentity.kubeconfig(*dataDir)), schedulerSynced)
+		}, stopRun)
+	} else {
+		close(schedulerSynced)
+	}
 	if err := waitForControllers(readyCtx, adminKubeconfig); err != nil {
-		shutdown(stopKCM, &kcmDone, stopAPI, &apiDone)
+		stopAll(components...)
 		return fmt.Errorf("controllers never became ready: %w", causeOf(runCtx, err))
+	}
+	if err := waitForScheduler(readyCtx, schedulerSynced); err != nil {
+		stopAll(components...)
+		return fmt.Errorf("kube-scheduler never became ready: %w", causeOf(runCtx, err))
 	}
 	cancelReady()
 
@@ -155,7 +161,7 @@ func run() error {
 		runErr = cause
 		klog.ErrorS(runErr, "a component failed; stopping the rest")
 	}
-	shutdown(stopKCM, &kcmDone, stopAPI, &apiDone)
+	stopAll(components...)
 	etcd.Close()
 	emit(map[string]any{"event": "stopped", "seconds": time.Since(started).Seconds()})
 	return runErr
@@ -172,24 +178,6 @@ func causeOf(runCtx context.Context, err error) error {
 		return cause
 	}
 	return err
-}
-
-// shutdown stops the controllers before the API server they talk to; etcd is closed by the caller last.
-func shutdown(stopKCM context.CancelFunc, kcm *sync.WaitGroup, stopAPI context.CancelFunc, api *sync.WaitGroup) {
-	stopKCM()
-	waitTimeout(kcm, 30*time.Second)
-	stopAPI()
-	waitTimeout(api, 60*time.Second)
-}
-
-func waitTimeout(wg *sync.WaitGroup, d time.Duration) {
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(d):
-		klog.InfoS("component did not stop in time; continuing shutdown", "timeout", d)
-	}
 }
 
 // watchParent reports when the given process is gone, so a test session that dies never leaves a cluster behind.

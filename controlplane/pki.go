@@ -35,17 +35,30 @@ func (p pki) saPrivateKey() string       { return p.path("sa.key") }
 func (p pki) clientCert(n string) string { return p.path(n + ".crt") }
 func (p pki) clientKey(n string) string  { return p.path(n + ".key") }
 
-// clientIdentity is a certificate-authenticated user: CN is the user name, O the groups.
+// clientIdentity is a certificate-authenticated user: CN is the user name, O the groups. Its certificate is
+// pki/<file>.crt and its kubeconfig <data-dir>/<file>.kubeconfig.
 type clientIdentity struct {
 	file   string
 	user   string
 	groups []string
 }
 
+// The components' users are the ones the API server's bootstrap RBAC already binds to their roles
+// (system:kube-controller-manager, system:kube-scheduler, system:node-proxier for system:kube-proxy).
 var (
-	adminIdentity = clientIdentity{file: "admin", user: "kanri-admin", groups: []string{"system:masters"}}
-	kcmIdentity   = clientIdentity{file: "controller-manager", user: "system:kube-controller-manager"}
+	adminIdentity     = clientIdentity{file: "admin", user: "kanri-admin", groups: []string{"system:masters"}}
+	kcmIdentity       = clientIdentity{file: "controller-manager", user: "system:kube-controller-manager"}
+	schedulerIdentity = clientIdentity{file: "scheduler", user: "system:kube-scheduler"}
+	proxyIdentity     = clientIdentity{file: "proxy", user: "system:kube-proxy"}
 )
+
+// clientIdentities get a certificate and a kubeconfig on every start (only what is missing is generated).
+var clientIdentities = []clientIdentity{adminIdentity, kcmIdentity, schedulerIdentity, proxyIdentity}
+
+// kubeconfig is where the control plane writes this identity's kubeconfig.
+func (id clientIdentity) kubeconfig(dataDir string) string {
+	return filepath.Join(dataDir, id.file+".kubeconfig")
+}
 
 const certValidity = 10 * 365 * 24 * time.Hour
 
@@ -73,7 +86,7 @@ func (p pki) ensure(serviceIP net.IP) error {
 			return fmt.Errorf("serving certificate: %w", err)
 		}
 	}
-	for _, id := range []clientIdentity{adminIdentity, kcmIdentity} {
+	for _, id := range clientIdentities {
 		if exists(p.clientCert(id.file)) {
 			continue
 		}

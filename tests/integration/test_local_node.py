@@ -30,8 +30,8 @@ from tests.support import eventually
 
 Obj = dict[str, Any]
 
-# kube-controller-manager v1.37's --node-monitor-grace-period default (nodelifecycle config defaults.go).
-NODE_MONITOR_GRACE_PERIOD = 50.0
+# The control plane's --node-monitor-grace-period (controlplane/controllermanager.go; v1.37's default is 50 s).
+NODE_MONITOR_GRACE_PERIOD = 20.0
 
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module")

@@ -1,9 +1,10 @@
-"""Run the real control plane (etcd + kube-apiserver + kube-controller-manager) as a local process.
+"""Run the real control plane (etcd + kube-apiserver + kube-controller-manager + kube-scheduler) as a local process.
 
 One :class:`ControlPlane` owns one data dir. The process is started detached (its own session) so ``kanri local up``
 can return while it keeps running; ``exit_with_parent`` ties its life to the caller instead, which is what a test
 session wants. Readiness comes from the binary's own ``{"event": "ready"}`` line, which it prints only after
-``/readyz`` passes and the controllers have created the ``default`` ServiceAccount.
+``/readyz`` passes, the controllers have created the ``default`` ServiceAccount and the scheduler's informers have
+synced.
 """
 
 from __future__ import annotations
