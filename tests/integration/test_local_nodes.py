@@ -43,6 +43,7 @@ IMAGES = [
 ]
 # kube-controller-manager v1.37's --node-monitor-grace-period default; generous on top.
 NODE_MONITOR_GRACE_PERIOD = 50.0
+ZONE = "topology.kubernetes.io/zone"
 
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module")
@@ -186,6 +187,31 @@ async def test_a_volume_is_made_on_the_disk_of_the_node_its_pod_landed_on(
     await eventually(lambda: asyncio.to_thread(lambda: where.exists() and where.read_text() == "here\n"), timeout=30)
     await client.delete(POD, "writer", namespace)
     await client.delete(PVC, "data", namespace)
+
+
+async def test_the_scheduler_places_a_pod_and_its_waiting_claim_on_a_node_of_the_asked_zone(
+    client: Client, host: NodeHost, namespace: str
+) -> None:
+    second = host.nodes[1]
+    claim = {
+        "metadata": {"name": "zonal", "namespace": namespace},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    }
+    await client.create(PVC, claim)
+    # WaitForFirstConsumer: nothing is provisioned before a pod using the claim is scheduled.
+    assert (await client.get(PVC, "zonal", namespace))["status"]["phase"] == "Pending"
+    volumes = [{"name": "data", "persistentVolumeClaim": {"claimName": "zonal"}}]
+    body = pinned("placed", namespace, second, volumes=volumes, nodeSelector={ZONE: str(second.options.zone)})
+    del body["spec"]["nodeName"]  # kube-scheduler's choice this time
+    await client.create(POD, body)
+    live = await eventually(lambda: running(client, "placed", namespace), timeout=90)
+    assert live["spec"]["nodeName"] == second.name
+    bound = await client.get(PVC, "zonal", namespace)
+    assert bound["metadata"]["annotations"]["volume.kubernetes.io/selected-node"] == second.name
+    volume = await client.get(PERSISTENT_VOLUME, bound["spec"]["volumeName"])
+    (term,) = volume["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
+    assert term["matchExpressions"][0]["values"] == [second.name]
+    assert Path(volume["spec"]["local"]["path"]).parent == second.options.volumes_dir.resolve()
 
 
 # --- stop / start -----------------------------------------------------------------------------------------------------
