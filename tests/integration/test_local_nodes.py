@@ -111,6 +111,25 @@ def process_state(pid: int) -> str | None:
         return None
 
 
+async def renewed_at(client: Client, name: str) -> str:
+    return str((await client.get(LEASE, name, NODE_LEASE_NAMESPACE))["spec"]["renewTime"])
+
+
+async def heartbeats_pause(client: Client, silent: str, beating: str) -> None:
+    """``silent``'s Lease stays as it is while ``beating``'s is renewed twice (a beat that was in flight as the
+    node was silenced may land first: the baseline is taken after one renewal of the other's)."""
+
+    async def renewed_after(previous: str) -> str | None:
+        current = await renewed_at(client, beating)
+        return current if current > previous else None
+
+    mark = await eventually(functools.partial(renewed_after, await renewed_at(client, beating)), timeout=30)
+    baseline = await renewed_at(client, silent)
+    mark = await eventually(functools.partial(renewed_after, mark), timeout=30)
+    await eventually(functools.partial(renewed_after, mark), timeout=30)
+    assert await renewed_at(client, silent) == baseline
+
+
 @contextlib.asynccontextmanager
 async def restored(host: NodeHost, name: str) -> AsyncIterator[None]:
     """Whatever the test does to node ``name``, it is running and schedulable again afterwards."""
@@ -283,6 +302,7 @@ async def test_freeze_stops_every_process_of_the_node_at_once_and_thaw_resumes_t
         assert all(_frozen(pid) for pid in pids), [process_state(p) for p in pids]
         assert not _frozen(other)  # another node's pod runs on
         assert not first.state.acting  # heartbeats and kubelet paused
+        await heartbeats_pause(client, first.name, host.nodes[1].name)
 
         assert await host.chaos("thaw", first.name)
         assert not any(_frozen(pid) for pid in pids), [process_state(p) for p in pids]
@@ -345,6 +365,7 @@ async def test_a_partitioned_nodes_pods_neither_reach_nor_are_reached_by_other_n
         assert await _connects(outside_ns, api_ip, api_port)
         assert not await _host_connects(inside_ip)  # nor does anything else on the host (but the node's probes)
         assert not cut.state.acting  # its heartbeats and API calls pause (simulated: the node process is the host's)
+        await heartbeats_pause(client, cut.name, other.name)
 
         assert await host.chaos("heal", cut.name)
         assert await _connects(inside_ns, api_ip, api_port)
