@@ -192,7 +192,9 @@ class LocalCluster:
 
 
 @contextlib.contextmanager
-def local_cluster(cluster_dir: Path, binary: Path, network: Network, wait: float) -> Iterator[LocalCluster]:
+def local_cluster(
+    cluster_dir: Path, binary: Path, network: Network, wait: float, nodes: int = 3
+) -> Iterator[LocalCluster]:
     """Start the control plane on ``cluster_dir``, wait for a quiet machine again, start the node; both timed.
 
     At exit — even on error — the node is stopped, then the control plane, and ``find_leftovers`` must find nothing
@@ -211,7 +213,7 @@ def local_cluster(cluster_dir: Path, binary: Path, network: Network, wait: float
         wait_for_quiet_machine(wait)
         started = time.monotonic()
         node_started = True
-        node.start(endpoint.kubeconfig, cp.apiserver_port(), image_map)
+        node.start(endpoint.kubeconfig, cp.apiserver_port(), image_map, nodes=nodes)
         startup["node"] = time.monotonic() - started
         cluster = LocalCluster(cp, node, endpoint.kubeconfig, endpoint.pid, startup)
         yield cluster

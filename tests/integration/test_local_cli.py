@@ -90,6 +90,7 @@ apiVersion: v1
 kind: Pod
 metadata: {name: web, labels: {app: web}}
 spec:
+  nodeName: kanri-2
   terminationGracePeriodSeconds: 5
   securityContext: {runAsUser: 26}
   containers:
@@ -120,7 +121,7 @@ def test_a_pod_runs_is_reached_and_logged_and_down_leaves_nothing(kanri_env: dic
     kubectl(kanri_env, "apply", "-f", str(manifest))
     kubectl(kanri_env, "wait", "--for=condition=Ready", "pod/web", "--timeout=120s")
     pod_ip = kubectl(kanri_env, "get", "pod", "web", "-o", "jsonpath={.status.podIP}")
-    assert pod_ip.startswith("10.244."), pod_ip
+    assert pod_ip.startswith("10.244.2."), pod_ip  # kanri-2's slice of the pod network
 
     port = free_port()
     forwarder = subprocess.Popen(
@@ -143,6 +144,20 @@ def test_a_pod_runs_is_reached_and_logged_and_down_leaves_nothing(kanri_env: dic
 
     log = run([*KANRI, "local", "logs", "web"], kanri_env).stdout
     assert "GET /hosts" in log
+
+    assert "kanri-2 (zone-b): Running, 1 pod(s)" in run([*KANRI, "local", "status"], kanri_env).stderr
+    listed = run([*KANRI, "local", "node", "list"], kanri_env).stdout
+    for row in ("kanri-1", "zone-a", "kanri-3", "zone-c", "10.244.2.1"):
+        assert row in listed, listed
+    # Chaos left in place on purpose: `down` must undo it (thaw the freezer, drop the partition tables).
+    frozen = run([*KANRI, "local", "node", "freeze", "kanri-2"], kanri_env)
+    assert "now Frozen" in frozen.stderr, frozen.stderr
+    assert "nothing to do" in run([*KANRI, "local", "node", "freeze", "kanri-2"], kanri_env).stderr
+    run([*KANRI, "local", "node", "partition", "kanri-3"], kanri_env)
+    assert "Partitioned" in run([*KANRI, "local", "node", "list"], kanri_env).stdout
+    unknown = run([*KANRI, "local", "node", "stop", "kanri-9"], kanri_env, check=False)
+    assert unknown.returncode == 1
+    assert "no node 'kanri-9'" in unknown.stderr
 
     assert [line for line in run(["ip", "netns", "list"], kanri_env).stdout.splitlines() if "kanri-" in line]
     down = run([*KANRI, "local", "down"], kanri_env)

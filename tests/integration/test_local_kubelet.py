@@ -17,11 +17,12 @@ from typing import Any
 import pytest_asyncio
 
 from kanri.local import Endpoint
+from kanri.local.leftovers import find_leftovers
 from kanri.local.node import LocalNode, NodeOptions
 from kanri.local.node.cgroups import leftover_cgroups
 from kanri.runtime import ApiError, Client, get_condition
 from kanri.runtime.kinds import EVENT, POD, SECRET
-from tests.local_node_support import running_node, with_test_network
+from tests.local_node_support import running_nodes, with_test_network
 from tests.support import eventually
 
 Obj = dict[str, Any]
@@ -51,13 +52,15 @@ async def node(control_plane: Endpoint, tmp_path: Path) -> AsyncIterator[LocalNo
         )
     )
     pids: list[int] = []
-    async with running_node(control_plane.kubeconfig, options) as local:
+    async with running_nodes(control_plane.kubeconfig, options, count=1) as host:
+        local = host.nodes[0]
         try:
             yield local
         finally:
             pids = _container_pids(local)
     assert not [pid for pid in pids if _alive(pid)], "container processes outlived the node"
-    assert not leftover_cgroups(options.data_dir), "cgroups outlived the node"
+    assert not leftover_cgroups(local.options.data_dir), "cgroups outlived the node"
+    assert not find_leftovers(options), "the node host left something behind"
 
 
 def _container_pids(node: LocalNode) -> list[int]:
@@ -308,7 +311,7 @@ async def test_stopping_the_node_leaves_no_process(client: Client, node: LocalNo
     tree = [child for pid in pids for child in _children(pid)]
     assert len(pids) == 2
     assert len(tree) >= 4  # the two leaders and the second pod's two sleeps
-    node.stop()
+    node.host.stop()
 
     async def all_gone() -> bool:
         return not [pid for pid in tree if _alive(pid)]

@@ -1,4 +1,5 @@
-"""The local node's first slice on the real control plane: a Node kept Ready, the scheduler, local volumes."""
+"""One local node on the real control plane: a Node kept Ready, local volumes (placed by the selected-node
+annotation, which the tests set where kube-scheduler would). One node host for the whole module."""
 
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ from kanri.local.node import LocalNode, NodeOptions
 from kanri.local.node.kinds import NODE, NODE_LEASE_NAMESPACE, PERSISTENT_VOLUME, STORAGE_CLASS
 from kanri.local.node.node import NodeAgent
 from kanri.local.node.provisioner import storage_class
-from kanri.runtime import ApiError, Client, get_condition
-from kanri.runtime.kinds import EVENT, LEASE, POD, PVC
+from kanri.runtime import ApiError, Client, get_condition, parse_quantity
+from kanri.runtime.kinds import EVENT, LEASE, PVC
 from tests.local_node_support import running_node, with_test_network
 from tests.support import eventually
 
@@ -33,40 +34,26 @@ Obj = dict[str, Any]
 NODE_MONITOR_GRACE_PERIOD = 20.0
 
 
-@pytest_asyncio.fixture(loop_scope="session")
-async def node(control_plane: Endpoint, tmp_path: Path) -> AsyncIterator[LocalNode]:
+@pytest_asyncio.fixture(loop_scope="session", scope="module")
+async def node(control_plane: Endpoint, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[LocalNode]:
     """A local node of its own (unique name, own volume dir, own client and caches), stopped and deleted after."""
-    options = with_test_network(NodeOptions(data_dir=tmp_path / "node", name=f"test-node-{secrets.token_hex(3)}"))
+    data_dir = tmp_path_factory.mktemp("node")
+    options = with_test_network(NodeOptions(data_dir=data_dir, name=f"test-node-{secrets.token_hex(3)}"))
     async with running_node(control_plane.kubeconfig, options) as local:
         yield local
 
 
-def pod(name: str, namespace: str, **spec: Any) -> Obj:
-    container = {"name": "main", "image": "example.invalid/app:1", **spec.pop("container", {})}
-    return {"metadata": {"name": name, "namespace": namespace}, "spec": {"containers": [container], **spec}}
-
-
-def claim(name: str, namespace: str, size: str = "1Gi", storage_class_name: str | None = None) -> Obj:
+def claim(name: str, namespace: str, node: str, size: str = "1Gi", storage_class_name: str | None = None) -> Obj:
+    """A claim placed on ``node`` as kube-scheduler places a WaitForFirstConsumer claim (``selected-node``)."""
     spec: Obj = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}
     if storage_class_name:
         spec["storageClassName"] = storage_class_name
-    return {"metadata": {"name": name, "namespace": namespace}, "spec": spec}
+    annotations = {"volume.kubernetes.io/selected-node": node}
+    return {"metadata": {"name": name, "namespace": namespace, "annotations": annotations}, "spec": spec}
 
 
 def condition(obj: Obj, kind: str) -> Obj | None:
     return get_condition((obj.get("status") or {}).get("conditions"), kind)
-
-
-async def bound_to(client: Client, name: str, namespace: str) -> str | None:
-    return (await client.get(POD, name, namespace))["spec"].get("nodeName") or None
-
-
-async def unschedulable(client: Client, name: str, namespace: str) -> str | None:
-    """The PodScheduled=False/Unschedulable message, once there is one."""
-    scheduled = condition(await client.get(POD, name, namespace), "PodScheduled")
-    if scheduled and (scheduled["status"], scheduled["reason"]) == ("False", "Unschedulable"):
-        return str(scheduled["message"])
-    return None
 
 
 async def events_for(client: Client, namespace: str, name: str, reason: str) -> list[Obj]:
@@ -98,7 +85,7 @@ async def test_node_registers_and_stays_ready_past_the_node_monitor_grace_period
     name = node.options.name
     registered = await client.get(NODE, name)
     status = registered["status"]
-    assert status["capacity"]["cpu"] == str(os.cpu_count())
+    assert parse_quantity(status["capacity"]["cpu"]) == os.cpu_count()  # one node: the whole machine
     assert status["capacity"]["pods"] == "110"
     assert status["capacity"]["memory"].endswith("Ki")
     assert int(status["capacity"]["memory"][:-2]) > 0
@@ -136,74 +123,6 @@ async def test_node_registers_and_stays_ready_past_the_node_monitor_grace_period
         await client.delete(NODE, silent_name)
 
 
-# --- scheduling -------------------------------------------------------------------------------------------------------
-
-
-async def test_a_pod_is_bound_to_the_node(client: Client, node: LocalNode, namespace: str) -> None:
-    await client.create(POD, pod("plain", namespace))
-    assert await eventually(lambda: bound_to(client, "plain", namespace), timeout=30) == node.options.name
-    scheduled = condition(await client.get(POD, "plain", namespace), "PodScheduled")
-    assert scheduled is not None
-    assert scheduled["status"] == "True"
-    assert await eventually(lambda: some_events(client, namespace, "plain", "Scheduled"), timeout=10)
-
-
-async def test_a_pod_with_an_unmatched_node_selector_waits_until_the_node_is_labelled(
-    client: Client, node: LocalNode, namespace: str
-) -> None:
-    await client.create(POD, pod("picky", namespace, nodeSelector={"example.kanri.dev/disk": "ssd"}))
-    message = await eventually(lambda: unschedulable(client, "picky", namespace), timeout=30)
-    assert message == "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
-    events = await eventually(lambda: some_events(client, namespace, "picky", "FailedScheduling"), timeout=10)
-    # One Event per distinct reason; an earlier one may name a transient taint, the last says this.
-    assert events[-1]["type"] == "Warning"
-    assert message in [e["message"] for e in events]
-    assert await bound_to(client, "picky", namespace) is None
-
-    await client.patch(NODE, node.options.name, {"metadata": {"labels": {"example.kanri.dev/disk": "ssd"}}})
-    assert await eventually(lambda: bound_to(client, "picky", namespace), timeout=30) == node.options.name
-
-
-async def test_a_pod_not_tolerating_a_taint_stays_pending(client: Client, node: LocalNode, namespace: str) -> None:
-    taint = {"key": "example.kanri.dev/dedicated", "value": "db", "effect": "NoSchedule"}
-    await client.patch(NODE, node.options.name, {"spec": {"taints": [taint]}})
-    toleration = {"key": "example.kanri.dev/dedicated", "operator": "Equal", "value": "db", "effect": "NoSchedule"}
-    await client.create(POD, pod("tolerant", namespace, tolerations=[toleration]))
-    await client.create(POD, pod("intolerant", namespace))
-
-    assert await eventually(lambda: bound_to(client, "tolerant", namespace), timeout=30) == node.options.name
-    message = await eventually(lambda: unschedulable(client, "intolerant", namespace), timeout=30)
-    assert message == "0/1 nodes are available: 1 node(s) had untolerated taint(s)."
-
-    await client.patch(NODE, node.options.name, {"spec": {"taints": None}})
-    assert await eventually(lambda: bound_to(client, "intolerant", namespace), timeout=30) == node.options.name
-
-
-async def test_requests_count_against_allocatable_until_a_pod_finishes(
-    client: Client, node: LocalNode, namespace: str
-) -> None:
-    cpus = str(os.cpu_count())
-    await client.create(POD, pod("big", namespace, container={"resources": {"requests": {"cpu": cpus}}}))
-    assert await eventually(lambda: bound_to(client, "big", namespace), timeout=30)
-    await client.create(POD, pod("small", namespace, container={"resources": {"requests": {"cpu": "100m"}}}))
-    message = await eventually(lambda: unschedulable(client, "small", namespace), timeout=30)
-    assert message == "0/1 nodes are available: 1 Insufficient cpu."
-
-    # A finished pod holds nothing: the waiting one is looked at again and fits.
-    await client.patch_status(POD, "big", {"status": {"phase": "Succeeded"}}, namespace)
-    assert await eventually(lambda: bound_to(client, "small", namespace), timeout=30) == node.options.name
-
-
-async def test_a_pod_waits_for_its_claim_to_be_bound(client: Client, node: LocalNode, namespace: str) -> None:
-    volumes = [{"name": "data", "persistentVolumeClaim": {"claimName": "later"}}]
-    await client.create(POD, pod("with-volume", namespace, volumes=volumes))
-    message = await eventually(lambda: unschedulable(client, "with-volume", namespace), timeout=30)
-    assert message == '0/1 nodes are available: persistentvolumeclaim "later" not found.'
-
-    await client.create(PVC, claim("later", namespace))
-    assert await eventually(lambda: bound_to(client, "with-volume", namespace), timeout=60) == node.options.name
-
-
 # --- volumes ----------------------------------------------------------------------------------------------------------
 
 
@@ -231,7 +150,8 @@ async def extra_class(client: Client, **settings: Any) -> AsyncIterator[str]:
 async def test_a_claim_of_the_default_class_gets_a_directory_and_loses_it_on_delete(
     client: Client, node: LocalNode, namespace: str
 ) -> None:
-    await client.create(PVC, claim("data", namespace))  # no class: the default one is filled in on admission
+    # No class: the default one is filled in on admission.
+    await client.create(PVC, claim("data", namespace, node.options.name))
     current, volume = await provisioned(client, "data", namespace)
     assert current["spec"]["storageClassName"] == "kanri-local"
     assert current["status"]["capacity"]["storage"] == "1Gi"
@@ -252,7 +172,7 @@ async def test_a_retain_class_keeps_the_volume_and_its_directory(
     client: Client, node: LocalNode, namespace: str
 ) -> None:
     async with extra_class(client, reclaim_policy="Retain") as class_name:
-        await client.create(PVC, claim("kept", namespace, storage_class_name=class_name))
+        await client.create(PVC, claim("kept", namespace, node.options.name, storage_class_name=class_name))
         _, volume = await provisioned(client, "kept", namespace)
         name = volume["metadata"]["name"]
         path = Path(volume["spec"]["local"]["path"])
@@ -271,7 +191,7 @@ async def test_a_retain_class_keeps_the_volume_and_its_directory(
 async def test_a_larger_request_shows_up_in_the_claim_capacity(
     control_plane: Endpoint, client: Client, node: LocalNode, namespace: str
 ) -> None:
-    await client.create(PVC, claim("growing", namespace, size="1Gi"))
+    await client.create(PVC, claim("growing", namespace, node.options.name, size="1Gi"))
     _, volume = await provisioned(client, "growing", namespace)
     await client.patch(PVC, "growing", {"spec": {"resources": {"requests": {"storage": "3Gi"}}}}, namespace)
 
@@ -301,7 +221,7 @@ async def test_a_larger_request_shows_up_in_the_claim_capacity(
 async def test_a_claim_larger_than_the_free_disk_stays_pending_with_a_warning(
     client: Client, node: LocalNode, namespace: str
 ) -> None:
-    await client.create(PVC, claim("huge", namespace, size="1Ei"))
+    await client.create(PVC, claim("huge", namespace, node.options.name, size="1Ei"))
     (failed,) = await eventually(lambda: some_events(client, namespace, "huge", "ProvisioningFailed"), timeout=30)
     assert failed["type"] == "Warning"
     assert failed["message"].startswith("requested 1Ei but only "), failed["message"]
@@ -315,7 +235,7 @@ async def test_a_claim_larger_than_the_free_disk_stays_pending_with_a_warning(
 async def test_growing_a_claim_past_the_free_disk_is_refused_with_a_warning(
     client: Client, node: LocalNode, namespace: str
 ) -> None:
-    await client.create(PVC, claim("greedy", namespace, size="1Gi"))
+    await client.create(PVC, claim("greedy", namespace, node.options.name, size="1Gi"))
     _, volume = await provisioned(client, "greedy", namespace)
     await client.patch(PVC, "greedy", {"spec": {"resources": {"requests": {"storage": "1Ei"}}}}, namespace)
     (failed,) = await eventually(lambda: some_events(client, namespace, "greedy", "VolumeResizeFailed"), timeout=30)
@@ -328,7 +248,7 @@ async def test_a_resize_on_a_class_without_expansion_is_refused(
     client: Client, node: LocalNode, namespace: str
 ) -> None:
     async with extra_class(client, allow_volume_expansion=False) as class_name:
-        await client.create(PVC, claim("fixed", namespace, storage_class_name=class_name))
+        await client.create(PVC, claim("fixed", namespace, node.options.name, storage_class_name=class_name))
         await provisioned(client, "fixed", namespace)
         with pytest.raises(ApiError) as refused:
             await client.patch(PVC, "fixed", {"spec": {"resources": {"requests": {"storage": "2Gi"}}}}, namespace)

@@ -55,7 +55,8 @@ def test_sums_and_shortages() -> None:
 def test_capacity_from_the_machine() -> None:
     meminfo = "MemTotal:       16315424 kB\nMemFree:         1000 kB\n"
     assert memory_total_kib(meminfo) == 16315424
-    assert capacity(110, cpus=8, meminfo=meminfo) == {"cpu": "8", "memory": "16315424Ki", "pods": "110"}
+    assert capacity(110, cpus=8, meminfo=meminfo) == {"cpu": "8000m", "memory": "16315424Ki", "pods": "110"}
+    assert capacity(110, share=3, cpus=2, meminfo=meminfo) == {"cpu": "666m", "memory": "5438474Ki", "pods": "110"}
 
 
 def test_heartbeats_refresh_without_moving_the_transition_time() -> None:

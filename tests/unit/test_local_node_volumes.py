@@ -12,6 +12,7 @@ from kanri.local.node.provisioner import (
     free_bytes,
     needs_expansion,
     persistent_volume,
+    provisioned_here,
     readable_bytes,
     shortfall,
     storage_class,
@@ -49,14 +50,29 @@ def test_the_volume_is_pre_bound_to_the_claim_and_pinned_to_the_node() -> None:
     assert term["matchExpressions"] == [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-a"]}]
 
 
-def test_the_default_class_is_marked_and_expandable() -> None:
+def test_the_default_class_is_marked_expandable_and_waits_for_the_first_consumer() -> None:
     default = storage_class("kanri-local", default=True)
     assert default["metadata"]["annotations"] == {"storageclass.kubernetes.io/is-default-class": "true"}
     assert (default["reclaimPolicy"], default["volumeBindingMode"], default["allowVolumeExpansion"]) == (
         "Delete",
-        "Immediate",
+        "WaitForFirstConsumer",
         True,
     )
+
+
+def _claim(selected: str | None) -> dict[str, Any]:
+    annotations = {"volume.kubernetes.io/selected-node": selected} if selected else {}
+    return {"metadata": {"name": "data", "namespace": "ns", "annotations": annotations}}
+
+
+def test_only_the_selected_node_provisions_a_waiting_claim() -> None:
+    waiting = storage_class("kanri-local", default=True)
+    assert provisioned_here(_claim("kanri-2"), waiting, "kanri-2", serves_immediate=False)
+    assert not provisioned_here(_claim("kanri-2"), waiting, "kanri-1", serves_immediate=True)
+    assert not provisioned_here(_claim(None), waiting, "kanri-1", serves_immediate=True)  # not placed yet
+    immediate = {**waiting, "volumeBindingMode": "Immediate"}
+    assert provisioned_here(_claim(None), immediate, "kanri-1", serves_immediate=True)
+    assert not provisioned_here(_claim(None), immediate, "kanri-2", serves_immediate=False)
 
 
 @pytest.mark.parametrize(

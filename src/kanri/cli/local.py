@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -14,8 +14,9 @@ from kanri.local import BuildError, ControlPlane, controlplane_binary, paths
 from kanri.local.access import AccessError, container_log_file, forward, read_pod, resolve_target
 from kanri.local.detached import DetachedProcessError
 from kanri.local.imagemap import write_default_image_map
-from kanri.local.leftovers import find_leftovers
+from kanri.local.leftovers import find_leftovers, undo_chaos
 from kanri.local.node import NodeOptions
+from kanri.local.node.control import ControlError, call
 from kanri.local.nodeprocess import NodeProcess
 from kanri.runtime import Client
 
@@ -46,8 +47,9 @@ def _node_options(name: str) -> NodeOptions:
     return NodeOptions(data_dir=_node(name).node_dir)
 
 
-def start_cluster(name: str, image_map: Path | None = None) -> ControlPlane:
-    """Build (if needed) and start the control plane, then the local node; what `up` and `kanri up` share."""
+def start_cluster(name: str, image_map: Path | None = None, nodes: int = 3) -> ControlPlane:
+    """Build (if needed) and start the control plane, then the node host with ``nodes`` nodes; what `up` and
+    `kanri up` share."""
     cp = _control_plane(name)
     with err.status("checking the control-plane binary") as status:
         binary = controlplane_binary(on_build=lambda message: status.update(message))
@@ -59,10 +61,11 @@ def start_cluster(name: str, image_map: Path | None = None) -> ControlPlane:
     err.print(f"[green]control plane {verb}[/green] at {endpoint.server} (pid {endpoint.pid})")
     node = _node(name)
     node_running = node.running_pid() is not None
-    with err.status("starting the local node"):
+    with err.status("starting the local nodes"):
         generated = write_default_image_map(cp.data_dir / "images.generated.yaml")
-        pid = node.start(endpoint.kubeconfig, cp.apiserver_port(), generated, image_map)
-    err.print(f"[green]local node {'already running' if node_running else 'ready'}[/green] (pid {pid})")
+        pid = node.start(endpoint.kubeconfig, cp.apiserver_port(), generated, image_map, nodes=nodes)
+    state = "already running (with the nodes it has)" if node_running else f"ready with {nodes} node(s)"
+    err.print(f"[green]local nodes {state}[/green] (pid {pid})")
     return cp
 
 
@@ -72,11 +75,12 @@ def up(
     image_map: Annotated[
         Path | None, typer.Option("--image-map", help="Your image map (YAML); its entries win over kanri's own.")
     ] = None,
+    nodes: Annotated[int, typer.Option("--nodes", min=1, max=26, help="How many nodes (one zone each).")] = 3,
 ) -> None:
-    """Start the control plane (building it if its sources changed) and the local node; wait until both are
+    """Start the control plane (building it if its sources changed) and the local nodes; wait until both are
     ready. Idempotent."""
     try:
-        cp = start_cluster(name, image_map)
+        cp = start_cluster(name, image_map, nodes)
     except (BuildError, DetachedProcessError) as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(1) from exc
@@ -87,9 +91,11 @@ def up(
 @app.command()
 def down(name: ClusterOption = "default") -> None:
     """Stop the local node (containers get SIGTERM, then its namespaces, links and mountpoints are removed) and
-    the control plane. Data stays: `up` brings every object and volume back. Exits 1 if anything was left."""
+    the control plane. Data stays: `up` brings every object and volume back. Exits 1 if anything was left.
+    Stopped, frozen or partitioned nodes are undone (thawed, the partition tables removed) even after a crash."""
     try:
         node_stopped = _node(name).stop()
+        undo_chaos(_node_options(name))
         err.print("local node stopped" if node_stopped else "local node was not running")
         stopped = _control_plane(name).stop()
     except DetachedProcessError as exc:
@@ -118,7 +124,14 @@ def status(name: ClusterOption = "default") -> None:
     if node_pid is None:
         err.print("local node: [yellow]stopped[/yellow]")
         raise typer.Exit(1)
-    err.print(f"local node: [green]running[/green] (pid {node_pid}), log {_node(name).log_file}")
+    err.print(f"local nodes: [green]running[/green] (pid {node_pid}), log {_node(name).log_file}")
+    try:
+        nodes = asyncio.run(call(_node(name).control_socket, "GET", "/nodes"))
+    except ControlError as exc:
+        err.print(f"  [yellow]{exc}[/yellow]")
+        return
+    for node in nodes:
+        err.print(f"  {node['name']} ({node['zone']}): {node['state']}, {node['pods']} pod(s)")
 
 
 async def _client(name: str) -> Client:
@@ -142,7 +155,10 @@ def logs(
     async def find() -> Path:
         async with await _client(name) as client:
             found = await read_pod(client, pod, namespace)
-        return container_log_file(_node(name).node_dir, found, container, previous)
+        node_name = (found.get("spec") or {}).get("nodeName")
+        if not node_name:
+            raise AccessError(f"pod {namespace}/{pod} is not on a node yet")
+        return container_log_file(_node(name).node_dir / node_name, found, container, previous)
 
     try:
         path = asyncio.run(find())
@@ -208,3 +224,50 @@ def build() -> None:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(1) from exc
     typer.echo(str(binary))
+
+
+node_app = typer.Typer(
+    no_args_is_help=True,
+    help="The local nodes and their chaos verbs: stop/start (power), freeze/thaw (every pod process stopped at "
+    "once), partition/heal (cut off from other nodes, Services and the API server). Every verb is idempotent.",
+)
+app.add_typer(node_app, name="node")
+NodeArgument = Annotated[str, typer.Argument(help="Node name (see `kanri local node list`).")]
+
+
+def _control(name: str, method: str, route: str) -> Any:
+    try:
+        return asyncio.run(call(_node(name).control_socket, method, route))
+    except ControlError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from exc
+
+
+@node_app.command("list")
+def node_list(name: ClusterOption = "default") -> None:
+    """The nodes: zone, chaos state (Running, Stopped, Frozen, Partitioned), address, pod CIDR, pods."""
+    rows = _control(name, "GET", "/nodes")
+    typer.echo(f"{'NAME':<16}{'ZONE':<10}{'STATE':<24}{'INTERNAL-IP':<16}{'POD-CIDR':<18}PODS")
+    for row in rows:
+        typer.echo(
+            f"{row['name']:<16}{row['zone'] or '':<10}{row['state']:<24}{row['internalIP']:<16}"
+            f"{row['podCIDR']:<18}{row['pods']}"
+        )
+
+
+def _verb(verb: str, doc: str) -> None:
+    def command(node: NodeArgument, name: ClusterOption = "default") -> None:
+        answer = _control(name, "POST", f"/nodes/{node}/{verb}")
+        done = "done" if answer["changed"] else "nothing to do"
+        err.print(f"{node}: {verb} {done}; now {answer['node']['state']}")
+
+    command.__doc__ = doc
+    node_app.command(verb)(command)
+
+
+_verb("stop", "Power the node off: every container SIGKILLed at once, heartbeats and kubelet stop (NotReady soon).")
+_verb("start", "Power the node on: heartbeats again; the kubelet starts the pods still bound to it afresh.")
+_verb("freeze", "Freeze every process of every pod of the node at once (freezer cgroup); heartbeats pause.")
+_verb("thaw", "Resume what freeze stopped.")
+_verb("partition", "Cut the node's pods off from other nodes' pods, Services and the API server; heartbeats pause.")
+_verb("heal", "Undo partition.")

@@ -1,4 +1,5 @@
-"""The local node as a detached process next to the control plane (what ``kanri local up`` starts)."""
+"""The node host (the local nodes) as a detached process next to the control plane (what ``kanri local up``
+starts)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import sys
 from pathlib import Path
 
 from kanri.local.detached import DetachedProcess, DetachedProcessError
+from kanri.local.node.control import socket_path
 
 
 class NodeProcessError(DetachedProcessError):
@@ -13,7 +15,8 @@ class NodeProcessError(DetachedProcessError):
 
 
 class NodeProcess(DetachedProcess):
-    """``python -m kanri.local.node`` on ``<cluster dir>/node``; logs in ``<cluster dir>/node.log``."""
+    """``python -m kanri.local.node`` on ``<cluster dir>/node`` (each node's files in ``node/<node name>``, the
+    control socket ``node/control.sock``); logs in ``<cluster dir>/node.log``."""
 
     what = "local node"
     error = NodeProcessError
@@ -23,15 +26,20 @@ class NodeProcess(DetachedProcess):
 
     @property
     def node_dir(self) -> Path:
-        """The node's data dir (volumes, pods' files and logs)."""
+        """The node host's data dir; node ``N``'s volumes, pods' files and logs are in ``<node_dir>/N``."""
         return self.data_dir / "node"
+
+    @property
+    def control_socket(self) -> Path:
+        return socket_path(self.node_dir)
 
     def marker(self) -> bytes:
         return f"--data-dir={self.node_dir}".encode()
 
     def start(self, kubeconfig: Path, apiserver_port: int, image_map: Path, extra_image_map: Path | None = None,
-              timeout: float = 120.0) -> int:  # fmt: skip
-        """Start the node unless it runs already; its pid once it is ready."""
+              timeout: float = 120.0, nodes: int = 3) -> int:  # fmt: skip
+        """Start the node host with ``nodes`` nodes unless it runs already (then it keeps the nodes it has); its
+        pid once it is ready."""
         if (pid := self.running_pid()) is not None:
             return pid
         args = [
@@ -42,6 +50,7 @@ class NodeProcess(DetachedProcess):
             f"--kubeconfig={kubeconfig}",
             f"--apiserver-port={apiserver_port}",
             f"--image-map={image_map}",
+            f"--nodes={nodes}",
         ]
         if extra_image_map is not None:
             args.append(f"--extra-image-map={extra_image_map}")

@@ -1,7 +1,9 @@
-"""``python -m kanri.local.node``: run the local node next to a control plane until SIGTERM/SIGINT.
+"""``python -m kanri.local.node``: run the node host (``--nodes N`` local nodes) next to a control plane until
+SIGTERM/SIGINT.
 
-Started detached by ``kanri local up`` (see :mod:`kanri.local.nodeprocess`). Prints ``{"event": "ready"}`` on stdout
-once its controllers have synced, ``{"event": "failed", "error": ...}`` if it cannot start, and
+Started detached by ``kanri local up`` (see :mod:`kanri.local.nodeprocess`). Serves the chaos verbs on
+``<data dir>/control.sock`` (:mod:`kanri.local.node.control`). Prints ``{"event": "ready"}`` on stdout once its
+controllers have synced, ``{"event": "failed", "error": ...}`` if it cannot start, and
 ``{"event": "stopped"}`` after it has stopped every container and removed its namespaces, links and mountpoints.
 Logs go to stderr.
 """
@@ -18,7 +20,8 @@ from typing import Any
 
 import yaml
 
-from kanri.local.node import LocalNode, NodeOptions
+from kanri.local.node import NodeHost, NodeOptions
+from kanri.local.node.control import serving, socket_path
 from kanri.runtime import Client, configure_logging
 
 
@@ -49,18 +52,25 @@ async def _run(args: argparse.Namespace) -> int:
         kubelet_pki_dir=Path(args.kubeconfig).parent / "pki",  # the control plane's data dir holds both
     )
     async with await Client.from_kubeconfig(args.kubeconfig) as client:
-        node = LocalNode(client, options)
+        host = NodeHost(client, options, args.nodes)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, node.stop)
-        task = asyncio.create_task(node.run())
-        while not task.done() and not node.manager.ready():  # noqa: ASYNC110 — the manager exposes no event
+            loop.add_signal_handler(sig, host.stop)
+        served = asyncio.Event()
+
+        async def control() -> None:
+            async with serving(host, socket_path(options.data_dir)):
+                served.set()
+                await asyncio.Event().wait()  # until the host cancels it
+
+        task = asyncio.create_task(host.run(on_ready=control))
+        while not task.done() and not served.is_set():  # noqa: ASYNC110 — polled with the task
             await asyncio.sleep(0.1)
         if task.done():
             exc = task.exception()
-            _event("failed", error=str(exc) if exc else "the node stopped before it was ready")
+            _event("failed", error=str(exc) if exc else "the node host stopped before it was ready")
             return 1
-        _event("ready", node=options.name, pod_cidr=options.pod_cidr)
+        _event("ready", nodes=[n.name for n in host.nodes], pod_cidr=options.pod_cidr)
         await task
     _event("stopped")
     return 0
@@ -71,7 +81,8 @@ def main() -> None:
     parser.add_argument("--data-dir", required=True)
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--apiserver-port", type=int, required=True)
-    parser.add_argument("--name", default="kanri-local")
+    parser.add_argument("--name", default="kanri", help="prefix of the nodes' names (<name>-1, <name>-2, …)")
+    parser.add_argument("--nodes", type=int, default=3, help="how many nodes (zones zone-a, zone-b, …)")
     parser.add_argument("--proxy-mode", choices=["nftables", "userspace"], default="nftables",
                         help="the real kube-proxy (nftables) or the node's userspace proxy for ClusterIPs")  # fmt: skip
     parser.add_argument("--image-map", help="the generated image map (YAML/JSON)")

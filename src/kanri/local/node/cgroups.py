@@ -253,6 +253,26 @@ class Cgroups:
         if self.nodes:
             _kill_tree(self.nodes)
 
+    def freeze(self) -> bool:
+        """Freeze every process of every pod of the node at once (the freezer is hierarchical); False without a
+        freezer. Returns once the kernel reports the whole tree FROZEN (or after a second, logged)."""
+        freezer = self.nodes.get("freezer")
+        if freezer is None:
+            return False
+        _write(freezer / "freezer.state", "FROZEN")
+        deadline = time.monotonic() + 1.0
+        while (freezer / "freezer.state").read_text().strip() != "FROZEN":
+            if time.monotonic() > deadline:
+                log.warning("node cgroup still FREEZING after 1 s", cgroup=str(freezer))
+                break
+            time.sleep(0.001)
+        return True
+
+    def thaw(self) -> None:
+        freezer = self.nodes.get("freezer")
+        if freezer is not None and freezer.is_dir():
+            _write(freezer / "freezer.state", "THAWED")
+
     def close(self) -> list[str]:
         """Kill everything, remove the node's directories (and the ``kanri`` parent when no other node uses it);
         what could not be removed."""
@@ -267,6 +287,28 @@ class Cgroups:
             self.registry.unlink(missing_ok=True)
         self._started = False
         return left
+
+
+def frozen_cgroups(data_dir: Path) -> list[Path]:
+    """The freezer directories a node with this data dir made that are still frozen (a crashed host's)."""
+    try:
+        recorded = sorted(set((data_dir / CGROUP_REGISTRY).read_text().split()))
+    except FileNotFoundError:
+        return []
+    frozen = []
+    for raw in recorded:
+        state = Path(raw) / "freezer.state"
+        with contextlib.suppress(OSError):
+            if state.read_text().strip() != "THAWED":
+                frozen.append(Path(raw))
+    return frozen
+
+
+def thaw_recorded(data_dir: Path) -> None:
+    """Thaw what :func:`frozen_cgroups` finds (``kanri local down`` after a crash: the kills must land)."""
+    for directory in frozen_cgroups(data_dir):
+        with contextlib.suppress(OSError):
+            _write(directory / "freezer.state", "THAWED")
 
 
 def leftover_cgroups(data_dir: Path) -> list[str]:

@@ -184,6 +184,21 @@ class ContainerState:
         }
 
 
+def resume(states: list[ContainerState], pod_status: Obj | None) -> None:
+    """After the node restarted (``kanri local node start``): containers that had run count one more restart,
+    with the run the node lost as their last state — exit code 255, reason ``Unknown``, as a kubelet reports the
+    containers of a rebooted machine."""
+    previous = {s.get("name"): s for s in (pod_status or {}).get("containerStatuses") or []}
+    for state in states:
+        old = previous.get(state.name)
+        if old is None or not ((old.get("state") or {}).keys() & {"running", "terminated"}):
+            continue
+        started = ((old.get("state") or {}).get("running") or {}).get("startedAt")
+        state.restart_count = int(old.get("restartCount") or 0) + 1
+        state.last_terminated = {"exitCode": 255, "reason": "Unknown", **({"startedAt": started} if started else {})}
+        state.ever_started = True
+
+
 def phase(states: list[ContainerState]) -> str:
     """The pod phase from its containers: Pending while one has never run, Succeeded/Failed once all are final,
     Running otherwise (a container in back-off keeps the pod Running, as the kubelet does)."""

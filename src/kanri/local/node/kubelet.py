@@ -8,8 +8,8 @@ the controller to look at the pod again whenever something changed; the reconcil
 
 Deletion: SIGTERM to each container's init, the pod's grace period, then every process of its cgroup killed, a
 terminal phase written (which makes the API server delete at once, as it does for a kubelet's final delete), then
-the pod object is deleted with a uid precondition. :meth:`Kubelet.kill_all` (called by ``LocalNode.stop``) kills
-everything at once: this is a development runtime, pods do not outlive their node.
+the pod object is deleted with a uid precondition. :meth:`Kubelet.kill_all` (when the node host stops, and for the
+``stop`` chaos verb: :meth:`Kubelet.power_off`) kills everything at once: pods do not outlive their node.
 
 Before the first container starts, the worker gives the pod its network namespace and address
 (:mod:`kanri.local.node.network`) and its volumes (:mod:`kanri.local.node.mounts`); each container process is
@@ -51,17 +51,19 @@ from kanri.local.node.containers import (
     now_iso,
     owned_fields,
     resolve_env,
+    resume,
     should_restart,
 )
 from kanri.local.node.images import ImageEntry, ImageMap, command_line
 from kanri.local.node.kinds import PERSISTENT_VOLUME, delete_now
 from kanri.local.node.mounts import Mount, PodVolumes, VolumeNotReady, container_mounts, supplemental_groups
-from kanri.local.node.network import PodNetwork
+from kanri.local.node.network import AddressPool, PodNetwork
 from kanri.local.node.options import NodeOptions
 from kanri.local.node.probes import ContainerProber, ExecFn, subprocess_exec
 from kanri.local.node.rootfs import host_mountpoint, named_paths, root_layout
 from kanri.local.node.sandbox import Mountpoints, account_mounts, pod_file_mounts
 from kanri.local.node.sessions import record_session
+from kanri.local.node.state import NodeEvents, NodeState
 from kanri.runtime import ApiError, Cache, Client, Controller, ControllerOptions, EventRecorder, Request, Result
 from kanri.runtime.kinds import CONFIG_MAP, POD, PVC, SECRET, SERVICE, SERVICE_ACCOUNT
 
@@ -149,6 +151,7 @@ class PodWorker:
         self.start_time: str = (pod.get("status") or {}).get("startTime") or now_iso()
         containers = pod["spec"]["containers"]
         self.states = [ContainerState(c["name"], c.get("image", "")) for c in containers]
+        resume(self.states, pod.get("status"))  # no-op for a new pod; a restarted node's pods count a restart
         self.processes: dict[str, asyncio.subprocess.Process] = {}
         """Each running container's launcher (its shim), by container name."""
         self.init_pids: dict[str, int] = {}
@@ -196,7 +199,7 @@ class PodWorker:
                 if spec.get("hostNetwork") or kubelet.network is None:
                     self.pod_ip = kubelet.options.internal_ip
                 else:
-                    sandbox = await kubelet.network.attach(self.uid)
+                    sandbox = await kubelet.network.attach(self.uid, kubelet.pool)
                     self.pod_ip, self.netns = sandbox.ip, str(sandbox.netns_path)
                 await self.volumes.prepare(self.pod, time.monotonic)
                 self.pod_mounts = await asyncio.to_thread(self._pod_files)
@@ -205,6 +208,8 @@ class PodWorker:
             except (ApiError, OSError) as exc:
                 await self._waiting_for_volumes(f"setting up the pod failed: {exc}", "ContainerCreating")
             else:
+                if self.stopping.is_set():
+                    break  # stopped while a call waited (say, on a stopped node's gate)
                 self.setup_done.set()
                 kubelet.notify(self)
                 return True
@@ -315,6 +320,10 @@ class PodWorker:
                 if await self._sleep_unless_stopping(kubelet.backoff(crashes)):
                     break
                 continue
+            # A frozen or stopped node starts no container until it runs again.
+            await kubelet.state.running()
+            if self.stopping.is_set():
+                break  # stopped while reading the env or waiting
             argv = [expand(arg, env) for arg in command_line(container, entry)]
             started = datetime.now(UTC)
             try:
@@ -509,6 +518,8 @@ class PodWorker:
         async def event(kind: str, reason: str, message: str) -> None:
             await kubelet.events.event(self.pod, "Warning" if kind == "Warning" else "Normal", reason, message)
 
+        # With a pod network, probes come from the node's own address (a partition lets only those through).
+        own_network = self.netns is not None
         prober = ContainerProber(
             container,
             self.pod_ip,
@@ -516,6 +527,8 @@ class PodWorker:
             on_change=changed,
             on_restart=restart,
             on_event=event,
+            gate=kubelet.state,
+            source_ip=kubelet.options.internal_ip if own_network else None,
         )
         return prober
 
@@ -551,23 +564,36 @@ async def _spawn(argv: list[str], output: IO[bytes], pid_fd: int) -> asyncio.sub
 class Kubelet:
     """Runs the containers of pods bound to ``options.name``; build its controller with :meth:`controller`."""
 
-    def __init__(self, cache: Cache, client: Client, options: NodeOptions, network: PodNetwork | None = None) -> None:
+    def __init__(
+        self,
+        cache: Cache,
+        client: Client,
+        options: NodeOptions,
+        network: PodNetwork | None = None,
+        state: NodeState | None = None,
+    ) -> None:
         self._cache = cache
         self._client = client
         self.options = options
         self.network = network
         """None: pods share the host's network (no pod IPs of their own)."""
+        self.pool = AddressPool(options.pod_slice, options.internal_ip) if options.pod_slice else None
+        """The node's slice of the pod network (None: the network's whole range)."""
+        self.state = state or NodeState()
         self.mountpoints = Mountpoints(options.data_dir)
         self.cgroups = Cgroups(options.data_dir, options.name)
         self.rootfs_dir = options.data_dir / "rootfs"
         """An empty directory each container's launcher mounts its root's tmpfs on, in its own mount namespace."""
         self.images = ImageMap.load(options.image_map_file, options.images)
-        self.events = EventRecorder(client, component="kubelet")
+        self.events: EventRecorder = NodeEvents(client, self.state, component="kubelet")
         self.workers: dict[str, PodWorker] = {}
         """By pod uid."""
         self._controller = (
             Controller(
-                "kubelet", self, for_kind=POD, options=ControllerOptions(max_concurrent_reconciles=4, qps=50, burst=200)
+                f"kubelet-{options.name}",
+                self,
+                for_kind=POD,
+                options=ControllerOptions(max_concurrent_reconciles=4, qps=50, burst=200),
             )
             .watches(SECRET, lambda obj: self._pods_using("secret", obj))
             .watches(CONFIG_MAP, lambda obj: self._pods_using("configMap", obj))
@@ -680,6 +706,9 @@ class Kubelet:
     # --- the reconcile -------------------------------------------------------------------------------------------
 
     async def reconcile(self, request: Request) -> Result | None:
+        await self.state.active()  # a stopped, frozen or partitioned kubelet does nothing
+        if self.state.stopped:
+            return None  # released because the host shuts down: a stopped node starts nothing
         pod = self._cache.get(POD, request.name, request.namespace)
         uid = pod["metadata"]["uid"] if pod is not None else None
         for other in list(self.workers.values()):
@@ -749,6 +778,27 @@ class Kubelet:
         self.workers.pop(meta["uid"], None)
         shutil.rmtree(pod_dir(self.options.data_dir, meta["namespace"], meta["name"], meta["uid"]), ignore_errors=True)
         log.info("pod deleted", pod=f"{meta['namespace']}/{meta['name']}")
+
+    # --- power (the chaos verbs stop and start) -----------------------------------------------------------------
+
+    async def power_off(self) -> None:
+        """What a node losing power does to its containers: every one of them SIGKILLed at once (the node's whole
+        cgroup tree frozen, killed, thawed), no status written. The workers are forgotten, so :meth:`power_on`
+        starts the pods still bound here afresh."""
+        tasks = [w.task for w in self.workers.values() if w.task is not None]
+        self.kill_all()
+        if tasks:
+            await asyncio.wait(tasks, timeout=10)
+        for task in tasks:
+            task.cancel()
+        self.workers.clear()
+
+    def power_on(self) -> None:
+        """A rebooted kubelet's resync: look at every pod bound to the node (the gate is open again by now)."""
+        for pod in self._cache.list(POD):
+            if (pod.get("spec") or {}).get("nodeName") == self.options.name:
+                with contextlib.suppress(RuntimeError):
+                    self._controller.queue.add(Request(pod["metadata"]["namespace"], pod["metadata"]["name"]))
 
     # --- shutdown ------------------------------------------------------------------------------------------------
 

@@ -116,6 +116,8 @@ class PodNetwork:
         self.pool = AddressPool(options.pod_cidr, options.internal_ip)
         self.sandboxes: dict[str, PodSandbox] = {}
         """By pod uid."""
+        self._pools: dict[str, AddressPool] = {}
+        """The pool each pod's address came from, by pod uid."""
         self._lock = asyncio.Lock()
 
     async def start(self) -> None:
@@ -136,20 +138,28 @@ class PodNetwork:
         if await link_exists(self.options.bridge):
             await run_ip("link", "del", self.options.bridge)
 
-    async def attach(self, pod_uid: str) -> PodSandbox:
-        """The pod's namespace, veth pair and address (idempotent per pod uid)."""
+    async def add_address(self, ip: str) -> None:
+        """Give the bridge one more address (a node's own ``InternalIP``, as a /32: the host's default source
+        address towards the pods stays the gateway's). Removed with the bridge."""
+        await run_ip("addr", "replace", f"{ip}/32", "dev", self.options.bridge)
+
+    async def attach(self, pod_uid: str, pool: AddressPool | None = None) -> PodSandbox:
+        """The pod's namespace, veth pair and an address from ``pool`` (a node's slice; default: the whole pod
+        CIDR) — idempotent per pod uid."""
+        pool = pool if pool is not None else self.pool  # (an empty pool is falsy: it has a __len__)
         async with self._lock:
             existing = self.sandboxes.get(pod_uid)
             if existing is not None:
                 return existing
-            sandbox = PodSandbox(netns_name(self.options, pod_uid), self.pool.allocate(), host_link_name(pod_uid))
+            sandbox = PodSandbox(netns_name(self.options, pod_uid), pool.allocate(), host_link_name(pod_uid))
             try:
                 await self._create(sandbox)
             except BaseException:
                 await self._destroy(sandbox)
-                self.pool.release(sandbox.ip)
+                pool.release(sandbox.ip)
                 raise
             self.sandboxes[pod_uid] = sandbox
+            self._pools[pod_uid] = pool
             return sandbox
 
     async def _create(self, sandbox: PodSandbox) -> None:
@@ -172,17 +182,18 @@ class PodNetwork:
         """Remove the pod's namespace and links and free its address (no-op for an unknown pod)."""
         async with self._lock:
             sandbox = self.sandboxes.pop(pod_uid, None)
+            pool = self._pools.pop(pod_uid, self.pool)
             if sandbox is None:
                 return
             await self._destroy(sandbox)
-            self.pool.release(sandbox.ip)
+            pool.release(sandbox.ip)
 
     async def close(self) -> None:
         """Remove every pod namespace and the bridge."""
         async with self._lock:
-            for sandbox in list(self.sandboxes.values()):
+            for uid, sandbox in list(self.sandboxes.items()):
                 await self._destroy(sandbox)
-                self.pool.release(sandbox.ip)
+                self._pools.pop(uid, self.pool).release(sandbox.ip)
             self.sandboxes.clear()
             await self.remove_leftovers()
         log.info("pod network removed", bridge=self.options.bridge)

@@ -23,6 +23,7 @@ import structlog
 from kanri.local.node.kinds import NODE, NODE_LEASE_NAMESPACE
 from kanri.local.node.options import NodeOptions
 from kanri.local.node.resources import memory_total_kib
+from kanri.local.node.state import NodeState
 from kanri.runtime import ApiError, Client, get_condition, owner_reference, set_condition
 from kanri.runtime.kinds import LEASE
 
@@ -37,6 +38,7 @@ _PRESSURE = {
     "PIDPressure": ("KanriHasSufficientPID", "kanri local node does not measure PID pressure"),
 }
 _RETRY_AFTER_ERROR = 2.0
+ZONE_LABEL = "topology.kubernetes.io/zone"
 
 
 def _read(path: str, default: str = "") -> str:
@@ -56,11 +58,12 @@ def time_seconds(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def capacity(max_pods: int, *, cpus: int | None = None, meminfo: str | None = None) -> dict[str, str]:
-    """The machine as a ResourceList: every CPU, all memory (MemTotal), ``max_pods`` pods."""
+def capacity(max_pods: int, *, share: int = 1, cpus: int | None = None, meminfo: str | None = None) -> dict[str, str]:
+    """The machine as a ResourceList, split ``share`` ways: every CPU (in millicores) and all memory (MemTotal)
+    divided by ``share``, ``max_pods`` pods."""
     cpu_count = cpus if cpus is not None else (os.cpu_count() or 1)
     memory = memory_total_kib(meminfo if meminfo is not None else _read("/proc/meminfo"))
-    return {"cpu": str(cpu_count), "memory": f"{memory}Ki", "pods": str(max_pods)}
+    return {"cpu": f"{cpu_count * 1000 // share}m", "memory": f"{memory // share}Ki", "pods": str(max_pods)}
 
 
 def node_labels(options: NodeOptions) -> dict[str, str]:
@@ -68,6 +71,7 @@ def node_labels(options: NodeOptions) -> dict[str, str]:
         "kubernetes.io/hostname": options.name,
         "kubernetes.io/os": "linux",
         "kubernetes.io/arch": _ARCH.get(platform.machine(), platform.machine()),
+        **({ZONE_LABEL: options.zone} if options.zone else {}),
         **options.labels,
     }
 
@@ -133,12 +137,18 @@ class NodeAgent:
     """Registers the Node and keeps it alive with heartbeats until cancelled."""
 
     def __init__(
-        self, client: Client, options: NodeOptions, *, now: Callable[[], datetime] = lambda: datetime.now(UTC)
+        self,
+        client: Client,
+        options: NodeOptions,
+        *,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        state: NodeState | None = None,
     ) -> None:
         self._client = client
         self.options = options
         self._now = now
-        self._resources = capacity(options.max_pods)
+        self._state = state or NodeState()
+        self._resources = capacity(options.max_pods, share=options.machine_share)
         self.kubelet_port = 0
         """The kubelet API's port, advertised in the Node's status (0: none)."""
         self.heartbeats = 0
@@ -147,6 +157,7 @@ class NodeAgent:
     async def run(self) -> None:
         """Heartbeat every ``heartbeat_interval`` until cancelled; a failed beat is retried sooner, never fatal."""
         while True:
+            await self._state.active()  # a stopped, frozen or partitioned node posts nothing
             try:
                 await self.heartbeat()
                 delay = self.options.heartbeat_interval

@@ -13,14 +13,27 @@ class NodeOptions:
     """Settings of the local node. Only ``data_dir`` is required."""
 
     data_dir: Path
-    """Root of the node's state; volumes live in ``<data_dir>/volumes/<pv-name>``."""
-    name: str = "kanri-local"
-    """The Node object's name (and ``kubernetes.io/hostname`` label)."""
+    """Root of the node's state; volumes live in ``<data_dir>/volumes/<pv-name>``. Given to a
+    :class:`~kanri.local.node.NodeHost`: the host's directory, each node's being ``<data_dir>/<node name>``."""
+    name: str = "kanri"
+    """The Node object's name (and ``kubernetes.io/hostname`` label). Given to a host: the prefix of its nodes'
+    names (``kanri-1``, ``kanri-2``, …)."""
     internal_ip: str = "10.244.0.1"
-    """The Node's ``InternalIP``: the pod network's gateway. Never a loopback address — EndpointSlices and some
-    clients refuse those."""
+    """The pod network's gateway (the bridge's address); a node of a host gets its own ``InternalIP`` instead, the
+    first address of its ``pod_slice``. Never a loopback address — EndpointSlices and some clients refuse those."""
     labels: Mapping[str, str] = field(default_factory=dict)
-    """Extra node labels, on top of ``kubernetes.io/hostname``/``os``/``arch``."""
+    """Extra node labels, on top of ``kubernetes.io/hostname``/``os``/``arch`` (and the zone)."""
+    zone: str | None = None
+    """The ``topology.kubernetes.io/zone`` label (a host names its nodes' zones ``zone-a``, ``zone-b``, …)."""
+    pod_slice: str | None = None
+    """The part of ``pod_cidr`` this node's pods get their addresses from (a host gives node i
+    ``10.244.<i>.0/24``); None: all of ``pod_cidr``."""
+    machine_share: int = 1
+    """The machine is split across this many nodes: capacity is every CPU (in millicores) and all memory, divided
+    by it."""
+    chaos_table: str = "kanri-chaos"
+    """The nftables tables (families ``inet`` and ``bridge``) that partition nodes; see
+    :mod:`kanri.local.node.chaos`."""
     max_pods: int = 110
     """``pods`` capacity, the kubelet's default."""
     heartbeat_interval: float = 10.0
@@ -28,8 +41,6 @@ class NodeOptions:
     ``nodeStatusUpdateFrequency`` and lease renew interval)."""
     lease_duration_seconds: int = 40
     """The node Lease's ``leaseDurationSeconds`` (the kubelet's ``nodeLeaseDurationSeconds``)."""
-    scheduler_name: str = "default-scheduler"
-    """Pods naming this ``schedulerName`` (or none) are scheduled here."""
     storage_class: str = "kanri-local"
     """Name of the StorageClass the node creates for its provisioner."""
     default_storage_class: bool = True

@@ -32,6 +32,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from kanri.local.node.containers import expand
+from kanri.local.node.state import NodeState
 
 Obj = Mapping[str, Any]
 log = structlog.get_logger("kanri.local.probes")
@@ -132,20 +133,25 @@ class _ProbeError(Exception):
 # --- one attempt ----------------------------------------------------------------------------------------------------
 
 
-async def run_probe(probe: Obj, container: Obj, pod_ip: str | None, exec_fn: ExecFn | None = None) -> ProbeResult:
+async def run_probe(
+    probe: Obj, container: Obj, pod_ip: str | None, exec_fn: ExecFn | None = None, source_ip: str | None = None
+) -> ProbeResult:
     """Run ``probe`` (a ``livenessProbe``/``readinessProbe``/``startupProbe`` object) once against ``container``.
 
     ``pod_ip`` is the default host of ``httpGet`` and ``tcpSocket``; None means the container shares the node's
     network (no pod network yet), so 127.0.0.1. ``exec_fn`` runs ``exec`` commands; without it they error. Never
-    raises for a probe that fails: the outcome is in the result."""
+    raises for a probe that fails: the outcome is in the result. ``source_ip``: the local address network probes
+    to the pod's own address connect from (the node's own, which a partition lets through)."""
     timeout = float(ProbeSpec.of(probe, "readiness").timeout)
     try:
         if "exec" in probe:
             return await _exec_probe(probe["exec"] or {}, container, exec_fn, timeout)
         if "httpGet" in probe:
-            return await _http_probe(probe["httpGet"] or {}, container, pod_ip, timeout)
+            action = probe["httpGet"] or {}
+            return await _http_probe(action, container, pod_ip, timeout, _source(action, source_ip))
         if "tcpSocket" in probe:
-            return await _tcp_probe(probe["tcpSocket"] or {}, container, pod_ip, timeout)
+            action = probe["tcpSocket"] or {}
+            return await _tcp_probe(action, container, pod_ip, timeout, _source(action, source_ip))
         if "grpc" in probe:
             # Errored rather than failed: we cannot judge the container, so it must not be restarted for it.
             return ProbeResult(False, GRPC_UNSUPPORTED, errored=True)
@@ -172,6 +178,11 @@ def resolve_port(port: object, container: Obj) -> int:
     if not 0 < number < 65536:
         raise _ProbeError(f"invalid port number: {number}")
     return number
+
+
+def _source(action: Obj, source_ip: str | None) -> tuple[str, int] | None:
+    # Only towards the pod's own address: a probe naming another host goes the host's usual way.
+    return (source_ip, 0) if source_ip and not action.get("host") else None
 
 
 def _host(action: Obj, pod_ip: str | None) -> str:
@@ -205,12 +216,14 @@ async def _exec_probe(action: Obj, container: Obj, exec_fn: ExecFn | None, timeo
     return ProbeResult(code == 0, output)
 
 
-async def _tcp_probe(action: Obj, container: Obj, pod_ip: str | None, timeout: float) -> ProbeResult:
+async def _tcp_probe(
+    action: Obj, container: Obj, pod_ip: str | None, timeout: float, source: tuple[str, int] | None = None
+) -> ProbeResult:
     host, port = _host(action, pod_ip), resolve_port(action.get("port"), container)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
         async with asyncio.timeout(timeout):
-            _, writer = await asyncio.open_connection(host, port)
+            _, writer = await asyncio.open_connection(host, port, local_addr=source)
     except TimeoutError:
         return ProbeResult(False, f"dial tcp {address}: i/o timeout")
     except OSError as exc:
@@ -254,12 +267,14 @@ def _probe_url(action: Obj, container: Obj, pod_ip: str | None) -> URL:
     return URL.build(scheme=scheme, host=_host(action, pod_ip), port=port).join(target)
 
 
-async def _http_probe(action: Obj, container: Obj, pod_ip: str | None, timeout: float) -> ProbeResult:
+async def _http_probe(
+    action: Obj, container: Obj, pod_ip: str | None, timeout: float, source: tuple[str, int] | None = None
+) -> ProbeResult:
     url = _probe_url(action, container, pod_ip)
     headers, skip = _http_headers(action)
     current = url
     # No keep-alive, no certificate verification, no proxy from the environment, no cookies: the kubelet's client.
-    connector = aiohttp.TCPConnector(ssl=False, force_close=True)
+    connector = aiohttp.TCPConnector(ssl=False, force_close=True, local_addr=source)
     async with aiohttp.ClientSession(
         connector=connector, cookie_jar=aiohttp.DummyCookieJar(), skip_auto_headers=skip, trust_env=False
     ) as session:
@@ -394,8 +409,12 @@ class ContainerProber:
         on_restart: OnRestart = lambda message: None,
         on_event: OnEvent | None = None,
         time_scale: float = 1.0,
+        gate: NodeState | None = None,
+        source_ip: str | None = None,
     ) -> None:
         self.container = container
+        self._gate = gate
+        self._source_ip = source_ip
         self.pod_ip = pod_ip
         self._exec_fn = exec_fn
         self._on_change = on_change
@@ -461,7 +480,13 @@ class ContainerProber:
         run = 0
         while not self._stopped:
             await asyncio.sleep(max(next_at - loop.time(), 0))
-            result = await run_probe(probe, self.container, self.pod_ip, self._exec_fn)
+            if self._gate is not None and not self._gate.alive:
+                # A frozen or stopped node probes nothing (a partitioned one does: its probes come from the node's
+                # own address, which the partition lets through); probing resumes after.
+                await self._gate.running()
+                next_at = loop.time()
+                continue
+            result = await run_probe(probe, self.container, self.pod_ip, self._exec_fn, self._source_ip)
             # A fixed rate like the kubelet's ticker, without a burst to catch up after a slow attempt.
             next_at = max(next_at + spec.period * self._scale, loop.time())
             if self._stopped:

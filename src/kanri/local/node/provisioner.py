@@ -3,9 +3,12 @@ expansion.
 
 The split of work with kube-controller-manager, which is what a real external provisioner does:
 
-1. A PVC of a class whose provisioner is ``kanri.dev/local`` stays Pending; the PV binder in the controller-manager
-   annotates it (``volume.kubernetes.io/storage-provisioner``) and waits for us.
-2. :class:`VolumeProvisioner` creates ``<data_dir>/volumes/pvc-<claim uid>`` and a ``local`` PersistentVolume with
+1. A PVC of a class whose provisioner is ``kanri.dev/local`` stays Pending. The class binds
+   ``WaitForFirstConsumer``: the scheduler picks a node for the first pod using the claim and annotates the claim
+   ``volume.kubernetes.io/selected-node: <node>``; the PV binder in the controller-manager then annotates it
+   (``volume.kubernetes.io/storage-provisioner``) and waits for us.
+2. The :class:`VolumeProvisioner` of the selected node (each node runs one; the others leave the claim alone)
+   creates ``<data_dir>/volumes/pvc-<claim uid>`` and a ``local`` PersistentVolume with
    node affinity for our node, capacity = the request, and a ``claimRef`` to the claim. The binder sees a PV
    pre-bound to the claim and binds both (PV ``Bound``, PVC ``spec.volumeName`` and ``Bound`` with the capacity).
 3. When the claim is deleted the binder marks the PV ``Released``. For ``Delete`` it leaves the deletion to the
@@ -37,6 +40,7 @@ import structlog
 
 from kanri.local.node.kinds import PERSISTENT_VOLUME, STORAGE_CLASS
 from kanri.local.node.options import NodeOptions
+from kanri.local.node.state import NodeEvents, NodeState
 from kanri.runtime import ApiError, Cache, Client, Controller, EventRecorder, Request, Result, parse_quantity
 from kanri.runtime.kinds import PVC
 
@@ -48,6 +52,8 @@ ANN_PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
 ANN_DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
 ANN_NODE = "kanri.dev/node"
 """On our PVs: the local node whose disk holds the directory (each node reclaims only its own)."""
+ANN_SELECTED_NODE = "volume.kubernetes.io/selected-node"
+"""Set by the scheduler on a WaitForFirstConsumer claim: the node its first pod was placed on."""
 _FIELD_MANAGER = "kanri-local-node"
 _RESIZE_CONDITIONS = ("Resizing", "FileSystemResizePending", "ControllerResizeError", "NodeResizeError")
 RETRY_FULL_SECONDS = 60.0
@@ -63,8 +69,8 @@ def storage_class(
 ) -> Obj:
     """A StorageClass served by the local provisioner.
 
-    ``Immediate`` binding: with one node there is no placement to wait for, and a claim that is Bound before its
-    pod is scheduled is what the scheduler's volume check expects (it does not provision at scheduling time).
+    ``WaitForFirstConsumer`` binding: a local volume lives on one node's disk, so it is made only once the scheduler
+    has placed the claim's first pod (taking the pod's other constraints into account) and named that node.
     """
     annotations = {ANN_DEFAULT_CLASS: "true"} if default else {}
     return {
@@ -73,9 +79,19 @@ def storage_class(
         "metadata": {"name": name, "annotations": annotations},
         "provisioner": PROVISIONER,
         "reclaimPolicy": reclaim_policy,
-        "volumeBindingMode": "Immediate",
+        "volumeBindingMode": "WaitForFirstConsumer",
         "allowVolumeExpansion": allow_volume_expansion,
     }
+
+
+def provisioned_here(claim: Obj, storage_class: Obj, node: str, *, serves_immediate: bool) -> bool:
+    """Whether ``node``'s provisioner makes ``claim``'s volume: the node the scheduler chose (``selected-node``);
+    a claim of an ``Immediate`` class (a user's) with no node chosen goes to the node that ``serves_immediate``
+    (a host's first)."""
+    chosen = (claim["metadata"].get("annotations") or {}).get(ANN_SELECTED_NODE)
+    if chosen:
+        return bool(chosen == node)
+    return serves_immediate and storage_class.get("volumeBindingMode", "Immediate") == "Immediate"
 
 
 def volume_name(claim: Obj) -> str:
@@ -168,15 +184,24 @@ def shortfall(requested: str, size: Decimal, available: int, directory: Path) ->
 
 
 async def ensure_storage_class(client: Client, options: NodeOptions) -> None:
-    """Create (or re-assert) the node's StorageClass. Its fields are immutable; a differing one is left alone."""
+    """Create (or re-assert) the node's StorageClass. Its fields are immutable: one that binds ``Immediate`` (what
+    earlier kanri versions made) is replaced, any other difference is left alone (logged)."""
     desired = storage_class(options.storage_class, default=options.default_storage_class)
     try:
         await client.apply(STORAGE_CLASS, desired, field_manager=_FIELD_MANAGER)
     except ApiError as exc:
         if exc.status != 422:
             raise
-        log.warning("storage class exists with other settings; left as it is", name=options.storage_class,
-                    error=exc.message)  # fmt: skip
+        existing = await client.get(STORAGE_CLASS, options.storage_class)
+        if existing.get("volumeBindingMode", "Immediate") != "Immediate" or existing.get("provisioner") != PROVISIONER:
+            log.warning("storage class exists with other settings; left as it is", name=options.storage_class,
+                        error=exc.message)  # fmt: skip
+            return
+        # Existing claims and volumes keep working: a class is only read when a claim is provisioned.
+        await client.delete(STORAGE_CLASS, options.storage_class, uid=existing["metadata"]["uid"])
+        await client.apply(STORAGE_CLASS, desired, field_manager=_FIELD_MANAGER)
+        log.warning("storage class replaced: it bound Immediate, local volumes need WaitForFirstConsumer",
+                    name=options.storage_class)  # fmt: skip
 
 
 # --- controllers -----------------------------------------------------------------------------------------------------
@@ -185,14 +210,24 @@ async def ensure_storage_class(client: Client, options: NodeOptions) -> None:
 class VolumeProvisioner:
     """Keyed by PVC: provisions a volume for a Pending claim of one of our classes; grows a Bound one."""
 
-    def __init__(self, cache: Cache, client: Client, options: NodeOptions) -> None:
+    def __init__(
+        self,
+        cache: Cache,
+        client: Client,
+        options: NodeOptions,
+        state: NodeState | None = None,
+        *,
+        serves_immediate: bool = True,
+    ) -> None:
         self._cache = cache
         self._client = client
         self.options = options
-        self._events = EventRecorder(client, component=PROVISIONER)
+        self.serves_immediate = serves_immediate
+        self._state = state or NodeState()
+        self._events: EventRecorder = NodeEvents(client, self._state, component=PROVISIONER)
 
     def controller(self) -> Controller:
-        return Controller("provisioner", self, for_kind=PVC).watches(STORAGE_CLASS, self._on_class)
+        return Controller(f"provisioner-{self.options.name}", self, for_kind=PVC).watches(STORAGE_CLASS, self._on_class)
 
     def _on_class(self, storage_class: Obj) -> list[Request]:
         name = storage_class["metadata"]["name"]
@@ -208,6 +243,7 @@ class VolumeProvisioner:
         return storage_class if storage_class is not None and storage_class.get("provisioner") == PROVISIONER else None
 
     async def reconcile(self, request: Request) -> Result | None:
+        await self._state.active()
         claim = self._cache.get(PVC, request.name, request.namespace)
         if claim is None or claim["metadata"].get("deletionTimestamp"):
             return None
@@ -215,6 +251,9 @@ class VolumeProvisioner:
         if storage_class is None:
             return None  # another provisioner's claim (or a static one)
         if not (claim.get("spec") or {}).get("volumeName"):
+            here = provisioned_here(claim, storage_class, self.options.name, serves_immediate=self.serves_immediate)
+            if not here:
+                return None  # another node's, or not placed yet
             return await self._provision(claim, storage_class)
         if needs_expansion(claim):
             return await self._expand(claim)
@@ -293,15 +332,17 @@ class VolumeProvisioner:
 class VolumeReclaimer:
     """Keyed by PV: deletes the directory and the PV of a Released volume of ours whose policy is ``Delete``."""
 
-    def __init__(self, cache: Cache, client: Client, options: NodeOptions) -> None:
+    def __init__(self, cache: Cache, client: Client, options: NodeOptions, state: NodeState | None = None) -> None:
         self._cache = cache
         self._client = client
         self.options = options
+        self._state = state or NodeState()
 
     def controller(self) -> Controller:
-        return Controller("reclaimer", self, for_kind=PERSISTENT_VOLUME)
+        return Controller(f"reclaimer-{self.options.name}", self, for_kind=PERSISTENT_VOLUME)
 
     async def reconcile(self, request: Request) -> Result | None:
+        await self._state.active()
         volume = self._cache.get(PERSISTENT_VOLUME, request.name)
         if volume is None or volume["metadata"].get("deletionTimestamp") or not _ours(volume, self.options.name):
             return None
