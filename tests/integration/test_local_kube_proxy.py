@@ -142,8 +142,8 @@ def nft_list(*args: str) -> str:
 async def test_service_is_reached_through_kube_proxy_from_the_host_and_a_pod_and_follows_its_endpoints(
     client: Client, node: LocalNode, namespace: str
 ) -> None:
-    assert node.proxy is not None
-    assert node.proxy.mode == "nftables"
+    assert node.host.proxy is not None
+    assert node.host.proxy.mode == "nftables"
     await client.create(POD, web_pod(namespace, "web-a"))
     await client.create(POD, web_pod(namespace, "web-b"))
     service = await client.create(SERVICE, web_service(namespace))
@@ -152,7 +152,7 @@ async def test_service_is_reached_through_kube_proxy_from_the_host_and_a_pod_and
 
     # kube-proxy programmed the ClusterIP (no address on any link, no userspace listener: the DNAT does it).
     await eventually(lambda: asyncio.sleep(0, ip in nft_list("list", "map", "ip", "kube-proxy", "service-ips")))
-    assert not node.proxy.listening()
+    assert not node.host.proxy.listening()
     # From the host: both pods answer, in turn.
     seen = await eventually(lambda: _both(answering(ip, 80)), timeout=30)
     assert set(seen) == {"web-a", "web-b"}, seen
@@ -211,8 +211,8 @@ async def test_a_pod_reaches_the_api_server_through_the_kubernetes_service_and_r
     assert phase == "Succeeded", output
     assert output.split() == [api_ip, node.options.cluster_dns_ip, "ok"], output
     # The kubernetes Service's endpoint is the bridge's address (a forwarder passes it on to 127.0.0.1).
-    assert node.dns is not None
-    assert node.dns.bound == (node.options.internal_ip, 53)
+    assert node.host.dns is not None
+    assert node.host.dns.bound == (node.host.options.internal_ip, 53)
 
 
 async def test_forwarded_traffic_leaving_the_pod_network_is_dropped(
@@ -245,9 +245,9 @@ async def test_kube_proxy_leaves_nothing_and_puts_the_sysctls_back(control_plane
     options = node_options(tmp_path)
     forward_before = IP_FORWARD.read_text().strip()
     async with running_node(control_plane.kubeconfig, options) as local:
-        assert local.proxy is not None
-        assert local.proxy.kube_proxy is not None
-        pid = local.proxy.kube_proxy.pid
+        assert local.host.proxy is not None
+        assert local.host.proxy.kube_proxy is not None
+        pid = local.host.proxy.kube_proxy.pid
         assert pid is not None
         assert set(leftovers(options)) == {
             "nft table ip kube-proxy",
