@@ -22,7 +22,10 @@ KANRI = [sys.executable, "-m", "kanri.cli.main"]
 
 
 def run(args: list[str], env: dict[str, str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(args, env=env, capture_output=True, text=True, check=check, timeout=240)
+    done = subprocess.run(args, env=env, capture_output=True, text=True, check=False, timeout=240)
+    if check and done.returncode != 0:  # the command's own words, not just its exit code
+        raise AssertionError(f"{' '.join(args[2:])} exited {done.returncode}:\n{done.stderr[-4000:]}")
+    return done
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,8 +24,18 @@ from kanri.local.node.host import VERBS, NodeHost
 SOCKET_NAME = "control.sock"
 
 
+SHORT_DIR = Path("/run/kanri")
+_MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes with its NUL; bind() fails on a longer one
+
+
 def socket_path(host_dir: Path) -> Path:
-    return host_dir / SOCKET_NAME
+    """``<host dir>/control.sock``; when that is too long for a Unix socket (a deep test or ``KANRI_HOME`` dir),
+    ``/run/kanri/node-<hash of the host dir>.sock`` instead — the same for every caller that names the same dir."""
+    natural = host_dir / SOCKET_NAME
+    if len(os.fsencode(natural)) <= _MAX_SOCKET_PATH:
+        return natural
+    digest = hashlib.sha256(os.fsencode(host_dir.resolve())).hexdigest()[:16]
+    return SHORT_DIR / f"node-{digest}.sock"
 
 
 def _app(host: NodeHost) -> web.Application:
@@ -54,6 +65,7 @@ def _app(host: NodeHost) -> web.Application:
 @contextlib.asynccontextmanager
 async def serving(host: NodeHost, path: Path) -> AsyncIterator[None]:
     """Serve the control endpoint on ``path`` (mode 0600: the verbs kill processes) until the block ends."""
+    await asyncio.to_thread(path.parent.mkdir, mode=0o700, parents=True, exist_ok=True)
     await asyncio.to_thread(path.unlink, missing_ok=True)
     runner = web.AppRunner(_app(host), access_log=None)
     await runner.setup()
