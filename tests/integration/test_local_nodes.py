@@ -1,6 +1,7 @@
-"""Three local nodes in three zones on the real control plane, and the chaos verbs with what the cluster makes of
-them. One node host for the whole module; pods are pinned with ``spec.nodeName`` and claims placed with the
-``selected-node`` annotation, as kube-scheduler would place them. Every test leaves its node running again."""
+"""Three local nodes in three zones on the real control plane (kube-scheduler included), and the chaos verbs with
+what the cluster makes of them. One node host for the whole module; most pods are pinned with ``spec.nodeName`` so a
+test controls where they run, the placement tests leave it to kube-scheduler. Every test leaves its node running
+again."""
 
 from __future__ import annotations
 
@@ -41,8 +42,8 @@ IMAGES = [
     {"image": HTTP, "command": [PYTHON, "-m", "http.server", "8080", "--directory", "/etc"]},
     {"image": SHELL, "command": ["/bin/sh", "-c"]},
 ]
-# kube-controller-manager v1.37's --node-monitor-grace-period default; generous on top.
-NODE_MONITOR_GRACE_PERIOD = 50.0
+# The control plane's --node-monitor-grace-period (20 s here, 50 s in Kubernetes); generous on top.
+NODE_MONITOR_GRACE_PERIOD = 50.0  # kept at the default: a margin on a busy machine
 ZONE = "topology.kubernetes.io/zone"
 
 
@@ -231,6 +232,58 @@ async def test_the_scheduler_places_a_pod_and_its_waiting_claim_on_a_node_of_the
     (term,) = volume["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
     assert term["matchExpressions"][0]["values"] == [second.name]
     assert Path(volume["spec"]["local"]["path"]).parent == second.options.volumes_dir.resolve()
+
+
+async def pending_message(client: Client, name: str, namespace: str) -> str | None:
+    """The scheduler's PodScheduled=False message, once it has written one."""
+    scheduled = condition(await client.get(POD, name, namespace), "PodScheduled")
+    if scheduled is None or scheduled["status"] != "False":
+        return None
+    return str(scheduled.get("message") or "") or None
+
+
+async def test_four_pods_with_required_hostname_anti_affinity_fill_three_nodes_and_one_waits(
+    client: Client, host: NodeHost, namespace: str
+) -> None:
+    ours = [n.name for n in host.nodes]
+    label = {"app": "spread"}
+    affinity = {
+        # Only this host's nodes (other tests' Nodes may exist in the session's control plane) ...
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ours}]}
+                ]
+            }
+        },
+        # ... and never two of these pods on one of them.
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": label}, "topologyKey": "kubernetes.io/hostname"}
+            ]
+        },
+    }
+    names = [f"spread-{i}" for i in range(4)]
+    for name in names:
+        body = pinned(name, namespace, host.nodes[0], affinity=affinity)
+        del body["spec"]["nodeName"]  # kube-scheduler places them
+        body["metadata"]["labels"] = label
+        await client.create(POD, body)
+
+    async def placement() -> dict[str, str] | None:
+        pods = [await client.get(POD, name, namespace) for name in names]
+        placed = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods if p["spec"].get("nodeName")}
+        return placed if len(placed) >= 3 else None
+
+    placed = await eventually(placement, timeout=60)
+    assert len(placed) == 3, placed
+    assert sorted(placed.values()) == sorted(ours), placed  # one per node
+    for name in placed:
+        await eventually(functools.partial(running, client, name, namespace), timeout=90)
+    (waiting,) = set(names) - set(placed)
+    message = await eventually(functools.partial(pending_message, client, waiting, namespace), timeout=30)
+    assert "3 node(s) didn't match pod anti-affinity rules" in message, message
+    assert (await client.get(POD, waiting, namespace))["spec"].get("nodeName") is None  # still waiting, not bound
 
 
 # --- stop / start -----------------------------------------------------------------------------------------------------
