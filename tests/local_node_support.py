@@ -90,3 +90,11 @@ async def untainted(client: Client, name: str) -> bool:
     node = await client.get(NODE, name)
     taints = (node.get("spec") or {}).get("taints") or []
     return not [t for t in taints if t["key"].startswith("node.kubernetes.io/")]
+
+
+def init_pid(node: LocalNode, namespace: str, name: str, container: str = "main") -> int | None:
+    """The container's init (PID 1 in its PID namespace), as the host sees it; None while it does not run."""
+    for worker in node.kubelet.workers.values():
+        if (worker.namespace, worker.name) == (namespace, name):
+            return worker.init_pids.get(container)
+    return None

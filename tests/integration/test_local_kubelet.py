@@ -22,7 +22,7 @@ from kanri.local.node import LocalNode, NodeOptions
 from kanri.local.node.cgroups import leftover_cgroups
 from kanri.runtime import ApiError, Client, get_condition
 from kanri.runtime.kinds import EVENT, POD, SECRET
-from tests.local_node_support import running_nodes, with_test_network
+from tests.local_node_support import init_pid, running_nodes, with_test_network
 from tests.support import eventually
 
 Obj = dict[str, Any]
@@ -123,14 +123,6 @@ def container_pid(node: LocalNode, namespace: str, name: str) -> int | None:
     for worker in node.kubelet.workers.values():
         if (worker.namespace, worker.name) == (namespace, name) and "main" in worker.processes:
             return worker.processes["main"].pid
-    return None
-
-
-def init_pid(node: LocalNode, namespace: str, name: str) -> int | None:
-    """The container's init (PID 1 in its PID namespace), as the host sees it."""
-    for worker in node.kubelet.workers.values():
-        if (worker.namespace, worker.name) == (namespace, name):
-            return worker.init_pids.get("main")
     return None
 
 

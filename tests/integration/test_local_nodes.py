@@ -27,7 +27,7 @@ from kanri.local.node.control import call, serving
 from kanri.local.node.kinds import NODE, NODE_LEASE_NAMESPACE, PERSISTENT_VOLUME
 from kanri.runtime import Client, get_condition, parse_quantity
 from kanri.runtime.kinds import LEASE, POD, PVC, SERVICE
-from tests.local_node_support import running_nodes, untainted, with_test_network
+from tests.local_node_support import init_pid, running_nodes, untainted, with_test_network
 from tests.support import eventually
 
 Obj = dict[str, Any]
@@ -94,13 +94,6 @@ async def running(client: Client, name: str, namespace: str, restarts: int = 0) 
         and ready["status"] == "True"
     ):
         return live
-    return None
-
-
-def init_pid(node: LocalNode, namespace: str, name: str) -> int | None:
-    for worker in node.kubelet.workers.values():
-        if (worker.namespace, worker.name) == (namespace, name):
-            return worker.init_pids.get("main")
     return None
 
 

@@ -68,7 +68,9 @@ async def volume_class(control_plane: Endpoint, tmp_path: Path) -> AsyncIterator
 
         async def make(expansion: bool) -> str:
             name = f"kanri-test-{secrets.token_hex(3)}"
-            await c.create(STORAGE_CLASS, storage_class(name, default=False, allow_volume_expansion=expansion))
+            made_class = storage_class(name, default=False, allow_volume_expansion=expansion)
+            made_class["volumeBindingMode"] = "Immediate"  # no pods here: nothing would ever pick a node
+            await c.create(STORAGE_CLASS, made_class)
             made.append(name)
             return name
 

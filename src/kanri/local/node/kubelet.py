@@ -785,13 +785,7 @@ class Kubelet:
         """What a node losing power does to its containers: every one of them SIGKILLed at once (the node's whole
         cgroup tree frozen, killed, thawed), no status written. The workers are forgotten, so :meth:`power_on`
         starts the pods still bound here afresh."""
-        tasks = [w.task for w in self.workers.values() if w.task is not None]
-        self.kill_all()
-        if tasks:
-            await asyncio.wait(tasks, timeout=10)
-        for task in tasks:
-            task.cancel()
-        self.workers.clear()
+        await self.shutdown(grace=0.0)  # no SIGTERM first: the power is gone
 
     def power_on(self) -> None:
         """A rebooted kubelet's resync: look at every pod bound to the node (the gate is open again by now)."""
