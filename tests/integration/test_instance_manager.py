@@ -293,6 +293,16 @@ class Instance:
         )
 
 
+def postmasters(pgdata: Path) -> list[str]:
+    """Pids of PostgreSQL servers on ``pgdata`` — not the manager's short-lived ``postgres -C`` checks, which read
+    the same data directory (CI once caught one mid-run)."""
+    return [
+        pid
+        for pid, argv in all_argv().items()
+        if argv.startswith(str(PG_BIN / "postgres")) and str(pgdata) in argv and "\0-C\0" not in argv
+    ]
+
+
 def all_argv() -> dict[str, str]:
     """Every process's command line (what ``ps`` shows)."""
     found: dict[str, str] = {}
@@ -671,6 +681,9 @@ async def test_fence_stops_postgres_keeps_it_stopped_across_a_manager_restart_an
     workspace: Workspace, primary: Instance, replica: Instance
 ) -> None:
     marker = replica.pgdata.parent / "kanri-fenced"
+    # A row of its own (the test runs alone too), written before the fence: the replica must stream it after unfence.
+    await primary.query("CREATE TABLE IF NOT EXISTS items (id int)", role="app", dbname="orders")
+    await primary.query("INSERT INTO items VALUES (4242)", role="app", dbname="orders")
     assert (await replica.post("/fence", None))[0] == 401
     assert (await replica.post("/fence", "not-the-token"))[0] == 401
     assert not marker.exists()
@@ -704,8 +717,7 @@ async def test_fence_stops_postgres_keeps_it_stopped_across_a_manager_restart_an
 
     await eventually(supervisor_waits, timeout=30)
     await _assert_fenced(replica)
-    assert not [p for p, argv in all_argv().items() if argv.startswith(str(PG_BIN / "postgres")) and
-                str(replica.pgdata) in argv]  # fmt: skip
+    assert not postmasters(replica.pgdata)
 
     # unfence: the supervisor starts PostgreSQL again, the replica streams and has the rows
     code, body = await replica.post("/unfence", workspace.token)
@@ -715,7 +727,14 @@ async def test_fence_stops_postgres_keeps_it_stopped_across_a_manager_restart_an
     status = await replica.status()
     assert (status["fenced"], status["role"], status["running"]) == (False, "replica", True)
     assert not [p for p in status["problems"] if p["reason"] == "Fenced"]
-    assert (42,) in await replica.query("SELECT id FROM items", role="app", dbname="orders")
+
+    async def has_row() -> bool:
+        try:
+            return (4242,) in await replica.query("SELECT id FROM items", role="app", dbname="orders")
+        except psycopg.errors.UndefinedTable:  # not replayed yet
+            return False
+
+    await eventually(has_row, timeout=30)
     assert (await replica.post("/unfence", workspace.token)) == (200, {"fenced": False, "lifted": False})
 
 

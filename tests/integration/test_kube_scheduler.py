@@ -100,7 +100,7 @@ async def nodes(control_plane: Endpoint) -> AsyncIterator[ZonedNodes]:
     async with await Client.from_kubeconfig(str(control_plane.kubeconfig)) as client:
         # The scheduler's messages count every Node ("0/3 nodes are available"): wait out another module's Node that
         # is still being deleted.
-        await eventually(lambda: none_of(client, None), timeout=60)
+        await eventually(lambda: none_of(client, None), timeout=120)
         for name, zone in zip(names, ZONES, strict=True):
             await register_node(client, name, zone)
         heartbeat = asyncio.create_task(renew_leases(client, names))

@@ -256,7 +256,10 @@ class KubeProxy:
     def _programs(ip: str) -> bool:
         """Whether kube-proxy's ``cluster-ips`` set holds ``ip`` (it has synced Services at least once)."""
         result = _nft("list", "set", "ip", "kube-proxy", "cluster-ips")
-        return result.returncode == 0 and f" {ip}" in result.stdout.replace("{", " ").replace(",", " ")
+        # Whole elements only: 10.96.0.10 must not count as 10.96.0.1.
+        return (
+            result.returncode == 0 and ip in result.stdout.replace("{", " ").replace("}", " ").replace(",", " ").split()
+        )
 
     def _tail(self, lines: int = 5) -> str:
         try:
