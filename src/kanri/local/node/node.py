@@ -2,8 +2,9 @@
 
 The node-lifecycle controller in kube-controller-manager watches two signals per node: the Ready condition's
 ``lastHeartbeatTime`` and the ``renewTime`` of the Lease named after the node in ``kube-node-lease``. When neither
-moved for ``--node-monitor-grace-period`` (50 s by default in v1.37, 20 s in kanri's control plane), it sets every condition to ``Unknown``
-(``NodeStatusUnknown``), taints the node ``node.kubernetes.io/unreachable`` and, later, evicts its pods.
+moved for ``--node-monitor-grace-period`` (50 s by default in v1.37, 20 s in kanri's control plane), it sets
+every condition to ``Unknown`` (``NodeStatusUnknown``), taints the node ``node.kubernetes.io/unreachable`` and,
+later, evicts its pods.
 :class:`NodeAgent` registers the Node and renews both every ``heartbeat_interval`` (10 s, like the kubelet).
 """
 
