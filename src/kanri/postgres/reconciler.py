@@ -93,6 +93,10 @@ log = structlog.get_logger("kanri.postgres")
 _RETRY_BLOCKED = 2.0  # a child of ours still held by a deleted owner: the garbage collector is quick
 _RETRIED_STATUSES = frozenset({429, 503, 504})  # throttled or unavailable: retried with backoff, not a refusal
 _RESTART_COOLDOWN = 60.0  # do not ask the same instance to restart again before it had time to report
+# A changed ConfigMap reaches the instance managers a few config intervals (2 s) apart: restart only once the set of
+# instances reporting a pending restart has held that long, or a replica that saw a lowered max_connections first is
+# restarted before its primary reports it (CI caught the replica crash-looping on "insufficient parameter settings").
+_RESTART_SETTLE = 8.0
 
 
 def validated_spec(cluster: Obj) -> PostgresClusterSpec:
@@ -134,6 +138,8 @@ class PostgresClusterReconciler:
         self.refresh = refresh
         self.clock = clock
         self.restart_requests: dict[tuple[str, str], float] = {}
+        self.pending_since: dict[tuple[str, str], tuple[frozenset[str], float]] = {}
+        """Per cluster: which instances report a pending restart, and since when (see ``_RESTART_SETTLE``)."""
         """(namespace, instance) -> when a restart was last requested (kept in memory: losing it costs one more
         request after an operator restart, which the instance answers harmlessly)."""
 
@@ -615,6 +621,13 @@ class ClusterPass:
     async def restart(self, plan: InstancePlan, reports: dict[str, InstanceReport]) -> str | None:
         """Restart one instance whose parameters need it (replicas first, the primary last)."""
         primary = next((n for n, r in reports.items() if r.role == "primary"), plan.primary)
+        pending = frozenset(name for name, r in reports.items() if r.pending_restart)
+        cluster_key = (self.namespace, self.name)
+        seen = self.r.pending_since.get(cluster_key)
+        if seen is None or seen[0] != pending:
+            self.r.pending_since[cluster_key] = seen = (pending, self.r.clock())
+        if pending and self.r.clock() - seen[1] < _RESTART_SETTLE:
+            return None  # every instance may not have read the change yet
         target = next_restart(plan.instances, primary, reports)
         if target is None:
             return None
