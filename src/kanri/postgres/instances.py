@@ -1,5 +1,5 @@
-"""Talking to the instance managers: ``GET /status``, ``POST /restart``, ``POST /promote``, ``POST /fence`` on port
-8008.
+"""Talking to the instance managers: ``GET /status``, ``POST /restart``, ``/promote``, ``/fence``, ``/unfence``,
+``/replication/pause``, ``/replication/resume``, ``/demote`` and ``/rejoin`` on port 8008.
 
 The instance's state is not a Kubernetes object, so the controller cannot watch it: the reconciler asks every
 instance on each pass (all at once, with a short timeout) and requeues itself periodically. :class:`InstanceClient`
@@ -19,16 +19,25 @@ from kanri.contract.problems import MAX_MESSAGE, REASONS
 
 __all__ = [
     "PROBLEM_REASONS",
+    "Demoted",
     "HttpInstanceClient",
     "InstanceClient",
     "InstanceProblem",
     "InstanceReport",
+    "Paused",
+    "Promoted",
     "gather_reports",
     "parse_report",
 ]
 
 log = structlog.get_logger("kanri.postgres.instances")
 FENCE_TIMEOUT = 20.0
+PAUSE_TIMEOUT = 12.0
+"""The instance waits up to 10 s for its WAL receiver to stop."""
+PROMOTE_TIMEOUT = 70.0
+"""The instance waits up to 60 s for the end of recovery."""
+DEMOTE_TIMEOUT = 60.0
+"""A checkpoint and a clean shutdown of a busy primary."""
 
 
 PROBLEM_REASONS = REASONS
@@ -79,6 +88,14 @@ class InstanceReport:
     problems: tuple[InstanceProblem, ...] = ()
     fenced: bool = False
     """The instance holds a fence marker: its PostgreSQL is kept stopped (``POST /fence``)."""
+    fence_reason: str | None = None
+    replication_paused: bool = False
+    """Its WAL receiver is paused for a failover's election (``POST /replication/pause``)."""
+    rejoin_state: str | None = None
+    """``running``, ``done`` or ``failed`` once ``POST /rejoin`` was asked (None: never)."""
+    rejoin_method: str | None = None
+    """``rewind`` or ``clone``."""
+    rejoin_message: str | None = None
 
 
 def _int(value: Any) -> int | None:
@@ -151,7 +168,43 @@ def parse_report(body: Any) -> InstanceReport | None:
         binary_version=_int(body.get("binaryVersion")),
         problems=_problems(body.get("problems")),
         fenced=body.get("fenced") is True,
+        fence_reason=_text(body.get("fenceReason")),
+        replication_paused=body.get("replicationPaused") is True,
+        **_rejoin(body.get("rejoin")),
     )
+
+
+def _rejoin(value: Any) -> dict[str, str | None]:
+    if not isinstance(value, dict) or value.get("state") not in ("running", "done", "failed"):
+        return {}
+    method = value.get("method")
+    return {"rejoin_state": str(value["state"]), "rejoin_method": method if method in ("rewind", "clone") else None,
+            "rejoin_message": _text(value.get("message"))}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Paused:
+    """Where a replica's WAL receiver stopped (``POST /replication/pause``)."""
+
+    receive_lsn: str | None
+    replay_lsn: str | None
+    timeline: int | None
+
+
+@dataclass(frozen=True)
+class Promoted:
+    """A replica promoted (``POST /promote``): the timeline it started and its write position then."""
+
+    timeline: int | None
+    lsn: str | None
+
+
+@dataclass(frozen=True)
+class Demoted:
+    """A primary shut down cleanly and restarting as a replica (``POST /demote``)."""
+
+    checkpoint_lsn: str | None
+    timeline: int | None
 
 
 class InstanceClient(Protocol):
@@ -165,12 +218,32 @@ class InstanceClient(Protocol):
         """Ask the instance to restart PostgreSQL; True when it accepted."""
         ...
 
-    async def promote(self, address: str, token: str) -> bool:
-        """Ask a replica to promote itself; True when it accepted."""
+    async def promote(self, address: str, token: str) -> Promoted | None:
+        """Ask a replica to promote itself (it answers once promoted); None when it refused or did not answer."""
         ...
 
     async def fence(self, address: str, token: str, reason: str) -> bool:
         """Ask the instance to stop PostgreSQL and keep it stopped; True once it is fenced."""
+        ...
+
+    async def unfence(self, address: str, token: str) -> bool:
+        """Lift the fence: the instance starts PostgreSQL again."""
+        ...
+
+    async def pause_replication(self, address: str, token: str) -> Paused | None:
+        """Stop the replica's WAL receiver and keep it stopped; where it stopped, or None (refused, unreachable)."""
+        ...
+
+    async def resume_replication(self, address: str, token: str) -> bool:
+        """Let the replica stream again."""
+        ...
+
+    async def demote(self, address: str, token: str) -> Demoted | None:
+        """Shut the primary down cleanly and start it as a replica (a switchover's first step)."""
+        ...
+
+    async def rejoin(self, address: str, token: str) -> bool:
+        """Start the rejoin of a former primary (pg_rewind or a fresh clone) in the background; True when accepted."""
         ...
 
 
@@ -209,28 +282,63 @@ class HttpInstanceClient:
             log.debug("instance status unavailable", address=address, error=type(exc).__name__)
             return None
 
-    async def _post(
+    async def _call(
         self, address: str, path: str, token: str, body: dict[str, Any] | None = None, timeout: float | None = None
-    ) -> bool:
+    ) -> dict[str, Any] | None:
+        """POST an action; its JSON answer when it succeeded (2xx), else None (refused, unreachable, nonsense)."""
         headers = {"Authorization": f"Bearer {token}"}
         extra: dict[str, Any] = {} if timeout is None else {"timeout": aiohttp.ClientTimeout(total=timeout)}
         try:
             async with self._http().post(self._url(address, path), headers=headers, json=body, **extra) as response:
-                return 200 <= response.status < 300
-        except (aiohttp.ClientError, TimeoutError) as exc:
+                if not 200 <= response.status < 300:
+                    log.info("instance refused", address=address, path=path, status=response.status,
+                             reason=_text((await response.json(content_type=None) or {}).get("error")))  # fmt: skip
+                    return None
+                answer = await response.json(content_type=None)
+                return answer if isinstance(answer, dict) else {}
+        except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError) as exc:
             log.info("instance request failed", address=address, path=path, error=type(exc).__name__)
-            return False
+            return None
+
+    async def _post(
+        self, address: str, path: str, token: str, body: dict[str, Any] | None = None, timeout: float | None = None
+    ) -> bool:
+        return await self._call(address, path, token, body, timeout) is not None
 
     async def restart(self, address: str, token: str) -> bool:
         return await self._post(address, "/restart", token)
 
-    async def promote(self, address: str, token: str) -> bool:
-        return await self._post(address, "/promote", token)
+    async def promote(self, address: str, token: str) -> Promoted | None:
+        answer = await self._call(address, "/promote", token, timeout=PROMOTE_TIMEOUT)
+        if answer is None or answer.get("promoted") is not True:
+            return None
+        return Promoted(_int(answer.get("timeline")), _str(answer.get("lsn")))
 
     async def fence(self, address: str, token: str, reason: str) -> bool:
         # PostgreSQL's fast shutdown takes a checkpoint: allow it longer than a status read (the marker is written
         # first, and the instance finishes the shutdown even if this request gives up).
         return await self._post(address, "/fence", token, {"reason": reason}, timeout=FENCE_TIMEOUT)
+
+    async def unfence(self, address: str, token: str) -> bool:
+        return await self._post(address, "/unfence", token)
+
+    async def pause_replication(self, address: str, token: str) -> Paused | None:
+        answer = await self._call(address, "/replication/pause", token, timeout=PAUSE_TIMEOUT)
+        if answer is None or answer.get("paused") is not True:
+            return None
+        return Paused(_str(answer.get("receiveLsn")), _str(answer.get("replayLsn")), _int(answer.get("timeline")))
+
+    async def resume_replication(self, address: str, token: str) -> bool:
+        return await self._post(address, "/replication/resume", token)
+
+    async def demote(self, address: str, token: str) -> Demoted | None:
+        answer = await self._call(address, "/demote", token, timeout=DEMOTE_TIMEOUT)
+        if answer is None or answer.get("demoted") is not True:
+            return None
+        return Demoted(_str(answer.get("checkpointLsn")), _int(answer.get("timeline")))
+
+    async def rejoin(self, address: str, token: str) -> bool:
+        return await self._post(address, "/rejoin", token)
 
 
 async def gather_reports(client: InstanceClient, addresses: dict[str, str]) -> dict[str, InstanceReport]:

@@ -9,9 +9,10 @@ instance, ``instance``; a deleted cluster's series are removed. Alert examples: 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from kanri.postgres.instances import InstanceReport
 
@@ -60,6 +61,21 @@ class PostgresMetrics:
                               registry=registry)  # fmt: skip
         self.timeline = Gauge("kanri_postgres_instance_timeline", "The instance's timeline.", instance,
                               registry=registry)  # fmt: skip
+        self.failovers = Counter("kanri_postgres_failovers", "Promotions carried out by this operator process "
+                                 "(failovers and switchovers), by reason.", [*cluster, "reason"],
+                                 registry=registry)  # fmt: skip
+        self.failover_blocked = Gauge("kanri_postgres_failover_blocked", "1 while a failover waits for approval "
+                                      "(FailoverBlocked=True).", cluster, registry=registry)  # fmt: skip
+        self.last_gap = Gauge("kanri_postgres_last_failover_lsn_gap_bytes", "WAL the last failover's promoted replica "
+                              "lacked compared with the old primary as last seen.", cluster,
+                              registry=registry)  # fmt: skip
+        self.last_loss = Gauge("kanri_postgres_last_failover_data_loss_possible", "1 when the last failover may have "
+                               "lost acknowledged commits.", cluster, registry=registry)  # fmt: skip
+        self.last_time = Gauge("kanri_postgres_last_failover_timestamp_seconds", "Unix time of the last promotion.",
+                               cluster, registry=registry)  # fmt: skip
+        self.last_duration = Gauge("kanri_postgres_last_failover_duration_seconds", "From the start of the last "
+                                   "failover (detection window passed) to the promotion.", cluster,
+                                   registry=registry)  # fmt: skip
         self._series: dict[tuple[str, str], set[tuple[Gauge, tuple[str, ...]]]] = {}
 
     def _set(self, key: tuple[str, str], gauge: Gauge, labels: tuple[str, ...], value: float) -> None:
@@ -78,6 +94,16 @@ class PostgresMetrics:
                 self._set(key, self.condition, (*key, condition["type"]), float(condition["status"] == "True"))
         unobserved = int(meta.get("generation", 0)) - int(status.get("observedGeneration", 0))
         self._set(key, self.generation_lag, key, float(max(unobserved, 0)))
+        self._set(key, self.failover_blocked, key, float((status.get("failover") or {}).get("phase") == "Blocked"))
+        last = status.get("lastFailover") or {}
+        if last.get("time"):
+            when = datetime.fromisoformat(str(last["time"]).replace("Z", "+00:00"))
+            self._set(key, self.last_time, key, when.timestamp())
+            self._set(key, self.last_loss, key, float(bool(last.get("dataLossPossible"))))
+            if last.get("durationSeconds") is not None:
+                self._set(key, self.last_duration, key, float(last["durationSeconds"]))
+            if last.get("lsnGapBytes") is not None:
+                self._set(key, self.last_gap, key, float(last["lsnGapBytes"]))
         for name, report in reports.items():
             labels: tuple[str, ...] = (*key, name)
             self._set(key, self.instance_ready, (*labels, report.role), float(report.ready))
@@ -90,6 +116,10 @@ class PostgresMetrics:
                 self._set(key, self.lag, labels, float(report.lag_bytes))
         for gauge, labels in old - self._series.get(key, set()):
             gauge.remove(*labels)  # an instance that went away, a condition no longer reported
+
+    def promoted(self, namespace: str, cluster: str, reason: str) -> None:
+        """Count one promotion."""
+        self.failovers.labels(namespace, cluster, reason).inc()
 
     def deleting(self, cluster: Obj, since: float) -> None:
         meta = cluster["metadata"]

@@ -8,7 +8,10 @@ value from a Secret.
 |---|---|---|
 | ``SplitBrain`` | the operator: two instances reported primary; the one not recorded was fenced | recover the fenced
 instance (docs/postgres-operator.md, "Split brain") |
+| ``FailoverBlocked`` | the operator: the primary failed and promoting the best replica could lose more than the
+spec allows | approve (``kanri.dev/approve-failover``, docs/postgres-operator.md "Failover") or bring the primary back |
 | ``Fenced`` | an instance: it holds a fence marker and keeps PostgreSQL stopped | see SplitBrain |
+| ``RejoinFailed`` | a former primary could neither rewind nor re-clone | see its log; delete its claim to re-clone |
 | ``DataDirectoryLost`` | an instance: its volume is empty, the cluster has data | replica: nothing (it re-clones);
 a lone primary: restore a backup into a new cluster |
 | ``SystemIdentifierMismatch`` | an instance: its data belongs to another cluster | replace the volume |
@@ -53,7 +56,9 @@ _MAX_SERVER_MESSAGE = 500
 
 SEVERITY = (
     "SplitBrain",
+    "FailoverBlocked",
     "Fenced",
+    "RejoinFailed",
     "DataDirectoryLost",
     "SystemIdentifierMismatch",
     "DataVersionMismatch",

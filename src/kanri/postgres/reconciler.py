@@ -26,6 +26,8 @@ from kanri.postgres.children.services import services
 from kanri.postgres.children.statefulset import bootstrap_role, image_major, statefulset
 from kanri.postgres.deletion import FINALIZER, cleanup
 from kanri.postgres.diff import is_subset
+from kanri.postgres.failover import PROBE_INTERVAL, SUSPECT_INTERVAL
+from kanri.postgres.failover_step import FailoverStep, rejoining, withhold_rejoining
 from kanri.postgres.instances import InstanceClient, InstanceReport, gather_reports
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.labels import CLUSTER, FENCED, PRIMARY, REPLICA, ROLE
@@ -138,6 +140,14 @@ class PostgresClusterReconciler:
         self.refresh = refresh
         self.clock = clock
         self.restart_requests: dict[tuple[str, str], float] = {}
+        # Failover memory (see failover_step.py: losing it only delays a failover, never hastens one).
+        self.primary_seen: dict[tuple[str, str], tuple[str, str | None, int | None, float]] = {}
+        """Per cluster: the primary last seen healthy, its write LSN and timeline, and when."""
+        self.suspects: dict[tuple[str, str], tuple[str, float]] = {}
+        """Per cluster: the primary not healthy, and since when."""
+        self.failover_started: dict[tuple[str, str], float] = {}
+        self.switchover_refused: dict[tuple[str, str], tuple[str, str]] = {}
+        self.rejoin_requests: dict[tuple[str, str], float] = {}
         self.pending_since: dict[tuple[str, str], tuple[frozenset[str], float]] = {}
         """Per cluster: which instances report a pending restart, and since when (see ``_RESTART_SETTLE``)."""
         """(namespace, instance) -> when a restart was last requested (kept in memory: losing it costs one more
@@ -219,29 +229,46 @@ class ClusterPass:
     async def run(self) -> Result:
         await self.credentials()  # before any pod that mounts them
         # Observe first: which instance is primary, and what the data is, come from the instances themselves.
-        reports, pods = await self.observe()
+        raw, pods = await self.observe()
         claims = self.claims()
         existing = self.existing_instances()
-        verdict = decide(reports, recorded=recorded_primary(claims.values()),
-                         status=self.status.get("currentPrimary"), instances=existing)  # fmt: skip
+        marked = rejoining(claims)  # former primaries: never a primary again until they rejoined
+        reports = withhold_rejoining(raw, marked)
+        recorded = recorded_primary(claims.values())
+        verdict = decide(reports, recorded=recorded, status=self.status.get("currentPrimary"),
+                         instances=existing)  # fmt: skip
         # A second primary is fenced before anything else this pass: routing first, then its PostgreSQL stopped.
         await self.fence_rogues(verdict, pods)
         reports = routed(reports, verdict)  # from here on a fenced instance is never read as a primary
         split_brain = next_record(self.status.get("splitBrain"), verdict, reports, existing, datetime.now(UTC))
+        # The primary failed (or a switchover was asked): fence, elect, promote — before anything else changes.
+        designated = verdict.primary or recorded or self.status.get("currentPrimary")
+        step = await FailoverStep(self.r, self.cluster, self.spec, primary=designated, instances=existing,
+                                  reports=reports, raw=raw, pods=pods, claims=claims).run()  # fmt: skip
+        self.cluster = step.cluster
+        self.status = step.cluster.get("status") or {}
+        if step.promoted:
+            return Result(requeue_after=SUSPECT_INTERVAL)  # the next pass sees the new primary's claim and report
+        self.problems.extend(step.problems)
         plan = self.plan(verdict.primary, claims)
         await self.record(claims, reports, plan.primary)
         system_identifier = self.system_identifier(claims, plan, reports)
-        recorded = recorded_major(claims, plan.primary)
-        major = running_major(recorded, reports, self.status.get("postgresMajor"), self.spec.version)
+        recorded_data = recorded_major(claims, plan.primary)
+        major = running_major(recorded_data, reports, self.status.get("postgresMajor"), self.spec.version)
         plan, removal_waiting = gate_removals(plan, reports)  # a replica goes only once proven a replica
         await self.shared_children(plan, system_identifier)
-        scaled = await self.scale(plan)
-        await self.instances(plan, major)
-        await self.budgets(plan)
-        storage = await self.storage(plan)
+        restarting: str | None = None
+        storage = StoragePlan()
+        scaled = False
+        if not step.active:  # a failover in progress changes nothing else: no rollout, scale-down or restart
+            scaled = await self.scale(plan)
+            await self.instances(plan, major)
+            await self.budgets(plan)
+            storage = await self.storage(plan)
         self.check_storage_class(plan)
-        await self.label_pods(plan, reports, pods, fenced_names(split_brain))
-        restarting = await self.restart(plan, reports)
+        await self.label_pods(plan, reports, pods, fenced_names(split_brain) | set(marked))
+        if not step.active:
+            restarting = await self.restart(plan, reports)
         self.check_secrets()
         if (split := split_brain_problem(split_brain)) is not None:
             self.problems.append(split)
@@ -254,9 +281,17 @@ class ClusterPass:
                                   waiting_to_roll=tuple(self.waiting_to_roll), problems=tuple(self.problems),
                                   removal_waiting=removal_waiting, major=major,
                                   upgrade=upgrade_verdict(major, self.spec.version, approved),
-                                  system_identifier=system_identifier, split_brain=split_brain)  # fmt: skip
+                                  system_identifier=system_identifier, split_brain=split_brain,
+                                  failover=step.progress)  # fmt: skip
         await self.report(observation)
-        return Result(requeue_after=_RETRY_BLOCKED if self.blocked else self.r.refresh)
+        if self.blocked:
+            return Result(requeue_after=_RETRY_BLOCKED)
+        wait = self.r.refresh
+        if step.requeue is not None:
+            wait = min(wait, step.requeue)
+        elif self.running and len(existing) > 1:
+            wait = min(wait, PROBE_INTERVAL)  # the primary is probed this often: the detection window's resolution
+        return Result(requeue_after=wait)
 
     # --- writes that may be refused --------------------------------------------------------------------------------
 

@@ -18,6 +18,9 @@ Conditions (``Ready``, ``Progressing``, ``Degraded``, ``StorageResizing``, ``Maj
 | StorageResizing | True | ``Resizing`` (a claim's capacity is below its request) |
 | StorageResizing | False | ``Resized``, ``ExpansionNotSupported`` (the class cannot grow volumes: the user must act) |
 | MajorUpgrade | False | ``NotRequested``, ``UpgradeNotApproved``, ``UpgradeNotSupported``, ``DowngradeNotSupported`` |
+| FailoverBlocked | True | ``ManualPolicy``, ``DataLossAboveLimit``, ``DataLossUnknown``, ``NoSynchronousStandby``,
+``NoCandidate`` (the failover waits for ``kanri.dev/approve-failover``) |
+| FailoverBlocked | False | ``NotBlocked`` (present once a failover was blocked) |
 
 Messages name instances, claims, Secrets' keys and parameters, never credentials; an instance's ``lastError`` text
 stays out of status (it may quote SQL), only the fact that there is one.
@@ -78,6 +81,8 @@ class Observation:
     """The cluster's system identifier, once a primary reported it."""
     split_brain: Obj | None = None
     """``status.splitBrain`` (``splitbrain.next_record``): kept while a fenced instance is unresolved."""
+    failover: Obj | None = None
+    """``status.failover`` while a failover or switchover runs (``failover_step.py`` writes it itself)."""
 
 
 def _instance(name: str, obs: Observation, primary: str | None) -> Obj:
@@ -202,9 +207,17 @@ def compute_status(old: Obj, obs: Observation, now: datetime) -> Obj:
 
     if obs.upgrade is not None:
         condition("MajorUpgrade", False, obs.upgrade.reason, obs.upgrade.message)
+    failover = obs.failover or {}
+    if failover.get("phase") == "Blocked":
+        condition("FailoverBlocked", True, str(failover.get("blockedReason") or "Blocked"),
+                  str(failover.get("message") or "the failover waits for approval"))  # fmt: skip
+    elif get_condition(conditions, "FailoverBlocked") is not None:
+        condition("FailoverBlocked", False, "NotBlocked", "no failover waits for approval")
 
     if obs.hibernated:
         phase = "Hibernated"
+    elif failover:
+        phase = "FailingOver"
     elif primary_ready and not not_ready and not problems and not obs.removal_waiting:
         phase = "Ready"
     elif scaling or obs.removal_waiting:

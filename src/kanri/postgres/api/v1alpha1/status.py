@@ -14,6 +14,9 @@ __all__ = [
     "CONDITION_TYPES",
     "PHASES",
     "BackupStatus",
+    "FailoverCandidate",
+    "FailoverPhase",
+    "FailoverProgress",
     "FailoverRecord",
     "InstanceRole",
     "InstanceStatus",
@@ -35,6 +38,7 @@ InstanceRole = Literal["Primary", "Replica", "Fenced"]
 KeptBy = Literal["LastPrimary", "CurrentPrimary", "HighestPosition"]
 UpgradePhase = Literal["WaitingForApproval", "Checking", "BackingUp", "Upgrading", "Succeeded", "Failed"]
 RestoreTestResult = Literal["Succeeded", "Failed"]
+FailoverPhase = Literal["Fencing", "Electing", "Blocked", "Demoting", "Promoting"]
 
 CONDITION_TYPES = ("Ready", "Progressing", "Degraded")
 """Condition types every PostgresCluster carries once the operator has seen it."""
@@ -83,6 +87,55 @@ class FailoverRecord(ApiModel):
     gap could not be measured)."""
     reason: Annotated[str, Field(max_length=1024)] | None = None
     """Why it happened, e.g. PrimaryUnreachable or Switchover."""
+    duration_seconds: Annotated[float, Field(ge=0)] | None = None
+    """From the start of the failover (the detection window had passed) to the promotion, in seconds."""
+    approved_by: Annotated[str, Field(max_length=64)] | None = None
+    """Set when a blocked failover was approved with kanri.dev/approve-failover (the annotation's value)."""
+
+
+class FailoverCandidate(ApiModel):
+    """A replica whose WAL receiver was paused for the election, and where it stopped."""
+
+    name: Name
+    """The replica."""
+    received_lsn: Lsn | None = Field(default=None, alias="receivedLSN")
+    """The last WAL location it had received when its receiver stopped."""
+    replayed_lsn: Lsn | None = Field(default=None, alias="replayedLSN")
+    """The last WAL location it had replayed then."""
+
+
+class FailoverProgress(ApiModel):
+    """A failover or switchover under way (absent otherwise); kept in status so a restarted operator resumes it."""
+
+    phase: FailoverPhase
+    """Fencing (the old primary is cut off, the replicas' WAL receivers paused), Electing, Blocked (waiting for
+    kanri.dev/approve-failover), Demoting (switchover: the primary shuts down cleanly) or Promoting."""
+    from_: Name = Field(alias="from")
+    """The primary that failed (or is handed over)."""
+    reason: Annotated[str, Field(max_length=64)]
+    """PrimaryUnreachable, PrimaryNotRunning, PrimaryRestarting or Switchover."""
+    started: datetime
+    """When the failover started (the detection window had passed)."""
+    primary_lsn: Lsn | None = Field(default=None, alias="primaryLSN")
+    """The failed primary's write position as last seen (what the possible loss is measured against)."""
+    primary_timeline: Annotated[int, Field(ge=1)] | None = None
+    """The failed primary's timeline as last seen."""
+    target: Name | None = None
+    """The instance being promoted (chosen, approved, or the switchover's target)."""
+    checkpoint_lsn: Lsn | None = Field(default=None, alias="checkpointLSN")
+    """Switchover: the demoted primary's shutdown checkpoint, which the target must have received."""
+    candidates: Annotated[list[FailoverCandidate], Field(max_length=64)] = Field(default_factory=list)
+    """The replicas paused for the election."""
+    lsn_gap_bytes: NonNegative | None = None
+    """WAL the target lacks compared with the failed primary as last seen."""
+    data_loss_possible: bool | None = None
+    """Whether promoting the target may lose acknowledged commits (decided by the guard)."""
+    approved_by: Annotated[str, Field(max_length=64)] | None = None
+    """The value of kanri.dev/approve-failover that released a blocked failover."""
+    blocked_reason: Annotated[str, Field(max_length=64)] | None = None
+    """While Blocked: ManualPolicy, DataLossAboveLimit, DataLossUnknown, NoSynchronousStandby or NoCandidate."""
+    message: Annotated[str, Field(max_length=1024)] | None = None
+    """Why it is blocked, the best candidate and the possible loss, and how to approve."""
 
 
 class SplitBrainInstance(ApiModel):
@@ -175,6 +228,7 @@ class PostgresClusterStatus(ApiModel):
     """The cluster's PostgreSQL system identifier (decimal), recorded once a primary reported it. An instance with
     an empty volume never initialises a new database while it is known: it clones from the primary, or reports
     DataDirectoryLost."""
+    failover: FailoverProgress | None = None
     last_failover: FailoverRecord | None = None
     split_brain: SplitBrainRecord | None = None
     backup: BackupStatus | None = None
