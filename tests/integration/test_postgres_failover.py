@@ -1,0 +1,263 @@
+"""The failover state machine against the real API server, with instance managers doubled at the HTTP boundary.
+
+The fast tier of the failover tests: the real kube-apiserver, the operator's real reconciler and HTTP client, and
+instance-manager doubles that answer the contract (``/status``, ``/replication/pause``, ``/promote``, ``/demote``,
+...) and record what they were asked. The real thing — PostgreSQL, the chaos verbs, a ledger — is in
+``tests/e2e/test_postgres_failover_e2e.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest_asyncio
+from aiohttp import web
+
+from kanri.local.controlplane import Endpoint
+from kanri.postgres.failover import APPROVE, REJOIN, SWITCHOVER
+from kanri.postgres.instances import HttpInstanceClient
+from kanri.postgres.kinds import POSTGRES_CLUSTER
+from kanri.runtime import Client
+from kanri.runtime.kinds import EVENT, POD, PVC
+from tests.integration.test_postgres_reconciler import SYSID, FakeInstance, pgc
+from tests.postgres_support import Operator, install_postgres_crd
+from tests.support import eventually
+
+Obj = dict[str, Any]
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def client(client: Client) -> Client:
+    await install_postgres_crd(client)
+    return client
+
+
+class HaFake(FakeInstance):
+    """A :class:`FakeInstance` that also answers the failover actions, and can be made to stop answering."""
+
+    def __init__(self, name: str, address: str, role: str) -> None:
+        super().__init__(name, address, role)
+        self.asked: list[str] = []
+        self.port = 0
+
+    async def start(self, port: int) -> int:
+        app = web.Application()
+        app.router.add_get("/status", self._status)
+        for path in ("/replication/pause", "/replication/resume", "/promote", "/demote", "/fence", "/unfence",
+                     "/rejoin"):  # fmt: skip
+            app.router.add_post(path, self._action)
+        self.runner = web.AppRunner(app, access_log=None)
+        await self.runner.setup()
+        await web.TCPSite(self.runner, self.address, port).start()
+        self.port = int(self.runner.addresses[0][1])
+        return self.port
+
+    async def stop(self) -> None:
+        """Stop answering (a frozen or lost primary)."""
+        await self.runner.cleanup()
+
+    async def _action(self, request: web.Request) -> web.Response:
+        path = request.path
+        self.asked.append(path)
+        r = self.report
+        if path == "/replication/pause":
+            if r["role"] != "replica":
+                return web.json_response({"error": "not a replica"}, status=409)
+            r["replicationPaused"] = True
+            return web.json_response({"paused": True, "receiveLsn": r["receiveLsn"], "replayLsn": r["replayLsn"],
+                                      "timeline": r["timeline"]})  # fmt: skip
+        if path == "/replication/resume":
+            r["replicationPaused"] = False
+            return web.json_response({"resumed": True})
+        if path == "/promote":
+            r.update(role="primary", inRecovery=False, timeline=r["timeline"] + 1, replicationPaused=False,
+                     writeLsn=r["receiveLsn"])  # fmt: skip
+            return web.json_response({"promoted": True, "timeline": r["timeline"], "lsn": r["writeLsn"]})
+        if path == "/demote":
+            r.update(role="replica", inRecovery=True, replayLsn="0/3000100", receiveLsn="0/3000100")
+            return web.json_response({"demoted": True, "checkpointLsn": "0/3000100", "timeline": r["timeline"]})
+        if path == "/fence":
+            r.update(fenced=True, fenceReason="failover", running=False, ready=False)
+            return web.json_response({"fenced": True})
+        if path == "/unfence":
+            r.update(fenced=False, fenceReason=None, running=True, ready=True)
+            return web.json_response({"fenced": False})
+        return web.json_response({"rejoin": "started"}, status=202)
+
+
+@contextlib.asynccontextmanager
+async def ha_fakes(cluster: str, lsns: dict[int, str]) -> AsyncIterator[tuple[dict[str, HaFake], HttpInstanceClient]]:
+    """``<cluster>-1`` primary at 0/3000060, the others replicas that received ``lsns[n]``."""
+    prefix = f"127.78.{secrets.randbelow(250) + 1}"
+    fakes: dict[str, HaFake] = {}
+    for n in (1, *lsns):
+        fake = HaFake(f"{cluster}-{n}", f"{prefix}.{n}", "primary" if n == 1 else "replica")
+        fake.report.update(systemIdentifier=SYSID, dataVersion=16, binaryVersion=16, problems=[])
+        if n != 1:
+            fake.report.update(receiveLsn=lsns[n], replayLsn=lsns[n])
+        fakes[fake.name] = fake
+    port = 0
+    for fake in fakes.values():
+        port = await fake.start(port)
+    instances = HttpInstanceClient(port=port, timeout=1.0)
+    try:
+        yield fakes, instances
+    finally:
+        await instances.close()
+        for fake in fakes.values():
+            with contextlib.suppress(Exception):
+                await fake.runner.cleanup()
+
+
+async def pods_running(client: Client, namespace: str, fakes: dict[str, HaFake]) -> None:
+    """What the kubelet would report once each pod's container runs, at the fake's address."""
+
+    async def pods_exist() -> bool:
+        present = {p["metadata"]["name"] for p in (await client.list(POD, namespace))[0]}
+        return {f"{name}-0" for name in fakes} <= present
+
+    await eventually(pods_exist, timeout=30)
+    for name, fake in fakes.items():
+        status = {"phase": "Running", "podIP": fake.address, "podIPs": [{"ip": fake.address}],
+                  "containerStatuses": [{"name": "postgres", "ready": True, "restartCount": 0, "image": "x",
+                                         "imageID": "", "state": {"running": {"startedAt": "2026-12-02T00:00:00Z"}},
+                                         "lastState": {}}]}  # fmt: skip
+        await client.patch_status(POD, f"{name}-0", {"status": status}, namespace)
+
+
+async def status_of(client: Client, namespace: str, name: str) -> Obj:
+    return dict((await client.get(POSTGRES_CLUSTER, name, namespace)).get("status") or {})
+
+
+async def ready(client: Client, namespace: str, name: str) -> bool:
+    status = await status_of(client, namespace, name)
+    return status.get("phase") == "Ready"
+
+
+async def event_reasons(client: Client, namespace: str, name: str) -> list[str]:
+    items, _ = await client.list(EVENT, namespace)
+    return [e["reason"] for e in items if e["involvedObject"]["name"] == name]
+
+
+async def role_label(client: Client, namespace: str, instance: str) -> str | None:
+    pod = await client.get(POD, f"{instance}-0", namespace)
+    return (pod["metadata"].get("labels") or {}).get("kanri.dev/role")
+
+
+async def test_an_unanswering_primary_is_fenced_and_the_most_advanced_replica_promoted(
+    control_plane: Endpoint, client: Client, namespace: str
+) -> None:
+    async with ha_fakes("ha", {2: "0/3000000", 3: "0/3000040"}) as (fakes, instances):
+        await client.create(POSTGRES_CLUSTER, pgc("ha", namespace))
+        async with Operator(control_plane, namespace, instances=instances).running(refresh=0.5):
+            await pods_running(client, namespace, fakes)
+            await eventually(lambda: ready(client, namespace, "ha"), timeout=30)
+            await fakes["ha-1"].stop()
+
+            async def failed_over() -> Obj | None:
+                return (await status_of(client, namespace, "ha")).get("lastFailover")
+
+            record = await eventually(failed_over, timeout=40)
+            assert record["from"] == "ha-1"
+            assert record["to"] == "ha-3"  # received the most WAL
+            assert record["reason"] == "PrimaryUnreachable"
+            assert record["timeline"] == 2
+            assert record["lsnGapBytes"] == 0x20  # 0/3000060 as last seen, against 0/3000040
+            assert record["dataLossPossible"] is True  # async: it may have written more after it was last seen
+            # Both replicas' receivers were paused before the choice; the loser streams again; ha-3 was promoted.
+            assert fakes["ha-2"].asked[:1] == ["/replication/pause"]
+            assert "/replication/resume" in fakes["ha-2"].asked
+            assert fakes["ha-3"].asked[:2] == ["/replication/pause", "/promote"]
+            assert await role_label(client, namespace, "ha-3") == "primary"
+            assert await role_label(client, namespace, "ha-1") == "fenced"
+            old_claim = await client.get(PVC, "ha-1", namespace)
+            assert old_claim["metadata"]["annotations"][REJOIN] == "2"
+            assert "kanri.dev/last-primary" not in old_claim["metadata"]["annotations"]
+
+            async def converged() -> Obj | None:
+                status = await status_of(client, namespace, "ha")
+                return status if status.get("currentPrimary") == "ha-3" and not status.get("failover") else None
+
+            status = await eventually(converged, timeout=20)
+            assert status["timeline"] == 2
+            reasons = await event_reasons(client, namespace, "ha")
+            assert {"FailoverStarted", "FailedOver"} <= set(reasons)
+
+
+async def test_a_gap_above_the_limit_blocks_until_approved(
+    control_plane: Endpoint, client: Client, namespace: str
+) -> None:
+    async with ha_fakes("rpo", {2: "0/3000000"}) as (fakes, instances):
+        spec = {"replicas": 2, "failover": {"maxDataLossBytes": 16}}
+        await client.create(POSTGRES_CLUSTER, pgc("rpo", namespace, **spec))
+        async with Operator(control_plane, namespace, instances=instances).running(refresh=0.5):
+            await pods_running(client, namespace, fakes)
+            await eventually(lambda: ready(client, namespace, "rpo"), timeout=30)
+            await fakes["rpo-1"].stop()
+
+            async def blocked() -> Obj | None:
+                status = await status_of(client, namespace, "rpo")
+                found = [c for c in status.get("conditions") or [] if c["type"] == "FailoverBlocked"]
+                return status if found and found[0]["status"] == "True" else None
+
+            status = await eventually(blocked, timeout=40)
+            (cond,) = [c for c in status["conditions"] if c["type"] == "FailoverBlocked"]
+            assert cond["reason"] == "DataLossAboveLimit"
+            assert "rpo-2" in cond["message"]
+            assert "96 bytes" in cond["message"]
+            assert status["phase"] == "FailingOver"
+            assert status["failover"]["phase"] == "Blocked"
+            assert "/promote" not in fakes["rpo-2"].asked  # nothing promoted without approval
+            assert "FailoverBlocked" in await event_reasons(client, namespace, "rpo")
+
+            patch = {"metadata": {"annotations": {APPROVE: "rpo-2"}}}
+            await client.patch(POSTGRES_CLUSTER, "rpo", patch, namespace)
+
+            async def failed_over() -> Obj | None:
+                return (await status_of(client, namespace, "rpo")).get("lastFailover")
+
+            record = await eventually(failed_over, timeout=20)
+            assert record["to"] == "rpo-2"
+            assert record["approvedBy"] == "rpo-2"
+            assert record["lsnGapBytes"] == 0x60
+            cluster = await client.get(POSTGRES_CLUSTER, "rpo", namespace)
+            assert APPROVE not in (cluster["metadata"].get("annotations") or {})  # one approval, one failover
+
+
+async def test_a_switchover_demotes_the_primary_and_promotes_the_target_once_it_caught_up(
+    control_plane: Endpoint, client: Client, namespace: str
+) -> None:
+    async with ha_fakes("sw", {2: "0/3000060", 3: "0/3000060"}) as (fakes, instances):
+        await client.create(POSTGRES_CLUSTER, pgc("sw", namespace))
+        async with Operator(control_plane, namespace, instances=instances).running(refresh=0.5):
+            await pods_running(client, namespace, fakes)
+            await eventually(lambda: ready(client, namespace, "sw"), timeout=30)
+            await client.patch(POSTGRES_CLUSTER, "sw", {"metadata": {"annotations": {SWITCHOVER: "sw-3"}}}, namespace)
+
+            async def demoting() -> bool:
+                return "/demote" in fakes["sw-1"].asked
+
+            await eventually(demoting, timeout=20)
+            # The target has not received the shutdown checkpoint (0/3000100) yet: no promotion.
+            status = await status_of(client, namespace, "sw")
+            assert (status.get("failover") or {}).get("phase") == "Promoting"
+            assert "/promote" not in fakes["sw-3"].asked
+            fakes["sw-3"].report.update(receiveLsn="0/3000128", replayLsn="0/3000128")
+
+            async def switched() -> Obj | None:
+                return (await status_of(client, namespace, "sw")).get("lastFailover")
+
+            record = await eventually(switched, timeout=20)
+            assert record["from"] == "sw-1"
+            assert record["to"] == "sw-3"
+            assert record["reason"] == "Switchover"
+            assert record["lsnGapBytes"] == 0
+            assert record["dataLossPossible"] is False
+            old_claim = await client.get(PVC, "sw-1", namespace)
+            assert REJOIN not in (old_claim["metadata"].get("annotations") or {})  # a clean demotion needs no rewind
+            cluster = await client.get(POSTGRES_CLUSTER, "sw", namespace)
+            assert SWITCHOVER not in (cluster["metadata"].get("annotations") or {})
+            assert "SwitchedOver" in await event_reasons(client, namespace, "sw")
