@@ -8,6 +8,7 @@ instance-manager doubles that answer the contract (``/status``, ``/replication/p
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import secrets
 from collections.abc import AsyncIterator
@@ -237,13 +238,15 @@ async def test_a_switchover_demotes_the_primary_and_promotes_the_target_once_it_
             await eventually(lambda: ready(client, namespace, "sw"), timeout=30)
             await client.patch(POSTGRES_CLUSTER, "sw", {"metadata": {"annotations": {SWITCHOVER: "sw-3"}}}, namespace)
 
-            async def demoting() -> bool:
-                return "/demote" in fakes["sw-1"].asked
+            async def waiting_for_the_target() -> Obj | None:
+                progress = (await status_of(client, namespace, "sw")).get("failover") or {}
+                return progress if progress.get("phase") == "Promoting" else None
 
-            await eventually(demoting, timeout=20)
-            # The target has not received the shutdown checkpoint (0/3000100) yet: no promotion.
-            status = await status_of(client, namespace, "sw")
-            assert (status.get("failover") or {}).get("phase") == "Promoting"
+            progress = await eventually(waiting_for_the_target, timeout=20)
+            assert "/demote" in fakes["sw-1"].asked
+            assert progress["checkpointLSN"] == "0/3000100"
+            # The target has not received the shutdown checkpoint yet: no promotion.
+            await asyncio.sleep(2)
             assert "/promote" not in fakes["sw-3"].asked
             fakes["sw-3"].report.update(receiveLsn="0/3000128", replayLsn="0/3000128")
 

@@ -147,8 +147,10 @@ def test_the_sync_quorum_arithmetic() -> None:
 
 
 def test_a_former_primary_never_counts_as_primary_until_it_rejoined() -> None:
-    claims: dict[str, dict[str, Any]] = {"pg-1": {"metadata": {"name": "pg-1", "annotations": {"kanri.dev/rejoin": "2"}}},
-              "pg-2": {"metadata": {"name": "pg-2"}}}  # fmt: skip
+    claims: dict[str, dict[str, Any]] = {
+        "pg-1": {"metadata": {"name": "pg-1", "annotations": {"kanri.dev/rejoin": "2"}}},
+        "pg-2": {"metadata": {"name": "pg-2"}},
+    }
     marked = rejoining(claims)
     assert marked == {"pg-1": 2}
     reports = {"pg-1": report("primary"), "pg-2": report("primary")}

@@ -236,6 +236,8 @@ class FailoverStep:
             self.r.primary_seen[self.key] = (primary, report.write_lsn, report.timeline, clock)
             self.r.suspects.pop(self.key, None)
             return StepResult(requeue=PROBE_INTERVAL)
+        if self.status.get("phase") in (None, "Pending", "Provisioning"):
+            return StepResult()  # never Ready: no replica holds its data yet, there is nothing to fail over to
         since = self.r.suspects.get(self.key)
         if since is None or since[0] != primary:
             # From the last good answer when it was recent: the fault happened after it, not at this probe.

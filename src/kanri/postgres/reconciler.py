@@ -26,7 +26,7 @@ from kanri.postgres.children.services import services
 from kanri.postgres.children.statefulset import bootstrap_role, image_major, statefulset
 from kanri.postgres.deletion import FINALIZER, cleanup
 from kanri.postgres.diff import is_subset
-from kanri.postgres.failover import PROBE_INTERVAL, SUSPECT_INTERVAL
+from kanri.postgres.failover import SUSPECT_INTERVAL
 from kanri.postgres.failover_step import FailoverStep, rejoining, withhold_rejoining
 from kanri.postgres.instances import InstanceClient, InstanceReport, gather_reports
 from kanri.postgres.kinds import POSTGRES_CLUSTER
@@ -289,8 +289,6 @@ class ClusterPass:
         wait = self.r.refresh
         if step.requeue is not None:
             wait = min(wait, step.requeue)
-        elif self.running and len(existing) > 1:
-            wait = min(wait, PROBE_INTERVAL)  # the primary is probed this often: the detection window's resolution
         return Result(requeue_after=wait)
 
     # --- writes that may be refused --------------------------------------------------------------------------------
