@@ -52,9 +52,15 @@ def split_parameters(config: ClusterConfig) -> tuple[dict[str, str], dict[str, s
 
 
 def managed_parameters(
-    settings: Settings, config: ClusterConfig, *, replica: bool, replication: Credentials | None
+    settings: Settings,
+    config: ClusterConfig,
+    *,
+    replica: bool,
+    replication: Credentials | None,
+    paused: bool = False,
 ) -> dict[str, str | int | bool]:
-    """The operator-managed keys for this instance in its current role."""
+    """The operator-managed keys for this instance in its current role. A replica whose replication is ``paused``
+    (:mod:`kanri.instance.replication_pause`) gets no ``primary_conninfo``, so PostgreSQL runs no WAL receiver."""
     senders = max(10, len(config.instances) + 4)  # room for clones and tools besides one sender per replica
     params: dict[str, str | int | bool] = {
         "listen_addresses": settings.pg_listen,
@@ -70,8 +76,10 @@ def managed_parameters(
         "logging_collector": False,  # PostgreSQL logs to stderr, which is the container's log
         "log_destination": "stderr",
         "password_encryption": "scram-sha-256",
+        # a standby replies every second even when idle: the primary's isolation check counts those replies
+        "wal_receiver_status_interval": "1s",
     }
-    if replica:
+    if replica and not paused:
         conninfo = make_conninfo(
             host=settings.primary_host,
             port=settings.primary_port,
@@ -80,6 +88,7 @@ def managed_parameters(
             application_name=settings.name,
         )
         params["primary_conninfo"] = conninfo
+    if replica:
         params["primary_slot_name"] = slot_name(settings.name)
     else:
         params["synchronous_standby_names"] = synchronous_standby_names(settings.name, config)
@@ -102,6 +111,7 @@ def render_postgresql_conf(
     *,
     replica: bool,
     replication: Credentials | None,
+    paused: bool = False,
 ) -> str:
     """The whole postgresql.conf for this instance: ``parameters`` (the user's, already checked), then the managed
     keys."""
@@ -113,7 +123,7 @@ def render_postgresql_conf(
     ]
     lines += [f"{k} = {quote(v)}" for k, v in sorted(parameters.items())]
     lines += ["", "# operator-managed"]
-    managed = managed_parameters(settings, config, replica=replica, replication=replication)
+    managed = managed_parameters(settings, config, replica=replica, replication=replication, paused=paused)
     lines += [f"{k} = {quote(v)}" for k, v in managed.items()]
     return "\n".join(lines) + "\n"
 
@@ -132,7 +142,8 @@ def render_hba(replication: Credentials | None) -> str:
 
 
 def render_passfile(replication: Credentials | None) -> str:
-    """A libpq passfile with the replication password for any host (``*:*:*:user:password``)."""
+    """A libpq passfile with the replication password for any host (``*:*:*:user:password``); also used for the
+    superuser's password for pg_rewind (:mod:`kanri.instance.rejoin`)."""
     if replication is None:
         return ""
 
