@@ -112,9 +112,7 @@ def test_the_pause_marker_is_beside_pgdata_durable_and_an_unreadable_one_still_p
 def test_a_paused_replica_has_no_primary_conninfo_but_keeps_its_slot() -> None:
     settings = Settings.from_env(ENV)
     replication = Credentials("streaming_replica", "pw")
-    streaming = conf_lines(
-        render_postgresql_conf(settings, ClusterConfig(), {}, replica=True, replication=replication)
-    )
+    streaming = conf_lines(render_postgresql_conf(settings, ClusterConfig(), {}, replica=True, replication=replication))
     paused = conf_lines(
         render_postgresql_conf(settings, ClusterConfig(), {}, replica=True, replication=replication, paused=True)
     )
@@ -138,3 +136,12 @@ def test_an_interrupted_clone_puts_the_old_data_back_and_a_finished_one_drops_it
     assert restore_interrupted(settings) == "removed the old data directory a completed rejoin left"
     assert not aside.exists()
     assert (tmp_path / "pgdata" / "PG_VERSION").exists()
+
+
+def test_wal_keep_size_defaults_to_512mb_for_pg_rewind_and_a_user_value_wins() -> None:
+    settings = Settings.from_env(ENV)
+    default = render_postgresql_conf(settings, ClusterConfig(), {}, replica=False, replication=None)
+    assert conf_lines(default)["wal_keep_size"] == "'512MB'"
+    mine = render_postgresql_conf(settings, ClusterConfig(), {"wal_keep_size": "1GB"}, replica=False, replication=None)
+    assert mine.count("wal_keep_size") == 1
+    assert conf_lines(mine)["wal_keep_size"] == "'1GB'"

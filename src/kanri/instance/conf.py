@@ -36,6 +36,15 @@ def quote(value: Value) -> str:
     return "'" + text(value).replace("\\", "\\\\").replace("'", "''") + "'"
 
 
+DEFAULTS: dict[str, str] = {
+    # pg_rewind reads the old primary's WAL back to the last checkpoint before the fork, and the fence's shutdown
+    # checkpoint would otherwise recycle it: without this a rejoin after a busy five minutes always clones
+    # (CloudNativePG's default too)
+    "wal_keep_size": "512MB",
+}
+"""Written before the user parameters: a user parameter of the same name comes later in the file and wins."""
+
+
 def split_parameters(config: ClusterConfig) -> tuple[dict[str, str], dict[str, str]]:
     """The user parameters the contract allows (name → value as text), and the refused ones (name → why).
 
@@ -119,8 +128,10 @@ def render_postgresql_conf(
         "# Written by the kanri instance manager; local edits are overwritten.",
         "# User parameters come from the cluster spec; the operator-managed keys below them win.",
         "",
-        "# user parameters",
+        "# defaults (a user parameter below overrides them)",
     ]
+    lines += [f"{k} = {quote(v)}" for k, v in DEFAULTS.items() if k not in parameters]
+    lines += ["", "# user parameters"]
     lines += [f"{k} = {quote(v)}" for k, v in sorted(parameters.items())]
     lines += ["", "# operator-managed"]
     managed = managed_parameters(settings, config, replica=replica, replication=replication, paused=paused)

@@ -80,6 +80,7 @@ class InstanceManager:
         self._errors: dict[str, str] = {}  # source → message, oldest first; see last_error
         self.restart_count = 0
         self._lock = asyncio.Lock()
+        self._upkeep_lock = asyncio.Lock()  # roles and slots: the upkeep pass or a promotion, one at a time
         self._stop = asyncio.Event()
         self._shutting_down = False
         self._data_ready = False
@@ -457,7 +458,7 @@ class InstanceManager:
             conn = await connect(self.settings, timeout=2)
         except psycopg.OperationalError:
             return
-        async with conn:
+        async with conn, self._upkeep_lock:
             if (await fetch_one(conn, "SELECT pg_is_in_recovery() AS r"))["r"]:
                 # a demoted primary keeps its slots; on a standby they would only hold WAL back: drop kanri's
                 await reconcile_slots(conn, cluster=self.settings.cluster, name=self.settings.name, instances=())
@@ -586,10 +587,11 @@ class InstanceManager:
                     log.info("replication pause ended by the promotion")
                 if await self._write_files():  # standby.signal is gone: no primary_conninfo, sync standbys instead
                     await conn.execute("SELECT pg_reload_conf()")
-                await self._ensure_roles(conn)
-                await reconcile_slots(
-                    conn, cluster=self.settings.cluster, name=self.settings.name, instances=self.config.instances
-                )
+                async with self._upkeep_lock:  # the upkeep loop sees the new primary too: not both at once
+                    await self._ensure_roles(conn)
+                    await reconcile_slots(
+                        conn, cluster=self.settings.cluster, name=self.settings.name, instances=self.config.instances
+                    )
                 state = await status_queries.collect(conn)
         log.info("promoted", timeline=state["timeline"], lsn=state["writeLsn"])
         return {"promoted": True, "timeline": state["timeline"], "lsn": state["writeLsn"]}
@@ -695,7 +697,10 @@ class InstanceManager:
                     raise ActionError(504, f"the WAL receiver did not stop within {PAUSE_WAIT:.0f} s") from None
                 state = await fetch_one(
                     conn,
-                    "SELECT pg_last_wal_receive_lsn()::text AS receive, pg_last_wal_replay_lsn()::text AS replay,"
+                    # nothing streamed since PostgreSQL started (restarted while paused): what it has is what
+                    # is in pg_wal, and the startup process replays all of it
+                    "SELECT coalesce(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn())::text AS receive,"
+                    " pg_last_wal_replay_lsn()::text AS replay,"
                     " (SELECT timeline_id FROM pg_control_checkpoint()) AS checkpoint_tli",
                 )
         record = read_pause(self.pause_path)
@@ -852,6 +857,9 @@ class InstanceManager:
             await self._self_fence(f"isolated: the manager did not run for {gap:.1f} s (frozen); not checking")
             return
         via = await probe.check()
+        if (gap := self.watch.frozen(time.monotonic())) is not None:  # frozen while it was checking
+            await self._self_fence(f"isolated: the manager did not run for {gap:.1f} s (frozen); not checking")
+            return
         silent = self.watch.observe(time.monotonic(), via, datetime.now(UTC))
         if silent is not None and self._running_primary():
             await self._self_fence(f"isolated: neither the API server nor a standby answered for {silent:.1f} s")
