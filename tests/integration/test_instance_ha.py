@@ -354,7 +354,7 @@ async def test_an_isolated_or_frozen_primary_fences_itself_and_one_in_contact_do
             assert await replica.stop() == 0
             fence = await eventually(lambda: _fenced(primary), timeout=30)
             assert fence.startswith("isolated: neither the API server nor a standby answered for "), fence
-            assert not postmasters(primary.pgdata)
+            await eventually(lambda: _stopped(primary), timeout=60)  # the marker first, then the fast shutdown
 
             # back in contact, unfenced; then frozen (SIGSTOP) longer than the window: fenced at once when thawed
             await apiserver.open()
@@ -365,6 +365,7 @@ async def test_an_isolated_or_frozen_primary_fences_itself_and_one_in_contact_do
             fence = await eventually(lambda: _fenced(primary), timeout=30)
             assert fence.startswith("isolated: the manager did not run for "), fence
             assert "frozen" in fence
+            await eventually(lambda: _stopped(primary), timeout=60)
     finally:
         await apiserver.close()
 
@@ -450,6 +451,10 @@ async def _accepts(instance: Instance) -> bool:
         return False
     status = await instance.status()
     return bool(status["running"] and status["inRecovery"] is not None)
+
+
+async def _stopped(instance: Instance) -> bool:
+    return not postmasters(instance.pgdata) and not (await instance.status())["running"]
 
 
 async def _no_slots(instance: Instance) -> bool:
