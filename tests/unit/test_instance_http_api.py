@@ -9,7 +9,7 @@ import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
 
-from kanri.instance.http_api import ActionError, build_app
+from kanri.instance.http_api import Accepted, ActionError, build_app
 
 
 class FakeBackend:
@@ -18,6 +18,7 @@ class FakeBackend:
         self.token: str | None = "t0ken"
         self.promotions = 0
         self.fences: list[dict[str, Any]] = []
+        self.calls: list[str] = []
 
     async def status(self) -> dict[str, Any]:
         return {"name": "orders-2", "role": "replica"}
@@ -40,6 +41,22 @@ class FakeBackend:
 
     async def unfence(self, body: dict[str, Any]) -> dict[str, Any]:
         return {"fenced": False, "lifted": bool(self.fences)}
+
+    async def pause_replication(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.calls.append("pause")
+        return {"paused": True, "receiveLsn": "0/5000000", "replayLsn": "0/5000000", "timeline": 1}
+
+    async def resume_replication(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.calls.append("resume")
+        return {"paused": False, "resumed": True}
+
+    async def demote(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.calls.append("demote")
+        return {"demoted": True, "checkpointLsn": "0/6000028", "timeline": 1}
+
+    async def rejoin(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.calls.append("rejoin")
+        return Accepted({"rejoin": "started" if self.calls.count("rejoin") == 1 else "running"})
 
     def api_token(self) -> str | None:
         return self.token
@@ -73,12 +90,36 @@ async def test_actions_without_the_bearer_token_are_401(
 ) -> None:
     client, backend = api
     headers = {} if header is None else {"Authorization": header}
-    for path in ("/promote", "/restart", "/fence", "/unfence"):
+    for path in (*ACTIONS, "/promote", "/restart", "/fence", "/unfence"):
         response = await client.post(path, headers=headers)
         assert response.status == 401
         assert "error" in await response.json()
     assert backend.promotions == 0
     assert backend.fences == []
+    assert backend.calls == []
+
+
+ACTIONS = ("/replication/pause", "/replication/resume", "/demote", "/rejoin")
+
+
+@pytest.mark.timeout(10)
+async def test_the_high_availability_actions_answer_json_and_rejoin_answers_202(
+    api: tuple[TestClient[Any, Any], FakeBackend],
+) -> None:
+    client, backend = api
+    auth = {"Authorization": "Bearer t0ken"}
+    answers = []
+    for path in (*ACTIONS, "/rejoin"):
+        response = await client.post(path, headers=auth, json={})
+        answers.append((response.status, await response.json()))
+    assert answers == [
+        (200, {"paused": True, "receiveLsn": "0/5000000", "replayLsn": "0/5000000", "timeline": 1}),
+        (200, {"paused": False, "resumed": True}),
+        (200, {"demoted": True, "checkpointLsn": "0/6000028", "timeline": 1}),
+        (202, {"rejoin": "started"}),
+        (202, {"rejoin": "running"}),
+    ]
+    assert backend.calls == ["pause", "resume", "demote", "rejoin", "rejoin"]
 
 
 @pytest.mark.timeout(10)

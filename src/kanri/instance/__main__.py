@@ -8,6 +8,7 @@ import sys
 import structlog
 
 from kanri.instance.config import Settings, SettingsError
+from kanri.instance.isolation import IsolationSettings
 from kanri.instance.logs import configure_logging
 from kanri.instance.manager import InstanceManager
 
@@ -25,12 +26,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         settings = Settings.from_env()
-    except SettingsError as exc:
+        isolation = IsolationSettings.from_env()
+    except (SettingsError, ValueError) as exc:
         configure_logging()
         structlog.get_logger("kanri.instance").error("invalid settings", reason=str(exc))
         return 2
     configure_logging(instance=settings.name, cluster=settings.cluster, namespace=settings.namespace)
-    return asyncio.run(InstanceManager(settings).run())
+    return asyncio.run(InstanceManager(settings, isolation).run())
 
 
 if __name__ == "__main__":

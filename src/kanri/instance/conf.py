@@ -36,6 +36,15 @@ def quote(value: Value) -> str:
     return "'" + text(value).replace("\\", "\\\\").replace("'", "''") + "'"
 
 
+DEFAULTS: dict[str, str] = {
+    # pg_rewind reads the old primary's WAL back to the last checkpoint before the fork, and the fence's shutdown
+    # checkpoint would otherwise recycle it: without this a rejoin after a busy five minutes always clones
+    # (CloudNativePG's default too)
+    "wal_keep_size": "512MB",
+}
+"""Written before the user parameters: a user parameter of the same name comes later in the file and wins."""
+
+
 def split_parameters(config: ClusterConfig) -> tuple[dict[str, str], dict[str, str]]:
     """The user parameters the contract allows (name → value as text), and the refused ones (name → why).
 
@@ -52,9 +61,15 @@ def split_parameters(config: ClusterConfig) -> tuple[dict[str, str], dict[str, s
 
 
 def managed_parameters(
-    settings: Settings, config: ClusterConfig, *, replica: bool, replication: Credentials | None
+    settings: Settings,
+    config: ClusterConfig,
+    *,
+    replica: bool,
+    replication: Credentials | None,
+    paused: bool = False,
 ) -> dict[str, str | int | bool]:
-    """The operator-managed keys for this instance in its current role."""
+    """The operator-managed keys for this instance in its current role. A replica whose replication is ``paused``
+    (:mod:`kanri.instance.replication_pause`) gets no ``primary_conninfo``, so PostgreSQL runs no WAL receiver."""
     senders = max(10, len(config.instances) + 4)  # room for clones and tools besides one sender per replica
     params: dict[str, str | int | bool] = {
         "listen_addresses": settings.pg_listen,
@@ -70,8 +85,10 @@ def managed_parameters(
         "logging_collector": False,  # PostgreSQL logs to stderr, which is the container's log
         "log_destination": "stderr",
         "password_encryption": "scram-sha-256",
+        # a standby replies every second even when idle: the primary's isolation check counts those replies
+        "wal_receiver_status_interval": "1s",
     }
-    if replica:
+    if replica and not paused:
         conninfo = make_conninfo(
             host=settings.primary_host,
             port=settings.primary_port,
@@ -80,6 +97,7 @@ def managed_parameters(
             application_name=settings.name,
         )
         params["primary_conninfo"] = conninfo
+    if replica:
         params["primary_slot_name"] = slot_name(settings.name)
     else:
         params["synchronous_standby_names"] = synchronous_standby_names(settings.name, config)
@@ -102,6 +120,7 @@ def render_postgresql_conf(
     *,
     replica: bool,
     replication: Credentials | None,
+    paused: bool = False,
 ) -> str:
     """The whole postgresql.conf for this instance: ``parameters`` (the user's, already checked), then the managed
     keys."""
@@ -109,11 +128,13 @@ def render_postgresql_conf(
         "# Written by the kanri instance manager; local edits are overwritten.",
         "# User parameters come from the cluster spec; the operator-managed keys below them win.",
         "",
-        "# user parameters",
+        "# defaults (a user parameter below overrides them)",
     ]
+    lines += [f"{k} = {quote(v)}" for k, v in DEFAULTS.items() if k not in parameters]
+    lines += ["", "# user parameters"]
     lines += [f"{k} = {quote(v)}" for k, v in sorted(parameters.items())]
     lines += ["", "# operator-managed"]
-    managed = managed_parameters(settings, config, replica=replica, replication=replication)
+    managed = managed_parameters(settings, config, replica=replica, replication=replication, paused=paused)
     lines += [f"{k} = {quote(v)}" for k, v in managed.items()]
     return "\n".join(lines) + "\n"
 
@@ -132,7 +153,8 @@ def render_hba(replication: Credentials | None) -> str:
 
 
 def render_passfile(replication: Credentials | None) -> str:
-    """A libpq passfile with the replication password for any host (``*:*:*:user:password``)."""
+    """A libpq passfile with the replication password for any host (``*:*:*:user:password``); also used for the
+    superuser's password for pg_rewind (:mod:`kanri.instance.rejoin`)."""
     if replication is None:
         return ""
 

@@ -1,9 +1,11 @@
 """The HTTP API the operator (and the kubelet's probes) talk to.
 
-``GET /status``, ``GET /readyz``, ``GET /healthz`` are open (no secret is ever in them); ``POST /promote``,
-``POST /restart``, ``POST /fence`` and ``POST /unfence`` need ``Authorization: Bearer <token>`` with the token from
-``KANRI_API_TOKEN_FILE`` (read on every request, so a rotated Secret takes effect without a restart). An action's
-body is empty or a JSON object (``/fence`` reads ``reason``). Errors are JSON: ``{"error": "..."}``.
+``GET /status``, ``GET /readyz``, ``GET /healthz`` are open (no secret is ever in them); every ``POST`` (``/promote``,
+``/restart``, ``/fence``, ``/unfence``, ``/replication/pause``, ``/replication/resume``, ``/demote``, ``/rejoin``)
+needs ``Authorization: Bearer <token>`` with the token from ``KANRI_API_TOKEN_FILE`` (read on every request, so a
+rotated Secret takes effect without a restart). An action's body is empty or a JSON object (``/fence`` reads
+``reason``). An action answers 200, or 202 when it returns :class:`Accepted` (it goes on in the background). Errors
+are JSON: ``{"error": "..."}``.
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ class ActionError(Exception):
         self.reason = reason
 
 
+class Accepted(dict[str, Any]):
+    """An action's answer when the work goes on in the background: sent with 202."""
+
+
 class Backend(Protocol):
     """What the API needs from the manager."""
 
@@ -44,6 +50,14 @@ class Backend(Protocol):
     async def fence(self, body: dict[str, Any]) -> dict[str, Any]: ...
 
     async def unfence(self, body: dict[str, Any]) -> dict[str, Any]: ...
+
+    async def pause_replication(self, body: dict[str, Any]) -> dict[str, Any]: ...
+
+    async def resume_replication(self, body: dict[str, Any]) -> dict[str, Any]: ...
+
+    async def demote(self, body: dict[str, Any]) -> dict[str, Any]: ...
+
+    async def rejoin(self, body: dict[str, Any]) -> dict[str, Any]: ...
 
     def api_token(self) -> str | None: ...
 
@@ -89,7 +103,8 @@ def build_app(backend: Backend) -> web.Application:
                 return _error(401, "a valid bearer token is required")
             log.info("action requested", action=name, peer=request.remote)
             try:
-                return web.json_response(await run(await _body(request)))
+                answer = await run(await _body(request))
+                return web.json_response(dict(answer), status=202 if isinstance(answer, Accepted) else 200)
             except ActionError as exc:
                 log.warning("action refused", action=name, status=exc.status, reason=exc.reason)
                 return _error(exc.status, exc.reason)
@@ -119,4 +134,8 @@ def build_app(backend: Backend) -> web.Application:
     app.router.add_post("/restart", action(lambda _: backend.restart(), "restart"))
     app.router.add_post("/fence", action(backend.fence, "fence"))
     app.router.add_post("/unfence", action(backend.unfence, "unfence"))
+    app.router.add_post("/replication/pause", action(backend.pause_replication, "pause replication"))
+    app.router.add_post("/replication/resume", action(backend.resume_replication, "resume replication"))
+    app.router.add_post("/demote", action(backend.demote, "demote"))
+    app.router.add_post("/rejoin", action(backend.rejoin, "rejoin"))
     return app

@@ -13,6 +13,8 @@ start. SIGTERM/SIGINT → fast shutdown of PostgreSQL → exit 0.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import shutil
 import signal
 import time
 from datetime import UTC, datetime
@@ -36,11 +38,16 @@ from kanri.instance.conf_check import Choice, ConfChecker, choose
 from kanri.instance.config import ClusterConfig, Credentials, Settings
 from kanri.instance.credentials import Checked, Purpose, check_credentials, check_token
 from kanri.instance.db import connect, fetch_one
+from kanri.instance.demote import read_controldata
 from kanri.instance.fence import FenceRecord, lift, marker_path, read_fence, write_fence
-from kanri.instance.http_api import ActionError, build_app
+from kanri.instance.http_api import Accepted, ActionError, build_app
 from kanri.instance.identity import binary_version, data_version, start_problems
+from kanri.instance.isolation import INTERVAL, IsolationSettings, IsolationWatch, Probe
 from kanri.instance.postgres_process import PostgresProcess
 from kanri.instance.problems import Problem, ProblemBoard, one_line
+from kanri.instance.rejoin import RejoinStatus, move_aside, restore_interrupted, rewind, source_label
+from kanri.instance.replication_pause import clear_pause, read_pause, write_pause
+from kanri.instance.replication_pause import marker_path as pause_marker_path
 from kanri.instance.roles import ensure_roles
 from kanri.instance.slots import reconcile_slots
 
@@ -55,12 +62,17 @@ MAX_REASON = 200
 STABLE_RUN = 60.0
 """A PostgreSQL that ran this long before dying is restarted after the shortest back-off again."""
 
+PAUSE_WAIT = 10.0
+"""How long ``POST /replication/pause`` waits for the WAL receiver to stop."""
+
 
 class InstanceManager:
     """One instance: see the module docstring. ``run()`` is the whole life of the process."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, isolation: IsolationSettings | None = None) -> None:
         self.settings = settings
+        self.isolation = isolation or IsolationSettings(enabled=False, host="", port=443)
+        self.watch = IsolationWatch(self.isolation.window)
         self.pg = PostgresProcess(settings)
         self.config = ClusterConfig()
         self.problems = ProblemBoard()
@@ -68,6 +80,7 @@ class InstanceManager:
         self._errors: dict[str, str] = {}  # source → message, oldest first; see last_error
         self.restart_count = 0
         self._lock = asyncio.Lock()
+        self._upkeep_lock = asyncio.Lock()  # roles and slots: the upkeep pass or a promotion, one at a time
         self._stop = asyncio.Event()
         self._shutting_down = False
         self._data_ready = False
@@ -83,6 +96,10 @@ class InstanceManager:
         self._binary_version: int | None = None
         self.fence_path = marker_path(settings.pgdata)
         self._unfenced = asyncio.Event()  # set while no fence marker holds PostgreSQL stopped
+        self.pause_path = pause_marker_path(settings.pgdata)
+        self._paused = read_pause(self.pause_path) is not None  # memory decides the conf; the marker survives us
+        self._rejoin: RejoinStatus | None = None
+        self._rejoin_task: asyncio.Task[None] | None = None
 
     # ---- process life -------------------------------------------------------------------------------------------
 
@@ -111,7 +128,9 @@ class InstanceManager:
             self._shutting_down = True
             main.cancel()
             stop.cancel()
-            await asyncio.gather(main, stop, return_exceptions=True)
+            if self._rejoin_task is not None:
+                self._rejoin_task.cancel()  # it holds the lock while it rewinds or clones
+            await asyncio.gather(main, stop, *filter(None, [self._rejoin_task]), return_exceptions=True)
             async with self._lock:
                 await self.pg.stop()
             await runner.cleanup()
@@ -129,6 +148,8 @@ class InstanceManager:
         self._read_config()
         self._read_secrets()
         self._check_fence()  # before anything starts PostgreSQL: a fenced instance must never serve again by itself
+        if done := restore_interrupted(self.settings):
+            log.warning(done, pgdata=str(self.settings.pgdata))
         discard_partial(self.settings)
         if not has_data(self.settings.pgdata):
             await self._bootstrap()
@@ -138,6 +159,7 @@ class InstanceManager:
             group.create_task(self._supervise())
             group.create_task(self._config_loop())
             group.create_task(self._upkeep_loop())
+            group.create_task(self._isolation_loop())
 
     async def _bootstrap(self) -> None:
         """An empty PGDATA: initdb for a new cluster's primary; otherwise (a replica, or a primary whose cluster was
@@ -353,8 +375,12 @@ class InstanceManager:
         replica = self._is_replica
         config = self.config
 
+        paused = self._paused
+
         def render(parameters: dict[str, str]) -> str:
-            return render_postgresql_conf(self.settings, config, parameters, replica=replica, replication=replication)
+            return render_postgresql_conf(
+                self.settings, config, parameters, replica=replica, replication=replication, paused=paused
+            )
 
         wanted, refused = split_parameters(config)
         choice = await self._choose_parameters(wanted, render)
@@ -432,8 +458,10 @@ class InstanceManager:
             conn = await connect(self.settings, timeout=2)
         except psycopg.OperationalError:
             return
-        async with conn:
+        async with conn, self._upkeep_lock:
             if (await fetch_one(conn, "SELECT pg_is_in_recovery() AS r"))["r"]:
+                # a demoted primary keeps its slots; on a standby they would only hold WAL back: drop kanri's
+                await reconcile_slots(conn, cluster=self.settings.cluster, name=self.settings.name, instances=())
                 return
             if not self._roles_ok:
                 await self._ensure_roles(conn)
@@ -479,6 +507,8 @@ class InstanceManager:
             return identity[0].message
         if not self.pg.running or conn is None:
             return "postgres is not running" if not self.pg.running else "postgres does not accept connections"
+        if self._paused and self._is_replica:  # no receiver on purpose; still kept out of -ro while it lasts
+            return "replication paused"
         if reason := await status_queries.readiness(conn):
             return reason
         if not self._is_replica and not self._roles_ok:
@@ -521,6 +551,9 @@ class InstanceManager:
             "binaryVersion": self._binary_version,
             "problems": [p.as_json() for p in self.problems.all()],
             "fenced": False,
+            "replicationPaused": self._paused,
+            "rejoin": self._rejoin.as_json() if self._rejoin is not None else None,
+            "isolation": self.watch.as_json() if self.isolation.enabled else None,
         }
         if (fence := self.fenced) is not None:
             result.update(fenced=True, fencedSince=fence.since or None, fenceReason=fence.reason)
@@ -549,12 +582,16 @@ class InstanceManager:
                 done = (await fetch_one(conn, "SELECT pg_promote(wait => true, wait_seconds => 60) AS done"))["done"]
                 if not done:
                     raise ActionError(504, "promotion did not finish within 60 s")
+                if clear_pause(self.pause_path) or self._paused:  # a primary has no replication to pause
+                    self._paused = False
+                    log.info("replication pause ended by the promotion")
                 if await self._write_files():  # standby.signal is gone: no primary_conninfo, sync standbys instead
                     await conn.execute("SELECT pg_reload_conf()")
-                await self._ensure_roles(conn)
-                await reconcile_slots(
-                    conn, cluster=self.settings.cluster, name=self.settings.name, instances=self.config.instances
-                )
+                async with self._upkeep_lock:  # the upkeep loop sees the new primary too: not both at once
+                    await self._ensure_roles(conn)
+                    await reconcile_slots(
+                        conn, cluster=self.settings.cluster, name=self.settings.name, instances=self.config.instances
+                    )
                 state = await status_queries.collect(conn)
         log.info("promoted", timeline=state["timeline"], lsn=state["writeLsn"])
         return {"promoted": True, "timeline": state["timeline"], "lsn": state["writeLsn"]}
@@ -628,6 +665,209 @@ class InstanceManager:
         if removed:
             log.warning("fence lifted: PostgreSQL starts again")
         return {"fenced": False, "lifted": removed}
+
+    # ---- high availability: pause, demote, rejoin, isolation ---------------------------------------------------
+
+    async def pause_replication(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``POST /replication/pause``: stop the WAL receiver and keep it stopped (no ``primary_conninfo``), then
+        answer what this replica has received and replayed. Idempotent; 409 on a primary."""
+        async with self._lock:
+            self._refuse_if_fenced("pause replication")
+            conn = await self._action_connection()
+            async with conn:
+                row = await fetch_one(
+                    conn,
+                    "SELECT pg_is_in_recovery() AS r, (SELECT received_tli FROM pg_stat_wal_receiver) AS tli",
+                )
+                if not row["r"] or not self._is_replica:
+                    raise ActionError(409, "this instance is a primary: there is no replication to pause")
+                if read_pause(self.pause_path) is None:
+                    write_pause(self.pause_path, datetime.now(UTC), row["tli"])
+                    log.warning("replication paused: the WAL receiver stops and stays stopped")
+                self._paused = True
+                if await self._write_files():
+                    await conn.execute("SELECT pg_reload_conf()")
+                try:
+                    async with asyncio.timeout(PAUSE_WAIT):
+                        while True:  # the startup process stops the receiver once it has read the new conf
+                            if not (await fetch_one(conn, "SELECT count(*) AS n FROM pg_stat_wal_receiver"))["n"]:
+                                break
+                            await asyncio.sleep(0.05)
+                except TimeoutError:
+                    raise ActionError(504, f"the WAL receiver did not stop within {PAUSE_WAIT:.0f} s") from None
+                state = await fetch_one(
+                    conn,
+                    # nothing streamed since PostgreSQL started (restarted while paused): what it has is what
+                    # is in pg_wal, and the startup process replays all of it
+                    "SELECT coalesce(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn())::text AS receive,"
+                    " pg_last_wal_replay_lsn()::text AS replay,"
+                    " (SELECT timeline_id FROM pg_control_checkpoint()) AS checkpoint_tli",
+                )
+        record = read_pause(self.pause_path)
+        timelines = [t for t in (state["checkpoint_tli"], record.timeline if record else None) if t is not None]
+        return {
+            "paused": True,
+            "receiveLsn": state["receive"],
+            "replayLsn": state["replay"],
+            "timeline": max(timelines) if timelines else None,
+        }
+
+    async def resume_replication(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``POST /replication/resume``: lift the pause, render ``primary_conninfo`` again, reload. Idempotent, and
+        a no-op on a primary."""
+        async with self._lock:
+            removed = clear_pause(self.pause_path)
+            was = self._paused
+            self._paused = False
+            changed = await self._write_files() if self._data_ready else False
+            if changed and self.pg.running:
+                conn = await self._action_connection()
+                async with conn:
+                    await conn.execute("SELECT pg_reload_conf()")
+        if removed or was:
+            log.info("replication resumed")
+        return {"paused": False, "resumed": removed or was}
+
+    async def demote(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``POST /demote``: a primary becomes a replica for a planned switchover (see :mod:`kanri.instance.demote`).
+        Shielded like ``/fence``: once the shutdown has begun it completes, whatever the caller does."""
+        return await asyncio.shield(self._demote())
+
+    async def _demote(self) -> dict[str, Any]:
+        async with self._lock:
+            self._refuse_if_fenced("demote")
+            if self._is_replica:
+                raise ActionError(409, "this instance is a replica already")
+            conn = await self._action_connection()
+            async with conn:
+                if (await fetch_one(conn, "SELECT pg_is_in_recovery() AS r"))["r"]:
+                    raise ActionError(409, "this instance is a replica already")
+                log.warning("demoting: checkpoint, fast shutdown, start as a replica")
+                await conn.execute("CHECKPOINT")  # the shutdown checkpoint then has little left to write
+            await self.pg.stop()  # fast: the WAL senders send everything up to the shutdown checkpoint first
+            control = await read_controldata(self.settings.binary("pg_controldata"), self.settings.pgdata)
+            if control.state != "shut down":
+                # an immediate stop after the timeout: its last checkpoint is not the end of WAL; stay the primary
+                await self._start()
+                raise ActionError(500, f"the primary did not shut down cleanly ({control.state}); still the primary")
+            (self.settings.pgdata / "standby.signal").touch(mode=0o600)
+            await self._start()  # the replica's files: streams from KANRI_PRIMARY_HOST once it has a new primary
+        log.warning("demoted", checkpoint_lsn=control.checkpoint_lsn, timeline=control.timeline)
+        return {"demoted": True, "checkpointLsn": control.checkpoint_lsn, "timeline": control.timeline}
+
+    async def rejoin(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``POST /rejoin``: follow the primary at ``KANRI_PRIMARY_HOST`` (pg_rewind, else a clone), in the
+        background; 202. The progress is ``/status``'s ``rejoin``."""
+        if self._rejoin_task is not None and not self._rejoin_task.done():
+            return Accepted({"rejoin": "running"})
+        if self._shutting_down:
+            raise ActionError(503, "shutting down")
+        if not self._data_ready:
+            raise ActionError(409, "refusing to rejoin: the data directory is not ready yet (bootstrapping)")
+        if self.fenced is None and self.pg.running and not self._is_replica:
+            raise ActionError(409, "refusing to rejoin: this instance is a running primary; fence it first")
+        self._rejoin = RejoinStatus("running", "rewind", f"stopping PostgreSQL to rejoin {source_label(self.settings)}")
+        self._rejoin_task = asyncio.create_task(self._run_rejoin(), name="rejoin")
+        return Accepted({"rejoin": "started"})
+
+    async def _run_rejoin(self) -> None:
+        assert self._rejoin is not None
+        status = self._rejoin
+        try:
+            async with self._lock:
+                if self.fenced is None:  # the supervisor must not take the stop below for a crash
+                    write_fence(self.fence_path, f"rejoining {source_label(self.settings)}", datetime.now(UTC))
+                    self._check_fence()
+                await self.pg.stop()
+                status.message = f"pg_rewind from {source_label(self.settings)}"
+                result = await rewind(self.settings, self._usable["superuser"])
+                if result.ok:
+                    status.message = result.message
+                else:
+                    status.method = "clone"
+                    status.message = f"{result.message}; cloning instead"
+                    log.warning("rejoin: rewind impossible, cloning", reason=result.message)
+                    started = time.monotonic()
+                    await self._clone_over(status)
+                    status.message = f"{result.message}; cloned instead in {time.monotonic() - started:.1f} s"
+                (self.settings.pgdata / "standby.signal").touch(mode=0o600)
+                clear_pause(self.pause_path)
+                self._paused = False
+                self._wait_startable_now()
+                await self._start()
+                lift(self.fence_path)  # the supervisor adopts the replica just started
+                self._check_fence()
+            await self.pg.wait_accepting(timeout=600)
+        except asyncio.CancelledError:
+            status.state, status.message = "failed", f"interrupted by a shutdown ({status.message})"
+            raise
+        except Exception as exc:
+            reason = exc.reason if isinstance(exc, ActionError) else one_line(str(exc) or repr(exc))
+            status.state, status.message = "failed", f"{status.message}: {reason}"[:300]
+            log.error("rejoin failed", method=status.method, reason=status.message)
+            return
+        status.state = "done"
+        log.warning("rejoined as a replica", method=status.method, message=status.message)
+
+    def _wait_startable_now(self) -> None:
+        """The identity checks before starting a rejoined data directory (a clone of another system is refused)."""
+        self._read_config()
+        problems = start_problems(self.settings.pgdata, self.config, self._binary_version)
+        self._report("identity", problems)
+        if problems:
+            raise ActionError(409, "; ".join(p.message for p in problems))
+
+    async def _clone_over(self, status: RejoinStatus) -> None:
+        """Replace PGDATA by a clone of the primary; the old copy is removed once the clone is in place."""
+        aside = move_aside(self.settings)
+
+        def replication() -> Credentials | None:
+            self._read_secrets()
+            return self._secrets["replication"].credentials
+
+        def note(message: str) -> None:
+            status.message = one_line(f"cloning: {message}")[:300]
+
+        await clone(self.settings, replication, on_error=note)
+        await asyncio.to_thread(shutil.rmtree, aside, True)
+
+    def _running_primary(self) -> bool:
+        return self._data_ready and self.pg.running and not self._is_replica and self.fenced is None
+
+    async def _isolation_loop(self) -> None:
+        """See :mod:`kanri.instance.isolation`: a running primary with no contact for the window fences itself."""
+        if not self.isolation.enabled:
+            return
+        log.info("isolation check on", apiserver=f"{self.isolation.host}:{self.isolation.port}",
+                 window=self.isolation.window)  # fmt: skip
+        probe = Probe(self.settings, self.isolation)
+        try:
+            while True:
+                await self._isolation_pass(probe)
+                await asyncio.sleep(INTERVAL)
+        finally:
+            await probe.close()
+
+    async def _isolation_pass(self, probe: Probe) -> None:
+        if not self._running_primary():
+            self.watch.idle(time.monotonic())
+            await probe.close()
+            return
+        if (gap := self.watch.frozen(time.monotonic())) is not None:
+            await self._self_fence(f"isolated: the manager did not run for {gap:.1f} s (frozen); not checking")
+            return
+        via = await probe.check()
+        if (gap := self.watch.frozen(time.monotonic())) is not None:  # frozen while it was checking
+            await self._self_fence(f"isolated: the manager did not run for {gap:.1f} s (frozen); not checking")
+            return
+        silent = self.watch.observe(time.monotonic(), via, datetime.now(UTC))
+        if silent is not None and self._running_primary():
+            await self._self_fence(f"isolated: neither the API server nor a standby answered for {silent:.1f} s")
+
+    async def _self_fence(self, reason: str) -> None:
+        log.error("self-fencing", reason=reason)
+        with contextlib.suppress(ActionError):  # shutting down: PostgreSQL stops anyway
+            await asyncio.shield(self._fence(reason))
 
     async def _action_connection(self) -> psycopg.AsyncConnection[DictRow]:
         if self._shutting_down:
