@@ -159,6 +159,10 @@ class FailoverStep:
                         "status": self.status}  # fmt: skip
 
     async def set_progress(self, progress: Obj | None) -> None:
+        began = self.r.failover_started.get(self.key)
+        elapsed = round(self.r.clock() - began, 3) if began is not None else None
+        log.info("failover phase", cluster=self.name, namespace=self.namespace,
+                 phase=(progress or {}).get("phase"), elapsed=elapsed)  # fmt: skip
         await self.write_status({"failover": progress})
 
     async def label(self, instance: str, role: str) -> None:
@@ -296,13 +300,19 @@ class FailoverStep:
         address = self.address(old)
         if address is not None and self.token is not None:
             reason = f"failover: {old} was declared failed ({progress.get('reason')})"
-            # It usually does not answer: routing is cut already, and its own isolation check stops it.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.r.instances.fence(address, self.token, reason), FENCE_ATTEMPT)
+            # It usually does not answer (routing is cut already, and its own isolation check stops it): the request
+            # goes on in the background instead of delaying the election.
+            task = asyncio.create_task(self._try_fence(address, self.token, reason))
+            self.r.background.add(task)
+            task.add_done_callback(self.r.background.discard)
         candidates = await self.pause_replicas(old, [])
         progress = {**progress, "phase": "Electing", "candidates": [c.as_status() for c in candidates]}
         await self.set_progress(progress)
         return progress
+
+    async def _try_fence(self, address: str, token: str, reason: str) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.r.instances.fence(address, token, reason), FENCE_ATTEMPT)
 
     async def pause_replicas(self, old: str, known: list[Candidate]) -> list[Candidate]:
         """Pause every replica not paused yet (all at once); the candidates known plus those that answered."""

@@ -8,6 +8,7 @@ in ``refresh`` seconds, since the instances' state is not something Kubernetes c
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -148,6 +149,8 @@ class PostgresClusterReconciler:
         self.failover_started: dict[tuple[str, str], float] = {}
         self.switchover_refused: dict[tuple[str, str], tuple[str, str]] = {}
         self.rejoin_requests: dict[tuple[str, str], float] = {}
+        self.background: set[asyncio.Task[None]] = set()
+        """Requests that must not hold a pass up (fencing a primary that does not answer)."""
         self.pending_since: dict[tuple[str, str], tuple[frozenset[str], float]] = {}
         """Per cluster: which instances report a pending restart, and since when (see ``_RESTART_SETTLE``)."""
         """(namespace, instance) -> when a restart was last requested (kept in memory: losing it costs one more

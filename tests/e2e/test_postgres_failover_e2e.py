@@ -1,0 +1,247 @@
+"""Failover under faults, end to end (issue 12): three nodes, real PostgreSQL, the chaos verbs, a ledger.
+
+Each test runs a three-instance cluster on a host of three local nodes (one instance per node), a :class:`Ledger`
+writing through ``-rw`` and recording every acknowledged commit, and a :class:`RoleWatcher` probing every instance
+every 150 ms. A fault is injected for real with the host's chaos verbs; then what was promised is counted:
+
+- mode Sync: no acknowledged commit is missing from the new primary;
+- mode Async: whatever is missing is reported (``lastFailover.dataLossPossible``), and the reported position of the
+  old primary is not below the last lost commit's WAL position;
+- never two servers acknowledging ledger writes at once, and (mode Sync) never two instances taking the watcher's
+  write in one round;
+- the old primary comes back as a replica of the new timeline (``pg_rewind``), and every instance has every row.
+
+The time from the fault to the first commit acknowledged by the new primary is printed (``-s`` shows it;
+``bench/failover.py`` measures it over several runs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from kanri.local import Endpoint
+from kanri.local.imagemap import default_image_map
+from kanri.local.node import NodeHost, NodeOptions
+from kanri.postgres.failover import APPROVE, REJOIN
+from kanri.postgres.instances import HttpInstanceClient
+from kanri.postgres.kinds import POSTGRES_CLUSTER
+from kanri.runtime import Client, get_condition
+from kanri.runtime.kinds import EVENT, POD, PVC
+from tests.e2e.ledger import Ledger, RoleWatcher, ids_on, lsn_bytes
+from tests.e2e.postgres_helpers import cluster, cluster_ip, credentials, pod_ips, ready
+from tests.local_node_support import running_nodes, with_test_network
+from tests.postgres_support import Operator
+from tests.support import eventually
+
+Obj = dict[str, Any]
+NAME = "ha"
+
+pytestmark = pytest.mark.timeout(600)
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def host(control_plane: Endpoint, tmp_path: Path) -> AsyncIterator[NodeHost]:
+    options = with_test_network(
+        NodeOptions(
+            data_dir=tmp_path / "nodes",
+            name=f"test-ha-{secrets.token_hex(3)}",
+            images=default_image_map(),
+            restart_backoff_base=0.5,
+            restart_backoff_max=5.0,
+        )
+    )
+    async with running_nodes(control_plane.kubeconfig, options, count=3) as nodes:
+        yield nodes
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def operator(control_plane: Endpoint, namespace: str) -> AsyncIterator[Operator]:
+    instances = HttpInstanceClient()
+    try:
+        yield Operator(control_plane, namespace, instances=instances)
+    finally:
+        await instances.close()
+
+
+def one_per_node() -> Obj:
+    term = {"labelSelector": {"matchLabels": {"kanri.dev/cluster": NAME}}, "topologyKey": "kubernetes.io/hostname"}
+    return {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}}
+
+
+async def status_of(client: Client, namespace: str) -> Obj:
+    return dict((await client.get(POSTGRES_CLUSTER, NAME, namespace)).get("status") or {})
+
+
+async def event_reasons(client: Client, namespace: str) -> list[str]:
+    items, _ = await client.list(EVENT, namespace)
+    return [e["reason"] for e in items if (e.get("involvedObject") or {}).get("name") == NAME]
+
+
+@contextlib.asynccontextmanager
+async def workload(client: Client, namespace: str, *, write_probe: bool) -> AsyncIterator[tuple[Ledger, RoleWatcher]]:
+    """The ledger through ``-rw`` and the role watcher over every pod, running until the block ends."""
+    user, password = await credentials(client, namespace, NAME)
+    rw = await cluster_ip(client, namespace, f"{NAME}-rw")
+    addresses: dict[str, str] = dict(await pod_ips(client, namespace, NAME))
+    ledger = Ledger(rw, user, password)
+    await ledger.prepare()
+    watcher = RoleWatcher(lambda: addresses, user, password, write_probe=write_probe)
+    await watcher.prepare(rw)
+    stop = asyncio.Event()
+
+    async def follow_pods() -> None:  # a recreated pod gets a new address
+        while not stop.is_set():
+            with contextlib.suppress(Exception):
+                addresses.clear()
+                addresses.update(await pod_ips(client, namespace, NAME))
+            await asyncio.sleep(0.5)
+
+    tasks = [asyncio.create_task(t) for t in (ledger.run(), watcher.run(), follow_pods())]
+    try:
+        yield ledger, watcher
+    finally:
+        ledger.stop()
+        watcher.stop()
+        stop.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def primary_and_node(client: Client, namespace: str) -> tuple[str, str, str]:
+    primary = str((await status_of(client, namespace))["currentPrimary"])
+    pod = await client.get(POD, f"{primary}-0", namespace)
+    return primary, str(pod["spec"]["nodeName"]), str(pod["status"]["podIP"])
+
+
+async def failed_over_from(client: Client, namespace: str, old: str) -> Obj | None:
+    status = await status_of(client, namespace)
+    record = status.get("lastFailover") or {}
+    if record.get("from") == old and status.get("currentPrimary") == record.get("to") and not status.get("failover"):
+        return record
+    return None
+
+
+async def rejoined(client: Client, namespace: str, old: str) -> bool:
+    claim = await client.get(PVC, old, namespace)
+    if REJOIN in (claim["metadata"].get("annotations") or {}):
+        return False
+    return await ready(client, namespace, NAME, 3) is not None
+
+
+async def every_instance_holds(client: Client, namespace: str, wanted: set[int]) -> bool:
+    user, password = await credentials(client, namespace, NAME)
+    ips = await pod_ips(client, namespace, NAME)
+    found = await asyncio.gather(*(ids_on(ip, user, password) for ip in ips.values()))
+    return len(ips) == 3 and all(f is not None and wanted <= f for f in found)
+
+
+async def run_fault(
+    client: Client, host: NodeHost, operator: Operator, namespace: str, *, fault: str, recover: str, mode: str
+) -> tuple[Ledger, RoleWatcher, Obj, float]:
+    """Create the cluster, run the workload, inject ``fault`` on the primary's node, wait for the failover, then
+    ``recover`` the node and wait for the old primary to rejoin. Returns the workload, lastFailover and the time from
+    the fault to the first commit the new primary acknowledged."""
+    replication = {"mode": "Sync", "syncStandbys": 1} if mode == "Sync" else {"mode": "Async"}
+    spec = {"replication": replication, "podTemplate": one_per_node()}
+    await client.create(POSTGRES_CLUSTER, cluster(NAME, namespace, 3, **spec))
+    async with operator.running(refresh=10.0):
+        await eventually(lambda: ready(client, namespace, NAME, 3), timeout=240, interval=1)
+        async with workload(client, namespace, write_probe=mode == "Sync") as (ledger, watcher):
+            await eventually(lambda: asyncio.sleep(0, len(ledger.acks) >= 20 or None), timeout=30)
+            old, node, old_ip = await primary_and_node(client, namespace)
+            fault_at = time.monotonic()
+            assert await host.chaos(fault, node)
+            record = await eventually(lambda: failed_over_from(client, namespace, old), timeout=90, interval=0.5)
+            first = await eventually(
+                lambda: asyncio.sleep(0, next((a for a in ledger.acks if a.at > fault_at and a.server != old_ip),
+                                              None)), timeout=30)  # fmt: skip
+            outage = first.at - fault_at
+            print(f"\n{fault} ({mode}): first commit on the new primary {outage:.2f} s after the fault; "
+                  f"lastFailover {record}")  # fmt: skip
+            await asyncio.sleep(2)  # writes on the new timeline the old primary must not have
+            assert await host.chaos(recover, node)
+            await eventually(lambda: rejoined(client, namespace, old), timeout=180, interval=1)
+            await asyncio.sleep(1)
+        await eventually(lambda: every_instance_holds(client, namespace, ledger.acked_ids()), timeout=60, interval=1)
+        reasons = await event_reasons(client, namespace)
+        assert {"FailoverStarted", "FailedOver", "Rejoined"} <= set(reasons), reasons
+        degraded = get_condition((await status_of(client, namespace)).get("conditions"), "Degraded")
+        assert degraded is not None
+        return ledger, watcher, record, outage
+
+
+async def lost_commits(client: Client, namespace: str, ledger: Ledger) -> set[int]:
+    user, password = await credentials(client, namespace, NAME)
+    present = await ids_on(await cluster_ip(client, namespace, f"{NAME}-rw"), user, password)
+    assert present is not None
+    return ledger.acked_ids() - present
+
+
+async def test_a_frozen_primary_fails_over_in_sync_mode_without_losing_an_acknowledged_commit(
+    client: Client, host: NodeHost, operator: Operator, namespace: str
+) -> None:
+    ledger, watcher, record, _ = await run_fault(client, host, operator, namespace, fault="freeze", recover="thaw",
+                                                 mode="Sync")  # fmt: skip
+    assert await lost_commits(client, namespace, ledger) == set()
+    assert record["dataLossPossible"] is False
+    assert ledger.servers_overlap() == []
+    assert watcher.double_writers() == []
+    assert len(watcher.rounds) > 20  # a round waits for its slowest probe (1 s for a frozen instance)
+
+
+async def test_a_stopped_primary_node_fails_over_in_async_mode_and_every_loss_is_reported(
+    client: Client, host: NodeHost, operator: Operator, namespace: str
+) -> None:
+    ledger, _, record, _ = await run_fault(client, host, operator, namespace, fault="stop", recover="start",
+                                           mode="Async")  # fmt: skip
+    lost = await lost_commits(client, namespace, ledger)
+    assert record["dataLossPossible"] is True  # async: always said, lost or not
+    if lost:
+        # The reported position of the old primary is not below the last lost commit.
+        last_lost = max(lsn_bytes(a.lsn) for a in ledger.acks if a.id in lost)
+        assert record.get("lsnGapBytes") is not None
+        print(f"lost {len(lost)} acknowledged commits (last at {last_lost}); reported gap {record['lsnGapBytes']}")
+    assert ledger.servers_overlap() == []
+
+
+async def test_manual_policy_blocks_until_approved_and_survives_an_operator_restart(
+    client: Client, host: NodeHost, operator: Operator, namespace: str
+) -> None:
+    spec = {"failover": {"policy": "Manual"}, "podTemplate": one_per_node()}
+    await client.create(POSTGRES_CLUSTER, cluster(NAME, namespace, 3, **spec))
+    async with operator.running(refresh=10.0):
+        await eventually(lambda: ready(client, namespace, NAME, 3), timeout=240, interval=1)
+        old, node, _ = await primary_and_node(client, namespace)
+        assert await host.chaos("stop", node)
+
+        async def blocked() -> Obj | None:
+            found = get_condition((await status_of(client, namespace)).get("conditions"), "FailoverBlocked")
+            return dict(found) if found is not None and found["status"] == "True" else None
+
+        condition = await eventually(blocked, timeout=90, interval=0.5)
+        assert condition["reason"] == "ManualPolicy"
+    # The operator is gone mid-failover; nothing is promoted while it is, nor by the next one without approval.
+    progress = (await status_of(client, namespace))["failover"]
+    assert progress["phase"] == "Blocked"
+    candidate = str(progress["target"])
+    assert candidate != old
+    async with operator.running(refresh=10.0):
+        await asyncio.sleep(5)
+        status = await status_of(client, namespace)
+        assert status["failover"]["phase"] == "Blocked"
+        assert status["currentPrimary"] == old
+        await client.patch(POSTGRES_CLUSTER, NAME, {"metadata": {"annotations": {APPROVE: candidate}}}, namespace)
+        record = await eventually(lambda: failed_over_from(client, namespace, old), timeout=60, interval=0.5)
+        assert record["to"] == candidate
+        assert record["approvedBy"] == candidate
+        assert await host.chaos("start", node)
+        await eventually(lambda: rejoined(client, namespace, old), timeout=180, interval=1)
+    assert "FailoverBlocked" in await event_reasons(client, namespace)
