@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -39,3 +41,30 @@ def template(*values: str, release: str = "kanri", namespace: str = "kanri-syste
 
 def of_kind(objects: list[Obj], kind: str) -> list[Obj]:
     return [o for o in objects if o["kind"] == kind]
+
+
+async def helm_async(*args: str, home: Path, timeout: float = 360) -> str:
+    """Run helm without blocking the event loop (the local node's kubelet runs on it); its state lives in ``home``.
+    Returns stdout; a non-zero exit fails with helm's stderr."""
+    if not HELM.is_file():
+        pytest.fail(f"{HELM} is missing: run `make helm` (part of `make setup`)")
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "HELM_CACHE_HOME": str(home / "cache"),
+        "HELM_CONFIG_HOME": str(home / "config"),
+        "HELM_DATA_HOME": str(home / "data"),
+    }
+    process = await asyncio.create_subprocess_exec(
+        str(HELM), *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env
+    )
+    try:
+        async with asyncio.timeout(timeout):
+            stdout, stderr = await process.communicate()
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise AssertionError(f"helm {' '.join(args)} did not finish within {timeout:.0f} s") from None
+    if process.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} exited {process.returncode}:\n{stderr.decode()}")
+    return stdout.decode()
