@@ -10,6 +10,8 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
+import pytest
+
 from kanri.local import Endpoint
 from kanri.local.node import LocalNode
 from kanri.postgres.kinds import POSTGRES_CLUSTER
@@ -33,6 +35,8 @@ async def operator_pods(client: Client, namespace: str) -> list[str]:
     return [p["metadata"]["name"] for p in pods]
 
 
+# Two installs, a cluster provisioned and a finalizer run: more than the suite's 300 s default on a busy machine.
+@pytest.mark.timeout(600)
 async def test_helm_install_runs_the_operator_and_uninstall_keeps_the_cluster_and_its_data(
     client: Client, node: LocalNode, control_plane: Endpoint, namespace: str, tmp_path: Path
 ) -> None:
