@@ -6,9 +6,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup system up down test lint typecheck unit integration controlplane bench
+.PHONY: setup system up down test lint typecheck unit integration controlplane bench helm
 
-setup: system $(VENV)/.installed controlplane
+setup: system $(VENV)/.installed controlplane helm sbom
 
 # Debian packages the local cluster uses: nft (kube-proxy's nftables mode, the node chaos verbs' partition rules),
 # openssl (each node signs its kubelet serving certificate).
@@ -22,15 +22,67 @@ system:
 		{ apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null; }; \
 	fi
 
-# Reinstall only when the declared dependencies change.
-$(VENV)/.installed: pyproject.toml
+# Reinstall only when the declared dependencies change. Every dependency (setuptools, the build backend, included)
+# comes from requirements/lock.txt and must match its sha256 hashes; kanri itself is installed without resolving
+# anything further (--no-deps) and built by the locked setuptools (--no-build-isolation).
+PIP := $(BIN)/python -m pip --disable-pip-version-check
+$(VENV)/.installed: pyproject.toml requirements/lock.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(PIP) install --quiet --require-hashes --only-binary=:all: -r requirements/lock.txt
+	$(PIP) install --quiet --no-deps --no-build-isolation -e .
 	touch $@
+
+# The hash-pinned lock files, from pyproject.toml's pins: lock.txt is everything .venv holds (runtime, dev tools and
+# the build backend), runtime.lock.txt only what an install of kanri pulls in (the SBOM's subject).
+# tests/unit/test_lock.py fails when either misses a pin of pyproject.toml.
+UV_COMPILE := $(BIN)/uv pip compile --quiet --universal --python-version 3.11 --generate-hashes \
+	--custom-compile-command "make lock"
+.PHONY: lock sbom audit
+lock: $(VENV)/.installed
+	$(BIN)/python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['build-system']['requires'])" \
+		| $(UV_COMPILE) pyproject.toml - --extra dev -o requirements/lock.txt
+	$(UV_COMPILE) pyproject.toml -o requirements/runtime.lock.txt
+
+# A CycloneDX SBOM of kanri's runtime dependencies, from what an install really contains: a pip-less venv holding
+# exactly requirements/runtime.lock.txt (hash-checked), read by cyclonedx-py (names, versions, licenses, package URLs,
+# the dependency graph from kanri's own pins). Rewritten only when the lock changes; reproducible (no timestamp or
+# random serial number).
+SBOM := .build/sbom/kanri-python.cdx.json
+SBOM_VENV := .build/sbom/runtime-venv
+sbom: $(SBOM)
+$(SBOM): requirements/runtime.lock.txt pyproject.toml $(VENV)/.installed
+	rm -rf $(SBOM_VENV) && $(PYTHON) -m venv --without-pip $(SBOM_VENV)
+	$(PIP) --python $(SBOM_VENV)/bin/python install --quiet --require-hashes --only-binary=:all: \
+		-r requirements/runtime.lock.txt
+	$(BIN)/cyclonedx-py environment --pyproject pyproject.toml --output-reproducible -o $@.tmp $(SBOM_VENV)/bin/python
+	mv $@.tmp $@
+
+# Known vulnerabilities of every locked dependency: pip-audit asks the package index for each pinned release's
+# advisories (the PyPA advisory database). --strict: a dependency it could not look up fails the audit instead of
+# being skipped (the registry mirror reachable on the development machines serves no per-release data: it fails
+# there, see docs/security.md). Not part of `make test`, which must not depend on the network.
+audit: $(VENV)/.installed
+	$(BIN)/pip-audit --strict --require-hashes --disable-pip --progress-spinner off -r requirements/lock.txt
 
 # Rebuilds the Go binary only when controlplane/ (or the Go toolchain) changed.
 controlplane: $(VENV)/.installed
 	$(BIN)/kanri local build
+
+# The real helm, built from its Go module like the control plane (no prebuilt binaries here), for the chart's tests
+# (tests/unit/test_helm_chart.py, tests/e2e/test_helm_e2e.py) and `make manifests`. Rebuilt only when it is missing
+# or HELM_VERSION changes (the version is stamped next to the binary).
+HELM_MODULE := helm.sh/helm/v3
+HELM_VERSION := v3.22.0
+HELM := .build/bin/helm
+helm:
+	@if [ ! -x $(HELM) ] || [ "$$(cat $(HELM).version 2>/dev/null)" != "$(HELM_VERSION)" ]; then \
+		echo "building helm $(HELM_VERSION) from $(HELM_MODULE) (a cold build takes a few minutes)"; \
+		mkdir -p .build/bin && rm -f $(HELM).version && \
+		CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOBIN=$(CURDIR)/.build/bin go install -trimpath \
+			-ldflags "-X $(HELM_MODULE)/internal/version.version=$(HELM_VERSION)" \
+			$(HELM_MODULE)/cmd/helm@$(HELM_VERSION) && \
+		echo $(HELM_VERSION) > $(HELM).version; \
+	fi
 
 up: setup
 	$(BIN)/kanri up
@@ -51,7 +103,26 @@ test: setup lint typecheck
 bench: setup
 	$(BIN)/python bench/controlplane.py
 
-# Regenerate deploy/crds/ from the API models (tests/unit/test_crds_fresh.py fails when it is stale).
-.PHONY: crds
+# Regenerate deploy/crds/ and the chart's copy from the API models (tests/unit/test_crds_fresh.py and
+# tests/unit/test_helm_chart.py fail when either is stale).
+.PHONY: crds manifests
 crds: $(VENV)/.installed
 	$(BIN)/kanri crds --dir deploy/crds
+	$(BIN)/kanri crds --dir deploy/helm/kanri/crds
+
+# Regenerate deploy/operator/operator.yaml from the chart (its default, cluster-wide mode): the chart is the one
+# source of the operator's manifests; tests/unit/test_helm_chart.py fails when the file is stale.
+MANIFEST_HEADER := \
+	"\# Generated by \`make manifests\` from the Helm chart deploy/helm/kanri (release kanri, namespace kanri-system," \
+	"\# cluster-wide mode): edit the chart, not this file. Install without Helm:" \
+	"\#" \
+	"\#   kubectl apply --server-side -f deploy/crds/ -f deploy/operator/" \
+	"\#" \
+	"\# The operator watches PostgresClusters in every namespace and manages their children (StatefulSets, claims," \
+	"\# Services, Secrets, ConfigMaps, budgets and the instances' ServiceAccount/Role). On the local cluster the image" \
+	"\# below is mapped to \`kanri run\` (see docs/local-node.md)."
+manifests: helm
+	@{ printf '%s\n' $(MANIFEST_HEADER); \
+	  $(HELM) template kanri deploy/helm/kanri --namespace kanri-system --set createNamespace=true; } \
+	  > deploy/operator/operator.yaml.tmp
+	mv deploy/operator/operator.yaml.tmp deploy/operator/operator.yaml

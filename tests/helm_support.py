@@ -1,0 +1,70 @@
+"""The real ``helm`` (built by ``make helm`` into .build/bin) and the chart in deploy/helm/kanri, for the tests."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+CHART = ROOT / "deploy" / "helm" / "kanri"
+HELM = ROOT / ".build" / "bin" / "helm"
+
+Obj = dict[str, Any]
+
+
+def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run helm; a missing binary fails the test (it is part of `make setup`, so CI always has it)."""
+    if not HELM.is_file():
+        pytest.fail(f"{HELM} is missing: run `make helm` (part of `make setup`)")
+    result = subprocess.run([str(HELM), *args], capture_output=True, text=True, timeout=120)
+    if check and result.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} exited {result.returncode}:\n{result.stderr}")
+    return result
+
+
+def template_text(*values: str, release: str = "kanri", namespace: str = "kanri-system") -> str:
+    """``helm template`` of the chart with ``--set`` values, as text."""
+    sets = [arg for value in values for arg in ("--set", value)]
+    return helm("template", release, str(CHART), "--namespace", namespace, *sets).stdout
+
+
+def template(*values: str, release: str = "kanri", namespace: str = "kanri-system") -> list[Obj]:
+    """``helm template`` of the chart with ``--set`` values, as objects."""
+    return [d for d in yaml.safe_load_all(template_text(*values, release=release, namespace=namespace)) if d]
+
+
+def of_kind(objects: list[Obj], kind: str) -> list[Obj]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+async def helm_async(*args: str, home: Path, timeout: float = 360) -> str:
+    """Run helm without blocking the event loop (the local node's kubelet runs on it); its state lives in ``home``.
+    Returns stdout; a non-zero exit fails with helm's stderr."""
+    if not HELM.is_file():
+        pytest.fail(f"{HELM} is missing: run `make helm` (part of `make setup`)")
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "HELM_CACHE_HOME": str(home / "cache"),
+        "HELM_CONFIG_HOME": str(home / "config"),
+        "HELM_DATA_HOME": str(home / "data"),
+    }
+    process = await asyncio.create_subprocess_exec(
+        str(HELM), *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env
+    )
+    try:
+        async with asyncio.timeout(timeout):
+            stdout, stderr = await process.communicate()
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise AssertionError(f"helm {' '.join(args)} did not finish within {timeout:.0f} s") from None
+    if process.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} exited {process.returncode}:\n{stderr.decode()}")
+    return stdout.decode()

@@ -1,0 +1,159 @@
+"""The Helm chart deploy/helm/kanri: it lints, its default render is deploy/operator/operator.yaml (one source of
+truth), its CRDs are deploy/crds/, and its namespaced mode grants rights on namespaced resources through Roles only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kanri.postgres.kinds import POSTGRES_CLUSTER
+from kanri.runtime import Kind
+from kanri.runtime import kinds as builtin_kinds
+from tests.helm_support import CHART, ROOT, Obj, helm, of_kind, template, template_text
+
+OPERATOR_MANIFEST = ROOT / "deploy" / "operator" / "operator.yaml"
+DEPLOY_CRDS = ROOT / "deploy" / "crds"
+# The values `make manifests` renders deploy/operator/operator.yaml with (release kanri in kanri-system).
+MANIFEST_VALUES = ("createNamespace=true",)
+FIX_MANIFEST = "run `make manifests` and commit deploy/operator/operator.yaml (edit the chart, not the file)"
+
+# Whether each (API group, resource) the chart's rules name is namespaced: kanri's built-in kinds and its CRD.
+_KINDS: list[Kind] = [k for k in vars(builtin_kinds).values() if isinstance(k, Kind)] + [POSTGRES_CLUSTER]
+NAMESPACED = {(k.group, k.plural): k.namespaced for k in _KINDS} | {("events.k8s.io", "events"): True}
+
+Grant = tuple[str, str, str]
+
+
+def grants(rules: list[Obj]) -> set[Grant]:
+    """Every (group, resource, verb) the rules allow (subresources as written: "postgresclusters/status")."""
+    return {(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+
+
+def namespaced(group: str, resource: str) -> bool:
+    base = resource.split("/", 1)[0]
+    assert (group, base) in NAMESPACED, f"the chart grants {group or 'core'}/{base}, a kind this test cannot classify"
+    return NAMESPACED[(group, base)]
+
+
+def deployment_args(objects: list[Obj]) -> list[str]:
+    (deployment,) = of_kind(objects, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    args: list[str] = container["args"]
+    return args
+
+
+def test_chart_lints_in_both_modes() -> None:
+    for values in ([], ["--set", "watchNamespaces={team-a}"]):
+        result = helm("lint", "--strict", str(CHART), *values)
+        assert "0 chart(s) failed" in result.stdout, result.stdout
+
+
+def test_operator_manifest_is_the_charts_default_render() -> None:
+    text = OPERATOR_MANIFEST.read_text()
+    rendered = template_text(*MANIFEST_VALUES)
+    assert text.endswith(rendered), f"deploy/operator/operator.yaml is stale: {FIX_MANIFEST}"
+    header = text.removesuffix(rendered).splitlines()
+    assert header, "deploy/operator/operator.yaml lost its header saying it is generated"
+    assert all(line.startswith("#") for line in header), f"only a comment may precede the render: {FIX_MANIFEST}"
+
+
+def test_chart_crds_are_deploy_crds() -> None:
+    chart_crds = {p.name: p.read_text() for p in (CHART / "crds").glob("*.yaml")}
+    deploy_crds = {p.name: p.read_text() for p in DEPLOY_CRDS.glob("*.yaml")}
+    assert chart_crds == deploy_crds, "the chart's crds/ differ from deploy/crds/: run `make crds` and commit both"
+
+
+def test_default_mode_is_cluster_wide() -> None:
+    objects = template()
+    (role,) = of_kind(objects, "ClusterRole")
+    (binding,) = of_kind(objects, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"] == "kanri-operator"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kanri-operator", "namespace": "kanri-system"}]
+    # The only Role is the Lease's, in the operator's own namespace.
+    assert [(r["metadata"]["name"], r["metadata"]["namespace"]) for r in of_kind(objects, "Role")] == [
+        ("kanri-operator-leader-election", "kanri-system")
+    ]
+    assert not any(arg.startswith("--namespace") for arg in deployment_args(objects))
+    assert of_kind(objects, "Namespace") == [], "Helm installs use --create-namespace; only the manifests render one"
+
+
+def test_namespaced_mode_grants_namespaced_resources_through_roles_only() -> None:
+    objects = template("watchNamespaces={team-a}", namespace="kanri-ops")
+    for cluster_role in of_kind(objects, "ClusterRole"):
+        scoped = sorted({(g, r) for g, r, _ in grants(cluster_role["rules"]) if namespaced(g, r)})
+        assert scoped == [], f"ClusterRole {cluster_role['metadata']['name']} grants namespaced resources: {scoped}"
+    # The cluster-scoped remainder is read-only.
+    cluster_grants = {g for c in of_kind(objects, "ClusterRole") for g in grants(c["rules"])}
+    assert {verb for _, _, verb in cluster_grants} <= {"get", "list", "watch"}
+    roles = {(r["metadata"]["namespace"], r["metadata"]["name"]): r for r in of_kind(objects, "Role")}
+    assert set(roles) == {("team-a", "kanri-operator"), ("kanri-ops", "kanri-operator-leader-election")}
+    bindings = {(b["metadata"]["namespace"], b["metadata"]["name"]): b for b in of_kind(objects, "RoleBinding")}
+    assert set(bindings) == set(roles)
+    for binding in bindings.values():
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kanri-operator", "namespace": "kanri-ops"}]
+    assert "--namespace=team-a" in deployment_args(objects)
+
+
+def test_both_modes_grant_the_same_rights() -> None:
+    """Namespaced mode moves the cluster-wide rules into a Role; it neither drops nor adds a right."""
+    (cluster_wide,) = of_kind(template(), "ClusterRole")
+    namespaced_objects = template("watchNamespaces={team-a}")
+    roles = [r for r in of_kind(namespaced_objects, "Role") if r["metadata"]["namespace"] == "team-a"]
+    split = {g for o in [*roles, *of_kind(namespaced_objects, "ClusterRole")] for g in grants(o["rules"])}
+    assert split == grants(cluster_wide["rules"])
+
+
+def test_more_than_one_watched_namespace_is_refused() -> None:
+    result = helm("template", "kanri", str(CHART), "--set", "watchNamespaces={a,b}", check=False)
+    assert result.returncode != 0
+    assert "watches one namespace or all of them" in result.stderr
+
+
+def test_a_default_backup_repository_is_refused_until_the_operator_takes_backups() -> None:
+    result = helm("template", "kanri", str(CHART), "--set", "backup.defaultRepository=s3://bucket", check=False)
+    assert result.returncode != 0
+    assert "reserved for backups" in result.stderr
+
+
+def test_image_resources_and_names_come_from_values() -> None:
+    objects = template(
+        "image.repository=registry.example/kanri", "image.tag=9.9.9", "resources.limits.memory=1Gi",
+        "logLevel=debug", release="pg",
+    )  # fmt: skip
+    (deployment,) = of_kind(objects, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "registry.example/kanri:9.9.9"
+    assert container["resources"]["limits"]["memory"] == "1Gi"
+    assert "--log-level=debug" in container["args"]
+    assert deployment["metadata"]["name"] == "pg-operator"
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "pg-operator"
+    # The pods keep their fixed label whatever the release: NetworkPolicies select the operator by it.
+    assert deployment["spec"]["template"]["metadata"]["labels"] == {"app.kubernetes.io/name": "kanri-operator"}
+
+
+def test_monitoring_toggles() -> None:
+    assert of_kind(template(), "Service") == []
+    assert of_kind(template(), "ServiceMonitor") == []
+    objects = template("monitoring.serviceMonitor.enabled=true", "monitoring.serviceMonitor.labels.release=prom")
+    (service,) = of_kind(objects, "Service")
+    (monitor,) = of_kind(objects, "ServiceMonitor")
+    (deployment,) = of_kind(objects, "Deployment")
+    assert service["spec"]["selector"] == deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["ports"] == [{"name": "metrics", "port": 8081, "targetPort": "health"}]
+    assert monitor["metadata"]["labels"] == {"release": "prom"}
+    assert monitor["spec"]["selector"]["matchLabels"] == service["metadata"]["labels"]
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    (annotated,) = of_kind(template("monitoring.podAnnotations=true"), "Deployment")
+    assert annotated["spec"]["template"]["metadata"]["annotations"] == {
+        "prometheus.io/scrape": "true", "prometheus.io/port": "8081", "prometheus.io/path": "/metrics",
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("path", sorted((CHART / "templates").glob("*.yaml")), ids=lambda p: Path(p).name)
+def test_every_template_renders_in_some_mode(path: Path) -> None:
+    """No dead template: each one contributes an object with the defaults or with every toggle on."""
+    everything = template_text("monitoring.serviceMonitor.enabled=true", "createNamespace=true") + template_text(
+        "watchNamespaces={team-a}"
+    )
+    assert f"# Source: kanri/templates/{path.name}" in everything
