@@ -58,7 +58,8 @@ def ago(minutes: float) -> str:
 def pod(name: str, namespace: str, node: str, role: str) -> dict[str, Any]:
     labels = {"kanri.dev/cluster": NAME, "kanri.dev/instance": name, "kanri.dev/role": role}
     container = {"name": "postgres", "image": "kanri.dev/postgres:17"}
-    meta = {"name": name, "namespace": namespace, "labels": labels}
+    # Named as the StatefulSet names its one pod: the instance name is the label, not the pod's name.
+    meta = {"name": f"{name}-0", "namespace": namespace, "labels": labels}
     return {"metadata": meta, "spec": {"nodeName": node, "containers": [container]}}
 
 
@@ -163,10 +164,10 @@ async def cluster(installed: None, client: Client, namespace: str) -> AsyncItera
             ("orders-3", nodes[0], "replica", running(True, restarts=2)),
         ):
             await client.create(POD, pod(name, namespace, node, role))
-            await client.patch_status(POD, name, status, namespace)
+            await client.patch_status(POD, f"{name}-0", status, namespace)
         for item in (
             event("e1", "PostgresCluster", NAME, "Warning", "FailoverDataLoss", "promoted orders-2; 8192 bytes lost"),
-            event("e2", "Pod", "orders-1", "Warning", "BackOff", "Back-off restarting failed container postgres", 5),
+            event("e2", "Pod", "orders-1-0", "Warning", "BackOff", "Back-off restarting failed container postgres", 5),
             event("e3", "PostgresCluster", NAME, "Normal", "CreatedInstance", "created instance orders-3"),
             event("e4", "PostgresCluster", "carts", "Warning", "SplitBrain", "another cluster's trouble"),
         ):
@@ -224,6 +225,7 @@ async def test_status_shows_instances_failover_conditions_and_warning_events(
     newer = output.index("promoted orders-2; 8192 bytes lost")
     assert output.index("Back-off restarting failed container postgres") > newer
     assert "PostgresCluster/orders  FailoverDataLoss  4" in output
+    assert "Pod/orders-1-0  BackOff  4" in output
     assert "created instance orders-3" not in output
     assert "another cluster's trouble" not in output
     assert "Backups: not configured" in output

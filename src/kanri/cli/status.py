@@ -26,7 +26,7 @@ from rich.text import Text
 
 from kanri.postgres.api.v1alpha1 import DEFAULT_MAX_DATA_LOSS_BYTES
 from kanri.postgres.kinds import POSTGRES_CLUSTER
-from kanri.postgres.labels import CLUSTER, ROLE
+from kanri.postgres.labels import CLUSTER, INSTANCE, ROLE
 from kanri.runtime import ApiError, Client, parse_time
 from kanri.runtime.kinds import EVENT, NODE, POD
 
@@ -43,6 +43,7 @@ class Snapshot:
 
     cluster: Obj
     pods: dict[str, Obj] = field(default_factory=dict)
+    """Instance name -> its pod."""
     zones: dict[str, str] = field(default_factory=dict)
     """Node name -> its zone label ("" without one, "?" when the Node could not be read)."""
     events: list[Obj] = field(default_factory=list)
@@ -64,7 +65,9 @@ async def snapshot(client: Client, name: str, namespace: str) -> Snapshot:
     names = {pod["metadata"]["name"] for pod in pods}
     ours = [event for event in warnings if _about_cluster(event, name, names)]
     ours.sort(key=_event_time, reverse=True)
-    return Snapshot(cluster, {pod["metadata"]["name"]: pod for pod in pods}, zones, ours[:RECENT_EVENTS])
+    # An instance is a StatefulSet of one pod (``orders-1`` runs pod ``orders-1-0``): match them by the label.
+    by_instance = {(pod["metadata"].get("labels") or {}).get(INSTANCE) or pod["metadata"]["name"]: pod for pod in pods}
+    return Snapshot(cluster, by_instance, zones, ours[:RECENT_EVENTS])
 
 
 def _about_cluster(event: Obj, cluster: str, pods: set[str]) -> bool:
