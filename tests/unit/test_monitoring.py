@@ -267,6 +267,16 @@ def test_dashboard_queries_only_registered_metrics() -> None:
     assert check_metrics(exprs) == []
 
 
+def test_promtool_parses_every_dashboard_query(promtool: str, tmp_path: Path) -> None:
+    """Each panel's PromQL as a recording rule, so promtool's parser checks it (Grafana's interval made concrete)."""
+    exprs = [expr.replace("$__rate_interval", "5m") for expr in dashboard_exprs()]
+    rules = [{"record": f"dashboard:query_{index}", "expr": expr} for index, expr in enumerate(exprs)]
+    path = tmp_path / "dashboard-queries.yaml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    result = run([promtool, "check", "rules", str(path)])
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_metric_check_catches_a_misspelt_metric_and_label() -> None:
     problems = check_metrics(['kanri_postgres_cluster_conditions{type="Ready"}', 'workqueue_depth{queue="x"}'])
     assert len(problems) == 2

@@ -136,7 +136,7 @@ def pod_state(pod: Obj | None) -> str:
 
 
 def _table(title: str, *columns: str) -> Table:
-    table = Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, show_edge=False)
     for column in columns:
         table.add_column(column, overflow="fold")
     return table
@@ -250,13 +250,14 @@ def render(snap: Snapshot, now: datetime) -> Group:
         _summary(snap.cluster),
         Text(""),
         _instances(snap),
+        Text(""),
         _failover(status, now),
     ]
     if split := status.get("splitBrain"):
         fenced = ", ".join(side["name"] for side in split.get("fenced") or [])
         parts.append(Text(f"Split brain: kept {split['kept']['name']} ({split.get('keptBy')}), fenced {fenced}",
                           style="bold red"))  # fmt: skip
-    parts += [_backups(snap.cluster, now), Text(""), _conditions(status, now), _events(snap.events, now)]
+    parts += [_backups(snap.cluster, now), Text(""), _conditions(status, now), Text(""), _events(snap.events, now)]
     return Group(*parts)
 
 
