@@ -175,8 +175,20 @@ async def cluster(installed: None, client: Client, namespace: str) -> AsyncItera
             await client.create(EVENT, item)
         yield namespace
     finally:
+        # Pods bound to a Node go at once (no kubelet would finish a graceful deletion), then the Nodes, gone before
+        # the next module (the scheduler's messages count every Node).
         for node in nodes:
+            pods, _ = await client.list(POD, field_selector=f"spec.nodeName={node}")
+            for item in pods:
+                meta = item["metadata"]
+                await client.delete(POD, meta["name"], meta["namespace"], grace_period_seconds=0)
             await client.delete(NODE, node)
+
+        async def nodes_gone() -> bool:
+            items, _ = await client.list(NODE)
+            return not any(item["metadata"]["name"] in nodes for item in items)
+
+        await eventually(nodes_gone, timeout=60)
 
 
 def invoke(*args: str) -> str:
