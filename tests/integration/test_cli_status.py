@@ -158,6 +158,8 @@ async def cluster(installed: None, client: Client, namespace: str) -> AsyncItera
         meta = {"name": NAME, "namespace": namespace}
         await client.create(POSTGRES_CLUSTER, {"metadata": meta, "spec": spec})
         await client.patch_status(POSTGRES_CLUSTER, NAME, cluster_status(ago(7)), namespace)
+        # A second cluster whose name starts with the first's: its Events are not the first's.
+        await client.create(POSTGRES_CLUSTER, {"metadata": {**meta, "name": "orders-archive"}, "spec": spec})
         for name, node, role, status in (
             ("orders-1", nodes[0], "replica", crash_looping()),
             ("orders-2", nodes[1], "primary", running(True)),
@@ -170,6 +172,7 @@ async def cluster(installed: None, client: Client, namespace: str) -> AsyncItera
             event("e2", "Pod", "orders-1-0", "Warning", "BackOff", "Back-off restarting failed container postgres", 5),
             event("e3", "PostgresCluster", NAME, "Normal", "CreatedInstance", "created instance orders-3"),
             event("e4", "PostgresCluster", "carts", "Warning", "SplitBrain", "another cluster's trouble"),
+            event("e5", "Pod", "orders-archive-1-0", "Warning", "BackOff", "the archive cluster's pod trouble"),
         ):
             item["metadata"]["namespace"] = item["involvedObject"]["namespace"] = namespace
             await client.create(EVENT, item)
@@ -240,6 +243,7 @@ async def test_status_shows_instances_failover_conditions_and_warning_events(
     assert re.search(r"Pod/orders-1-0 +BackOff +4 ", output)
     assert "created instance orders-3" not in output
     assert "another cluster's trouble" not in output
+    assert "the archive cluster's pod trouble" not in output
     assert "Backups: not configured" in output
 
 

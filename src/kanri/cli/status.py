@@ -28,6 +28,7 @@ from kanri.postgres.api.v1alpha1 import DEFAULT_MAX_DATA_LOSS_BYTES
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.labels import CLUSTER, INSTANCE, ROLE
 from kanri.runtime import ApiError, Client, parse_time
+from kanri.runtime._connection import ConfigError  # not re-exported by kanri.runtime; raised by from_kubeconfig
 from kanri.runtime.kinds import EVENT, NODE, POD
 
 __all__ = ["Snapshot", "follow", "render", "snapshot", "status"]
@@ -62,18 +63,27 @@ async def snapshot(client: Client, name: str, namespace: str) -> Snapshot:
         except ApiError:  # forbidden (Nodes are cluster-scoped) or gone: say so instead of failing
             zones[node] = "?"
     warnings, _ = await client.list(EVENT, namespace, field_selector="type=Warning")
+    clusters, _ = await client.list(POSTGRES_CLUSTER, namespace)
+    others = {c["metadata"]["name"] for c in clusters} - {name}
     names = {pod["metadata"]["name"] for pod in pods}
-    ours = [event for event in warnings if _about_cluster(event, name, names)]
+    ours = [event for event in warnings if _about_cluster(event, name, names, others)]
     ours.sort(key=_event_time, reverse=True)
     # An instance is a StatefulSet of one pod (``orders-1`` runs pod ``orders-1-0``): match them by the label.
     by_instance = {(pod["metadata"].get("labels") or {}).get(INSTANCE) or pod["metadata"]["name"]: pod for pod in pods}
     return Snapshot(cluster, by_instance, zones, ours[:RECENT_EVENTS])
 
 
-def _about_cluster(event: Obj, cluster: str, pods: set[str]) -> bool:
-    # The cluster itself, its pods, and its children, which are all named after it (``<cluster>-...``).
+def _about_cluster(event: Obj, cluster: str, pods: set[str], others: set[str]) -> bool:
+    """The cluster itself, its pods, and its children, which are all named after it (``<cluster>-...``) — but not
+    another cluster whose name merely starts with ours (``orders-archive`` and its children, for ``orders``)."""
     involved = (event.get("involvedObject") or {}).get("name") or ""
-    return involved == cluster or involved in pods or involved.startswith(f"{cluster}-")
+    if involved == cluster or involved in pods:
+        return True
+    if not involved.startswith(f"{cluster}-"):
+        return False
+    return not any(
+        involved == other or involved.startswith(f"{other}-") for other in others if len(other) > len(cluster)
+    )
 
 
 def _event_time(event: Obj) -> datetime:
@@ -330,6 +340,9 @@ def status(
     except ApiError as exc:
         what = f"PostgresCluster {namespace}/{name} not found" if exc.status == 404 else str(exc)
         typer.echo(f"kanri status: {what}", err=True)
+        raise typer.Exit(1) from None
+    except ConfigError as exc:
+        typer.echo(f"kanri status: {exc}", err=True)
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
         pass
