@@ -11,15 +11,18 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 setup: system $(VENV)/.installed controlplane helm sbom
 
 # Debian packages the local cluster uses: nft (kube-proxy's nftables mode, the node chaos verbs' partition rules),
-# openssl (each node signs its kubelet serving certificate).
+# openssl (each node signs its kubelet serving certificate); and prometheus for its promtool (the alert rules' checks
+# and unit tests in tests/unit/test_monitoring.py). Without recommends: prometheus recommends node-exporter, a daemon.
+# No prometheus daemon is left running: in these containers policy-rc.d refuses to start services (checked after an
+# install: no prometheus process), and nothing here starts the server.
 # Installed only when missing, so a set-up machine needs no network and no apt lock.
-SYSTEM_PACKAGES := nftables openssl
+SYSTEM_PACKAGES := nftables openssl prometheus
 system:
 	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages: $$missing"; \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null || \
-		{ apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null; }; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing >/dev/null || \
+		{ apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing >/dev/null; }; \
 	fi
 
 # Reinstall only when the declared dependencies change. Every dependency (setuptools, the build backend, included)
@@ -126,3 +129,8 @@ manifests: helm
 	  $(HELM) template kanri deploy/helm/kanri --namespace kanri-system --set createNamespace=true; } \
 	  > deploy/operator/operator.yaml.tmp
 	mv deploy/operator/operator.yaml.tmp deploy/operator/operator.yaml
+
+# Regenerate deploy/monitoring/prometheusrule.yaml from alerts.yaml (tests/unit/test_monitoring.py fails when stale).
+.PHONY: monitoring
+monitoring: $(VENV)/.installed
+	$(BIN)/python -m tests.unit.test_monitoring

@@ -5,12 +5,13 @@ from __future__ import annotations
 import typer
 
 from kanri import __version__
-from kanri.cli import crds, local, run, up
+from kanri.cli import crds, local, run, status, up
 
 app = typer.Typer(no_args_is_help=True, help="kanri: Kubernetes operators in Python, and a PostgreSQL operator.")
 app.add_typer(local.app, name="local")
 app.command("crds")(crds.crds)
 app.command("run")(run.run)
+app.command("status")(status.status)
 app.command("up")(up.up)
 
 

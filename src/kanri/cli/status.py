@@ -1,0 +1,348 @@
+"""``kanri status NAME``: one PostgresCluster at a glance — instances (role, node, zone, pod state, LSNs, lag),
+replication, backups, the last failover and its gap, conditions and recent Warning Events.
+
+Everything is read through the API (the cluster, its pods, their nodes, the namespace's Events), so it works as
+``kubectl kanri status`` for anyone allowed to read those; a user who may not read Nodes sees ``?`` as the zone.
+:func:`render` is pure (a :class:`Snapshot` and the time in, rich renderables out) so the layout is testable alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from kanri.postgres.api.v1alpha1 import DEFAULT_MAX_DATA_LOSS_BYTES
+from kanri.postgres.kinds import POSTGRES_CLUSTER
+from kanri.postgres.labels import CLUSTER, INSTANCE, ROLE
+from kanri.runtime import ApiError, Client, parse_time
+from kanri.runtime._connection import ConfigError  # not re-exported by kanri.runtime; raised by from_kubeconfig
+from kanri.runtime.kinds import EVENT, NODE, POD
+
+__all__ = ["Snapshot", "follow", "render", "snapshot", "status"]
+
+Obj = dict[str, Any]
+ZONE_LABEL = "topology.kubernetes.io/zone"
+RECENT_EVENTS = 10
+
+
+@dataclass
+class Snapshot:
+    """What ``kanri status`` shows, as read from the API at one moment."""
+
+    cluster: Obj
+    pods: dict[str, Obj] = field(default_factory=dict)
+    """Instance name -> its pod."""
+    zones: dict[str, str] = field(default_factory=dict)
+    """Node name -> its zone label ("" without one, "?" when the Node could not be read)."""
+    events: list[Obj] = field(default_factory=list)
+    """Warning Events of the cluster and its children, newest first."""
+
+
+async def snapshot(client: Client, name: str, namespace: str) -> Snapshot:
+    """Read the cluster, its pods (by the ``kanri.dev/cluster`` label), their Nodes and the recent Warning Events."""
+    cluster = await client.get(POSTGRES_CLUSTER, name, namespace)
+    pods, _ = await client.list(POD, namespace, label_selector=f"{CLUSTER}={name}")
+    zones: dict[str, str] = {}
+    for node in sorted({pod["spec"].get("nodeName") for pod in pods} - {None}):
+        try:
+            labels = (await client.get(NODE, node))["metadata"].get("labels") or {}
+            zones[node] = labels.get(ZONE_LABEL, "")
+        except ApiError:  # forbidden (Nodes are cluster-scoped) or gone: say so instead of failing
+            zones[node] = "?"
+    warnings, _ = await client.list(EVENT, namespace, field_selector="type=Warning")
+    clusters, _ = await client.list(POSTGRES_CLUSTER, namespace)
+    others = {c["metadata"]["name"] for c in clusters} - {name}
+    names = {pod["metadata"]["name"] for pod in pods}
+    ours = [event for event in warnings if _about_cluster(event, name, names, others)]
+    ours.sort(key=_event_time, reverse=True)
+    # An instance is a StatefulSet of one pod (``orders-1`` runs pod ``orders-1-0``): match them by the label.
+    by_instance = {(pod["metadata"].get("labels") or {}).get(INSTANCE) or pod["metadata"]["name"]: pod for pod in pods}
+    return Snapshot(cluster, by_instance, zones, ours[:RECENT_EVENTS])
+
+
+def _about_cluster(event: Obj, cluster: str, pods: set[str], others: set[str]) -> bool:
+    """The cluster itself, its pods, and its children, which are all named after it (``<cluster>-...``) — but not
+    another cluster whose name merely starts with ours (``orders-archive`` and its children, for ``orders``)."""
+    involved = (event.get("involvedObject") or {}).get("name") or ""
+    if involved == cluster or involved in pods:
+        return True
+    if not involved.startswith(f"{cluster}-"):
+        return False
+    return not any(
+        involved == other or involved.startswith(f"{other}-") for other in others if len(other) > len(cluster)
+    )
+
+
+def _event_time(event: Obj) -> datetime:
+    for stamp in (event.get("lastTimestamp"), (event.get("series") or {}).get("lastObservedTime"),
+                  event.get("eventTime"), event["metadata"].get("creationTimestamp")):  # fmt: skip
+        if stamp:
+            return parse_time(stamp)
+    return datetime.fromtimestamp(0, UTC)
+
+
+# --- rendering (pure) ------------------------------------------------------------------------------------------------
+
+
+def ago(stamp: str | datetime | None, now: datetime) -> str:
+    """``3m12s ago`` style age of an RFC 3339 time or a datetime (``-`` when absent)."""
+    if not stamp:
+        return "-"
+    moment = parse_time(stamp) if isinstance(stamp, str) else stamp
+    seconds = max(0, int((now - moment).total_seconds()))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours}h ago"
+    if hours:
+        return f"{hours}h{minutes}m ago"
+    return f"{minutes}m{seconds}s ago" if minutes else f"{seconds}s ago"
+
+
+def human_bytes(value: int | None) -> str:
+    """Bytes in binary units (``16 MiB``); ``-`` when unknown."""
+    if value is None:
+        return "-"
+    amount = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if amount < 1024 or unit == "TiB":
+            return f"{amount:.0f} {unit}" if unit == "B" else f"{amount:.1f} {unit}"
+        amount /= 1024
+    raise AssertionError("unreachable")
+
+
+def pod_state(pod: Obj | None) -> str:
+    """What the pod is doing: Terminating, a container's waiting reason (ImagePullBackOff, CrashLoopBackOff, ...),
+    or its phase with readiness and restarts."""
+    if pod is None:
+        return "no pod"
+    if pod["metadata"].get("deletionTimestamp"):
+        return "Terminating"
+    status = pod.get("status") or {}
+    containers = status.get("containerStatuses") or []
+    for container in containers:
+        waiting = (container.get("state") or {}).get("waiting")
+        if waiting and waiting.get("reason"):
+            return str(waiting["reason"])
+    phase = status.get("phase") or "Pending"
+    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions") or [])
+    restarts = sum(int(c.get("restartCount") or 0) for c in containers)
+    text = f"{phase}, {'ready' if ready else 'not ready'}"
+    return f"{text}, {restarts} restarts" if restarts else text
+
+
+def _table(title: str, *columns: str) -> Table:
+    table = Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, show_edge=False)
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    return table
+
+
+def _summary(cluster: Obj) -> Table:
+    meta, spec, status = cluster["metadata"], cluster.get("spec") or {}, cluster.get("status") or {}
+    replication, failover = spec.get("replication") or {}, spec.get("failover") or {}
+    mode = replication.get("mode", "Async")
+    sync = f", {replication.get('syncStandbys', 1)} synchronous standby(s) required" if mode == "Sync" else ""
+    max_loss = failover.get("maxDataLossBytes", DEFAULT_MAX_DATA_LOSS_BYTES)
+    rows = [
+        ("Phase", str(status.get("phase") or "-")),
+        ("PostgreSQL", f"{spec.get('version', '-')} (data: {status.get('postgresMajor', '-')})"),
+        ("Instances", f"{status.get('readyReplicas', 0)}/{spec.get('replicas', '-')} ready"),
+        ("Primary", f"{status.get('currentPrimary') or '-'} (timeline {status.get('timeline') or '-'})"),
+        ("Replication", f"{mode}{sync}"),
+        ("Failover", f"{failover.get('policy', 'Automatic')}, up to {human_bytes(max_loss)} of WAL at risk"),
+        ("Generation", f"{meta.get('generation', '-')} (observed: {status.get('observedGeneration', '-')})"),
+    ]
+    table = Table(box=None, show_header=False, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    for key, value in rows:
+        table.add_row(key, value)
+    return table
+
+
+def _instances(snap: Snapshot) -> Table:
+    status = snap.cluster.get("status") or {}
+    table = _table("Instances", "Name", "Role", "Ready", "Pod", "Node", "Zone", "Received LSN", "Replayed LSN", "Lag",
+                   "Timeline")  # fmt: skip
+    reported = {instance["name"]: instance for instance in status.get("instances") or []}
+    for name in sorted(reported.keys() | snap.pods.keys()):
+        instance, pod = reported.get(name, {}), snap.pods.get(name)
+        node = (pod or {}).get("spec", {}).get("nodeName") or "-"
+        role = instance.get("role") or ((pod or {}).get("metadata", {}).get("labels") or {}).get(ROLE, "-")
+        # Per-instance timelines when status has them; else the cluster's, which is the primary's.
+        primary = name == status.get("currentPrimary")
+        timeline = instance.get("timeline") or (status.get("timeline") if primary else None)
+        table.add_row(
+            name,
+            str(role),
+            "yes" if instance.get("ready") else "no",
+            pod_state(pod),
+            node,
+            snap.zones.get(node, "-") or "-",
+            instance.get("receivedLSN") or "-",
+            instance.get("replayedLSN") or "-",
+            human_bytes(instance.get("lagBytes")) if role != "Primary" else "-",
+            str(timeline or "-"),
+        )
+    return table
+
+
+def _failover(status: Obj, now: datetime) -> RenderableType:
+    last = status.get("lastFailover")
+    if not last:
+        return Text("Last failover: none recorded")
+    loss = "DATA LOSS POSSIBLE" if last.get("dataLossPossible") else "no data lost"
+    gap = human_bytes(last.get("lsnGapBytes")) if last.get("lsnGapBytes") is not None else "unknown"
+    return Text.assemble(
+        ("Last failover: ", "bold"),
+        f"{last.get('from', '?')} -> {last.get('to', '?')} at {last.get('time')} ({ago(last.get('time'), now)}), "
+        f"timeline {last.get('timeline') or '-'}, WAL gap {gap}, ",
+        (loss, "bold red" if last.get("dataLossPossible") else "green"),
+        f", reason {last.get('reason') or '-'}",
+    )
+
+
+def _backups(cluster: Obj, now: datetime) -> RenderableType:
+    if not (cluster.get("spec") or {}).get("backup"):
+        return Text("Backups: not configured (spec.backup)")
+    backup = (cluster.get("status") or {}).get("backup") or {}
+    test = backup.get("lastRestoreTest") or {}
+    rehearsal = f"{test.get('result')} {ago(test.get('time'), now)} in {test.get('durationSeconds')}s" if test else "-"
+    return Text.assemble(
+        ("Backups: ", "bold"),
+        f"last successful {ago(backup.get('lastSuccessful'), now)}, last failed {ago(backup.get('lastFailed'), now)}, "
+        f"recoverable from {backup.get('firstRecoverabilityPoint') or '-'}, last restore rehearsal {rehearsal}",
+    )
+
+
+def _conditions(status: Obj, now: datetime) -> Table:
+    table = _table("Conditions", "Type", "Status", "Reason", "Since", "Message")
+    for condition in status.get("conditions") or []:
+        style = "red" if (condition["type"], condition["status"]) in {("Ready", "False"), ("Degraded", "True")} else ""
+        table.add_row(condition["type"], Text(condition["status"], style=style), condition.get("reason") or "",
+                      ago(condition.get("lastTransitionTime"), now), condition.get("message") or "")  # fmt: skip
+    return table
+
+
+def _events(events: list[Obj], now: datetime) -> RenderableType:
+    if not events:
+        return Text("Warning events: none recent")
+    table = _table("Warning events", "Last seen", "Object", "Reason", "Count", "Message")
+    for event in events:
+        involved = event.get("involvedObject") or {}
+        count = event.get("count") or (event.get("series") or {}).get("count") or 1
+        table.add_row(ago(_event_time(event), now),
+                      f"{involved.get('kind', '')}/{involved.get('name', '')}", event.get("reason") or "", str(count),
+                      event.get("message") or "")  # fmt: skip
+    return table
+
+
+def render(snap: Snapshot, now: datetime) -> Group:
+    """The whole report for one snapshot."""
+    meta, status = snap.cluster["metadata"], snap.cluster.get("status") or {}
+    parts: list[RenderableType] = [
+        Text(f"PostgresCluster {meta['namespace']}/{meta['name']}", style="bold underline"),
+        _summary(snap.cluster),
+        Text(""),
+        _instances(snap),
+        Text(""),
+        _failover(status, now),
+    ]
+    if split := status.get("splitBrain"):
+        fenced = ", ".join(side["name"] for side in split.get("fenced") or [])
+        parts.append(Text(f"Split brain: kept {split['kept']['name']} ({split.get('keptBy')}), fenced {fenced}",
+                          style="bold red"))  # fmt: skip
+    parts += [_backups(snap.cluster, now), Text(""), _conditions(status, now), Text(""), _events(snap.events, now)]
+    return Group(*parts)
+
+
+# --- the command -----------------------------------------------------------------------------------------------------
+
+
+async def follow(
+    client: Client,
+    name: str,
+    namespace: str,
+    console: Console,
+    *,
+    interval: float = 2.0,
+    frames: int | None = None,
+    after_frame: Callable[[int], Awaitable[None]] | None = None,
+) -> None:
+    """``--watch``: redraw in place on a terminal; elsewhere print each new snapshot after a rule (like
+    ``kubectl get -w``). ``frames`` and ``after_frame`` bound and observe the loop (tests)."""
+    shown = 0
+    live = Live(console=console, auto_refresh=False) if console.is_terminal else None
+    try:
+        if live is not None:
+            live.start()
+        while frames is None or shown < frames:
+            report = render(await snapshot(client, name, namespace), datetime.now(UTC))
+            if live is not None:
+                live.update(report, refresh=True)
+            else:
+                console.rule(datetime.now(UTC).strftime("%H:%M:%S"))
+                console.print(report)
+            shown += 1
+            if after_frame is not None:
+                await after_frame(shown)
+            if frames is None or shown < frames:
+                await asyncio.sleep(interval)
+    finally:
+        if live is not None:
+            live.stop()
+
+
+def _console() -> Console:
+    # Piped output (grep, a file, a test) would otherwise be cut at 80 columns; COLUMNS still wins.
+    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS") or 200)
+    return Console(width=width, soft_wrap=False)
+
+
+async def _status(name: str, namespace: str, kubeconfig: str | None, context: str | None, watch: bool,
+                  interval: float) -> None:  # fmt: skip
+    async with await Client.from_kubeconfig(kubeconfig, context) as client:
+        console = _console()
+        if watch:
+            await follow(client, name, namespace, console, interval=interval)
+        else:
+            console.print(render(await snapshot(client, name, namespace), datetime.now(UTC)))
+
+
+def status(
+    name: Annotated[str, typer.Argument(help="The PostgresCluster.")],
+    namespace: Annotated[str, typer.Option("--namespace", "-n", help="Its namespace.")] = "default",
+    kubeconfig: Annotated[
+        Path | None, typer.Option(help="kubeconfig file (default: $KUBECONFIG, then ~/.kube/config).")
+    ] = None,
+    context: Annotated[str | None, typer.Option(help="kubeconfig context (default: the current one).")] = None,
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="Keep showing it, refreshed every --interval.")] = False,
+    interval: Annotated[float, typer.Option(help="Seconds between refreshes with --watch.", min=0.5)] = 2.0,
+) -> None:
+    """Show a PostgresCluster: instances, replication, backups, last failover, conditions and Warning events."""
+    try:
+        asyncio.run(_status(name, namespace, str(kubeconfig) if kubeconfig else None, context, watch, interval))
+    except ApiError as exc:
+        what = f"PostgresCluster {namespace}/{name} not found" if exc.status == 404 else str(exc)
+        typer.echo(f"kanri status: {what}", err=True)
+        raise typer.Exit(1) from None
+    except ConfigError as exc:
+        typer.echo(f"kanri status: {exc}", err=True)
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        pass
