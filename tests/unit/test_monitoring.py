@@ -39,17 +39,6 @@ FIX = "run `make monitoring` (python -m tests.unit.test_monitoring) and commit d
 TARGET_LABELS = {"job", "instance", "namespace", "pod", "service", "container", "endpoint"}
 SEVERITIES = {"critical", "warning", "info"}
 
-# The failover metrics the lead adds in parallel (issue 14's failover work). Until any of them is registered, the
-# alerts on them are allowed; once one is, all must be (catches a renamed one). Delete this set when they are in.
-AWAITED_FAILOVER_METRICS = {
-    "kanri_postgres_failovers_total": {"namespace", "cluster", "reason"},
-    "kanri_postgres_last_failover_lsn_gap_bytes": {"namespace", "cluster"},
-    "kanri_postgres_last_failover_data_loss_possible": {"namespace", "cluster"},
-    "kanri_postgres_last_failover_timestamp_seconds": {"namespace", "cluster"},
-    "kanri_postgres_failover_blocked": {"namespace", "cluster"},
-}
-
-
 # --- the PrometheusRule, generated from alerts.yaml ------------------------------------------------------------------
 
 PROMETHEUS_RULE_HEAD = """\
@@ -245,8 +234,6 @@ def dashboard_exprs() -> list[str]:
 
 def check_metrics(exprs: list[str]) -> list[str]:
     known = registered()
-    if not any(name in known for name in AWAITED_FAILOVER_METRICS):
-        known.update(AWAITED_FAILOVER_METRICS)
     problems = []
     for expr in exprs:
         for name, labels in used_metrics(expr).items():
