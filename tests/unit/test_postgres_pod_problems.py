@@ -167,6 +167,14 @@ def test_an_unschedulable_pod_carries_the_schedulers_message() -> None:
                                f"(runbook {runbook('Unschedulable')})")  # fmt: skip
 
 
+def test_a_pod_bound_to_a_node_or_running_is_not_unschedulable_whatever_an_old_condition_says() -> None:
+    stale = [scheduled("False", "Unschedulable", SCHEDULER)]
+    assert pod_problems({"db-1": pod(node="node-a", conditions=stale)}, {}, NOW) == []
+    running = pod(node=None, conditions=stale)
+    running["status"]["phase"] = "Running"
+    assert pod_problems({"db-1": running}, {}, NOW) == []
+
+
 def test_a_pod_unschedulable_only_for_a_moment_is_not_reported_yet() -> None:
     moment = pod(node=None, conditions=[scheduled("False", "Unschedulable", SCHEDULER, since=UNSCHEDULABLE_GRACE / 2)])
     assert pod_problems({"db-1": moment}, {}, NOW) == []

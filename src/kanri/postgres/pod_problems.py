@@ -117,8 +117,10 @@ def _pod_problems(pod: Obj, now: datetime) -> list[tuple[str, str]]:
     for container in [*(status.get("initContainerStatuses") or ()), *(status.get("containerStatuses") or ())]:
         if (problem := _container_problem(container)) is not None:
             found.append(problem)
-    scheduled = _condition(pod, "PodScheduled")
-    if scheduled is not None and scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
+    scheduled = _condition(pod, "PodScheduled") or {}
+    # Only a pod not yet bound to a node: one that has a node or runs was scheduled, whatever an old condition says.
+    unbound = not (pod.get("spec") or {}).get("nodeName") and status.get("phase", "Pending") == "Pending"
+    if unbound and (scheduled.get("status"), scheduled.get("reason")) == ("False", "Unschedulable"):
         held = _since(scheduled.get("lastTransitionTime"), now)
         if held is None or held >= UNSCHEDULABLE_GRACE:
             why = _short(str(scheduled.get("message") or "")) or "the scheduler gave no message"
