@@ -190,6 +190,11 @@ def test_a_claim_that_stays_pending_names_its_class() -> None:
     assert "PersistentVolumeClaim db-1 (StorageClass slow) is still Pending" in problem.message
 
 
+def test_a_claim_without_a_class_says_there_was_no_default_one() -> None:
+    [problem] = pod_problems({}, {"db-1": claim(phase="Pending", storage_class=None)}, NOW)
+    assert "PersistentVolumeClaim db-1 (no StorageClass named and no default one) is still Pending" in problem.message
+
+
 def test_a_claim_just_created_or_waiting_for_its_pod_is_not_a_problem() -> None:
     classes = {"local": storage_class(binding="WaitForFirstConsumer")}
     unscheduled = pod(node=None, conditions=[scheduled("False", "Unschedulable", SCHEDULER, since=5)])

@@ -151,7 +151,8 @@ def _volume_pending(claim: Obj, pod: Obj | None, classes: Mapping[str, Obj], now
     if age is not None and age < PENDING_GRACE:
         return None
     name = claim["metadata"]["name"]
-    where = f"StorageClass {class_name}" if class_name else "the default StorageClass"
+    # Without a class name the claim was made while the cluster had no default class (admission fills it in).
+    where = f"StorageClass {class_name}" if class_name else "no StorageClass named and no default one"
     node = (claim["metadata"].get("annotations") or {}).get("volume.kubernetes.io/selected-node")
     on = f" on node {node}" if node else ""
     return f"PersistentVolumeClaim {name} ({where}) is still Pending: no volume was provisioned or bound for it{on}"
