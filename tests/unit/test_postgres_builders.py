@@ -96,7 +96,8 @@ def test_pod_mounts_volumes_probes_and_runs_as_the_postgres_user() -> None:
     assert container["image"] == "kanri.dev/postgres:15"
     assert "command" not in container
     assert "args" not in container
-    assert pod["securityContext"] == {"runAsNonRoot": True, "runAsUser": 26, "runAsGroup": 26, "fsGroup": 26}
+    assert pod["securityContext"] == {"runAsNonRoot": True, "runAsUser": 26, "runAsGroup": 26, "fsGroup": 26,
+                                      "seccompProfile": {"type": "RuntimeDefault"}}  # fmt: skip
     assert pod["automountServiceAccountToken"] is False
     assert pod["serviceAccountName"] == "orders-instance"
     volumes = {v["name"]: v for v in pod["volumes"]}
@@ -133,6 +134,64 @@ def test_pod_template_and_resources_reach_the_pod() -> None:
     # Default placement: prefer spreading the cluster's pods over nodes.
     assert "preferredDuringSchedulingIgnoredDuringExecution" in build()["spec"]["template"]["spec"]["affinity"][
         "podAntiAffinity"]  # fmt: skip
+
+
+def test_the_pod_meets_pod_security_restricted() -> None:
+    """Every check of the "restricted" standard the pod could fail: non-root, seccomp RuntimeDefault, every
+    capability dropped, no privilege escalation, only the volume types it allows, no host namespaces or ports."""
+    pod = build()["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    context = container["securityContext"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert context["allowPrivilegeEscalation"] is False
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    assert context["readOnlyRootFilesystem"] is True
+    assert not context.get("privileged")
+    assert not {"hostNetwork", "hostPID", "hostIPC"} & pod.keys()
+    assert all("hostPort" not in port for port in container["ports"])
+    allowed = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected",
+               "secret"}  # fmt: skip
+    assert all(set(volume) - {"name"} <= allowed for volume in pod["volumes"])
+    # What the root filesystem being read-only relies on: the instance manager's writable places are volumes.
+    writable = {m["mountPath"] for m in container["volumeMounts"] if not m.get("readOnly")}
+    assert writable == {"/var/lib/postgresql/data", "/var/run/postgresql"}
+    # The kubelet keeps a failed run's last log lines in its status, which the operator quotes (CrashLoopBackOff).
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+
+
+def anti_affinity_keys(pod: Obj) -> list[tuple[int, str, Obj]]:
+    terms = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    return [(t["weight"], t["podAffinityTerm"]["topologyKey"], t["podAffinityTerm"]["labelSelector"]) for t in terms]
+
+
+def test_instances_prefer_other_nodes_and_zones_by_default() -> None:
+    mine = {"matchLabels": {"kanri.dev/cluster": "orders"}}
+    pod = build()["spec"]["template"]["spec"]
+    assert anti_affinity_keys(pod) == [
+        (100, "kubernetes.io/hostname", mine),
+        (100, "topology.kubernetes.io/zone", mine),
+    ]
+    assert "requiredDuringSchedulingIgnoredDuringExecution" not in pod["affinity"]["podAntiAffinity"]
+
+
+def test_a_users_node_affinity_keeps_the_spreading_and_a_users_anti_affinity_replaces_it() -> None:
+    node = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["db"]}]}]}}  # fmt: skip
+    pinned = build(podTemplate={"affinity": {"nodeAffinity": node}})["spec"]["template"]["spec"]
+    assert pinned["affinity"]["nodeAffinity"] == node
+    assert [key for _, key, _ in anti_affinity_keys(pinned)] == [
+        "kubernetes.io/hostname",
+        "topology.kubernetes.io/zone",
+    ]
+    strict = {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}]}  # fmt: skip
+    own = build(podTemplate={"affinity": {"podAntiAffinity": strict}})["spec"]["template"]["spec"]
+    assert own["affinity"] == {"podAntiAffinity": strict}
+    # An empty podAntiAffinity is how a user turns the default spreading off.
+    off = build(podTemplate={"affinity": {"podAntiAffinity": {}}})["spec"]["template"]["spec"]
+    assert "affinity" not in off
 
 
 def test_bootstrap_role_and_major_are_read_back_from_an_existing_statefulset() -> None:

@@ -24,6 +24,15 @@ a lone primary: restore a backup into a new cluster |
 | ``OwnerMismatch`` | the adopted ``<cluster>-app`` Secret's user is not ``bootstrap.initdb.owner`` | align them |
 | ``InvalidParameter`` | an instance: PostgreSQL refused a parameter | fix ``spec.postgresql.parameters`` |
 | ``InvalidConfig``, ``InstanceProblem`` | an instance | see its message |
+| ``ImagePullFailed`` | the operator, from a pod: its image cannot be pulled (or is not mapped on the local node) | fix
+``spec.version`` or make the image available (docs/runbooks/ImagePullFailed.md) |
+| ``ContainerCannotStart`` | the operator, from a pod: the container cannot be created or started | see its message |
+| ``Unschedulable`` | the operator, from a pod: no node fits it | fix ``spec.podTemplate`` or the nodes |
+| ``VolumePending`` | the operator, from a claim: it stays unbound | fix the StorageClass or its provisioner |
+| ``VolumeResizeFailed`` | the operator, from a claim: its expansion failed or stays unfinished | see its message |
+| ``CrashLoopBackOff`` | the operator, from a pod: its container keeps exiting | see the log lines in the message |
+
+Each reason has a runbook, ``docs/runbooks/<reason>.md`` (:func:`runbook`).
 """
 
 from __future__ import annotations
@@ -40,12 +49,14 @@ from kanri.postgres.instances import InstanceProblem, InstanceReport
 from kanri.runtime import ApiError
 
 __all__ = [
+    "RUNBOOKS",
     "SEVERITY",
     "Problem",
     "child_conflict",
     "child_rejected",
     "ordered",
     "report_problems",
+    "runbook",
     "secret_problems",
     "storage_class_missing",
     "volume_lost",
@@ -70,6 +81,13 @@ SEVERITY = (
     "OwnerMismatch",
     "InvalidParameter",
     "InvalidConfig",
+    # Seen on the pods and claims (kanri.postgres.pod_problems): why an instance never got to report.
+    "ImagePullFailed",
+    "ContainerCannotStart",
+    "Unschedulable",
+    "VolumePending",
+    "VolumeResizeFailed",
+    "CrashLoopBackOff",
     "InstanceProblem",
 )
 """Most serious first: the first problem's reason is the ``Degraded`` condition's reason."""
@@ -83,6 +101,15 @@ class Problem:
     """The Warning Event's message when it differs from ``message`` (say, with restore instructions)."""
     subject: tuple[str, str] | None = None
     """For ``InvalidSecret``: (purpose, key), so the instances' reports of the same fault are not repeated."""
+
+
+RUNBOOKS = "docs/runbooks"
+"""Where the runbooks live: one ``<reason>.md`` per reason (a path in the project, as the users' docs cite it)."""
+
+
+def runbook(reason: str) -> str:
+    """The runbook of ``reason``: what it means, how to look, how to recover."""
+    return f"{RUNBOOKS}/{reason}.md"
 
 
 def ordered(problems: Iterable[Problem]) -> list[Problem]:

@@ -33,6 +33,7 @@ from kanri.postgres.instances import InstanceClient, InstanceReport, gather_repo
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.labels import CLUSTER, FENCED, PRIMARY, REPLICA, ROLE
 from kanri.postgres.metrics import PostgresMetrics
+from kanri.postgres.pod_problems import pod_problems
 from kanri.postgres.primary import choose_primary, gate_removals
 from kanri.postgres.problems import (
     Problem,
@@ -277,6 +278,8 @@ class ClusterPass:
             self.problems.append(split)
         known = {p.subject for p in self.problems if p.subject is not None}
         self.problems.extend(report_problems(reports, known=known))
+        self.problems.extend(pod_problems(pods, claims, datetime.now(UTC), storage_classes={
+            c["metadata"]["name"]: c for c in self.cache.list(STORAGE_CLASS)}))  # fmt: skip
         approved = self.spec.upgrade.approved_version if self.spec.upgrade else None
         observation = Observation(plan=plan, hibernated=not self.running, reports=reports, pods=pods,
                                   generation=int(self.cluster["metadata"].get("generation", 0)), storage=storage,

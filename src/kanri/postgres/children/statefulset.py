@@ -22,6 +22,8 @@ __all__ = [
     "HTTP_PORT",
     "IMAGE",
     "POSTGRES_UID",
+    "SPREAD_TOPOLOGY_KEYS",
+    "affinity",
     "bootstrap_role",
     "environment",
     "image_major",
@@ -43,6 +45,20 @@ REPLICATION_DIR = "/etc/kanri/replication"
 APP_DIR = "/etc/kanri/app"
 API_DIR = "/etc/kanri/api"
 CONFIG_DIR = "/etc/kanri/config"
+
+SPREAD_TOPOLOGY_KEYS = ("kubernetes.io/hostname", "topology.kubernetes.io/zone")
+"""The default anti-affinity spreads a cluster's instances over these (nodes first, zones as well)."""
+
+
+def _container_security() -> Obj:
+    """Pod Security Standards ``restricted`` (with the pod's runAsNonRoot and seccompProfile). The root filesystem is
+    read-only: the instance manager and PostgreSQL write only under the data volume and the socket dir (an emptyDir)."""
+    return {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
 
 
 def _field(path: str) -> Obj:
@@ -114,7 +130,9 @@ def _container(cluster: str, instance: str, role: Role, major: int, spec: Postgr
         # Cloning a large primary or replaying WAL can take long: up to 10 minutes before liveness applies.
         "startupProbe": _probe("/healthz", 5, 120),
         "volumeMounts": mounts,
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        # A failed run's last log lines land in its terminated state: the operator quotes them (CrashLoopBackOff).
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": _container_security(),
     }
     if spec.resources and (spec.resources.requests or spec.resources.limits):
         container["resources"] = {
@@ -125,11 +143,26 @@ def _container(cluster: str, instance: str, role: Role, major: int, spec: Postgr
     return container
 
 
-def _default_affinity(cluster: str) -> Obj:
-    # Preferred, not required: a one-node development cluster must still run three instances.
-    term = {"labelSelector": {"matchLabels": {CLUSTER: cluster}}, "topologyKey": "kubernetes.io/hostname"}
-    return {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-        {"weight": 100, "podAffinityTerm": term}]}}  # fmt: skip
+def _default_anti_affinity(cluster: str) -> Obj:
+    """Prefer a node, then a zone, without another instance of the cluster (as CloudNativePG's default). Preferred,
+    not required: a one-node development cluster must still run three instances."""
+    terms = [
+        {"weight": 100, "podAffinityTerm": {"labelSelector": {"matchLabels": {CLUSTER: cluster}}, "topologyKey": key}}
+        for key in SPREAD_TOPOLOGY_KEYS
+    ]
+    return {"preferredDuringSchedulingIgnoredDuringExecution": terms}
+
+
+def affinity(cluster: str, spec: PostgresClusterSpec) -> Obj:
+    """The pod's affinity: the user's ``podTemplate.affinity``, with the default anti-affinity unless it says
+    ``podAntiAffinity`` itself (an empty one turns the spreading off); a node affinity alone keeps the spreading."""
+    template = spec.pod_template
+    wanted: Obj = dict(template.affinity) if template and template.affinity else {}
+    if "podAntiAffinity" not in wanted:
+        wanted["podAntiAffinity"] = _default_anti_affinity(cluster)
+    elif not wanted["podAntiAffinity"]:
+        del wanted["podAntiAffinity"]
+    return wanted
 
 
 def _pod_spec(cluster: str, instance: str, role: Role, major: int, spec: PostgresClusterSpec) -> Obj:
@@ -145,11 +178,13 @@ def _pod_spec(cluster: str, instance: str, role: Role, major: int, spec: Postgre
             "runAsUser": POSTGRES_UID,
             "runAsGroup": POSTGRES_UID,
             "fsGroup": POSTGRES_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
         },
         "containers": [_container(cluster, instance, role, major, spec)],
         "volumes": pod_volumes,
-        "affinity": (template.affinity if template and template.affinity else _default_affinity(cluster)),
     }
+    if wanted_affinity := affinity(cluster, spec):
+        pod["affinity"] = wanted_affinity
     if template is not None:
         if template.node_selector:
             pod["nodeSelector"] = dict(template.node_selector)
