@@ -537,8 +537,10 @@ class FailoverStep:
         raw = self.raw.get(old)
         address = self.address(old)
         checkpoint: str | None = None
-        if raw is not None and raw.role == "replica":
-            checkpoint = raw.replay_lsn  # demoted in an earlier pass: its replay ends at the shutdown checkpoint
+        if raw is not None and raw.role == "replica" and (end := lsn_bytes(raw.replay_lsn)) is not None:
+            # Demoted in an earlier pass: its replay ends just after the shutdown checkpoint record, so the target
+            # must have received at least that much (one byte before it, in the strictly-greater test below).
+            checkpoint = _lsn_text(end - 1)
         elif address is not None:
             demoted = await self.r.instances.demote(address, self.token or "")
             if demoted is not None:
@@ -607,6 +609,10 @@ class FailoverStep:
                 self.r.rejoin_requests[key] = self.r.clock()
                 await self.r.events.normal(self.cluster, "Rejoining", f"{instance} (a former primary) rejoins as "
                                            f"a replica of {current}")  # fmt: skip
+
+
+def _lsn_text(position: int) -> str:
+    return f"{position >> 32:X}/{position & 0xFFFFFFFF:X}"
 
 
 def _status_progress(progress: Obj) -> Obj:

@@ -19,6 +19,7 @@ from kanri.postgres.reconciler import PostgresClusterReconciler
 from kanri.runtime import Cache, Client, Controller, ControllerOptions, EventRecorder, Manager, ManagerOptions, Request
 from kanri.runtime.kinds import (
     CONFIG_MAP,
+    NETWORK_POLICY,
     POD,
     POD_DISRUPTION_BUDGET,
     PVC,
@@ -98,7 +99,8 @@ def build_manager(
         for_kind=POSTGRES_CLUSTER,
         options=ControllerOptions(max_concurrent_reconciles=options.max_concurrent_reconciles),
     )
-    for kind in (STATEFUL_SET, SERVICE, CONFIG_MAP, SERVICE_ACCOUNT, ROLE, ROLE_BINDING, POD_DISRUPTION_BUDGET):
+    for kind in (STATEFUL_SET, SERVICE, CONFIG_MAP, SERVICE_ACCOUNT, ROLE, ROLE_BINDING, POD_DISRUPTION_BUDGET,
+                 NETWORK_POLICY):  # fmt: skip
         controller.owns(kind)
     for kind in (PVC, SECRET, POD):
         controller.watches(kind, _by_cluster_label)

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from kanri.postgres import names
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.children.config import config_map
+from kanri.postgres.children.networkpolicy import network_policy
 from kanri.postgres.children.pdb import disruption_budgets, wants_budgets
 from kanri.postgres.children.pvc import claim
 from kanri.postgres.children.rbac import rbac
@@ -77,6 +78,7 @@ from kanri.runtime import (
 )
 from kanri.runtime.kinds import (
     CONFIG_MAP,
+    NETWORK_POLICY,
     POD,
     POD_DISRUPTION_BUDGET,
     PVC,
@@ -414,12 +416,14 @@ class ClusterPass:
         return report.system_identifier if report is not None and report.role == PRIMARY else None
 
     async def shared_children(self, plan: InstancePlan, system_identifier: str | None) -> None:
-        """The ConfigMap (parameters, instance list, system identifier), the instances' RBAC, the three Services."""
+        """The ConfigMap (parameters, instance list, system identifier), the instances' RBAC, the three Services and
+        the NetworkPolicy."""
         await self.apply(CONFIG_MAP, config_map(self.cluster, self.spec, plan.instances, system_identifier))
         for kind, obj in zip((SERVICE_ACCOUNT, RBAC_ROLE, ROLE_BINDING), rbac(self.cluster), strict=True):
             await self.apply(kind, obj)
         for service in services(self.cluster):
             await self.apply(SERVICE, service)
+        await self.apply(NETWORK_POLICY, network_policy(self.cluster))
 
     async def scale(self, plan: InstancePlan) -> bool:
         """Remove the replicas the plan drops (StatefulSet, then volume: a replica's data is on the primary)."""

@@ -45,6 +45,9 @@ Everything the reconciler reads, writes or owns, and nothing else (no exec, no n
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
   verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
 # The instances' Role grants `get` on their own ConfigMap and Secrets: RBAC lets the operator grant only what
 # it holds itself, which the rules above cover.
 - apiGroups: ["rbac.authorization.k8s.io"]
