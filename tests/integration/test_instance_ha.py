@@ -432,7 +432,8 @@ async def freeze(instance: Instance, seconds: float) -> None:
     assert instance.process is not None
     pids = process_tree(instance.process.pid)
     for pid in pids:
-        os.kill(pid, signal.SIGSTOP)
+        with contextlib.suppress(ProcessLookupError):  # a short-lived child (a backend, a check) may be gone already
+            os.kill(pid, signal.SIGSTOP)
     try:
         await asyncio.sleep(seconds)  # the duration of the freeze itself, not a wait for a condition
     finally:

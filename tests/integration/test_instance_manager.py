@@ -560,8 +560,12 @@ async def test_promotion_moves_to_a_new_timeline_and_a_delisted_slot_is_dropped(
         status = await third.status()
         assert (status["role"], status["inRecovery"], status["timeline"]) == ("primary", False, body["timeline"])
         assert not (third.pgdata / "standby.signal").exists()
-        assert "primary_conninfo" not in (third.pgdata / "postgresql.conf").read_text()
-        await third.query("CREATE TABLE promoted (id int)", role="app", dbname="orders")
+        await third.query("CREATE TABLE promoted (id int)", role="app", dbname="orders")  # writable at once
+
+        async def primary_files() -> bool:  # the config loop's next pass writes a primary's files
+            return "primary_conninfo" not in (third.pgdata / "postgresql.conf").read_text()
+
+        await eventually(primary_files, timeout=15)
         # the new primary keeps slots for the others, as any primary does
         await eventually(lambda: third.query("SELECT 1 FROM pg_replication_slots WHERE slot_name = 'orders_1'"))
 

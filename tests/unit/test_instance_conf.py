@@ -139,7 +139,15 @@ def test_a_replica_conf_names_its_slot_and_a_passfile_never_the_password() -> No
         assert part in conninfo
     assert "passfile=/var/run/postgresql/kanri.pgpass" in conninfo
     assert REPLICATION.password not in text
-    assert "synchronous_standby_names" not in lines
+    # Ignored by a standby; in force from the first commit after a promotion.
+    assert "synchronous_standby_names" in lines
+
+
+def test_a_replica_conf_already_names_the_synchronous_standbys_it_will_wait_for_once_promoted() -> None:
+    settings = Settings.from_env({**ENV, "KANRI_PRIMARY_HOST": "orders-rw"})
+    config = ClusterConfig(instances=("orders-1", "orders-2", "orders-3"), synchronousStandbys=1)
+    text = render_postgresql_conf(settings, config, {}, replica=True, replication=REPLICATION)
+    assert conf_lines(text)["synchronous_standby_names"] == '\'ANY 1 ("orders-1", "orders-3")\''
 
 
 def test_synchronous_standbys_is_a_quorum_over_the_others_capped_at_their_number() -> None:

@@ -99,8 +99,9 @@ def managed_parameters(
         params["primary_conninfo"] = conninfo
     if replica:
         params["primary_slot_name"] = slot_name(settings.name)
-    else:
-        params["synchronous_standby_names"] = synchronous_standby_names(settings.name, config)
+    # On a replica too, where PostgreSQL ignores it until a promotion: the first commit a promoted replica takes
+    # already waits for its synchronous standbys, before the manager has rewritten the files.
+    params["synchronous_standby_names"] = synchronous_standby_names(settings.name, config)
     return params
 
 

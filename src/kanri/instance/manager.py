@@ -585,8 +585,10 @@ class InstanceManager:
                 if clear_pause(self.pause_path) or self._paused:  # a primary has no replication to pause
                     self._paused = False
                     log.info("replication pause ended by the promotion")
-                if await self._write_files():  # standby.signal is gone: no primary_conninfo, sync standbys instead
-                    await conn.execute("SELECT pg_reload_conf()")
+                # The primary's files (no primary_conninfo) are written by the config loop's next pass, brought
+                # forward here: checking them with PostgreSQL takes seconds, and nothing waits on them —
+                # synchronous_standby_names is in a replica's file already, so the first commit is synchronous.
+                self._synced = None
                 async with self._upkeep_lock:  # the upkeep loop sees the new primary too: not both at once
                     await self._ensure_roles(conn)
                     await reconcile_slots(
