@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -164,8 +165,11 @@ async def run_fault(
                 lambda: asyncio.sleep(0, next((a for a in ledger.acks if a.at > fault_at and a.server != old_ip),
                                               None)), timeout=30)  # fmt: skip
             outage = first.at - fault_at
-            print(f"\n{fault} ({mode}): first commit on the new primary {outage:.2f} s after the fault; "
-                  f"lastFailover {record}")  # fmt: skip
+            print(
+                f"\n{fault} ({mode}): first commit on the new primary {outage:.2f} s after the fault; "
+                f"lastFailover {record}"
+            )
+            print(await promoted_line(str(operator.control_plane.kubeconfig), namespace, record))
             await asyncio.sleep(2)  # writes on the new timeline the old primary must not have
             assert await host.chaos(recover, node)
             await eventually(lambda: rejoined(client, namespace, old), timeout=180, interval=1)
@@ -176,6 +180,16 @@ async def run_fault(
         degraded = get_condition((await status_of(client, namespace)).get("conditions"), "Degraded")
         assert degraded is not None
         return ledger, watcher, record, outage
+
+
+async def promoted_line(kubeconfig: str, namespace: str, record: Obj) -> str:
+    """The promoted instance's own account of its promotion (where the time went), from ``kubectl logs``."""
+    proc = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).parent / "kubectl"), "--kubeconfig", kubeconfig, "-n", namespace, "logs",
+        f"{record['to']}-0", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    out, _ = await proc.communicate()
+    return next((line for line in out.decode(errors="replace").splitlines() if '"promoted"' in line), "")
 
 
 async def lost_commits(client: Client, namespace: str, ledger: Ledger) -> set[int]:

@@ -572,7 +572,9 @@ class InstanceManager:
 
     async def promote(self) -> dict[str, Any]:
         """``POST /promote``: pg_promote, wait for the end of recovery, switch the files to the primary's."""
+        asked = time.monotonic()
         async with self._lock:
+            locked = time.monotonic()
             self._refuse_if_fenced("promote")
             conn = await self._action_connection()
             async with conn:
@@ -580,6 +582,7 @@ class InstanceManager:
                     raise ActionError(409, "this instance is already a primary")
                 log.info("promoting")
                 done = (await fetch_one(conn, "SELECT pg_promote(wait => true, wait_seconds => 60) AS done"))["done"]
+                promoted = time.monotonic()
                 if not done:
                     raise ActionError(504, "promotion did not finish within 60 s")
                 if clear_pause(self.pause_path) or self._paused:  # a primary has no replication to pause
@@ -595,7 +598,9 @@ class InstanceManager:
                         conn, cluster=self.settings.cluster, name=self.settings.name, instances=self.config.instances
                     )
                 state = await status_queries.collect(conn)
-        log.info("promoted", timeline=state["timeline"], lsn=state["writeLsn"])
+        # Where the time went (the operator's failover waits for this answer): the lock, pg_promote, the upkeep.
+        log.info("promoted", timeline=state["timeline"], lsn=state["writeLsn"], lock_wait=round(locked - asked, 3),
+                 promote_seconds=round(promoted - locked, 3), total=round(time.monotonic() - asked, 3))  # fmt: skip
         return {"promoted": True, "timeline": state["timeline"], "lsn": state["writeLsn"]}
 
     async def restart(self) -> dict[str, Any]:
