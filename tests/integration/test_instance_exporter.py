@@ -168,6 +168,13 @@ async def test_replica_exports_its_wal_receiver_and_a_fence_shows_as_down(
 
     await eventually(back, timeout=60)
 
+    # The manager's log: one JSON object per line (log_events parses each), every one with the instance's keys, and
+    # the fence's line with its reason (the keys the exporter's labels and the cluster's conditions use).
+    lines = replica.log_events()
+    keys = {"namespace": "test", "cluster": CLUSTER, "instance": f"{CLUSTER}-2"}
+    assert all(keys.items() <= line.items() and {"event", "level", "timestamp"} <= set(line) for line in lines)
+    assert any(line["event"].startswith("fenced") and line.get("reason") == "exporter test" for line in lines), lines
+
 
 async def test_no_password_in_the_metrics(pair: tuple[Instance, Instance], workspace: Workspace) -> None:
     for instance in pair:
