@@ -5,9 +5,9 @@ own connection, with a short statement timeout, into one immutable :class:`Snaps
 snapshot. So a slow or stuck PostgreSQL can neither block the manager's loops nor hold a scrape; it shows as
 ``kanri_instance_up 0`` and an old ``kanri_instance_last_refresh_timestamp_seconds``.
 
-Every series carries ``namespace``, ``cluster`` and ``instance`` (the pod's name), the labels the operator's metrics
-use: scrape with ``honor_labels: true`` (docs/observability.md). No query selects a secret (no conninfo, no query
-text).
+Every series carries ``namespace``, ``cluster`` and ``instance`` (the instance's name, ``POD_NAME``), the labels the
+operator's metrics use: scrape with ``honor_labels: true`` (docs/observability.md). No query selects a secret (no
+conninfo, no query text).
 """
 
 from __future__ import annotations
