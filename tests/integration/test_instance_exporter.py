@@ -3,7 +3,11 @@ process serving ``/metrics``; the values follow what the servers do (commits, ch
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
 import shutil
+import signal
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -22,6 +26,7 @@ from tests.integration.test_instance_manager import (
     _cleanup,
     chown_tree,
     free_port,
+    postmasters,
 )
 from tests.support import eventually
 
@@ -174,6 +179,47 @@ async def test_replica_exports_its_wal_receiver_and_a_fence_shows_as_down(
     keys = {"namespace": "test", "cluster": CLUSTER, "instance": f"{CLUSTER}-2"}
     assert all(keys.items() <= line.items() and {"event", "level", "timestamp"} <= set(line) for line in lines)
     assert any(line["event"].startswith("fenced") and line.get("reason") == "exporter test" for line in lines), lines
+
+
+def server_processes(instance: Instance) -> list[int]:
+    """The postmaster of ``instance`` and every process it forked (backends, WAL receiver, ...)."""
+    (postmaster,) = (int(pid) for pid in postmasters(instance.pgdata))
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == postmaster:  # the field after the state: the parent's pid
+            children.append(int(stat.parent.name))
+    return [postmaster, *children]
+
+
+async def test_a_frozen_postgresql_does_not_hold_a_scrape_and_shows_as_down(pair: tuple[Instance, Instance]) -> None:
+    """Every PostgreSQL process of the replica stopped (SIGSTOP): its statement timeout cannot fire, the exporter's
+    own deadline must; meanwhile each scrape answers from the last snapshot."""
+    _, replica = pair
+    frozen = server_processes(replica)
+    for pid in frozen:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+
+        async def down() -> bool:
+            async with asyncio.timeout(10):  # a scrape that waited on PostgreSQL would not answer at all
+                _, series = await scrape(replica)
+            return value(series, "kanri_instance_up") == 0 and value(series, "kanri_instance_postgres_running") == 1
+
+        await eventually(down, timeout=60, interval=0.5)
+    finally:
+        for pid in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+    async def back() -> bool:
+        _, series = await scrape(replica)
+        return value(series, "kanri_instance_up") == 1 and value(series, "kanri_instance_wal_receiver_streaming") == 1
+
+    await eventually(back, timeout=60)
 
 
 async def test_no_password_in_the_metrics(pair: tuple[Instance, Instance], workspace: Workspace) -> None:
