@@ -27,6 +27,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import MetricsHandler
 
+from kanri.instance.exporter import METRICS, Snapshot, SnapshotCollector
 from kanri.postgres.instances import InstanceReport
 from kanri.postgres.metrics import PostgresMetrics
 from kanri.runtime import Client, FakeClock, LeaderElector
@@ -63,6 +64,10 @@ def reports(prefix: str) -> dict[str, InstanceReport]:
     }
 
 
+HEALTHY = {"kanri_instance_wal_bytes": 1e9, "kanri_instance_volume_size_bytes": 10e9,
+           "kanri_instance_volume_free_bytes": 5e9}  # fmt: skip
+
+
 def fill(registry: CollectorRegistry) -> None:
     """Every family kanri registers, with a value, through the classes the operator uses."""
     postgres = PostgresMetrics(registry)
@@ -97,6 +102,14 @@ def fill(registry: CollectorRegistry) -> None:
     client.requests.labels("200", "GET", "10.0.0.1:6443").inc(10)
     client.requests.labels("429", "PATCH", "10.0.0.1:6443").inc()
     client.latency.labels("GET", "10.0.0.1:6443").observe(0.01)
+    # The instance exporter's series, healthy values (no instance alert may go pending), as a primary reports them.
+    exporter = SnapshotCollector(("shop", "orders", "orders-1"))
+    exporter.snapshot = Snapshot({
+        name: [(tuple("orders-2" if label == "standby" else "idle" if label == "state" else "x" for label in extra),
+                HEALTHY.get(name, 1.0))]
+        for name, (_, _, extra) in METRICS.items()
+    })  # fmt: skip
+    registry.register(exporter)
     # A standby: the gauge is 0 until it leads, so KanriOperatorNoLeader goes pending.
     LeaderElector(Client(Connection(host="http://127.0.0.1:1")), namespace="kanri-system", name="kanri-postgres",
                   identity="standby", registry=registry)  # fmt: skip

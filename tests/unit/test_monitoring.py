@@ -20,6 +20,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
+from kanri.instance import exporter
 from kanri.postgres.metrics import PostgresMetrics
 from kanri.postgres.problems import SEVERITY
 from kanri.runtime import Client, LeaderElector
@@ -197,6 +198,8 @@ def registered() -> dict[str, set[str]]:
             for suffix in _SUFFIXES.get(family.type, [""]):
                 extra = {"le"} if suffix == "_bucket" else set()
                 names[family.name + suffix] = family_labels | extra
+    for name, _, exported in exporter.described():  # the instance exporter renders snapshots: its table is the truth
+        names[name] = set(exported)
     return names
 
 

@@ -110,7 +110,8 @@ def test_pod_mounts_volumes_probes_and_runs_as_the_postgres_user() -> None:
     assert mounts == {"/var/lib/postgresql/data": "data", "/etc/kanri/superuser": "superuser",
                       "/etc/kanri/replication": "replication", "/etc/kanri/app": "app", "/etc/kanri/api": "api",
                       "/etc/kanri/config": "config", "/var/run/postgresql": "run"}  # fmt: skip
-    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"postgres": 5432, "http": 8008}
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"postgres": 5432, "http": 8008, "metrics": 9187}
     assert container["readinessProbe"] == {"httpGet": {"path": "/readyz", "port": 8008}, "periodSeconds": 2,
                                            "failureThreshold": 3}  # fmt: skip
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": 8008}

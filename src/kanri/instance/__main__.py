@@ -8,6 +8,7 @@ import sys
 import structlog
 
 from kanri.instance.config import Settings, SettingsError
+from kanri.instance.exporter import metrics_port
 from kanri.instance.isolation import IsolationSettings
 from kanri.instance.logs import configure_logging
 from kanri.instance.manager import InstanceManager
@@ -27,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = Settings.from_env()
         isolation = IsolationSettings.from_env()
+        metrics_port()  # checked here, so a bad KANRI_METRICS_PORT is an invalid setting, not a crash later
     except (SettingsError, ValueError) as exc:
         configure_logging()
         structlog.get_logger("kanri.instance").error("invalid settings", reason=str(exc))

@@ -39,6 +39,7 @@ from kanri.instance.config import ClusterConfig, Credentials, Settings
 from kanri.instance.credentials import Checked, Purpose, check_credentials, check_token
 from kanri.instance.db import connect, fetch_one
 from kanri.instance.demote import read_controldata
+from kanri.instance.exporter import InstanceExporter, ManagerState, metrics_port
 from kanri.instance.fence import FenceRecord, lift, marker_path, read_fence, write_fence
 from kanri.instance.http_api import Accepted, ActionError, build_app
 from kanri.instance.identity import binary_version, data_version, start_problems
@@ -112,6 +113,10 @@ class InstanceManager:
         await runner.setup()
         # HTTP first: liveness must answer during a long pg_basebackup
         await web.TCPSite(runner, self.settings.http_listen, self.settings.http_port).start()
+        port = metrics_port()  # the exporter reads PostgreSQL on its own connection; 0 turns it off
+        exporter = InstanceExporter(self.settings, self._exporter_state, port=port) if port else None
+        if exporter is not None:
+            await exporter.start()
         log.info("instance manager started", http_port=self.settings.http_port, pgdata=str(self.settings.pgdata))
         code = 0
         main = asyncio.create_task(self._main())
@@ -131,11 +136,18 @@ class InstanceManager:
             if self._rejoin_task is not None:
                 self._rejoin_task.cancel()  # it holds the lock while it rewinds or clones
             await asyncio.gather(main, stop, *filter(None, [self._rejoin_task]), return_exceptions=True)
+            if exporter is not None:
+                await exporter.stop()
             async with self._lock:
                 await self.pg.stop()
             await runner.cleanup()
         log.info("instance manager stopped", exit_code=code)
         return code
+
+    def _exporter_state(self) -> ManagerState:
+        contact = self.watch.last_contact if self.isolation.enabled else None
+        last_contact = contact.timestamp() if contact else None
+        return ManagerState(self.pg.running, self.fenced is not None, self._paused, last_contact)
 
     def request_shutdown(self) -> None:
         """Stop: fast shutdown of PostgreSQL, then exit (signal handler)."""

@@ -97,7 +97,7 @@ def build_manager(
         "postgrescluster",
         reconciler,
         for_kind=POSTGRES_CLUSTER,
-        options=ControllerOptions(max_concurrent_reconciles=options.max_concurrent_reconciles),
+        options=ControllerOptions(max_concurrent_reconciles=options.max_concurrent_reconciles, log_name_key="cluster"),
     )
     for kind in (STATEFUL_SET, SERVICE, CONFIG_MAP, SERVICE_ACCOUNT, ROLE, ROLE_BINDING, POD_DISRUPTION_BUDGET,
                  NETWORK_POLICY):  # fmt: skip

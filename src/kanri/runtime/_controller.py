@@ -81,6 +81,8 @@ class ControllerOptions:
     """Condition type set False with the error's reason on a PermanentError (None: leave status alone). The runtime
     writes it under its own field manager (``kanri.runtime/<controller name>``) and removes it after the next
     successful reconcile, unless the reconciler has written that condition since (then it is the reconciler's)."""
+    log_name_key: str | None = None
+    """Another log key for the object's name, beside ``name`` (PostgreSQL operator: ``cluster``, its metrics' label)."""
 
 
 class Controller:
@@ -274,6 +276,8 @@ class Controller:
             # A log correlation id, not a secret: random, not secrets (one getrandom syscall per reconcile).
             "reconcile_id": f"{random.getrandbits(64):016x}",
         }
+        if self.options.log_name_key:
+            context[self.options.log_name_key] = request.name
         with structlog.contextvars.bound_contextvars(**context):
             started = time.monotonic()
             result_label = "success"
@@ -308,6 +312,7 @@ class Controller:
             finally:
                 self._metrics.reconcile_time.labels(self.name).observe(time.monotonic() - started)
             self._metrics.reconcile_total.labels(self.name, result_label).inc()
+            log.debug("reconciled", result=result_label, seconds=round(time.monotonic() - started, 3))
 
     def _log_retried(self, request: Request, exc: Exception) -> None:
         """Log an error that will be retried: a traceback the first time, then one line at 2, 4, 8, ... repeats."""

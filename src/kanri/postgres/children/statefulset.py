@@ -35,6 +35,8 @@ Obj = dict[str, Any]
 
 IMAGE = "kanri.dev/postgres"
 HTTP_PORT = 8008
+METRICS_PORT = 9187
+"""The instance exporter's port (kanri.instance.exporter; the operator does not import the instance package)."""
 POSTGRES_UID = 26  # the image's postgres user (as in the Red Hat / Crunchy images)
 BOOTSTRAP_ENV = "KANRI_BOOTSTRAP"
 
@@ -124,6 +126,7 @@ def _container(cluster: str, instance: str, role: Role, major: int, spec: Postgr
         "ports": [
             {"name": "postgres", "containerPort": 5432, "protocol": "TCP"},
             {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},  # the instance exporter
         ],
         "readinessProbe": _probe("/readyz", 2, 3),
         "livenessProbe": _probe("/healthz", 10, 3),
