@@ -36,7 +36,7 @@ def admits(policy: Obj, namespace: str, labels: dict[str, str], port: int, targe
     if not _selects(spec["podSelector"], target):
         return True  # not a pod this policy isolates
     return any(
-        any(_peer_matches(peer, namespace, labels) for peer in rule["from"])
+        ("from" not in rule or any(_peer_matches(peer, namespace, labels) for peer in rule["from"]))  # no from: all
         and any(p["port"] == port and p["protocol"] == "TCP" for p in rule["ports"])
         for rule in spec.get("ingress") or []
     )
@@ -57,6 +57,8 @@ def test_one_ingress_policy_over_the_clusters_pods_owned_by_the_cluster() -> Non
     [
         ("shop", {"app": "web"}, 5432, True),  # an application in the namespace
         ("shop", {"app": "web"}, 8008, False),  # ... never the instance API
+        ("monitoring", {"app": "prometheus"}, 9187, True),  # the exporter, from wherever Prometheus runs
+        ("monitoring", {"app": "prometheus"}, 5432, False),
         ("other", {"app": "web"}, 5432, False),  # another namespace
         ("shop", INSTANCE, 5432, True),  # replication between the instances
         ("kanri-system", OPERATOR, 8008, True),  # the operator reaches the instance API

@@ -1,13 +1,15 @@
 """The cluster's NetworkPolicy (``<cluster>``): who may reach its instance pods, and on which port.
 
-Ingress only, three rules, nothing else allowed in:
+Ingress only, four rules, nothing else allowed in:
 
 - PostgreSQL (5432) from the cluster's namespace — or, when ``clients`` is given, only from those peers (selectors
   the user allows, e.g. an application's pods or another namespace);
 - PostgreSQL (5432) between the cluster's own instances (streaming replication, cloning, pg_rewind), whatever
   ``clients`` says;
 - the instance manager's API (8008) from the operator's pods only (namespace ``kanri-system``, label
-  ``app.kubernetes.io/name: kanri-operator``, as in deploy/operator/operator.yaml).
+  ``app.kubernetes.io/name: kanri-operator``, as in deploy/operator/operator.yaml);
+- the instance exporter (9187) from anywhere: Prometheus runs in a namespace of the platform's choosing, and the
+  metrics hold no credential or row.
 
 Egress is left open: an instance reaches ``<cluster>-rw`` (its own pods, through the Service), DNS and, for
 backups, an object store that this policy cannot know. The kubelet's probes come from the node, which network
@@ -21,7 +23,7 @@ from typing import Any
 
 from kanri.postgres.children import child_meta, owned
 from kanri.postgres.children.services import POSTGRES_PORT
-from kanri.postgres.children.statefulset import HTTP_PORT
+from kanri.postgres.children.statefulset import HTTP_PORT, METRICS_PORT
 from kanri.postgres.labels import CLUSTER, cluster_labels
 
 __all__ = ["OPERATOR_LABELS", "OPERATOR_NAMESPACE", "network_policy", "network_policy_name"]
@@ -63,6 +65,7 @@ def network_policy(
     ingress += [
         {"from": [instances], "ports": [_port(POSTGRES_PORT)]},
         {"from": [operator], "ports": [_port(HTTP_PORT)]},
+        {"ports": [_port(METRICS_PORT)]},
     ]
     spec = {"podSelector": {"matchLabels": {CLUSTER: name}}, "policyTypes": ["Ingress"], "ingress": ingress}
     meta = child_meta(cluster, network_policy_name(name), cluster_labels(name))
