@@ -153,7 +153,8 @@ async def test_an_unanswering_primary_is_fenced_and_the_most_advanced_replica_pr
 ) -> None:
     async with ha_fakes("ha", {2: "0/3000000", 3: "0/3000040"}) as (fakes, instances):
         await client.create(POSTGRES_CLUSTER, pgc("ha", namespace))
-        async with Operator(control_plane, namespace, instances=instances).running(refresh=0.5):
+        operator = Operator(control_plane, namespace, instances=instances)
+        async with operator.running(refresh=0.5):
             await pods_running(client, namespace, fakes)
             await eventually(lambda: ready(client, namespace, "ha"), timeout=30)
             await fakes["ha-1"].stop()
@@ -184,6 +185,18 @@ async def test_an_unanswering_primary_is_fenced_and_the_most_advanced_replica_pr
 
             status = await eventually(converged, timeout=20)
             assert status["timeline"] == 2
+
+            def exported(name: str) -> float | None:
+                return operator.registry.get_sample_value(name, {"namespace": namespace, "cluster": "ha"})
+
+            await eventually(
+                lambda: asyncio.sleep(0, exported("kanri_postgres_last_failover_lsn_gap_bytes")), timeout=10
+            )
+            assert exported("kanri_postgres_last_failover_lsn_gap_bytes") == 0x20
+            assert exported("kanri_postgres_last_failover_data_loss_possible") == 1.0
+            assert exported("kanri_postgres_failovers_total") is None  # by reason only
+            labels = {"namespace": namespace, "cluster": "ha", "reason": "PrimaryUnreachable"}
+            assert operator.registry.get_sample_value("kanri_postgres_failovers_total", labels) == 1.0
             reasons = await event_reasons(client, namespace, "ha")
             assert {"FailoverStarted", "FailedOver"} <= set(reasons)
 

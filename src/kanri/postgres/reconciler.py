@@ -695,7 +695,8 @@ class ClusterPass:
         old = self.cluster.get("status") or {}
         new = compute_status(old, observation, datetime.now(UTC))
         if self.r.metrics is not None:
-            self.r.metrics.observe({**self.cluster, "status": new}, observation.reports)
+            # old first: lastFailover, failover, backup, tls are written by their own steps, not compute_status
+            self.r.metrics.observe({**self.cluster, "status": {**old, **new}}, observation.reports)
         patch = status_patch(old, new)
         if patch is None:
             return  # converged: not even a status write (and no problem is new)
