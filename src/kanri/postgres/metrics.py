@@ -76,6 +76,8 @@ class PostgresMetrics:
         self.last_duration = Gauge("kanri_postgres_last_failover_duration_seconds", "From the start of the last "
                                    "failover (detection window passed) to the promotion.", cluster,
                                    registry=registry)  # fmt: skip
+        self.tls_expiry = Gauge("kanri_postgres_tls_certificate_expiry_timestamp_seconds", "Unix time the cluster's "
+                                "server certificate expires.", cluster, registry=registry)  # fmt: skip
         self._series: dict[tuple[str, str], set[tuple[Gauge, tuple[str, ...]]]] = {}
 
     def _set(self, key: tuple[str, str], gauge: Gauge, labels: tuple[str, ...], value: float) -> None:
@@ -104,6 +106,9 @@ class PostgresMetrics:
                 self._set(key, self.last_duration, key, float(last["durationSeconds"]))
             if last.get("lsnGapBytes") is not None:
                 self._set(key, self.last_gap, key, float(last["lsnGapBytes"]))
+        if expires := (status.get("tls") or {}).get("serverCertificateExpires"):
+            when = datetime.fromisoformat(str(expires).replace("Z", "+00:00"))
+            self._set(key, self.tls_expiry, key, when.timestamp())
         for name, report in reports.items():
             labels: tuple[str, ...] = (*key, name)
             self._set(key, self.instance_ready, (*labels, report.role), float(report.ready))
