@@ -97,11 +97,11 @@ async def ensure_tls(step: Pass, replicas: int, instances: object = None, now: d
     covered before it starts). ``instances`` (the instance client) learns which pods to verify with the CA."""
     now = now or dt.datetime.now(dt.UTC)
     cache, client, cluster, ns = step.cache, step.client, step.name, step.namespace
-    instances = sorted(
+    members = sorted(
         set(step.existing_instances()) | {names.instance_name(cluster, n) for n in range(1, replicas + 1)},
         key=lambda i: names.instance_number(cluster, i) or 0,
     )
-    dns = tls.dns_names(cluster, ns, instances)
+    dns = tls.dns_names(cluster, ns, members)
     server = cache.get(SECRET, names.server_secret(cluster), ns)
     if server is not None and not _managed(server):
         ca_cert = _value(server, "ca.crt")  # adopted (a user's or cert-manager's): publish its CA, write nothing
