@@ -135,7 +135,8 @@ async def test_creates_children_with_their_shape_and_reports_instances_not_ready
 
     assert await names_of(client, SERVICE, namespace) == ["orders-r", "orders-ro", "orders-rw"]
     assert await names_of(client, PVC, namespace) == ["orders-1", "orders-2", "orders-3"]
-    assert await names_of(client, SECRET, namespace) == ["orders-api", "orders-app", "orders-replication",
+    assert await names_of(client, SECRET, namespace) == ["orders-api", "orders-app", "orders-ca", "orders-ca-key",
+                                                         "orders-replication", "orders-server",
                                                          "orders-superuser"]  # fmt: skip
     assert await names_of(client, POD_DISRUPTION_BUDGET, namespace) == ["orders-primary", "orders-replicas"]
     for kind, name in [(SERVICE, "orders-rw"), (CONFIG_MAP, "orders-config"), (SERVICE_ACCOUNT, "orders-instance"),
@@ -480,7 +481,7 @@ async def test_instance_reports_drive_readiness_role_labels_and_ordered_restarts
     restarted: list[str] = []
     for fake in fakes.values():
         fake.log = restarted
-    instances = HttpInstanceClient(port=port, timeout=1.0)
+    instances = HttpInstanceClient(port=port, timeout=1.0, plain=True)  # the fakes serve plain HTTP
     await client.create(POSTGRES_CLUSTER, pgc("rep", namespace, replicas=2))
     operator = Operator(control_plane, namespace, instances=instances)
     try:
@@ -551,7 +552,7 @@ async def fake_instances(cluster: str, roles: dict[int, str], major: int = 16) -
     port = 0
     for fake in fakes.values():
         port = await fake.start(port)
-    instances = HttpInstanceClient(port=port, timeout=1.0)
+    instances = HttpInstanceClient(port=port, timeout=1.0, plain=True)  # the fakes serve plain HTTP
     try:
         yield fakes, instances
     finally:

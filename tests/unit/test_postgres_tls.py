@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from cryptography import x509
 
+from kanri.cli.up import connect_commands
 from kanri.instance import tls as instance_tls
 from kanri.instance.conf import render_hba, render_postgresql_conf
 from kanri.instance.config import ClusterConfig, Credentials, Settings
@@ -278,3 +279,11 @@ def test_without_a_mount_the_instance_stays_plain(tmp_path: Path) -> None:
     assert instance_tls.install(settings) is False
     assert instance_tls.client_options(settings) == {}
     assert instance_tls.server_context(settings) is None
+
+
+def test_kanri_up_prints_a_verify_full_psql_with_the_published_ca() -> None:
+    fetch_ca, psql = connect_commands("kubectl", "demo", "shop", "app")
+    assert "get secret -n shop demo-ca -o jsonpath='{.data.ca\\.crt}' | base64 -d > demo-ca.crt" in fetch_ca
+    assert '"host=demo-rw.shop.svc hostaddr=127.0.0.1 port=5432 dbname=app sslmode=verify-full' in psql
+    assert "sslrootcert=demo-ca.crt" in psql
+    assert psql.startswith("PGPASSWORD=$(")  # the password comes from the Secret at run time, never printed

@@ -257,9 +257,11 @@ class HttpInstanceClient:
     The token is sent as a bearer header only, and never logged.
     """
 
-    def __init__(self, *, port: int = 8008, timeout: float = 2.0) -> None:
+    def __init__(self, *, port: int = 8008, timeout: float = 2.0, plain: bool = False) -> None:
         self.port = port
         self.timeout = timeout
+        self.plain = plain
+        """Plain HTTP to every address, :meth:`trust` or not (for fake instance managers in tests)."""
         self._session: aiohttp.ClientSession | None = None
         self._clusters: dict[str, tuple[frozenset[str], bytes, ssl.SSLContext, str]] = {}  # cluster → pods, CA, ...
         self._trusted: dict[str, tuple[ssl.SSLContext, str]] = {}  # address → (its cluster's context, server name)
@@ -269,7 +271,7 @@ class HttpInstanceClient:
         verifying the certificate against ``ca_pem`` for ``server_name`` (a name every instance's certificate
         carries: pods are reached by IP). Any other address is spoken to in plain HTTP (an instance manager without
         a certificate). ``ca_pem`` None forgets the cluster."""
-        if ca_pem is None:
+        if ca_pem is None or self.plain:
             self._clusters.pop(cluster, None)
         else:
             known = self._clusters.get(cluster)
