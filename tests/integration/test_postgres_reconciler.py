@@ -358,7 +358,7 @@ async def test_deleting_with_retain_keeps_data_and_a_recreated_cluster_adopts_it
     operator = Operator(control_plane, namespace)
     async with operator.running():
         await eventually(lambda: _equals(statefulsets(client, namespace), {"keep-1": 1, "keep-2": 1}))
-        await eventually(lambda: _equals(len_of(secret_data(client, namespace)), 4))
+        await eventually(lambda: _equals(len_of(secret_data(client, namespace)), 7))  # 4 credentials, 3 TLS
         before = await secret_data(client, namespace)
         claims = {c["metadata"]["name"]: c["metadata"]["uid"] for c in (await client.list(PVC, namespace))[0]}
 
@@ -424,7 +424,7 @@ async def test_a_restarted_operator_finishes_half_created_children_without_dupli
     async with operator.running():
         await eventually(lambda: _equals(statefulsets(client, namespace), {"half-1": 1, "half-2": 1, "half-3": 1}))
         await eventually(lambda: _equals(names_of(client, PVC, namespace), ["half-1", "half-2", "half-3"]))
-        await eventually(lambda: _equals(len_of(names_of(client, SECRET, namespace)), 4))
+        await eventually(lambda: _equals(len_of(names_of(client, SECRET, namespace)), 7))  # 4 credentials, 3 TLS
         await asyncio.sleep(1)
     assert await names_of(client, SERVICE, namespace) == ["half-r", "half-ro", "half-rw"]
     after = {s["metadata"]["name"]: s["data"] for s in (await client.list(SECRET, namespace))[0]}

@@ -62,6 +62,13 @@ def test_python_verifies_the_certificate_for_the_service_name_with_the_ca(ca: tl
     assert client.check_hostname
 
 
+def test_the_longest_cluster_and_namespace_names_still_make_certificates() -> None:
+    cluster, namespace = "c" * 40, "n" * 63  # the API's limits
+    ca = tls.build_ca(cluster, namespace, NOW)
+    server = tls.build_server(ca, f"{cluster}-rw", tls.dns_names(cluster, namespace, [f"{cluster}-12"]), NOW)
+    assert f"{cluster}-12-0.{cluster}-r.{namespace}.svc" in sans(server.cert)
+
+
 def test_renewal_is_due_once_a_third_of_the_lifetime_remains(ca: tls.Issued) -> None:
     dns = tls.dns_names("orders", "shop", ["orders-1"])
     server = tls.build_server(ca, "orders-rw", dns, NOW, dt.timedelta(days=300))

@@ -97,7 +97,9 @@ def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
 def build_ca(cluster: str, namespace: str, now: dt.datetime, lifetime: dt.timedelta = CA_LIFETIME) -> Issued:
     """A self-signed CA for one cluster."""
     key = _key()
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{cluster}.{namespace} kanri CA")])
+    # a common name holds at most 64 characters: the cluster's name (at most 40) fits, its namespace may not
+    common_name = f"{cluster}.{namespace}"[:55] + " kanri CA"
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     cert = (
         x509.CertificateBuilder()
         .subject_name(subject)
@@ -124,6 +126,7 @@ def build_server(
     ca_key = serialization.load_pem_private_key(ca.key, password=None)
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
         raise ValueError("the CA key is not an EC key")
+    common_name = common_name[:64]
     key = _key()
     alt: list[x509.GeneralName] = [x509.DNSName(n) for n in dns]
     alt.append(x509.IPAddress(ipaddress.ip_address("127.0.0.1")))
