@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from cryptography import x509
+from prometheus_client import CollectorRegistry
 
 from kanri.cli.up import connect_commands
 from kanri.instance import tls as instance_tls
@@ -20,6 +21,7 @@ from kanri.instance.conf import render_hba, render_postgresql_conf
 from kanri.instance.config import ClusterConfig, Credentials, Settings
 from kanri.postgres import tls
 from kanri.postgres.instances import HttpInstanceClient
+from kanri.postgres.metrics import PostgresMetrics
 from kanri.postgres.tls_step import ensure_tls
 from kanri.runtime import ApiError, Kind
 from kanri.runtime.kinds import POD, SECRET
@@ -294,3 +296,16 @@ def test_kanri_up_prints_a_verify_full_psql_with_the_published_ca() -> None:
     assert '"host=demo-rw.shop.svc hostaddr=127.0.0.1 port=5432 dbname=app sslmode=verify-full' in psql
     assert "sslrootcert=demo-ca.crt" in psql
     assert psql.startswith("PGPASSWORD=$(")  # the password comes from the Secret at run time, never printed
+
+
+async def test_the_expiry_metric_follows_the_mounted_certificate_and_goes_with_the_cluster() -> None:
+    registry = CollectorRegistry()
+    metrics = PostgresMetrics(registry)
+    await ensure_tls(Step(Store()), 1, metrics=metrics, now=NOW)
+    name = "kanri_postgres_tls_certificate_expiry_timestamp_seconds"
+    labels = {"namespace": "shop", "cluster": "orders"}
+    assert registry.get_sample_value(name, labels) == (NOW + tls.SERVER_LIFETIME).timestamp()
+    metrics.observe({"metadata": {"namespace": "shop", "name": "orders"}}, {})  # a pass does not drop it
+    assert registry.get_sample_value(name, labels) is not None
+    metrics.forget("shop", "orders")
+    assert registry.get_sample_value(name, labels) is None

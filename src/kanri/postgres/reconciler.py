@@ -235,7 +235,7 @@ class ClusterPass:
 
     async def run(self) -> Result:
         await self.credentials()  # before any pod that mounts them
-        await ensure_tls(self, self.spec.replicas, self.r.instances)  # CA, server certificate (renewed when due)
+        await ensure_tls(self, self.spec.replicas, self.r.instances, self.r.metrics)  # CA, server certificate
         # Observe first: which instance is primary, and what the data is, come from the instances themselves.
         raw, pods = await self.observe()
         claims = self.claims()

@@ -19,6 +19,7 @@ import structlog
 from kanri.postgres import names, tls
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.labels import CLUSTER
+from kanri.postgres.metrics import PostgresMetrics
 from kanri.runtime import ApiError, Cache, Client
 from kanri.runtime.kinds import POD, SECRET
 
@@ -91,10 +92,17 @@ async def _write(client: Client, secret: Obj, existing: Obj | None) -> bool:
     return True
 
 
-async def ensure_tls(step: Pass, replicas: int, instances: object = None, now: dt.datetime | None = None) -> None:
+async def ensure_tls(
+    step: Pass,
+    replicas: int,
+    instances: object = None,
+    metrics: PostgresMetrics | None = None,
+    now: dt.datetime | None = None,
+) -> None:
     """The step: CA, server certificate (renewed when due), published CA certificate, ``status.tls``. The
     certificate names the instances that exist and the ``replicas`` the spec asks for (a scale-up's new pod is
-    covered before it starts). ``instances`` (the instance client) learns which pods to verify with the CA."""
+    covered before it starts). ``instances`` (the instance client) learns which pods to verify with the CA;
+    ``metrics`` gets the certificate's expiry."""
     now = now or dt.datetime.now(dt.UTC)
     cache, client, cluster, ns = step.cache, step.client, step.name, step.namespace
     members = sorted(
@@ -129,7 +137,10 @@ async def ensure_tls(step: Pass, replicas: int, instances: object = None, now: d
     trust_pods(step, instances, ca_cert)
     cert = _value(server, "tls.crt") if server is not None else None
     if cert is not None:
-        await _record_expiry(step, tls.expiry(cert))
+        expires = tls.expiry(cert)
+        if metrics is not None:
+            metrics.certificate_expires(ns, cluster, expires)
+        await _record_expiry(step, expires)
 
 
 async def _record_expiry(step: Pass, expires: dt.datetime) -> None:
