@@ -185,4 +185,5 @@ async def test_an_operator_killed_while_provisioning_is_replaced_without_duplica
     assert await names(client, STATEFUL_SET, namespace, "shop") == ["shop-1", "shop-2", "shop-3"]
     assert await names(client, PVC, namespace, "shop") == ["shop-1", "shop-2", "shop-3"]
     assert await names(client, SERVICE, namespace, "shop") == ["shop-r", "shop-ro", "shop-rw"]
-    assert len(await names(client, SECRET, namespace, "shop")) == 4
+    secrets = ["shop-api", "shop-app", "shop-ca", "shop-ca-key", "shop-replication", "shop-server", "shop-superuser"]
+    assert await names(client, SECRET, namespace, "shop") == secrets  # 4 credentials and 3 TLS, none twice

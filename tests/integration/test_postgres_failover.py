@@ -103,7 +103,7 @@ async def ha_fakes(cluster: str, lsns: dict[int, str]) -> AsyncIterator[tuple[di
     port = 0
     for fake in fakes.values():
         port = await fake.start(port)
-    instances = HttpInstanceClient(port=port, timeout=1.0)
+    instances = HttpInstanceClient(port=port, timeout=1.0, plain=True)  # the fakes serve plain HTTP
     try:
         yield fakes, instances
     finally:

@@ -135,7 +135,8 @@ async def test_creates_children_with_their_shape_and_reports_instances_not_ready
 
     assert await names_of(client, SERVICE, namespace) == ["orders-r", "orders-ro", "orders-rw"]
     assert await names_of(client, PVC, namespace) == ["orders-1", "orders-2", "orders-3"]
-    assert await names_of(client, SECRET, namespace) == ["orders-api", "orders-app", "orders-replication",
+    assert await names_of(client, SECRET, namespace) == ["orders-api", "orders-app", "orders-ca", "orders-ca-key",
+                                                         "orders-replication", "orders-server",
                                                          "orders-superuser"]  # fmt: skip
     assert await names_of(client, POD_DISRUPTION_BUDGET, namespace) == ["orders-primary", "orders-replicas"]
     for kind, name in [(SERVICE, "orders-rw"), (CONFIG_MAP, "orders-config"), (SERVICE_ACCOUNT, "orders-instance"),
@@ -357,7 +358,7 @@ async def test_deleting_with_retain_keeps_data_and_a_recreated_cluster_adopts_it
     operator = Operator(control_plane, namespace)
     async with operator.running():
         await eventually(lambda: _equals(statefulsets(client, namespace), {"keep-1": 1, "keep-2": 1}))
-        await eventually(lambda: _equals(len_of(secret_data(client, namespace)), 4))
+        await eventually(lambda: _equals(len_of(secret_data(client, namespace)), 7))  # 4 credentials, 3 TLS
         before = await secret_data(client, namespace)
         claims = {c["metadata"]["name"]: c["metadata"]["uid"] for c in (await client.list(PVC, namespace))[0]}
 
@@ -423,7 +424,7 @@ async def test_a_restarted_operator_finishes_half_created_children_without_dupli
     async with operator.running():
         await eventually(lambda: _equals(statefulsets(client, namespace), {"half-1": 1, "half-2": 1, "half-3": 1}))
         await eventually(lambda: _equals(names_of(client, PVC, namespace), ["half-1", "half-2", "half-3"]))
-        await eventually(lambda: _equals(len_of(names_of(client, SECRET, namespace)), 4))
+        await eventually(lambda: _equals(len_of(names_of(client, SECRET, namespace)), 7))  # 4 credentials, 3 TLS
         await asyncio.sleep(1)
     assert await names_of(client, SERVICE, namespace) == ["half-r", "half-ro", "half-rw"]
     after = {s["metadata"]["name"]: s["data"] for s in (await client.list(SECRET, namespace))[0]}
@@ -480,7 +481,7 @@ async def test_instance_reports_drive_readiness_role_labels_and_ordered_restarts
     restarted: list[str] = []
     for fake in fakes.values():
         fake.log = restarted
-    instances = HttpInstanceClient(port=port, timeout=1.0)
+    instances = HttpInstanceClient(port=port, timeout=1.0, plain=True)  # the fakes serve plain HTTP
     await client.create(POSTGRES_CLUSTER, pgc("rep", namespace, replicas=2))
     operator = Operator(control_plane, namespace, instances=instances)
     try:
@@ -551,7 +552,7 @@ async def fake_instances(cluster: str, roles: dict[int, str], major: int = 16) -
     port = 0
     for fake in fakes.values():
         port = await fake.start(port)
-    instances = HttpInstanceClient(port=port, timeout=1.0)
+    instances = HttpInstanceClient(port=port, timeout=1.0, plain=True)  # the fakes serve plain HTTP
     try:
         yield fakes, instances
     finally:

@@ -85,6 +85,7 @@ def test_environment_follows_the_instance_manager_contract() -> None:
         "KANRI_APP_DATABASE": "shop",
         "KANRI_API_TOKEN_FILE": "/etc/kanri/api/token",
         "KANRI_CONFIG_FILE": "/etc/kanri/config/instance.json",
+        "KANRI_TLS_DIR": "/etc/kanri/tls",
     }
     assert env_of(build("orders-1", role="primary"))["KANRI_BOOTSTRAP"] == "primary"
 
@@ -103,19 +104,20 @@ def test_pod_mounts_volumes_probes_and_runs_as_the_postgres_user() -> None:
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["data"] == {"name": "data", "persistentVolumeClaim": {"claimName": "orders-2"}}
     secrets = {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
-    assert secrets == {"orders-superuser", "orders-replication", "orders-app", "orders-api"}
+    assert secrets == {"orders-superuser", "orders-replication", "orders-app", "orders-api", "orders-server"}
     assert volumes["config"]["configMap"] == {"name": "orders-config"}
     assert volumes["run"]["emptyDir"] == {}
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     assert mounts == {"/var/lib/postgresql/data": "data", "/etc/kanri/superuser": "superuser",
                       "/etc/kanri/replication": "replication", "/etc/kanri/app": "app", "/etc/kanri/api": "api",
-                      "/etc/kanri/config": "config", "/var/run/postgresql": "run"}  # fmt: skip
+                      "/etc/kanri/config": "config", "/var/run/postgresql": "run", "/etc/kanri/tls": "tls"}  # fmt: skip
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"postgres": 5432, "http": 8008, "metrics": 9187}
-    assert container["readinessProbe"] == {"httpGet": {"path": "/readyz", "port": 8008}, "periodSeconds": 2,
+    https = {"port": 8008, "scheme": "HTTPS"}  # the API serves TLS (the kubelet does not verify it)
+    assert container["readinessProbe"] == {"httpGet": {"path": "/readyz", **https}, "periodSeconds": 2,
                                            "failureThreshold": 3}  # fmt: skip
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": 8008}
-    assert container["startupProbe"]["httpGet"] == {"path": "/healthz", "port": 8008}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", **https}
+    assert container["startupProbe"]["httpGet"] == {"path": "/healthz", **https}
 
 
 def test_pod_template_and_resources_reach_the_pod() -> None:

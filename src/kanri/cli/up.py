@@ -5,7 +5,8 @@
    running as a pod like any real install;
 3. ``examples/postgrescluster.yaml`` applied;
 4. the cluster's status followed until it is Ready (or the timeout passes, naming what is missing);
-5. how to connect: ``kanri local port-forward svc/<name>-rw`` and ``psql``.
+5. how to connect: ``kanri local port-forward svc/<name>-rw`` and ``psql "sslmode=verify-full ..."`` with the CA
+   from ``<name>-ca``.
 """
 
 from __future__ import annotations
@@ -143,6 +144,19 @@ async def install_and_follow(kubeconfig: Path, root: Path, example: Path, timeou
         return await follow(client, name, namespace, timeout)
 
 
+def connect_commands(kubectl: str, cluster: str, namespace: str, database: str) -> list[str]:
+    """Fetch the cluster's CA, then ``psql`` with ``sslmode=verify-full``: libpq checks the certificate against the
+    ``-rw`` Service's name while ``hostaddr`` reaches the port-forward (the password in PGPASSWORD, not argv)."""
+    secret = f"{kubectl} get secret -n {namespace}"
+    ca_file = f"{cluster}-ca.crt"
+    return [
+        f"{secret} {cluster}-ca -o jsonpath='{{.data.ca\\.crt}}' | base64 -d > {ca_file}",
+        f"PGPASSWORD=$({secret} {cluster}-app -o jsonpath='{{.data.password}}' | base64 -d) psql "
+        f'"host={cluster}-rw.{namespace}.svc hostaddr=127.0.0.1 port=5432 dbname={database} sslmode=verify-full '
+        f"sslrootcert={ca_file} user=$({secret} {cluster}-app -o jsonpath='{{.data.username}}' | base64 -d)\"",
+    ]
+
+
 def up(
     name: Annotated[str, typer.Option("--name", help="Name of the local cluster.")] = "default",
     example: Annotated[Path | None, typer.Option(help="The PostgresCluster to apply.")] = None,
@@ -169,10 +183,7 @@ def up(
     kubectl = f"{kubectl_binary} --kubeconfig {control_plane.kubeconfig}"
     err.print(f"[green]{cluster_name} is Ready[/green]. Connect from this machine:")
     err.print(f"  {kanri} local port-forward svc/{cluster_name}-rw 5432 -n {namespace} &")
-    err.print(
-        f"  PGPASSWORD=$({kubectl} get secret {cluster_name}-app -n {namespace} -o jsonpath='{{.data.password}}'"
-        f" | base64 -d) psql -h 127.0.0.1 -U $({kubectl} get secret {cluster_name}-app -n {namespace}"
-        f" -o jsonpath='{{.data.username}}' | base64 -d) {database}"
-    )
+    for line in connect_commands(kubectl, cluster_name, namespace, database):
+        err.print(f"  {line}")
     err.print(f"  {kubectl} get pgc,pods -n {namespace}")
     err.print(f"  stop everything: {kanri} local down (data is kept; {kanri} up starts it again)")

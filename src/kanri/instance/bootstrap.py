@@ -19,6 +19,8 @@ import structlog
 
 from kanri.instance.conf import render_passfile, slot_name, write_if_changed
 from kanri.instance.config import SUPERUSER, Credentials, Settings
+from kanri.instance.tls import client_env
+from kanri.instance.tls import install as install_tls
 
 log = structlog.get_logger("kanri.instance.bootstrap")
 
@@ -122,7 +124,9 @@ async def clone(
     clone waits for a usable one). Each failed attempt is passed to ``on_error``; cancel to give up (shutdown). The
     password travels in the passfile named by PGPASSFILE."""
     settings.socket_dir.mkdir(parents=True, exist_ok=True)
+    install_tls(settings)  # before PostgreSQL ever started: the clone verifies the primary with the CA
     env = {**os.environ, "PGPASSFILE": str(settings.passfile), "PGAPPNAME": f"{settings.name}-clone"}
+    env |= client_env(settings)
     delay = 1.0
     attempt = 0
     while True:

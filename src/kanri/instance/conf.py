@@ -17,6 +17,7 @@ from psycopg.conninfo import make_conninfo
 
 from kanri.contract.parameters import refusal
 from kanri.instance.config import ClusterConfig, Credentials, Settings
+from kanri.instance.tls import client_options, server_parameters
 
 Value = str | int | float | bool
 
@@ -67,9 +68,12 @@ def managed_parameters(
     replica: bool,
     replication: Credentials | None,
     paused: bool = False,
+    tls: bool = False,
 ) -> dict[str, str | int | bool]:
     """The operator-managed keys for this instance in its current role. A replica whose replication is ``paused``
-    (:mod:`kanri.instance.replication_pause`) gets no ``primary_conninfo``, so PostgreSQL runs no WAL receiver."""
+    (:mod:`kanri.instance.replication_pause`) gets no ``primary_conninfo``, so PostgreSQL runs no WAL receiver.
+    With ``tls`` (the certificate is installed, :mod:`kanri.instance.tls`) the server speaks TLS and the replica
+    streams over TLS, checking the primary's name against the cluster's CA."""
     senders = max(10, len(config.instances) + 4)  # room for clones and tools besides one sender per replica
     params: dict[str, str | int | bool] = {
         "listen_addresses": settings.pg_listen,
@@ -88,6 +92,8 @@ def managed_parameters(
         # a standby replies every second even when idle: the primary's isolation check counts those replies
         "wal_receiver_status_interval": "1s",
     }
+    if tls:
+        params.update(server_parameters(settings))
     if replica and not paused:
         conninfo = make_conninfo(
             host=settings.primary_host,
@@ -95,6 +101,7 @@ def managed_parameters(
             user=replication.username if replication else "",
             passfile=str(settings.passfile),
             application_name=settings.name,
+            **(client_options(settings) if tls else {}),
         )
         params["primary_conninfo"] = conninfo
     if replica:
@@ -122,6 +129,7 @@ def render_postgresql_conf(
     replica: bool,
     replication: Credentials | None,
     paused: bool = False,
+    tls: bool = False,
 ) -> str:
     """The whole postgresql.conf for this instance: ``parameters`` (the user's, already checked), then the managed
     keys."""
@@ -135,21 +143,25 @@ def render_postgresql_conf(
     lines += ["", "# user parameters"]
     lines += [f"{k} = {quote(v)}" for k, v in sorted(parameters.items())]
     lines += ["", "# operator-managed"]
-    managed = managed_parameters(settings, config, replica=replica, replication=replication, paused=paused)
+    managed = managed_parameters(settings, config, replica=replica, replication=replication, paused=paused, tls=tls)
     lines += [f"{k} = {quote(v)}" for k, v in managed.items()]
     return "\n".join(lines) + "\n"
 
 
-def render_hba(replication: Credentials | None) -> str:
-    """pg_hba.conf: the superuser by peer on the unix socket; over TCP, SCRAM only (replication for its user)."""
+def render_hba(replication: Credentials | None, *, tls: bool = False) -> str:
+    """pg_hba.conf: the superuser by peer on the unix socket; over TCP, SCRAM only (replication for its user). With
+    ``tls`` every TCP connection must use TLS: ``hostssl`` lines, and a plaintext one is rejected first."""
+    host = "hostssl" if tls else "host   "
     lines = [
         "# Written by the kanri instance manager; local edits are overwritten.",
         "# TYPE  DATABASE     USER  ADDRESS  METHOD",
         "local   all          postgres       peer",
     ]
+    if tls:
+        lines.append("hostnossl all        all   all      reject")
     if replication is not None:
-        lines.append(f'host    replication  "{replication.username}"  all  scram-sha-256')
-    lines.append("host    all          all   all      scram-sha-256")
+        lines.append(f'{host} replication  "{replication.username}"  all  scram-sha-256')
+    lines.append(f"{host} all          all   all      scram-sha-256")
     return "\n".join(lines) + "\n"
 
 

@@ -52,6 +52,8 @@ class Settings:
     http_listen: str
     socket_dir: Path
     config_interval: float = 2.0
+    tls_dir: Path | None = None
+    """The mounted server certificate Secret (``KANRI_TLS_DIR``); None: no TLS (see :mod:`kanri.instance.tls`)."""
 
     @property
     def passfile(self) -> Path:
@@ -106,6 +108,7 @@ class Settings:
             pg_listen=listen or "*",
             http_listen=listen or "0.0.0.0",
             socket_dir=Path(env.get("KANRI_SOCKET_DIR") or "/var/run/postgresql"),
+            tls_dir=Path(env["KANRI_TLS_DIR"]) if env.get("KANRI_TLS_DIR", "").strip() else None,
         )
 
 

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import shutil
 import signal
+import ssl
 import time
 from datetime import UTC, datetime
 from typing import Any, get_args
@@ -51,6 +52,9 @@ from kanri.instance.replication_pause import clear_pause, read_pause, write_paus
 from kanri.instance.replication_pause import marker_path as pause_marker_path
 from kanri.instance.roles import ensure_roles
 from kanri.instance.slots import reconcile_slots
+from kanri.instance.tls import enabled as tls_enabled
+from kanri.instance.tls import install as install_tls
+from kanri.instance.tls import reload_context, server_context
 
 log = structlog.get_logger("kanri.instance")
 
@@ -101,6 +105,7 @@ class InstanceManager:
         self._paused = read_pause(self.pause_path) is not None  # memory decides the conf; the marker survives us
         self._rejoin: RejoinStatus | None = None
         self._rejoin_task: asyncio.Task[None] | None = None
+        self._tls_context: ssl.SSLContext | None = None
 
     # ---- process life -------------------------------------------------------------------------------------------
 
@@ -112,7 +117,9 @@ class InstanceManager:
         runner = web.AppRunner(build_app(self), access_log=None)
         await runner.setup()
         # HTTP first: liveness must answer during a long pg_basebackup
-        await web.TCPSite(runner, self.settings.http_listen, self.settings.http_port).start()
+        await web.TCPSite(
+            runner, self.settings.http_listen, self.settings.http_port, ssl_context=self._serve_tls()
+        ).start()
         port = metrics_port()  # the exporter reads PostgreSQL on its own connection; 0 turns it off
         exporter = InstanceExporter(self.settings, self._exporter_state, port=port) if port else None
         if exporter is not None:
@@ -148,6 +155,12 @@ class InstanceManager:
         contact = self.watch.last_contact if self.isolation.enabled else None
         last_contact = contact.timestamp() if contact else None
         return ManagerState(self.pg.running, self.fenced is not None, self._paused, last_contact)
+
+    def _serve_tls(self) -> ssl.SSLContext | None:
+        """The HTTP API's TLS context (the server certificate, as PostgreSQL's), or None without a certificate."""
+        install_tls(self.settings)
+        self._tls_context = server_context(self.settings)
+        return self._tls_context
 
     def request_shutdown(self) -> None:
         """Stop: fast shutdown of PostgreSQL, then exit (signal handler)."""
@@ -388,10 +401,14 @@ class InstanceManager:
         config = self.config
 
         paused = self._paused
+        tls_changed = install_tls(self.settings)  # a renewed certificate: the reload below makes PostgreSQL use it
+        if tls_changed and self._tls_context is not None:
+            reload_context(self.settings, self._tls_context)  # and the HTTP API's next handshakes
+        tls = tls_enabled(self.settings)
 
         def render(parameters: dict[str, str]) -> str:
             return render_postgresql_conf(
-                self.settings, config, parameters, replica=replica, replication=replication, paused=paused
+                self.settings, config, parameters, replica=replica, replication=replication, paused=paused, tls=tls
             )
 
         wanted, refused = split_parameters(config)
@@ -399,7 +416,8 @@ class InstanceManager:
         self._report("parameters", self._parameter_problems(refused, choice))
         changed = write_if_changed(self.settings.pgdata / "postgresql.conf", render(choice.parameters))
         self._parameters = dict(choice.parameters)
-        changed |= write_if_changed(self.settings.pgdata / "pg_hba.conf", render_hba(replication))
+        changed |= write_if_changed(self.settings.pgdata / "pg_hba.conf", render_hba(replication, tls=tls))
+        changed |= tls_changed
         self.settings.socket_dir.mkdir(parents=True, exist_ok=True)
         write_if_changed(self.settings.passfile, render_passfile(replication))  # libpq reads it on each connect
         return changed

@@ -29,6 +29,7 @@ from kanri.instance.bootstrap import has_data
 from kanri.instance.conf import render_passfile, write_if_changed
 from kanri.instance.config import SUPERUSER, Credentials, Settings
 from kanri.instance.demote import read_controldata
+from kanri.instance.tls import client_options
 
 log = structlog.get_logger("kanri.instance.rejoin")
 
@@ -100,6 +101,7 @@ async def _prepare_source(settings: Settings, superuser: Credentials) -> tuple[s
         application_name=f"{settings.name}-rewind",
         connect_timeout=10,
         autocommit=True,
+        **dict[str, Any](client_options(settings)),
     ) as conn:
         cursor = await conn.execute("SELECT pg_is_in_recovery()")
         row = await cursor.fetchone()
@@ -141,6 +143,7 @@ async def rewind(settings: Settings, superuser: Credentials | None) -> RewindRes
         passfile=str(passfile),
         application_name=f"{settings.name}-rewind",
         connect_timeout=10,
+        **client_options(settings),
     )
     args = [settings.binary("pg_rewind"), f"--target-pgdata={settings.pgdata}", f"--source-server={conninfo}"]
     env = {**os.environ, "PGPASSFILE": str(passfile), "LC_ALL": "C"}

@@ -31,8 +31,10 @@ def data_of(cache: Cache, cluster: Obj) -> tuple[list[str], list[str]]:
     meta = cluster["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     claims = sorted(c["metadata"]["name"] for c in cache.list(PVC, namespace, {CLUSTER: name}))
+    # the credentials, then TLS (kanri.postgres.tls): a retained CA keeps a recreated cluster's clients trusting it
     wanted = [names.superuser_secret(name), names.replication_secret(name), names.app_secret(name),
-              names.api_secret(name)]  # fmt: skip
+              names.api_secret(name), names.ca_secret(name), names.ca_key_secret(name),
+              names.server_secret(name)]  # fmt: skip
     secrets = [s for s in wanted if cache.get(SECRET, s, namespace) is not None]
     return claims, secrets
 

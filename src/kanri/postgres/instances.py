@@ -9,6 +9,8 @@ is a Protocol so tests (and other transports) can stand in; :class:`HttpInstance
 from __future__ import annotations
 
 import asyncio
+import ssl
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -248,16 +250,41 @@ class InstanceClient(Protocol):
 
 
 class HttpInstanceClient:
-    """:class:`InstanceClient` over HTTP to ``http://<pod IP>:<port>``.
+    """:class:`InstanceClient` over HTTP to ``http://<pod IP>:<port>``, or HTTPS with the cluster's CA verified for
+    the pods :meth:`trust` named.
 
     ``timeout`` bounds each request: a reconcile must not wait on a hung instance (the next pass asks again).
     The token is sent as a bearer header only, and never logged.
     """
 
-    def __init__(self, *, port: int = 8008, timeout: float = 2.0) -> None:
+    def __init__(self, *, port: int = 8008, timeout: float = 2.0, plain: bool = False) -> None:
         self.port = port
         self.timeout = timeout
+        self.plain = plain
+        """Plain HTTP to every address, :meth:`trust` or not (for fake instance managers in tests)."""
         self._session: aiohttp.ClientSession | None = None
+        self._clusters: dict[str, tuple[frozenset[str], bytes, ssl.SSLContext, str]] = {}  # cluster → pods, CA, ...
+        self._trusted: dict[str, tuple[ssl.SSLContext, str]] = {}  # address → (its cluster's context, server name)
+
+    def trust(self, cluster: str, addresses: Iterable[str], ca_pem: bytes | None, server_name: str) -> None:
+        """Speak HTTPS to ``addresses`` (``cluster``'s pods that serve TLS; the set replaces the previous one),
+        verifying the certificate against ``ca_pem`` for ``server_name`` (a name every instance's certificate
+        carries: pods are reached by IP). Any other address is spoken to in plain HTTP (an instance manager without
+        a certificate). ``ca_pem`` None forgets the cluster."""
+        if ca_pem is None or self.plain:
+            self._clusters.pop(cluster, None)
+        else:
+            known = self._clusters.get(cluster)
+            if known is not None and known[1] == ca_pem:
+                context = known[2]
+            else:  # a new CA (or a first look): a new context
+                context = ssl.create_default_context(cadata=ca_pem.decode())
+            self._clusters[cluster] = (frozenset(addresses), ca_pem, context, server_name)
+        self._trusted = {a: (c, n) for pods, _, c, n in self._clusters.values() for a in pods}
+
+    def _tls(self, address: str) -> dict[str, Any]:
+        trusted = self._trusted.get(address)
+        return {} if trusted is None else {"ssl": trusted[0], "server_hostname": trusted[1]}
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -270,11 +297,12 @@ class HttpInstanceClient:
 
     def _url(self, address: str, path: str) -> str:
         host = f"[{address}]" if ":" in address else address
-        return f"http://{host}:{self.port}{path}"
+        scheme = "https" if address in self._trusted else "http"
+        return f"{scheme}://{host}:{self.port}{path}"
 
     async def status(self, address: str) -> InstanceReport | None:
         try:
-            async with self._http().get(self._url(address, "/status")) as response:
+            async with self._http().get(self._url(address, "/status"), **self._tls(address)) as response:
                 if response.status != 200:
                     return None
                 return parse_report(await response.json(content_type=None))
@@ -288,6 +316,7 @@ class HttpInstanceClient:
         """POST an action; its JSON answer when it succeeded (2xx), else None (refused, unreachable, nonsense)."""
         headers = {"Authorization": f"Bearer {token}"}
         extra: dict[str, Any] = {} if timeout is None else {"timeout": aiohttp.ClientTimeout(total=timeout)}
+        extra |= self._tls(address)
         try:
             async with self._http().post(self._url(address, path), headers=headers, json=body, **extra) as response:
                 if not 200 <= response.status < 300:

@@ -76,6 +76,9 @@ class PostgresMetrics:
         self.last_duration = Gauge("kanri_postgres_last_failover_duration_seconds", "From the start of the last "
                                    "failover (detection window passed) to the promotion.", cluster,
                                    registry=registry)  # fmt: skip
+        self.tls_expiry = Gauge("kanri_postgres_tls_certificate_expiry_timestamp_seconds", "Unix time the cluster's "
+                                "server certificate expires.", cluster, registry=registry)  # fmt: skip
+        self._tls: set[tuple[str, str]] = set()  # clusters with a certificate expiry series
         self._series: dict[tuple[str, str], set[tuple[Gauge, tuple[str, ...]]]] = {}
 
     def _set(self, key: tuple[str, str], gauge: Gauge, labels: tuple[str, ...], value: float) -> None:
@@ -126,7 +129,16 @@ class PostgresMetrics:
         key = (meta["namespace"], meta["name"])
         self._set(key, self.deleting_since, key, since)
 
+    def certificate_expires(self, namespace: str, cluster: str, when: datetime) -> None:
+        """The TLS step's reading of the server certificate (kept apart from :meth:`observe`'s series, which a pass
+        replaces; dropped by :meth:`forget`)."""
+        self.tls_expiry.labels(namespace, cluster).set(when.timestamp())
+        self._tls.add((namespace, cluster))
+
     def forget(self, namespace: str, name: str) -> None:
         """Drop every series of a cluster that is gone."""
         for gauge, labels in self._series.pop((namespace, name), set()):
             gauge.remove(*labels)
+        if (namespace, name) in self._tls:
+            self._tls.discard((namespace, name))
+            self.tls_expiry.remove(namespace, name)

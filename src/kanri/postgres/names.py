@@ -15,6 +15,8 @@ from __future__ import annotations
 __all__ = [
     "api_secret",
     "app_secret",
+    "ca_key_secret",
+    "ca_secret",
     "config_map",
     "instance_name",
     "instance_number",
@@ -26,6 +28,7 @@ __all__ = [
     "read_write_service",
     "replica_pdb",
     "replication_secret",
+    "server_secret",
     "service_account",
     "superuser_secret",
 ]
@@ -67,6 +70,21 @@ def read_only_service(cluster: str) -> str:
 def read_service(cluster: str) -> str:
     """Routes to any instance."""
     return f"{cluster}-r"
+
+
+def ca_secret(cluster: str) -> str:
+    """The published CA certificate (``ca.crt``) clients verify the server with."""
+    return f"{cluster}-ca"
+
+
+def ca_key_secret(cluster: str) -> str:
+    """The cluster's CA with its private key: read by the operator only."""
+    return f"{cluster}-ca-key"
+
+
+def server_secret(cluster: str) -> str:
+    """The instances' server certificate (kubernetes.io/tls with ``ca.crt``)."""
+    return f"{cluster}-server"
 
 
 def superuser_secret(cluster: str) -> str:

@@ -58,6 +58,7 @@ from kanri.postgres.splitbrain import HELP, Verdict, decide, fenced_names, next_
 from kanri.postgres.status import Observation, compute_status, condition_flipped, status_patch
 from kanri.postgres.storage import StoragePlan, plan_storage
 from kanri.postgres.sync import ensure
+from kanri.postgres.tls_step import ensure_tls
 from kanri.postgres.topology import InstancePlan, plan_instances
 from kanri.postgres.versions import running_major, upgrade_verdict
 from kanri.runtime import (
@@ -234,6 +235,7 @@ class ClusterPass:
 
     async def run(self) -> Result:
         await self.credentials()  # before any pod that mounts them
+        await ensure_tls(self, self.spec.replicas, self.r.instances, self.r.metrics)  # CA, server certificate
         # Observe first: which instance is primary, and what the data is, come from the instances themselves.
         raw, pods = await self.observe()
         claims = self.claims()

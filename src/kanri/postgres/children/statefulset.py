@@ -47,6 +47,7 @@ REPLICATION_DIR = "/etc/kanri/replication"
 APP_DIR = "/etc/kanri/app"
 API_DIR = "/etc/kanri/api"
 CONFIG_DIR = "/etc/kanri/config"
+TLS_DIR = "/etc/kanri/tls"
 
 SPREAD_TOPOLOGY_KEYS = ("kubernetes.io/hostname", "topology.kubernetes.io/zone")
 """The default anti-affinity spreads a cluster's instances over these (nodes first, zones as well)."""
@@ -83,6 +84,7 @@ def environment(cluster: str, instance: str, role: Role, spec: PostgresClusterSp
         "KANRI_APP_DATABASE": database,
         "KANRI_API_TOKEN_FILE": f"{API_DIR}/token",
         "KANRI_CONFIG_FILE": f"{CONFIG_DIR}/instance.json",
+        **_tls_environment(),
     }
     env: list[Obj] = [{"name": key, "value": value} for key, value in plain.items()]
     env[2:2] = [
@@ -105,6 +107,7 @@ def volumes(cluster: str, instance: str) -> tuple[list[Obj], list[Obj]]:
     for volume, secret, path in secrets:
         pod_volumes.append({"name": volume, "secret": {"secretName": secret}})
         mounts.append({"name": volume, "mountPath": path, "readOnly": True})
+    _tls_volume(cluster, pod_volumes, mounts)
     pod_volumes.append({"name": "config", "configMap": {"name": names.config_map(cluster)}})
     mounts.append({"name": "config", "mountPath": CONFIG_DIR, "readOnly": True})
     pod_volumes.append({"name": "run", "emptyDir": {}})
@@ -112,8 +115,22 @@ def volumes(cluster: str, instance: str) -> tuple[list[Obj], list[Obj]]:
     return pod_volumes, mounts
 
 
+def _tls_environment() -> dict[str, str]:
+    """TLS (docs/security.md): where the server certificate Secret is mounted."""
+    return {"KANRI_TLS_DIR": TLS_DIR}
+
+
+def _tls_volume(cluster: str, pod_volumes: list[Obj], mounts: list[Obj]) -> None:
+    """The server certificate Secret (``tls.crt``, ``tls.key``, ``ca.crt``), read-only; the instance manager copies
+    it to a 0600 file PostgreSQL accepts (:mod:`kanri.instance.tls`)."""
+    pod_volumes.append({"name": "tls", "secret": {"secretName": names.server_secret(cluster), "defaultMode": 0o440}})
+    mounts.append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
+
+
 def _probe(path: str, period: int, failures: int) -> Obj:
-    return {"httpGet": {"path": path, "port": HTTP_PORT}, "periodSeconds": period, "failureThreshold": failures}
+    # HTTPS: the instance manager serves its API with the server certificate; the kubelet does not verify it
+    action = {"path": path, "port": HTTP_PORT, "scheme": "HTTPS"}
+    return {"httpGet": action, "periodSeconds": period, "failureThreshold": failures}
 
 
 def _container(cluster: str, instance: str, role: Role, major: int, spec: PostgresClusterSpec) -> Obj:

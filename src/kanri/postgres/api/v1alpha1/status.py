@@ -26,6 +26,7 @@ __all__ = [
     "RestoreTestResult",
     "SplitBrainInstance",
     "SplitBrainRecord",
+    "TlsStatus",
     "UpgradePhase",
     "UpgradeStatus",
 ]
@@ -203,6 +204,13 @@ class UpgradeStatus(ApiModel):
     """What is happening or what went wrong."""
 
 
+class TlsStatus(ApiModel):
+    """The server certificate the instances serve (see docs/security.md)."""
+
+    server_certificate_expires: datetime | None = None
+    """When the server certificate expires; a managed one is reissued when a third of its lifetime remains."""
+
+
 class PostgresClusterStatus(ApiModel):
     """What the operator observed. Written only by the operator."""
 
@@ -233,3 +241,4 @@ class PostgresClusterStatus(ApiModel):
     split_brain: SplitBrainRecord | None = None
     backup: BackupStatus | None = None
     upgrade: UpgradeStatus | None = None
+    tls: TlsStatus | None = None
