@@ -122,7 +122,7 @@ MANIFEST_HEADER := \
 	"\#   kubectl apply --server-side -f deploy/crds/ -f deploy/operator/" \
 	"\#" \
 	"\# The operator watches PostgresClusters in every namespace and manages their children (StatefulSets, claims," \
-	"\# Services, Secrets, ConfigMaps, budgets and the instances' ServiceAccount/Role). On the local cluster the image" \
+	"\# Services, Secrets, ConfigMaps, budgets, NetworkPolicies and the instances' ServiceAccount). On the local cluster the image" \
 	"\# below is mapped to \`kanri run\` (see docs/local-node.md)."
 manifests: helm
 	@{ printf '%s\n' $(MANIFEST_HEADER); \

@@ -1,11 +1,15 @@
-"""Fixtures of the PostgreSQL end-to-end tests: the CRD installed, a local node with the image map, the operator."""
+"""Fixtures of the PostgreSQL end-to-end tests: the CRD installed, a local node with the image map, the operator,
+and the secret scan every test's namespace goes through when the test ends (tests/e2e/secret_scan.py)."""
 
 from __future__ import annotations
 
+import logging
 import secrets
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import pytest
 import pytest_asyncio
 
 from kanri.local import Endpoint
@@ -13,6 +17,7 @@ from kanri.local.imagemap import default_image_map
 from kanri.local.node import LocalNode, NodeOptions
 from kanri.postgres.instances import HttpInstanceClient
 from kanri.runtime import Client
+from tests.e2e.secret_scan import SecretScan
 from tests.local_node_support import running_node, with_test_network
 from tests.postgres_support import Operator, install_postgres_crd
 
@@ -22,6 +27,36 @@ async def client(client: Client) -> Client:
     """The conftest's client, with the PostgresCluster CRD installed and Established."""
     await install_postgres_crd(client)
     return client
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def namespace(
+    namespace: str,
+    control_plane: Endpoint,
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> AsyncIterator[str]:
+    """The test's namespace (kanri.local.pytest_plugin's); when the test ends, before the namespace goes, no value of
+    a Secret it ever held may appear in its objects, Events, container logs, the test's output or any process's
+    argv (issue 16: secrets stay secret). A hit fails the test naming the place and the Secret key, never the value."""
+    async with await Client.from_kubeconfig(str(control_plane.kubeconfig)) as own:
+        scan = SecretScan(own, namespace)
+        await scan.start()
+        try:
+            yield namespace
+        finally:
+            await scan.stop()
+            out, err = capfd.readouterr()
+            sys.stdout.write(out)  # handed back, so that a failing test still shows its output
+            sys.stderr.write(err)
+            records = [r for phase in ("setup", "call") for r in caplog.get_records(phase)]
+            formatter = logging.Formatter("%(name)s %(message)s")
+            output = [("the test's stdout", out), ("the test's stderr", err),
+                      ("the test's log records", "\n".join(formatter.format(r) for r in records))]  # fmt: skip
+            found = await scan.findings(tmp_path, output)
+    if found:
+        pytest.fail(f"{len(found)} secret value(s) leaked (values not shown):\n  " + "\n  ".join(sorted(set(found))))
 
 
 @pytest_asyncio.fixture(loop_scope="session")

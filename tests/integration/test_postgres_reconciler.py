@@ -139,8 +139,11 @@ async def test_creates_children_with_their_shape_and_reports_instances_not_ready
                                                          "orders-replication", "orders-server",
                                                          "orders-superuser"]  # fmt: skip
     assert await names_of(client, POD_DISRUPTION_BUDGET, namespace) == ["orders-primary", "orders-replicas"]
+    # The instances' ServiceAccount is bound to nothing: the instance manager calls no API (children/rbac.py).
+    assert await names_of(client, ROLE, namespace) == []
+    assert await names_of(client, ROLE_BINDING, namespace) == []
     for kind, name in [(SERVICE, "orders-rw"), (CONFIG_MAP, "orders-config"), (SERVICE_ACCOUNT, "orders-instance"),
-                       (ROLE, "orders-instance"), (ROLE_BINDING, "orders-instance"), (STATEFUL_SET, "orders-2"),
+                       (STATEFUL_SET, "orders-2"),
                        (POD_DISRUPTION_BUDGET, "orders-primary")]:  # fmt: skip
         (ref,) = (await client.get(kind, name, namespace))["metadata"]["ownerReferences"]
         assert (ref["kind"], ref["uid"], ref["controller"]) == ("PostgresCluster", uid, True), (kind, name)

@@ -12,7 +12,7 @@ from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.children.config import config_map, synchronous_standbys
 from kanri.postgres.children.pdb import disruption_budgets, wants_budgets
 from kanri.postgres.children.pvc import claim, grow_patch
-from kanri.postgres.children.rbac import rbac
+from kanri.postgres.children.rbac import service_account
 from kanri.postgres.children.services import services
 from kanri.postgres.children.statefulset import bootstrap_role, image_major, statefulset
 from kanri.postgres.diff import HASH_ANNOTATION, is_subset, needs_apply
@@ -240,14 +240,15 @@ def test_services_select_pods_by_role() -> None:
     assert all(s["spec"]["ports"][0]["port"] == 5432 for s in services(cluster()))
 
 
-def test_rbac_allows_only_get_on_the_clusters_own_objects() -> None:
-    account, role, binding = rbac(cluster())
+def test_the_instances_identity_is_a_service_account_with_no_token_and_no_role() -> None:
+    # The instance manager calls no Kubernetes API (its ConfigMap and Secrets arrive as volumes): nothing to grant.
+    account = service_account(cluster())
+    assert (account["kind"], account["metadata"]["name"]) == ("ServiceAccount", "orders-instance")
     assert account["automountServiceAccountToken"] is False
-    assert {r["verbs"][0] for r in role["rules"]} == {"get"}
-    assert role["rules"][0]["resourceNames"] == ["orders-config"]
-    assert sorted(role["rules"][1]["resourceNames"]) == ["orders-api", "orders-app", "orders-replication",
-                                                         "orders-superuser"]  # fmt: skip
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "orders-instance", "namespace": "shop"}]
+    pod = build()["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "orders-instance"
+    assert pod["automountServiceAccountToken"] is False
+    assert not [v for v in pod["volumes"] if "projected" in v or "serviceAccountToken" in str(v)]
 
 
 def test_disruption_budgets_protect_the_primary_and_one_replica_at_a_time() -> None:

@@ -16,15 +16,25 @@ from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.labels import CLUSTER
 from kanri.postgres.metrics import PostgresMetrics
 from kanri.postgres.reconciler import PostgresClusterReconciler
-from kanri.runtime import Cache, Client, Controller, ControllerOptions, EventRecorder, Manager, ManagerOptions, Request
+from kanri.runtime import (
+    Cache,
+    Client,
+    Controller,
+    ControllerOptions,
+    EventRecorder,
+    Kind,
+    Manager,
+    ManagerOptions,
+    Request,
+)
 from kanri.runtime.kinds import (
     CONFIG_MAP,
+    EVENT,
+    LEASE,
     NETWORK_POLICY,
     POD,
     POD_DISRUPTION_BUDGET,
     PVC,
-    ROLE,
-    ROLE_BINDING,
     SECRET,
     SERVICE,
     SERVICE_ACCOUNT,
@@ -32,10 +42,66 @@ from kanri.runtime.kinds import (
     STORAGE_CLASS,
 )
 
-__all__ = ["OperatorOptions", "build_manager"]
+__all__ = ["LEADER_ELECTION", "WRITES", "OperatorOptions", "Permission", "build_manager", "permissions"]
 
 Obj = dict[str, Any]
 NAME = "kanri-postgres"
+
+# What the controller watches: owned children (by owner reference), children found by the cluster label, and the
+# StorageClasses every cluster's claims depend on. The informers need list + watch on each.
+OWNED: tuple[Kind, ...] = (STATEFUL_SET, SERVICE, CONFIG_MAP, SERVICE_ACCOUNT, POD_DISRUPTION_BUDGET, NETWORK_POLICY)
+LABELLED: tuple[Kind, ...] = (PVC, SECRET, POD)
+CLUSTER_WIDE: tuple[Kind, ...] = (STORAGE_CLASS,)
+
+
+@dataclass(frozen=True)
+class Permission:
+    """Verbs the operator needs on a kind, or on one of its subresources."""
+
+    kind: Kind
+    subresource: str
+    verbs: frozenset[str]
+
+
+def _grant(kind: Kind, *verbs: str, subresource: str = "") -> Permission:
+    return Permission(kind, subresource, frozenset(verbs))
+
+
+# Every write the operator sends, per kind: the one list the chart's RBAC rules are checked against
+# (tests/unit/test_operator_permissions.py also checks it against the client calls in kanri.postgres).
+# Server-side apply is a PATCH that creates a missing object, so an applied kind needs create and patch.
+WRITES: tuple[Permission, ...] = (
+    # Finalizer and annotation patches; the controller re-reads the object it reconciles with a GET.
+    _grant(POSTGRES_CLUSTER, "get", "patch"),
+    _grant(POSTGRES_CLUSTER, "patch", subresource="status"),
+    # Setting blockOwnerDeletion on a child's owner reference needs update on the owner's finalizers where the
+    # OwnerReferencesPermissionEnforcement admission plugin is on (OpenShift, hardened clusters).
+    _grant(POSTGRES_CLUSTER, "update", subresource="finalizers"),
+    _grant(STATEFUL_SET, "create", "patch", "delete"),  # applied; a removed replica's set is deleted
+    _grant(SERVICE, "create", "patch"),  # applied
+    _grant(CONFIG_MAP, "create", "patch"),  # applied
+    _grant(SERVICE_ACCOUNT, "create", "patch"),  # applied (the instances' identity; no Role: children/rbac.py)
+    _grant(POD_DISRUPTION_BUDGET, "create", "patch", "delete"),  # applied; dropped below two instances
+    _grant(NETWORK_POLICY, "create", "patch"),  # applied
+    _grant(PVC, "create", "patch", "delete"),  # created once, annotated, resized; deleted on scale-down or Delete
+    # generated once, never overwritten (a renewed managed TLS certificate is replaced whole); Retain/Delete at deletion
+    _grant(SECRET, "create", "update", "patch", "delete"),
+    _grant(POD, "patch"),  # role labels that steer the Services (primary, replica, fenced)
+    _grant(EVENT, "create", "patch"),  # the runtime's EventRecorder: a new Event, then its count
+)
+# Leader election (the runtime's LeaderElector): only in the operator's own namespace, so a Role of its own.
+LEADER_ELECTION: tuple[Permission, ...] = (_grant(LEASE, "get", "create", "update"),)
+
+
+def permissions() -> dict[tuple[Kind, str], frozenset[str]]:
+    """Everything the operator needs outside leader election: list + watch on what it watches, plus WRITES."""
+    needed: dict[tuple[Kind, str], frozenset[str]] = {}
+    for kind in (POSTGRES_CLUSTER, *OWNED, *LABELLED, *CLUSTER_WIDE):
+        needed[(kind, "")] = frozenset({"list", "watch"})
+    for permission in WRITES:
+        key = (permission.kind, permission.subresource)
+        needed[key] = needed.get(key, frozenset()) | permission.verbs
+    return needed
 
 
 @dataclass(frozen=True)
@@ -99,11 +165,11 @@ def build_manager(
         for_kind=POSTGRES_CLUSTER,
         options=ControllerOptions(max_concurrent_reconciles=options.max_concurrent_reconciles, log_name_key="cluster"),
     )
-    for kind in (STATEFUL_SET, SERVICE, CONFIG_MAP, SERVICE_ACCOUNT, ROLE, ROLE_BINDING, POD_DISRUPTION_BUDGET,
-                 NETWORK_POLICY):  # fmt: skip
+    for kind in OWNED:
         controller.owns(kind)
-    for kind in (PVC, SECRET, POD):
+    for kind in LABELLED:
         controller.watches(kind, _by_cluster_label)
-    controller.watches(STORAGE_CLASS, _every_cluster(manager.cache))
+    for kind in CLUSTER_WIDE:
+        controller.watches(kind, _every_cluster(manager.cache))
     manager.add(controller)
     return manager

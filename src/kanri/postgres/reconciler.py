@@ -23,7 +23,7 @@ from kanri.postgres.children.config import config_map
 from kanri.postgres.children.networkpolicy import network_policy
 from kanri.postgres.children.pdb import disruption_budgets, wants_budgets
 from kanri.postgres.children.pvc import claim
-from kanri.postgres.children.rbac import rbac
+from kanri.postgres.children.rbac import service_account
 from kanri.postgres.children.services import services
 from kanri.postgres.children.statefulset import bootstrap_role, image_major, statefulset
 from kanri.postgres.deletion import FINALIZER, cleanup
@@ -83,14 +83,12 @@ from kanri.runtime.kinds import (
     POD,
     POD_DISRUPTION_BUDGET,
     PVC,
-    ROLE_BINDING,
     SECRET,
     SERVICE,
     SERVICE_ACCOUNT,
     STATEFUL_SET,
     STORAGE_CLASS,
 )
-from kanri.runtime.kinds import ROLE as RBAC_ROLE
 
 __all__ = ["ClusterPass", "PostgresClusterReconciler", "validated_spec"]
 
@@ -418,11 +416,10 @@ class ClusterPass:
         return report.system_identifier if report is not None and report.role == PRIMARY else None
 
     async def shared_children(self, plan: InstancePlan, system_identifier: str | None) -> None:
-        """The ConfigMap (parameters, instance list, system identifier), the instances' RBAC, the three Services and
-        the NetworkPolicy."""
+        """The ConfigMap (parameters, instance list, system identifier), the instances' ServiceAccount, the three
+        Services and the NetworkPolicy."""
         await self.apply(CONFIG_MAP, config_map(self.cluster, self.spec, plan.instances, system_identifier))
-        for kind, obj in zip((SERVICE_ACCOUNT, RBAC_ROLE, ROLE_BINDING), rbac(self.cluster), strict=True):
-            await self.apply(kind, obj)
+        await self.apply(SERVICE_ACCOUNT, service_account(self.cluster))  # and no Role: children/rbac.py says why
         for service in services(self.cluster):
             await self.apply(SERVICE, service)
         await self.apply(NETWORK_POLICY, network_policy(self.cluster))

@@ -24,36 +24,45 @@ app.kubernetes.io/name: kanri-operator
 
 {{/*
 Rules on namespaced resources: a ClusterRole's in cluster-wide mode, a Role's in each watched namespace otherwise.
-Everything the reconciler reads, writes or owns, and nothing else (no exec, no nodes, no escalation verbs).
+Exactly what the operator's code uses (kanri.postgres.operator.permissions(), checked by
+tests/unit/test_operator_permissions.py): list + watch on what it watches, and only the writes it sends. Server-side
+apply creates a missing object, hence create + patch on applied kinds; nothing is ever replaced (no update), and
+there is no exec, no RBAC object, no node and no namespace among them.
 */}}
 {{- define "kanri.namespacedRules" -}}
 - apiGroups: ["kanri.dev"]
   resources: ["postgresclusters"]
-  verbs: ["get", "list", "watch", "update", "patch"]
+  verbs: ["get", "list", "watch", "patch"]
 - apiGroups: ["kanri.dev"]
-  resources: ["postgresclusters/status", "postgresclusters/finalizers"]
-  verbs: ["get", "update", "patch"]
+  resources: ["postgresclusters/status"]
+  verbs: ["patch"]
+# blockOwnerDeletion on the children's owner references, where OwnerReferencesPermissionEnforcement is enabled.
+- apiGroups: ["kanri.dev"]
+  resources: ["postgresclusters/finalizers"]
+  verbs: ["update"]
 - apiGroups: ["apps"]
   resources: ["statefulsets"]
-  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 - apiGroups: [""]
-  resources: ["services", "configmaps", "secrets", "persistentvolumeclaims", "serviceaccounts"]
-  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+  resources: ["persistentvolumeclaims"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
+# update: a renewed TLS certificate replaces the managed Secret as a whole (tls_step.py)
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["list", "watch", "create", "update", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["services", "configmaps", "serviceaccounts"]
+  verbs: ["list", "watch", "create", "patch"]
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "watch", "patch"]
+  verbs: ["list", "watch", "patch"]
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
-  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
-  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
-# The instances' Role grants `get` on their own ConfigMap and Secrets: RBAC lets the operator grant only what
-# it holds itself, which the rules above cover.
-- apiGroups: ["rbac.authorization.k8s.io"]
-  resources: ["roles", "rolebindings"]
-  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
-- apiGroups: ["", "events.k8s.io"]
+  verbs: ["list", "watch", "create", "patch"]
+- apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch"]
 {{- end -}}
@@ -63,5 +72,5 @@ Everything the reconciler reads, writes or owns, and nothing else (no exec, no n
 # StorageClasses: does a claim's class exist, and does it allow volume expansion?
 - apiGroups: ["storage.k8s.io"]
   resources: ["storageclasses"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["list", "watch"]
 {{- end -}}
