@@ -46,7 +46,7 @@ from tests.support import eventually
 Obj = dict[str, Any]
 NAME = "ha"
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.faults]
 
 
 @pytest_asyncio.fixture(loop_scope="session")
