@@ -19,6 +19,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kanri.contract.backup import ACCESS_KEY_FILE, SECRET_KEY_FILE
+
 __all__ = [
     "ACCESS_KEY_FILE",
     "SECRET_KEY_FILE",
@@ -31,9 +33,6 @@ __all__ = [
     "wal_archive_argv",
 ]
 
-ACCESS_KEY_FILE = "ACCESS_KEY_ID"
-SECRET_KEY_FILE = "ACCESS_SECRET_KEY"
-"""The file names of the mounted repository Secret's key pair (the operator maps the user's keys onto them)."""
 
 DEFAULT_CREDENTIALS_DIR = Path("/etc/kanri/backup")
 

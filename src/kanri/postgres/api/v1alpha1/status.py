@@ -187,6 +187,13 @@ class BackupStatus(ApiModel):
     """When the last base backup failed."""
     first_recoverability_point: datetime | None = None
     """The earliest moment the cluster can be restored to (the start of the oldest backup kept)."""
+    last_archived_wal: Annotated[str | None, Field(alias="lastArchivedWAL", max_length=64)] = None
+    """The newest WAL file the primary archived to the repository."""
+    last_archived_time: datetime | None = None
+    """When it was archived."""
+    repository: Annotated[str, Field(max_length=2048)] | None = None
+    """Where WAL goes: ``s3://bucket/path/<cluster>`` (no credentials), and whether it is the cluster's own or the
+    platform's default (``(default)`` appended)."""
     last_restore_test: RestoreTestRecord | None = None
 
 
