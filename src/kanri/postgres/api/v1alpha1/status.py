@@ -191,9 +191,6 @@ class BackupStatus(ApiModel):
     """The newest WAL file the primary archived to the repository."""
     last_archived_time: datetime | None = None
     """When it was archived."""
-    repository: Annotated[str, Field(max_length=2048)] | None = None
-    """Where WAL goes: ``s3://bucket/path/<cluster>`` (no credentials), and whether it is the cluster's own or the
-    platform's default (``(default)`` appended)."""
     last_restore_test: RestoreTestRecord | None = None
 
 
