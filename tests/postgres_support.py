@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from kanri.local.controlplane import Endpoint
 from kanri.postgres.api.v1alpha1 import PostgresCluster
+from kanri.postgres.api.v1alpha1.backup import S3Repository
 from kanri.postgres.instances import HttpInstanceClient
 from kanri.postgres.operator import OperatorOptions, build_manager
 from kanri.runtime import Client, ClientMetrics, Manager, crd_for, get_condition
@@ -36,10 +37,18 @@ WRITES = ("POST", "PUT", "PATCH", "DELETE")
 class Operator:
     """The operator's Manager on its own client, whose requests are counted."""
 
-    def __init__(self, control_plane: Endpoint, namespace: str, *, instances: HttpInstanceClient | None = None) -> None:
+    def __init__(
+        self,
+        control_plane: Endpoint,
+        namespace: str,
+        *,
+        instances: HttpInstanceClient | None = None,
+        default_backup_repository: S3Repository | None = None,
+    ) -> None:
         self.control_plane = control_plane
         self.namespace = namespace
         self.instances = instances
+        self.default_backup_repository = default_backup_repository
         self.registry = CollectorRegistry()
         self.client_registry = CollectorRegistry()
 
@@ -50,7 +59,8 @@ class Operator:
         async with await Client.from_kubeconfig(kubeconfig, metrics=ClientMetrics(self.client_registry)) as own:
             self.host = own.host.split("://", 1)[-1]
             options = OperatorOptions(namespace=self.namespace, leader_election=False, health_port=None,
-                                      refresh=refresh)  # fmt: skip
+                                      refresh=refresh, leader_election_namespace=self.namespace,
+                                      default_backup_repository=self.default_backup_repository)  # fmt: skip
             manager = build_manager(own, options, instances=self.instances, registry=self.registry)
             task = asyncio.create_task(manager.run(handle_signals=False))
             try:

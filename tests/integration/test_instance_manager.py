@@ -96,6 +96,7 @@ class Workspace:
         instances: list[str],
         synchronous_standbys: int = 0,
         system_identifier: str | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> None:
         """Like the kubelet updates a ConfigMap volume: a new timestamped dir, then the ``..data`` symlink swapped."""
         config = self.root / "config"
@@ -110,6 +111,7 @@ class Workspace:
         }
         if system_identifier is not None:
             body["systemIdentifier"] = system_identifier
+        body.update(extra or {})
         (version / "instance.json").write_text(json.dumps(body))
         tmp = config / "..data_tmp"
         tmp.symlink_to(version.name)

@@ -171,6 +171,15 @@ async def test_minimal_spec_gets_every_default(kube_api: k8s.ApiClient, namespac
 
 
 @pytest.mark.usefixtures("installed")
+async def test_backup_without_a_repository_is_accepted_for_the_platform_default(
+    kube_api: k8s.ApiClient, namespace: str
+) -> None:
+    clusters = Clusters(kube_api, namespace)
+    created = await clusters.create(cluster("plain", merged(BASE, {"backup": {"retentionDays": 14}})))
+    assert created["spec"]["backup"]["retentionDays"] == 14
+    assert "repository" not in created["spec"]["backup"]
+
+
 async def test_backup_defaults_turn_the_restore_rehearsal_on(kube_api: k8s.ApiClient, namespace: str) -> None:
     clusters = Clusters(kube_api, namespace)
     spec = merged(BASE, {"backup": {"repository": {"s3": S3}}})
@@ -345,7 +354,6 @@ INVALID = [
         {"backup": {"repository": {}}},
         ("spec.backup.repository", "needs exactly one of volume or s3"),
     ),
-    Refused("backup-without-repository", {"backup": {"retentionDays": 3}}, ("spec.backup.repository: Required value",)),
     Refused(
         "s3-without-bucket",
         {"backup": {"repository": {"s3": {**S3, "bucket": None}}}},

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 from prometheus_client import CollectorRegistry
 
+from kanri.postgres.backup import load_repository
 from kanri.postgres.instances import HttpInstanceClient
 from kanri.postgres.operator import OperatorOptions, build_manager
 from kanri.runtime import Client, ClientMetrics, configure_logging
@@ -45,12 +46,24 @@ def run(
         str | None, typer.Option(help="Namespace of the Lease (default: the operator's own namespace).")
     ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    default_backup_repository: Annotated[
+        Path | None,
+        typer.Option(
+            help="YAML file of the platform's default S3 repository (the fields of backup.repository.s3; "
+            "its credentialsSecret in the operator's namespace), used by clusters that name none."
+        ),
+    ] = None,
 ) -> None:
     """Run the PostgreSQL operator until SIGTERM or SIGINT."""
     if log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         raise typer.BadParameter(f"unknown log level {log_level!r}", param_hint="--log-level")
     configure_logging(log_level)
+    try:
+        default = load_repository(default_backup_repository) if default_backup_repository else None
+    except (OSError, ValueError) as exc:
+        raise typer.BadParameter(str(exc), param_hint="--default-backup-repository") from None
     options = OperatorOptions(
+        default_backup_repository=default,
         namespace=namespace,
         leader_election=leader_election,
         leader_election_namespace=leader_election_namespace or own_namespace(),

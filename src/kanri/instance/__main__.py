@@ -7,13 +7,17 @@ import sys
 
 import structlog
 
+from kanri.instance.archive import archive_wal
 from kanri.instance.config import Settings, SettingsError
 from kanri.instance.exporter import metrics_port
 from kanri.instance.isolation import IsolationSettings
 from kanri.instance.logs import configure_logging
 from kanri.instance.manager import InstanceManager
 
-USAGE = "usage: kanri-instance [run]   (configured by environment variables; see docs/instance-manager.md)"
+USAGE = (
+    "usage: kanri-instance [run]   (configured by environment variables; see docs/instance-manager.md)\n"
+    "       kanri-instance archive-wal WAL_PATH   (PostgreSQL's archive_command; see docs/backups.md)"
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     if args in (["-h"], ["--help"]):
         print(USAGE)
         return 0
+    if len(args) == 2 and args[0] == "archive-wal":
+        return archive_wal(args[1])
     if args not in ([], ["run"]):
         print(USAGE, file=sys.stderr)
         return 2

@@ -16,6 +16,7 @@ from pathlib import Path
 from psycopg.conninfo import make_conninfo
 
 from kanri.contract.parameters import refusal
+from kanri.instance.archive import archive_parameters
 from kanri.instance.config import ClusterConfig, Credentials, Settings
 from kanri.instance.tls import client_options, server_parameters
 
@@ -91,6 +92,8 @@ def managed_parameters(
         "password_encryption": "scram-sha-256",
         # a standby replies every second even when idle: the primary's isolation check counts those replies
         "wal_receiver_status_interval": "1s",
+        # on every instance (a standby with archive_mode=on archives nothing), so a promotion needs no restart
+        **archive_parameters(config.archive),
     }
     if tls:
         params.update(server_parameters(settings))

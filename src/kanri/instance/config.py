@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kanri.contract.roles import SUPERUSER
+from kanri.instance.archive import ArchiveTarget
 
 __all__ = ["SUPERUSER", "Bootstrap", "ClusterConfig", "Credentials", "Settings", "SettingsError"]
 
@@ -113,8 +114,9 @@ class Settings:
 
 
 class ClusterConfig(BaseModel):
-    """The operator's ``instance.json``: user parameters, the cluster's instance names, synchronous standbys, and
-    (once the cluster has been initialised) the system identifier every data directory of the cluster must have."""
+    """The operator's ``instance.json``: user parameters, the cluster's instance names, synchronous standbys,
+    (once the cluster has been initialised) the system identifier every data directory of the cluster must have,
+    and where WAL is archived (absent: no archiving)."""
 
     model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
 
@@ -122,6 +124,7 @@ class ClusterConfig(BaseModel):
     instances: tuple[str, ...] = ()
     synchronous_standbys: int = Field(default=0, ge=0, alias="synchronousStandbys")
     system_identifier: str | None = Field(default=None, alias="systemIdentifier", pattern=r"^[0-9]{1,20}$")
+    archive: ArchiveTarget | None = None
 
     @classmethod
     def parse(cls, raw: bytes) -> ClusterConfig:

@@ -573,6 +573,7 @@ class InstanceManager:
             "connections": None,
             "pendingRestart": None,
             "configErrors": None,
+            "archiver": None,
             "running": self.pg.running,
             "ready": False,
             "restartCount": self.restart_count,

@@ -66,6 +66,33 @@ SELECT pg_last_wal_receive_lsn()::text AS receive_lsn,
 """
 
 
+# pg_stat_archiver counts since the last stats reset; the operator reads the names and times (a failure newer than
+# the last success means the archiver is stuck on that segment)
+_ARCHIVER = """
+SELECT archived_count, last_archived_wal, last_archived_time, failed_count, last_failed_wal, last_failed_time,
+       current_setting('archive_mode') AS archive_mode
+  FROM pg_stat_archiver
+"""
+
+
+def _iso(value: Any) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+async def archiver(conn: psycopg.AsyncConnection[DictRow]) -> dict[str, Any]:
+    """The ``archiver`` part of ``GET /status`` (camelCase keys; times ISO 8601)."""
+    row = await fetch_one(conn, _ARCHIVER)
+    return {
+        "mode": row["archive_mode"],
+        "archivedCount": row["archived_count"],
+        "lastArchivedWal": row["last_archived_wal"],
+        "lastArchivedTime": _iso(row["last_archived_time"]),
+        "failedCount": row["failed_count"],
+        "lastFailedWal": row["last_failed_wal"],
+        "lastFailedTime": _iso(row["last_failed_time"]),
+    }
+
+
 async def collect(conn: psycopg.AsyncConnection[DictRow]) -> dict[str, Any]:
     """The database part of ``GET /status`` (camelCase keys)."""
     common = await fetch_one(conn, _COMMON, (APPLICATION_NAME,))
@@ -78,6 +105,7 @@ async def collect(conn: psycopg.AsyncConnection[DictRow]) -> dict[str, Any]:
         "pendingRestart": common["pending_restart"],
         "pendingRestartLowers": await lowered_standby_limits(conn) if common["pending_restart"] else [],
         "configErrors": await config_errors(conn),
+        "archiver": await archiver(conn),
     }
     if common["in_recovery"]:
         row = await fetch_one(conn, _REPLICA)

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 import kanri
+from kanri.local.seaweedfs import backup_tools_bin
 
 POSTGRES_IMAGE = "kanri.dev/postgres"
 OPERATOR_IMAGE = "kanri.dev/operator"
@@ -45,6 +46,9 @@ def default_image_map(python: Path = SYSTEM_PYTHON) -> list[dict[str, Any]]:
     """The entries described in the module docstring."""
     interpreter = str(python if python.exists() else Path(sys.executable))
     base_env = {"PYTHONPATH": python_path(), "PYTHONUNBUFFERED": "1"}
+    tools = backup_tools_bin()
+    # Barman Cloud from `make backup-tools`, for the instance manager's WAL archiving (absent: archiving fails loudly)
+    backup_env = {"KANRI_BARMAN_BIN": str(tools)} if (tools / "barman-cloud-wal-archive").exists() else {}
     entries: list[dict[str, Any]] = []
     for major in postgres_majors():
         bin_dir = f"/usr/lib/postgresql/{major}/bin"
@@ -52,7 +56,7 @@ def default_image_map(python: Path = SYSTEM_PYTHON) -> list[dict[str, Any]]:
             {
                 "image": f"{POSTGRES_IMAGE}:{major}",
                 "command": [interpreter, "-m", "kanri.instance"],
-                "env": base_env | {"KANRI_PG_BIN": bin_dir, "PATH": f"{bin_dir}:{_PATH}"},
+                "env": base_env | backup_env | {"KANRI_PG_BIN": bin_dir, "PATH": f"{bin_dir}:{_PATH}"},
                 "users": [
                     {"name": "postgres", "uid": POSTGRES_UID, "gid": POSTGRES_UID, "home": "/var/lib/postgresql"}
                 ],

@@ -63,6 +63,18 @@ class InstanceProblem:
 
 
 @dataclass(frozen=True)
+class ArchiverReport:
+    """The primary's ``pg_stat_archiver`` (times ISO 8601), read by :mod:`kanri.postgres.backup`."""
+
+    mode: str | None
+    last_archived_wal: str | None
+    last_archived_time: str | None
+    failed_count: int
+    last_failed_wal: str | None
+    last_failed_time: str | None
+
+
+@dataclass(frozen=True)
 class InstanceReport:
     """What one instance manager says about itself (``GET /status``)."""
 
@@ -98,6 +110,8 @@ class InstanceReport:
     rejoin_method: str | None = None
     """``rewind`` or ``clone``."""
     rejoin_message: str | None = None
+    archiver: ArchiverReport | None = None
+    """``pg_stat_archiver`` as reported (read by :mod:`kanri.postgres.backup`); None when PostgreSQL is down."""
 
 
 def _int(value: Any) -> int | None:
@@ -148,6 +162,19 @@ def _problems(value: Any) -> tuple[InstanceProblem, ...]:
     return tuple(found)
 
 
+def _archiver(value: Any) -> ArchiverReport | None:
+    if not isinstance(value, dict):
+        return None
+    return ArchiverReport(
+        mode=_text(value.get("mode")),
+        last_archived_wal=_text(value.get("lastArchivedWal")),
+        last_archived_time=_text(value.get("lastArchivedTime")),
+        failed_count=_int(value.get("failedCount")) or 0,
+        last_failed_wal=_text(value.get("lastFailedWal")),
+        last_failed_time=_text(value.get("lastFailedTime")),
+    )
+
+
 def parse_report(body: Any) -> InstanceReport | None:
     """An :class:`InstanceReport` from the JSON body, or None when it is not one (a wrong answer is no answer)."""
     if not isinstance(body, dict) or body.get("role") not in ("primary", "replica") or not _str(body.get("name")):
@@ -172,6 +199,7 @@ def parse_report(body: Any) -> InstanceReport | None:
         fenced=body.get("fenced") is True,
         fence_reason=_text(body.get("fenceReason")),
         replication_paused=body.get("replicationPaused") is True,
+        archiver=_archiver(body.get("archiver")),
         **_rejoin(body.get("rejoin")),
     )
 

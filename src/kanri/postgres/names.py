@@ -99,6 +99,11 @@ def app_secret(cluster: str) -> str:
     return f"{cluster}-app"
 
 
+def backup_secret(cluster: str) -> str:
+    """The backup repository's key pair, copied by the operator for the instances (see postgres/backup.py)."""
+    return f"{cluster}-backup-credentials"
+
+
 def api_secret(cluster: str) -> str:
     """The bearer token of the instance managers' HTTP API."""
     return f"{cluster}-api"

@@ -11,6 +11,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from kanri.postgres.api.v1alpha1.backup import S3Repository
+from kanri.postgres.backup import BackupMetrics, BackupSettings
 from kanri.postgres.instances import HttpInstanceClient, InstanceClient
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.labels import CLUSTER
@@ -85,7 +87,8 @@ WRITES: tuple[Permission, ...] = (
     _grant(NETWORK_POLICY, "create", "patch"),  # applied
     _grant(PVC, "create", "patch", "delete"),  # created once, annotated, resized; deleted on scale-down or Delete
     # generated once, never overwritten (a renewed managed TLS certificate is replaced whole); Retain/Delete at deletion
-    _grant(SECRET, "create", "update", "patch", "delete"),
+    # get: the platform's default backup repository key pair, read from the operator's namespace (backup.py)
+    _grant(SECRET, "get", "create", "update", "patch", "delete"),
     _grant(POD, "patch"),  # role labels that steer the Services (primary, replica, fenced)
     _grant(EVENT, "create", "patch"),  # the runtime's EventRecorder: a new Event, then its count
 )
@@ -117,6 +120,9 @@ class OperatorOptions:
     refresh: float = 10.0
     """How often each cluster's instances are asked for their state."""
     max_concurrent_reconciles: int = 4
+    default_backup_repository: S3Repository | None = None
+    """The platform's default backup repository, its credentials Secret in ``leader_election_namespace`` (the
+    operator's own namespace); see docs/backups.md."""
     manager: dict[str, Any] = field(default_factory=dict)
     """Further ManagerOptions fields (lease timings, graceful shutdown), for tests."""
 
@@ -158,6 +164,9 @@ def build_manager(
         events=EventRecorder(client, component=NAME),
         refresh=options.refresh,
         metrics=PostgresMetrics(manager.registry),
+    )
+    reconciler.backup = BackupSettings(
+        options.default_backup_repository, options.leader_election_namespace, BackupMetrics(manager.registry)
     )
     controller = Controller(
         "postgrescluster",

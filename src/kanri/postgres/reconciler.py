@@ -17,8 +17,9 @@ from typing import Any
 import structlog
 from pydantic import ValidationError
 
-from kanri.postgres import names
+from kanri.postgres import backup, names
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
+from kanri.postgres.backup import BackupSettings
 from kanri.postgres.children.config import config_map
 from kanri.postgres.children.networkpolicy import network_policy
 from kanri.postgres.children.pdb import disruption_budgets, wants_budgets
@@ -136,6 +137,8 @@ class PostgresClusterReconciler:
         metrics: PostgresMetrics | None = None,
     ) -> None:
         self.metrics = metrics
+        self.backup = BackupSettings()
+        """The platform's default backup repository and the backup metrics (set by build_manager)."""
         self.cache = cache
         self.client = client
         self.instances = instances
@@ -234,6 +237,9 @@ class ClusterPass:
     async def run(self) -> Result:
         await self.credentials()  # before any pod that mounts them
         await ensure_tls(self, self.spec.replicas, self.r.instances, self.r.metrics)  # CA, server certificate
+        # Where WAL goes (the cluster's repository or the platform's), its key pair copied before pods mount it.
+        repository = backup.resolve(self.spec, self.namespace, self.r.backup)
+        credentials_problem = await backup.ensure_credentials(self, repository)
         # Observe first: which instance is primary, and what the data is, come from the instances themselves.
         raw, pods = await self.observe()
         claims = self.claims()
@@ -262,7 +268,7 @@ class ClusterPass:
         recorded_data = recorded_major(claims, plan.primary)
         major = running_major(recorded_data, reports, self.status.get("postgresMajor"), self.spec.version)
         plan, removal_waiting = gate_removals(plan, reports)  # a replica goes only once proven a replica
-        await self.shared_children(plan, system_identifier)
+        await self.shared_children(plan, system_identifier, backup.archive_target(repository, self.name))
         restarting: str | None = None
         storage = StoragePlan()
         scaled = False
@@ -292,6 +298,10 @@ class ClusterPass:
                                   system_identifier=system_identifier, split_brain=split_brain,
                                   failover=step.progress)  # fmt: skip
         await self.report(observation)
+        primary_report = reports.get(plan.primary) if plan.primary else None
+        await backup.report(
+            self, self.r.backup, backup.decide(repository, self.name, primary_report, credentials_problem)
+        )
         if self.blocked:
             return Result(requeue_after=_RETRY_BLOCKED)
         wait = self.r.refresh
@@ -415,10 +425,10 @@ class ClusterPass:
         report = reports.get(plan.primary) if plan.primary else None
         return report.system_identifier if report is not None and report.role == PRIMARY else None
 
-    async def shared_children(self, plan: InstancePlan, system_identifier: str | None) -> None:
-        """The ConfigMap (parameters, instance list, system identifier), the instances' ServiceAccount, the three
-        Services and the NetworkPolicy."""
-        await self.apply(CONFIG_MAP, config_map(self.cluster, self.spec, plan.instances, system_identifier))
+    async def shared_children(self, plan: InstancePlan, system_identifier: str | None, archive: Obj | None) -> None:
+        """The ConfigMap (parameters, instance list, system identifier, archive target), the instances'
+        ServiceAccount, the three Services and the NetworkPolicy."""
+        await self.apply(CONFIG_MAP, config_map(self.cluster, self.spec, plan.instances, system_identifier, archive))
         await self.apply(SERVICE_ACCOUNT, service_account(self.cluster))  # and no Role: children/rbac.py says why
         for service in services(self.cluster):
             await self.apply(SERVICE, service)

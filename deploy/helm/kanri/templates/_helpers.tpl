@@ -46,10 +46,11 @@ there is no exec, no RBAC object, no node and no namespace among them.
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
   verbs: ["list", "watch", "create", "patch", "delete"]
-# update: a renewed TLS certificate replaces the managed Secret as a whole (tls_step.py)
+# update: a renewed TLS certificate replaces the managed Secret as a whole (tls_step.py); get: the platform's default
+# backup repository key pair, read from the operator's namespace (backup.py)
 - apiGroups: [""]
   resources: ["secrets"]
-  verbs: ["list", "watch", "create", "update", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
 - apiGroups: [""]
   resources: ["services", "configmaps", "serviceaccounts"]
   verbs: ["list", "watch", "create", "patch"]

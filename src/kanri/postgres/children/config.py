@@ -29,8 +29,11 @@ def synchronous_standbys(spec: PostgresClusterSpec) -> int:
     return spec.replication.sync_standbys or 1
 
 
-def instance_config(spec: PostgresClusterSpec, instances: list[str], system_identifier: str | None = None) -> str:
-    """The JSON document at ``/etc/kanri/config/instance.json`` (keys sorted: same input, same bytes)."""
+def instance_config(
+    spec: PostgresClusterSpec, instances: list[str], system_identifier: str | None = None, archive: Obj | None = None
+) -> str:
+    """The JSON document at ``/etc/kanri/config/instance.json`` (keys sorted: same input, same bytes); ``archive``
+    is where WAL goes (:func:`kanri.postgres.backup.archive_target`), absent without a repository."""
     parameters = dict(spec.postgresql.parameters) if spec.postgresql else {}
     document: Obj = {
         "parameters": parameters,
@@ -39,12 +42,19 @@ def instance_config(spec: PostgresClusterSpec, instances: list[str], system_iden
     }
     if system_identifier is not None:
         document["systemIdentifier"] = system_identifier
+    if archive is not None:
+        document["archive"] = archive
     return json.dumps(document, sort_keys=True, indent=2) + "\n"
 
 
 def config_map(
-    cluster: Obj, spec: PostgresClusterSpec, instances: list[str], system_identifier: str | None = None
+    cluster: Obj,
+    spec: PostgresClusterSpec,
+    instances: list[str],
+    system_identifier: str | None = None,
+    archive: Obj | None = None,
 ) -> Obj:
     name = cluster["metadata"]["name"]
     meta = child_meta(cluster, names.config_map(name), cluster_labels(name))
-    return owned("v1", "ConfigMap", meta, data={CONFIG_KEY: instance_config(spec, instances, system_identifier)})
+    document = instance_config(spec, instances, system_identifier, archive)
+    return owned("v1", "ConfigMap", meta, data={CONFIG_KEY: document})

@@ -48,6 +48,7 @@ APP_DIR = "/etc/kanri/app"
 API_DIR = "/etc/kanri/api"
 CONFIG_DIR = "/etc/kanri/config"
 TLS_DIR = "/etc/kanri/tls"
+BACKUP_DIR = "/etc/kanri/backup"
 
 SPREAD_TOPOLOGY_KEYS = ("kubernetes.io/hostname", "topology.kubernetes.io/zone")
 """The default anti-affinity spreads a cluster's instances over these (nodes first, zones as well)."""
@@ -86,6 +87,8 @@ def environment(cluster: str, instance: str, role: Role, spec: PostgresClusterSp
         "KANRI_CONFIG_FILE": f"{CONFIG_DIR}/instance.json",
         **_tls_environment(),
     }
+    if spec.backup is not None:
+        plain["KANRI_BACKUP_CREDENTIALS_DIR"] = BACKUP_DIR
     env: list[Obj] = [{"name": key, "value": value} for key, value in plain.items()]
     env[2:2] = [
         {"name": "POD_NAMESPACE", "valueFrom": _field("metadata.namespace")},
@@ -94,8 +97,9 @@ def environment(cluster: str, instance: str, role: Role, spec: PostgresClusterSp
     return env
 
 
-def volumes(cluster: str, instance: str) -> tuple[list[Obj], list[Obj]]:
-    """The pod's volumes and the container's mounts: data claim, the four Secrets, the ConfigMap, the socket dir."""
+def volumes(cluster: str, instance: str, backup: bool = False) -> tuple[list[Obj], list[Obj]]:
+    """The pod's volumes and the container's mounts: data claim, the four Secrets, the ConfigMap, the socket dir;
+    with ``backup``, the repository's key pair the operator copies (optional: absent while there is no repository)."""
     secrets = [
         ("superuser", names.superuser_secret(cluster), SUPERUSER_DIR),
         ("replication", names.replication_secret(cluster), REPLICATION_DIR),
@@ -108,6 +112,9 @@ def volumes(cluster: str, instance: str) -> tuple[list[Obj], list[Obj]]:
         pod_volumes.append({"name": volume, "secret": {"secretName": secret}})
         mounts.append({"name": volume, "mountPath": path, "readOnly": True})
     _tls_volume(cluster, pod_volumes, mounts)
+    if backup:
+        pod_volumes.append({"name": "backup", "secret": {"secretName": names.backup_secret(cluster), "optional": True}})
+        mounts.append({"name": "backup", "mountPath": BACKUP_DIR, "readOnly": True})
     pod_volumes.append({"name": "config", "configMap": {"name": names.config_map(cluster)}})
     mounts.append({"name": "config", "mountPath": CONFIG_DIR, "readOnly": True})
     pod_volumes.append({"name": "run", "emptyDir": {}})
@@ -134,7 +141,7 @@ def _probe(path: str, period: int, failures: int) -> Obj:
 
 
 def _container(cluster: str, instance: str, role: Role, major: int, spec: PostgresClusterSpec) -> Obj:
-    _, mounts = volumes(cluster, instance)
+    _, mounts = volumes(cluster, instance, spec.backup is not None)
     container: Obj = {
         "name": "postgres",
         "image": f"{IMAGE}:{major}",
@@ -186,7 +193,7 @@ def affinity(cluster: str, spec: PostgresClusterSpec) -> Obj:
 
 
 def _pod_spec(cluster: str, instance: str, role: Role, major: int, spec: PostgresClusterSpec) -> Obj:
-    pod_volumes, _ = volumes(cluster, instance)
+    pod_volumes, _ = volumes(cluster, instance, spec.backup is not None)
     template = spec.pod_template
     pod: Obj = {
         "serviceAccountName": names.service_account(cluster),

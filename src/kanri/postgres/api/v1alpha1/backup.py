@@ -110,7 +110,7 @@ class Repository(
         ),
     ],
 ):
-    """Where base backups and archived WAL are kept: exactly one of volume or s3. Required.
+    """Where base backups and archived WAL are kept: exactly one of volume or s3.
     Changing it starts a fresh base backup in the new repository; the old repository is left untouched."""
 
     volume: Volume | None = None
@@ -145,6 +145,10 @@ class Backup(ApiModel):
     deleted, but the newest successful base backup is always kept. Lowering it deletes the expired backups at the
     next cleanup."""
 
-    repository: Repository
+    repository: Repository | None = None
+    """Where this cluster's backups go. Default: the platform's default repository (the operator's
+    ``--default-backup-repository``, see docs/backups.md), so the same manifest works in every environment. Set, it
+    wins over the default. With neither, the cluster runs without archiving and says so (condition
+    ContinuousArchiving=False, reason NoRepository)."""
 
     restore_test: RestoreTest = RestoreTest()

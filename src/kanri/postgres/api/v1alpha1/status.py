@@ -188,6 +188,10 @@ class BackupStatus(ApiModel):
     """When the last base backup failed."""
     first_recoverability_point: datetime | None = None
     """The earliest moment the cluster can be restored to (the start of the oldest backup kept)."""
+    last_archived_wal: Annotated[str | None, Field(alias="lastArchivedWAL", max_length=64)] = None
+    """The newest WAL file the primary archived to the repository."""
+    last_archived_time: datetime | None = None
+    """When it was archived."""
     last_restore_test: RestoreTestRecord | None = None
 
 

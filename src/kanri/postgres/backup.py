@@ -1,0 +1,286 @@
+"""Backups, first slice: where a cluster's WAL goes, and whether it is getting there (condition ContinuousArchiving).
+
+Where: ``spec.backup.repository`` when set, else the platform's default repository — the operator's configuration
+(``kanri run --default-backup-repository FILE``, an S3 repository whose key Secret lives in the operator's namespace),
+so the same manifest works in every environment and users never need to know where backups are kept. The operator
+copies the key pair into ``<cluster>-backup-credentials`` in the cluster's namespace (pods can only mount Secrets of
+their own namespace), under the file names the instance manager reads, and puts the destination (no secret) into the
+instances' ``instance.json``; the instance manager archives (:mod:`kanri.instance.archive`).
+
+Whether: the primary reports ``pg_stat_archiver``; :func:`decide` turns that and the repository into the condition,
+``status.backup.lastArchivedWAL``/``lastArchivedTime`` and a metric; an Event is sent when the condition flips. Pure
+deciders (:func:`resolve`, :func:`decide`) and a thin executor (:func:`ensure_credentials`, :func:`report`), which the
+reconciler calls at the start and the end of a pass. Nothing here requeues: a cluster without a repository is looked
+at again only at the ordinary refresh, like any other.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import copy
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import structlog
+import yaml
+from prometheus_client import CollectorRegistry, Gauge
+from pydantic import ValidationError
+
+from kanri.contract.backup import ACCESS_KEY_FILE, SECRET_KEY_FILE
+from kanri.postgres import names
+from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
+from kanri.postgres.api.v1alpha1.backup import S3Repository
+from kanri.postgres.children import child_meta, owned
+from kanri.postgres.kinds import POSTGRES_CLUSTER
+from kanri.postgres.labels import cluster_labels
+from kanri.runtime import ApiError, get_condition, remove_condition, set_condition
+from kanri.runtime.kinds import SECRET
+
+if TYPE_CHECKING:
+    from kanri.postgres.instances import InstanceReport
+    from kanri.postgres.reconciler import ClusterPass
+
+__all__ = [
+    "CONDITION",
+    "Archiving",
+    "BackupMetrics",
+    "BackupSettings",
+    "Repository",
+    "archive_target",
+    "decide",
+    "ensure_credentials",
+    "load_repository",
+    "report",
+    "resolve",
+]
+
+log = structlog.get_logger("kanri.postgres.backup")
+Obj = dict[str, Any]
+CONDITION = "ContinuousArchiving"
+
+
+class BackupMetrics:
+    """``kanri_postgres_archiving_failing`` (1 while the condition is False for a cluster that asks for backups)
+    and ``kanri_postgres_last_archived_timestamp_seconds``."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        labels = ("namespace", "cluster")
+        self.failing = Gauge("kanri_postgres_archiving_failing", "1 while WAL archiving does not work (condition "
+                             "ContinuousArchiving=False).", labels, registry=registry)  # fmt: skip
+        self.last_archived = Gauge("kanri_postgres_last_archived_timestamp_seconds", "Unix time the primary last "
+                                   "archived a WAL file.", labels, registry=registry)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class BackupSettings:
+    """The operator's backup configuration: the platform's default repository (None: none) and the namespace its
+    credentials Secret is in (the operator's own)."""
+
+    default_repository: S3Repository | None = None
+    default_namespace: str = "kanri-system"
+    metrics: BackupMetrics | None = None
+
+
+@dataclass(frozen=True)
+class Repository:
+    """The repository a cluster archives into, and where its key Secret is."""
+
+    s3: S3Repository
+    secret_namespace: str
+    default: bool
+
+    @property
+    def destination(self) -> str:
+        return f"s3://{self.s3.bucket}" + (f"/{self.s3.path}" if self.s3.path else "")
+
+    def describe(self, cluster: str) -> str:
+        return f"{self.destination}/{cluster}" + (" (default)" if self.default else "")
+
+
+def load_repository(path: Path) -> S3Repository:
+    """The platform's default repository from a YAML file holding the fields of ``backup.repository.s3``;
+    ValueError with a short reason."""
+    try:
+        return S3Repository.model_validate(yaml.safe_load(path.read_text()) or {})
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path} is not YAML: {exc}") from None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise ValueError(f"{path}: {where}: {first['msg']}") from None
+
+
+Unresolved = Literal["NoRepository", "VolumeRepositoryNotSupported"]
+
+
+def resolve(spec: PostgresClusterSpec, namespace: str, settings: BackupSettings) -> Repository | Unresolved | None:
+    """The cluster's repository: its own (wins), else the platform default; a reason when there is none it can use;
+    None when the cluster asks for no backups."""
+    if spec.backup is None:
+        return None
+    own = spec.backup.repository
+    if own is not None:
+        if own.s3 is None:
+            return "VolumeRepositoryNotSupported"
+        return Repository(own.s3, namespace, default=False)
+    if settings.default_repository is None:
+        return "NoRepository"
+    return Repository(settings.default_repository, settings.default_namespace, default=True)
+
+
+def archive_target(repository: Repository | Unresolved | None, cluster: str) -> Obj | None:
+    """The ``archive`` entry of ``instance.json`` (see :class:`kanri.instance.archive.ArchiveTarget`)."""
+    if not isinstance(repository, Repository):
+        return None
+    target: Obj = {"destination": repository.destination, "endpointURL": repository.s3.endpoint, "serverName": cluster}
+    if repository.s3.region:
+        target["region"] = repository.s3.region
+    return target
+
+
+@dataclass(frozen=True)
+class Archiving:
+    """What :func:`decide` concluded: the condition, and the last archived WAL to record (None: keep)."""
+
+    ok: bool
+    reason: str
+    message: str
+    last_wal: str | None = None
+    last_time: str | None = None
+
+
+def _newer(failed: str | None, archived: str | None) -> bool:
+    if failed is None:
+        return False
+    if archived is None:
+        return True
+    return datetime.fromisoformat(failed) > datetime.fromisoformat(archived)
+
+
+def decide(
+    repository: Repository | Unresolved | None, cluster: str, primary: InstanceReport | None, credentials: str | None
+) -> Archiving | None:
+    """The ContinuousArchiving condition from the repository, the primary's report and the credentials problem
+    (None: the key Secret was copied). None when the cluster asks for no backups (no condition at all)."""
+    if repository is None:
+        return None
+    if repository == "NoRepository":
+        return Archiving(False, "NoRepository", "spec.backup is set but there is no repository: neither "
+                         "spec.backup.repository nor a platform default (kanri run --default-backup-repository); "
+                         "no WAL is archived")  # fmt: skip
+    if repository == "VolumeRepositoryNotSupported":
+        return Archiving(False, "VolumeRepositoryNotSupported", "backup.repository.volume is not implemented by this "
+                         "operator version; use backup.repository.s3 or the platform default")  # fmt: skip
+    if credentials is not None:
+        return Archiving(False, "CredentialsMissing", credentials)
+    where = repository.describe(cluster)
+    archiver = primary.archiver if primary is not None else None
+    if primary is None or archiver is None:
+        return Archiving(False, "WaitingForPrimary", f"no primary reports its archiver yet; WAL goes to {where}")
+    if archiver.mode != "on":
+        return Archiving(False, "Starting", f"archive_mode is {archiver.mode!r} on {primary.name} until it "
+                         "restarts with archiving on")  # fmt: skip
+    wal, when = archiver.last_archived_wal, archiver.last_archived_time
+    if _newer(archiver.last_failed_time, when):
+        return Archiving(False, "ArchiveFailing", f"{primary.name} cannot archive {archiver.last_failed_wal} to "
+                         f"{where} (WAL is kept in pg_wal until it succeeds); see the "
+                         "instance's log", wal, when)  # fmt: skip
+    if wal is None:
+        return Archiving(True, "Archiving", f"archiving to {where}; no WAL file finished yet")
+    return Archiving(True, "Archiving", f"archiving to {where}; last {wal}", wal, when)
+
+
+# --- executor ----------------------------------------------------------------------------------------------------
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def _value(secret: Obj, key: str) -> str | None:
+    raw = (secret.get("data") or {}).get(key)
+    return base64.b64decode(raw).decode() if isinstance(raw, str) and raw else None
+
+
+async def ensure_credentials(step: ClusterPass, repository: Repository | Unresolved | None) -> str | None:
+    """Copy the repository's key pair into ``<cluster>-backup-credentials``; the problem (for the condition's
+    message: names only, never a value) or None when copied or not needed."""
+    if not isinstance(repository, Repository):
+        return None
+    ref = repository.s3.credentials_secret
+    where = f"Secret {repository.secret_namespace}/{ref.name}"
+    source = step.cache.get(SECRET, ref.name, repository.secret_namespace)
+    if source is None:
+        try:
+            source = await step.client.get(SECRET, ref.name, repository.secret_namespace)
+        except ApiError as exc:
+            if exc.not_found:
+                return f"{where} (the repository's credentials) does not exist"
+            return f"{where} cannot be read: {exc.status}"
+    access, secret = _value(source, ref.access_key_id_key), _value(source, ref.secret_access_key_key)
+    if access is None or secret is None:
+        missing = ref.access_key_id_key if access is None else ref.secret_access_key_key
+        return f"{where} has no key {missing!r}"
+    meta = child_meta(step.cluster, names.backup_secret(step.name), cluster_labels(step.name))
+    desired = owned("v1", "Secret", meta, type="Opaque", data={ACCESS_KEY_FILE: _b64(access),
+                                                               SECRET_KEY_FILE: _b64(secret)})  # fmt: skip
+    await step.apply(SECRET, desired)
+    return None
+
+
+async def report(step: ClusterPass, settings: BackupSettings, verdict: Archiving | None) -> None:
+    """Write the condition and ``status.backup``'s archive fields when they changed (re-reading the cluster first:
+    the status step of this pass may have written conditions), send an Event when the condition flips, set the
+    metrics."""
+    key = (step.namespace, step.name)
+    if settings.metrics is not None:
+        if verdict is None:
+            for gauge in (settings.metrics.failing, settings.metrics.last_archived):
+                with contextlib.suppress(KeyError):  # never set for this cluster
+                    gauge.remove(*key)
+        else:
+            settings.metrics.failing.labels(*key).set(0 if verdict.ok else 1)
+            if verdict.last_time is not None:
+                settings.metrics.last_archived.labels(*key).set(datetime.fromisoformat(verdict.last_time).timestamp())
+    generation = int(step.cluster["metadata"].get("generation", 0))
+    old_condition = get_condition(step.status.get("conditions") or [], CONDITION)
+    backup = step.status.get("backup") or {}
+    wanted = dict(backup)
+    if verdict is not None and verdict.last_wal is not None:
+        wanted.update(lastArchivedWAL=verdict.last_wal, lastArchivedTime=verdict.last_time)
+    if wanted == backup and _same(old_condition, verdict, generation):
+        return  # converged: no write
+    # A merge patch replaces the whole conditions list: start from the object as it is now.
+    fresh = await step.client.get(POSTGRES_CLUSTER, step.name, step.namespace)
+    conditions = copy.deepcopy((fresh.get("status") or {}).get("conditions") or [])
+    if verdict is None:
+        remove_condition(conditions, CONDITION)
+    else:
+        set_condition(conditions, type=CONDITION, status=verdict.ok, reason=verdict.reason, message=verdict.message,
+                      observed_generation=generation)  # fmt: skip
+    patch: Obj = {"conditions": conditions}
+    if wanted != backup:
+        patch["backup"] = {k: wanted[k] for k in ("lastArchivedWAL", "lastArchivedTime")}
+    await step.client.patch_status(POSTGRES_CLUSTER, step.name, {"status": patch}, step.namespace)
+    if verdict is None or (old_condition is not None and old_condition.get("reason") == verdict.reason):
+        return
+    log.info("archiving condition changed", cluster=step.name, namespace=step.namespace, ok=verdict.ok,
+             reason=verdict.reason)  # fmt: skip
+    if verdict.ok:
+        await step.r.events.normal(step.cluster, "ArchivingWorks", verdict.message)
+    else:
+        await step.r.events.warning(step.cluster, verdict.reason, verdict.message)
+
+
+def _same(condition: Obj | None, verdict: Archiving | None, generation: int) -> bool:
+    if verdict is None or condition is None:
+        return verdict is None and condition is None
+    return (
+        condition.get("status") == ("True" if verdict.ok else "False")
+        and condition.get("reason") == verdict.reason
+        and condition.get("message") == verdict.message
+        and condition.get("observedGeneration") == generation
+    )
