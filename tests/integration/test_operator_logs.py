@@ -50,7 +50,9 @@ async def test_kanri_run_writes_one_json_event_per_line_with_the_clusters_keys(
 
         async def reconcile_lines() -> list[dict[str, Any]]:
             assert process.returncode is None, log_file.read_text()[-3000:]
-            return [e for e in events(log_file) if e.get("reconcile_id") and e.get("cluster") == "logged"]
+            found = [e for e in events(log_file) if e.get("reconcile_id") and e.get("cluster") == "logged"]
+            # until the first reconcile has ended: its closing "reconciled" line is written last
+            return found if any(e["event"] == "reconciled" for e in found) else []
 
         lines = await eventually(reconcile_lines, timeout=60)
     finally:
