@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-__all__ = ["MARKER", "FenceRecord", "lift", "marker_path", "read_fence", "write_fence"]
+__all__ = ["MARKER", "FenceRecord", "lift", "marker_path", "read_fence", "remove_marker", "write_fence", "write_marker"]
 
 MARKER = "kanri-fenced"
 
@@ -50,21 +50,30 @@ def read_fence(path: Path) -> FenceRecord | None:
 
 
 def write_fence(path: Path, reason: str, now: datetime) -> FenceRecord:
-    """Write the marker durably (temporary file, fsync, rename, fsync of the directory): once this returns, a crash or
-    a restarted pod still finds the instance fenced."""
+    """Write the marker durably: once this returns, a crash or a restarted pod still finds the instance fenced."""
     record = FenceRecord(now.isoformat(timespec="seconds"), reason)
+    write_marker(path, {"since": record.since, "reason": record.reason})
+    return record
+
+
+def write_marker(path: Path, body: dict[str, object]) -> None:
+    """A small JSON marker beside PGDATA, durably (temporary file, fsync, rename, fsync of the directory)."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w") as handle:
-        json.dump({"since": record.since, "reason": record.reason}, handle)
+        json.dump(body, handle)
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)
     _sync_directory(path.parent)
-    return record
 
 
 def lift(path: Path) -> bool:
     """Remove the marker; True when there was one."""
+    return remove_marker(path)
+
+
+def remove_marker(path: Path) -> bool:
+    """Remove a marker durably; True when there was one."""
     try:
         path.unlink()
     except FileNotFoundError:

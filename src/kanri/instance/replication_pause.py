@@ -11,10 +11,11 @@ end it. The marker is outside PGDATA, so a clone never inherits it.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+
+from kanri.instance.fence import remove_marker, write_marker
 
 __all__ = ["MARKER", "PauseRecord", "clear_pause", "marker_path", "read_pause", "write_pause"]
 
@@ -52,31 +53,12 @@ def read_pause(path: Path) -> PauseRecord | None:
 
 
 def write_pause(path: Path, now: datetime, timeline: int | None) -> PauseRecord:
-    """Write the marker durably (temporary file, fsync, rename, fsync of the directory)."""
+    """Write the marker durably (as the fence's: :func:`kanri.instance.fence.write_marker`)."""
     record = PauseRecord(now.isoformat(timespec="seconds"), timeline)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as handle:
-        json.dump({"since": record.since, "timeline": record.timeline}, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    _sync_directory(path.parent)
+    write_marker(path, {"since": record.since, "timeline": record.timeline})
     return record
 
 
 def clear_pause(path: Path) -> bool:
     """Remove the marker; True when there was one."""
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        return False
-    _sync_directory(path.parent)
-    return True
-
-
-def _sync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    return remove_marker(path)
