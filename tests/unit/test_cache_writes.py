@@ -115,7 +115,7 @@ async def test_a_write_taken_ahead_stays_until_the_watch_catches_up_and_events_r
         stored.append(informer.store.get("ns", "c")["metadata"]["resourceVersion"])  # type: ignore[index]
 
     informer._notify = notify  # type: ignore[method-assign]
-    await informer._watch("10")
+    await informer._watch(None, "10")
     assert stored == ["12", "12"], "an older event never replaces the newer write in the store"
     assert seen == [("10", "11"), ("11", "12")], "each event's old is the previous state the server delivered"
     assert informer.watched("ns", "c")["metadata"]["resourceVersion"] == "12"  # type: ignore[index]

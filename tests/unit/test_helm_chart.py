@@ -104,10 +104,27 @@ def test_both_modes_grant_the_same_rights() -> None:
     assert split == grants(cluster_wide["rules"])
 
 
-def test_more_than_one_watched_namespace_is_refused() -> None:
-    result = helm("template", "kanri", str(CHART), "--set", "watchNamespaces={a,b}", check=False)
-    assert result.returncode != 0
-    assert "watches one namespace or all of them" in result.stderr
+def test_several_watched_namespaces_get_a_role_each_and_one_watch_flag_each() -> None:
+    objects = template("watchNamespaces={team-a,team-b}", namespace="kanri-ops")
+    (cluster_wide,) = of_kind(template(), "ClusterRole")
+    for namespace in ("team-a", "team-b"):
+        (role,) = [r for r in of_kind(objects, "Role") if r["metadata"]["namespace"] == namespace]
+        assert role["rules"] == [r for r in cluster_wide["rules"] if namespaced(r["apiGroups"][0], r["resources"][0])]
+        (binding,) = [b for b in of_kind(objects, "RoleBinding") if b["metadata"]["namespace"] == namespace]
+        assert binding["roleRef"]["name"] == role["metadata"]["name"]
+        assert binding["subjects"][0]["namespace"] == "kanri-ops"
+    (deployment,) = of_kind(objects, "Deployment")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert [a for a in args if a.startswith("--namespace")] == ["--namespace=team-a", "--namespace=team-b"]
+
+
+def test_a_namespace_listed_twice_or_misspelt_is_refused() -> None:
+    twice = helm("template", "kanri", str(CHART), "--set", "watchNamespaces={a,a}", check=False)
+    assert twice.returncode != 0
+    assert "listed twice" in twice.stderr
+    bad = helm("template", "kanri", str(CHART), "--set", "watchNamespaces={Team_A}", check=False)
+    assert bad.returncode != 0
+    assert '"Team_A" is not a namespace name' in bad.stderr
 
 
 def test_a_default_backup_repository_is_refused_until_the_operator_takes_backups() -> None:

@@ -33,7 +33,10 @@ def run(
         Path | None, typer.Option(help="kubeconfig file; in-cluster configuration when absent.")
     ] = None,
     namespace: Annotated[
-        str | None, typer.Option(help="Watch PostgresClusters in this namespace only (default: all namespaces).")
+        list[str] | None,
+        typer.Option(
+            help="Watch PostgresClusters in this namespace only; repeat it to watch several (default: all namespaces)."
+        ),
     ] = None,
     health_port: Annotated[int, typer.Option(help="Port of /healthz, /readyz and /metrics (0: any free port).")] = 8081,
     health_host: Annotated[
@@ -64,7 +67,7 @@ def run(
         raise typer.BadParameter(str(exc), param_hint="--default-backup-repository") from None
     options = OperatorOptions(
         default_backup_repository=default,
-        namespace=namespace,
+        namespaces=tuple(namespace or ()),
         leader_election=leader_election,
         leader_election_namespace=leader_election_namespace or own_namespace(),
         health_port=health_port,

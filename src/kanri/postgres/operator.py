@@ -112,7 +112,9 @@ class OperatorOptions:
     """How ``kanri run`` runs the operator."""
 
     namespace: str | None = None
-    """Watch only this namespace (None: every namespace)."""
+    """Watch only this namespace (None: every namespace, or those of ``namespaces``)."""
+    namespaces: tuple[str, ...] = ()
+    """Watch only these namespaces (``kanri run --namespace a --namespace b``); empty and no ``namespace``: all."""
     leader_election: bool = True
     leader_election_namespace: str = "default"
     """Where the Lease lives: the operator's own namespace."""
@@ -151,6 +153,7 @@ def build_manager(
     manager_options = ManagerOptions(
         name=NAME,
         namespace=options.namespace,
+        namespaces=options.namespaces,
         leader_election=options.leader_election,
         leader_election_namespace=options.leader_election_namespace,
         health_port=options.health_port,

@@ -30,9 +30,17 @@ class Cache:
     informer of the cache has synced, so a reconcile may read the kinds of the manager's other controllers too.
     """
 
-    def __init__(self, client: Client, *, namespace: str | None = None, timing: WatchTiming | None = None) -> None:
+    def __init__(
+        self,
+        client: Client,
+        *,
+        namespace: str | None = None,
+        namespaces: tuple[str, ...] | None = None,
+        timing: WatchTiming | None = None,
+    ) -> None:
+        """Namespaced kinds are watched in ``namespace``, or in each of ``namespaces``, or (neither) everywhere."""
         self._client = client
-        self._namespace = namespace
+        self._namespaces = (namespace,) if namespace is not None else namespaces
         self._timing = timing
         self._informers: dict[Kind, Informer] = {}
         self._group: asyncio.TaskGroup | None = None
@@ -41,8 +49,8 @@ class Cache:
         """The informer of ``kind``, created on first use (and started at once when the cache runs)."""
         informer = self._informers.get(kind)
         if informer is None:
-            namespace = self._namespace if kind.namespaced else None
-            informer = Informer(self._client, kind, namespace=namespace, timing=self._timing)
+            namespaces = self._namespaces if kind.namespaced else None
+            informer = Informer(self._client, kind, namespaces=namespaces, timing=self._timing)
             self._informers[kind] = informer
             if self._group is not None:
                 self._group.create_task(informer.run(), name=f"informer {kind}")

@@ -203,7 +203,7 @@ class Controller:
         if write.kind not in self.kinds:
             return None
         informer = self._cache.informer_of(write.kind)
-        if informer is None or (informer.namespace is not None and informer.namespace != write.namespace):
+        if informer is None or (write.kind.namespaced and not informer.covers(write.namespace)):
             return None  # no event of it will come (a namespace the manager does not watch): expect none
         latest = informer.watched(write.namespace if write.kind.namespaced else "", write.name)
         return str(latest["metadata"].get("resourceVersion", "")) if latest is not None else ""

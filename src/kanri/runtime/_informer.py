@@ -5,6 +5,9 @@ version fresh; the server ends each watch after a jittered ``timeoutSeconds`` an
 version it saw; a watch silent for longer than the inactivity timeout is abandoned and resumed (silent watches are a
 known failure mode of long-lived Python operators); 410 Gone (the version was compacted) means relist; any other
 failure is retried with exponential backoff.
+
+An informer watches one namespace, all of them, or a list of them: a list runs one LIST+WATCH stream per namespace
+(each with its own resourceVersion) into the one store, and is synced once every stream has listed.
 """
 
 from __future__ import annotations
@@ -66,12 +69,18 @@ class Informer:
         kind: Kind,
         *,
         namespace: str | None = None,
+        namespaces: tuple[str, ...] | None = None,
         label_selector: str | None = None,
         timing: WatchTiming | None = None,
     ) -> None:
+        if namespace is not None and namespaces is not None:
+            raise ValueError("give namespace or namespaces, not both")
         self.client = client
         self.kind = kind
-        self.namespace = namespace
+        self.namespaces: tuple[str, ...] | None = (namespace,) if namespace is not None else namespaces
+        """The namespaces watched (None: all); for a cluster-scoped kind always None."""
+        if self.namespaces is not None and not self.namespaces:
+            raise ValueError("namespaces must name at least one namespace (None watches all)")
         self.label_selector = label_selector
         self.store = Store()
         self.synced = asyncio.Event()
@@ -79,29 +88,49 @@ class Informer:
         self._handlers: list[Handler] = []
         self.relists = 0
         self.rewatches = 0
-        # Where the next watch starts: the version of the last event applied (None: relist first). Kept as events
-        # arrive, so a stream that breaks mid-way resumes after what it delivered instead of replaying it.
-        self._resource_version: str | None = None
+        # Where each stream's next watch starts: the version of the last event applied (absent: relist first). Kept
+        # as events arrive, so a stream that breaks mid-way resumes after what it delivered instead of replaying it.
+        self._resource_versions: dict[str | None, str] = {}
+        self._listed: set[str | None] = set()
         # Keys whose stored object is a write's result the watch has not delivered yet: the watch's own latest object
         # for each, so events keep reporting real transitions and the store never moves back to an older version.
         self._ahead: dict[Key, Obj] = {}
+
+    @property
+    def namespace(self) -> str | None:
+        """The one namespace watched, or None (all of them, or several: see :attr:`namespaces`)."""
+        return self.namespaces[0] if self.namespaces is not None and len(self.namespaces) == 1 else None
+
+    def covers(self, namespace: str) -> bool:
+        """Whether objects of ``namespace`` reach this informer (always, for a cluster-scoped kind)."""
+        return self.namespaces is None or namespace in self.namespaces
 
     def add_handler(self, handler: Handler) -> None:
         self._handlers.append(handler)
 
     async def run(self) -> None:
-        """Run until cancelled. ``synced`` is set after the first complete list."""
+        """Run until cancelled. ``synced`` is set after the first complete list (of every watched namespace)."""
+        streams: tuple[str | None, ...] = self.namespaces if self.namespaces is not None else (None,)
+        if len(streams) == 1:
+            await self._stream(streams[0])
+            return
+        async with asyncio.TaskGroup() as group:
+            for namespace in streams:
+                group.create_task(self._stream(namespace), name=f"informer {self.kind} in {namespace}")
+
+    async def _stream(self, namespace: str | None) -> None:
         failures = 0
         while True:
             try:
-                if self._resource_version is None:
-                    self._resource_version = await self._relist()
-                await self._watch(self._resource_version)
+                if namespace not in self._resource_versions:
+                    self._resource_versions[namespace] = await self._relist(namespace)
+                await self._watch(namespace, self._resource_versions[namespace])
                 failures = 0
             except ApiError as exc:
                 if exc.gone:
-                    log.info("watch expired; relisting", kind=str(self.kind), resource_version=self._resource_version)
-                    self._resource_version = None
+                    log.info("watch expired; relisting", kind=str(self.kind), namespace=namespace,
+                             resource_version=self._resource_versions.get(namespace))  # fmt: skip
+                    self._resource_versions.pop(namespace, None)
                     continue
                 failures += 1
                 await self._back_off(failures, exc)
@@ -144,10 +173,12 @@ class Informer:
         log.warning("watch failed; retrying", kind=str(self.kind), error=error, delay=delay)
         await asyncio.sleep(delay)
 
-    async def _relist(self) -> str:
-        items, resource_version = await self.client.list(self.kind, self.namespace, label_selector=self.label_selector)
+    async def _relist(self, namespace: str | None) -> str:
+        items, resource_version = await self.client.list(self.kind, namespace, label_selector=self.label_selector)
         self.relists += 1
-        self._ahead.clear()  # the list is the server's word now
+        # the list is the server's word now (for its namespace: other streams' objects are not in it)
+        for key in [k for k in self._ahead if namespace is None or k[0] == namespace]:
+            del self._ahead[key]
         seen: set[Key] = set()
         for obj in items:
             key = key_of(obj)
@@ -155,20 +186,23 @@ class Informer:
             old = self.store.upsert(obj)
             # Unchanged objects are reported too: a relist is also a periodic chance to look again.
             self._notify(Event("ADDED" if old is None else "MODIFIED", obj, old, from_list=True))
-        for key in set(self.store.object_keys()) - seen:
+        mine = {key for key in self.store.object_keys() if namespace is None or key[0] == namespace}
+        for key in mine - seen:
             gone = self.store.remove(key)
             if gone is not None:
                 self._notify(Event("DELETED", gone, gone, from_list=True))
-        self.synced.set()
+        self._listed.add(namespace)
+        if len(self._listed) == (len(self.namespaces) if self.namespaces is not None else 1):
+            self.synced.set()
         return resource_version
 
-    async def _watch(self, resource_version: str) -> None:
-        """One watch stream, until the server ends it; ``_resource_version`` follows the events applied."""
+    async def _watch(self, namespace: str | None, resource_version: str) -> None:
+        """One watch stream, until the server ends it; the stream's resourceVersion follows the events applied."""
         self.rewatches += 1
         timeout = self._timing.min_timeout + random.randint(0, self._timing.min_timeout)
         async for event in self.client.watch(
             self.kind,
-            self.namespace,
+            namespace,
             resource_version=resource_version,
             timeout_seconds=timeout,
             inactivity_timeout=self._timing.inactivity,
@@ -178,7 +212,7 @@ class Informer:
             resource_version = str(obj.get("metadata", {}).get("resourceVersion") or resource_version)
             kind = event["type"]
             if kind == "BOOKMARK":
-                self._resource_version = resource_version
+                self._resource_versions[namespace] = resource_version
                 continue
             obj.setdefault("apiVersion", self.kind.api_version)
             obj.setdefault("kind", self.kind.kind)
@@ -198,7 +232,7 @@ class Informer:
             else:
                 old = self.store.upsert(obj)
                 self._notify(Event("ADDED" if old is None else "MODIFIED", obj, old))
-            self._resource_version = resource_version
+            self._resource_versions[namespace] = resource_version
 
     def _notify(self, event: Event) -> None:
         for handler in self._handlers:

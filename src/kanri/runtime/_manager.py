@@ -46,8 +46,16 @@ class ManagerOptions:
     graceful_shutdown_timeout: float = 30.0
     """How long reconciles in flight may take to finish after a stop is requested."""
     namespace: str | None = None
-    """Watch only this namespace (None: all namespaces)."""
+    """Watch only this namespace (None: all namespaces, or those of ``namespaces``)."""
+    namespaces: tuple[str, ...] = ()
+    """Watch only these namespaces (one LIST+WATCH per namespace and kind); with ``namespace``, both are watched.
+    Empty (and no ``namespace``): all namespaces."""
     watch_timing: WatchTiming | None = None
+
+    def watched_namespaces(self) -> tuple[str, ...] | None:
+        """The namespaces watched, in order and without repeats; None for all of them."""
+        listed = ((self.namespace,) if self.namespace is not None else ()) + tuple(self.namespaces)
+        return tuple(dict.fromkeys(listed)) or None
 
 
 class Manager:
@@ -75,7 +83,7 @@ class Manager:
         self.client = client
         self.options = options
         self.registry = registry if registry is not None else CollectorRegistry()
-        self.cache = Cache(client, namespace=options.namespace, timing=options.watch_timing)
+        self.cache = Cache(client, namespaces=options.watched_namespaces(), timing=options.watch_timing)
         """The informer cache every controller of this manager shares."""
         self.events = EventRecorder(client, component=options.name)
         """Records core/v1 Events about objects (``await manager.events.normal(obj, "Created", "...")``)."""

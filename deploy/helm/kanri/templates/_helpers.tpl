@@ -13,13 +13,18 @@ the same rights on namespaced resources.
 app.kubernetes.io/name: kanri-operator
 {{- end -}}
 
-{{/* Namespaced mode: the one watched namespace, or "" for cluster-wide. */}}
-{{- define "kanri.watchNamespace" -}}
+{{/* The watched namespaces (namespaced mode), checked; an empty list is cluster-wide mode. */}}
+{{- define "kanri.watchNamespaces" -}}
 {{- $namespaces := .Values.watchNamespaces | default list -}}
-{{- if gt (len $namespaces) 1 -}}
-{{- fail "watchNamespaces: the operator watches one namespace or all of them (kanri run --namespace); list at most one" -}}
+{{- if ne (len $namespaces) (len (uniq $namespaces)) -}}
+{{- fail "watchNamespaces: a namespace is listed twice" -}}
 {{- end -}}
-{{- if $namespaces -}}{{ first $namespaces }}{{- end -}}
+{{- range $namespaces -}}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" .) -}}
+{{- fail (printf "watchNamespaces: %q is not a namespace name" .) -}}
+{{- end -}}
+{{- end -}}
+{{- join "," $namespaces -}}
 {{- end -}}
 
 {{/*
