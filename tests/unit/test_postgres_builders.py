@@ -14,7 +14,7 @@ from kanri.postgres.children.pdb import disruption_budgets, wants_budgets
 from kanri.postgres.children.pvc import claim, grow_patch
 from kanri.postgres.children.rbac import service_account
 from kanri.postgres.children.services import services
-from kanri.postgres.children.statefulset import bootstrap_role, image_major, statefulset
+from kanri.postgres.children.statefulset import RESTART, bootstrap_role, image_major, statefulset
 from kanri.postgres.diff import HASH_ANNOTATION, is_subset, needs_apply
 
 Obj = dict[str, Any]
@@ -275,3 +275,13 @@ def test_a_child_is_rewritten_only_when_it_differs() -> None:
     assert needs_apply(build(podTemplate={"nodeSelector": {"a": "b"}}), stored) is True
     assert is_subset({"resources": {"limits": {"cpu": "1000m"}}}, {"resources": {"limits": {"cpu": "1"}}})
     assert not is_subset({"image": "a:1"}, {"image": "a:2"})
+
+
+def test_the_restart_annotation_reaches_every_pod_template_so_a_new_value_rolls_them() -> None:
+    plain = build()
+    asked = cluster()
+    asked["metadata"]["annotations"] = {RESTART: "2026-12-02T07:30:00Z"}
+    restarted = statefulset(asked, parsed(asked), "orders-2", role="replica", major=15, running=True)
+    assert "annotations" not in plain["spec"]["template"]["metadata"]
+    assert restarted["spec"]["template"]["metadata"]["annotations"] == {RESTART: "2026-12-02T07:30:00Z"}
+    assert not is_subset(restarted["spec"]["template"], plain["spec"]["template"]), "the template differs: it rolls"

@@ -22,6 +22,7 @@ __all__ = [
     "HTTP_PORT",
     "IMAGE",
     "POSTGRES_UID",
+    "RESTART",
     "SPREAD_TOPOLOGY_KEYS",
     "affinity",
     "bootstrap_role",
@@ -224,6 +225,12 @@ def _pod_spec(cluster: str, instance: str, role: Role, major: int, spec: Postgre
     return pod
 
 
+RESTART = "kanri.dev/restart"
+"""Annotation on a PostgresCluster: any new value restarts every instance, one at a time, replicas first (``kubectl
+annotate pgc NAME kanri.dev/restart=$(date +%s) --overwrite``, or ``kanri restart NAME``); copied into the pod
+templates, as ``kubectl rollout restart`` does with its own annotation."""
+
+
 def statefulset(
     cluster: Obj, spec: PostgresClusterSpec, instance: str, *, role: Role, major: int, running: bool
 ) -> Obj:
@@ -233,8 +240,13 @@ def statefulset(
     template = spec.pod_template
     pod_labels = {**(dict(template.labels) if template else {}), **labels}
     pod_meta: Obj = {"labels": pod_labels}
-    if template and template.annotations:
-        pod_meta["annotations"] = dict(template.annotations)
+    annotations = dict(template.annotations) if template and template.annotations else {}
+    restart = (cluster["metadata"].get("annotations") or {}).get(RESTART)
+    if restart:
+        # A new value changes every pod template: the ordinary rollout restarts the instances one at a time.
+        annotations[RESTART] = restart
+    if annotations:
+        pod_meta["annotations"] = annotations
     body = {
         "replicas": 1 if running else 0,
         "selector": {"matchLabels": {CLUSTER: name, INSTANCE: instance}},
