@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest_asyncio
@@ -21,6 +21,7 @@ from kanri.local.controlplane import Endpoint
 from kanri.postgres.failover import APPROVE, REJOIN, SWITCHOVER
 from kanri.postgres.instances import HttpInstanceClient
 from kanri.postgres.kinds import POSTGRES_CLUSTER
+from kanri.postgres.operator import OperatorOptions, build_manager
 from kanri.runtime import Client
 from kanri.runtime.kinds import EVENT, POD, PVC
 from tests.integration.test_postgres_reconciler import SYSID, FakeInstance, pgc
@@ -43,6 +44,10 @@ class HaFake(FakeInstance):
         super().__init__(name, address, role)
         self.asked: list[str] = []
         self.port = 0
+        self.hang: dict[str, float] = {}
+        """Seconds an action waits after it was carried out before it answers (a response the operator loses)."""
+        self.then: dict[str, Callable[[], object]] = {}
+        """Called once an action was carried out, before it answers (e.g. killing the operator)."""
 
     async def start(self, port: int) -> int:
         app = web.Application()
@@ -61,7 +66,13 @@ class HaFake(FakeInstance):
         await self.runner.cleanup()
 
     async def _action(self, request: web.Request) -> web.Response:
-        path = request.path
+        response = self._carry_out(request.path)
+        if (hook := self.then.get(request.path)) is not None:
+            hook()
+        await asyncio.sleep(self.hang.get(request.path, 0))
+        return response
+
+    def _carry_out(self, path: str) -> web.Response:
         self.asked.append(path)
         r = self.report
         if path == "/replication/pause":
@@ -277,3 +288,51 @@ async def test_a_switchover_demotes_the_primary_and_promotes_the_target_once_it_
             cluster = await client.get(POSTGRES_CLUSTER, "sw", namespace)
             assert SWITCHOVER not in (cluster["metadata"].get("annotations") or {})
             assert "SwitchedOver" in await event_reasons(client, namespace, "sw")
+
+
+async def test_an_operator_stopped_after_promoting_but_before_recording_it_is_finished_by_its_successor(
+    control_plane: Endpoint, client: Client, namespace: str
+) -> None:
+    """The dangerous resume: the target was promoted but the operator never heard back (the response lost, the
+    operator stopped). Its successor must find the target primary, record that one failover, and promote nobody
+    else: a second promotion would make two primaries."""
+    async with ha_fakes("resume", {2: "0/3000000", 3: "0/3000040"}) as (fakes, instances):
+        await client.create(POSTGRES_CLUSTER, pgc("resume", namespace))
+        fakes["resume-3"].hang["/promote"] = 5.0  # promoted at once; the answer never reaches the dead operator
+        async with await Client.from_kubeconfig(str(control_plane.kubeconfig)) as own:
+            options = OperatorOptions(namespace=namespace, leader_election=False, health_port=None, refresh=0.5,
+                                      leader_election_namespace=namespace)  # fmt: skip
+            manager = build_manager(own, options, instances=instances)
+            first = asyncio.create_task(manager.run(handle_signals=False))
+            fakes["resume-3"].then["/promote"] = first.cancel  # killed the moment the promotion is carried out
+            await pods_running(client, namespace, fakes)
+            await eventually(lambda: ready(client, namespace, "resume"), timeout=30)
+            await fakes["resume-1"].stop()
+
+            async def killed() -> bool:
+                return first.done()
+
+            await eventually(killed, timeout=40)
+        assert fakes["resume-3"].asked.count("/promote") == 1
+        progress = (await status_of(client, namespace, "resume")).get("failover") or {}
+        assert progress.get("phase") == "Promoting", progress
+        assert progress.get("target") == "resume-3"
+        assert (await status_of(client, namespace, "resume")).get("lastFailover") is None, "not recorded yet"
+
+        fakes["resume-3"].hang.clear()
+        second = Operator(control_plane, namespace, instances=instances)
+        async with second.running(refresh=0.5):
+
+            async def recorded() -> Obj | None:
+                status = await status_of(client, namespace, "resume")
+                return status if status.get("lastFailover") and not status.get("failover") else None
+
+            status = await eventually(recorded, timeout=30)
+            assert status["lastFailover"]["to"] == "resume-3"
+            assert status["lastFailover"]["from"] == "resume-1"
+            assert status["currentPrimary"] == "resume-3"
+            assert await role_label(client, namespace, "resume-3") == "primary"
+        assert "/promote" not in fakes["resume-2"].asked, "a second replica was promoted: two primaries"
+        assert fakes["resume-3"].asked.count("/promote") == 1, "the target was promoted again"
+        assert fakes["resume-3"].report["timeline"] == 2
+        assert status["timeline"] == 2
