@@ -485,7 +485,8 @@ async def test_instance_reports_drive_readiness_role_labels_and_ordered_restarts
     for fake in fakes.values():
         fake.log = restarted
     instances = HttpInstanceClient(port=port, timeout=1.0, plain=True)  # the fakes serve plain HTTP
-    await client.create(POSTGRES_CLUSTER, pgc("rep", namespace, replicas=2))
+    # In place: these doubles do not answer /demote (the switchover path is test_postgres_primary_update.py).
+    await client.create(POSTGRES_CLUSTER, pgc("rep", namespace, replicas=2, primaryUpdateStrategy="InPlace"))
     operator = Operator(control_plane, namespace, instances=instances)
     try:
         async with operator.running(refresh=0.3):

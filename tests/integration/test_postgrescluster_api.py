@@ -160,6 +160,7 @@ async def test_minimal_spec_gets_every_default(kube_api: k8s.ApiClient, namespac
         "version": 18,
         "replicas": 1,
         "storage": {"size": "1Gi"},
+        "primaryUpdateStrategy": "Switchover",
         "replication": {"mode": "Async"},
         "failover": {"policy": "Automatic", "maxDataLossBytes": DEFAULT_MAX_DATA_LOSS_BYTES, "delaySeconds": 0},
         "deletionPolicy": "Retain",

@@ -124,6 +124,7 @@ def test_schema_defaults() -> None:
     assert SPEC["required"] == ["version", "storage"]
     assert properties["replicas"]["default"] == 1
     assert properties["deletionPolicy"]["default"] == "Retain"
+    assert properties["primaryUpdateStrategy"]["default"] == "Switchover"
     assert properties["replication"]["default"] == {"mode": "Async"}
     assert properties["failover"]["default"] == {
         "policy": "Automatic",
@@ -180,6 +181,7 @@ def test_minimal_spec_defaults_in_python_match_the_schema() -> None:
     assert spec.model_dump(exclude_none=True) == {
         **MINIMAL,
         "replicas": 1,
+        "primaryUpdateStrategy": "Switchover",
         "replication": {"mode": "Async"},
         "failover": {"policy": "Automatic", "maxDataLossBytes": DEFAULT_MAX_DATA_LOSS_BYTES, "delaySeconds": 0},
         "deletionPolicy": "Retain",

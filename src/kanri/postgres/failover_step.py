@@ -37,6 +37,7 @@ from kanri.postgres.instances import InstanceReport
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.labels import FENCED, PRIMARY, ROLE
 from kanri.postgres.metrics import lsn_bytes
+from kanri.postgres.primary_update import PLANNED, PlannedReason
 from kanri.postgres.problems import Problem
 from kanri.postgres.recorded import LAST_PRIMARY, TIMELINE
 from kanri.postgres.secrets import secret_value
@@ -197,7 +198,15 @@ class FailoverStep:
     # --- the step ------------------------------------------------------------------------------------------------
 
     async def run(self) -> StepResult:
-        result = await self._run()
+        return self._finished(await self._run())
+
+    async def planned_switchover(self, target: str, reason: PlannedReason) -> StepResult | None:
+        """A switchover the operator begins itself to update the primary (``primary_update.py``); None when it
+        cannot begin now (a ``SwitchoverRefused`` Event says why)."""
+        started = await self.start_switchover(target, reason)
+        return self._finished(started) if started is not None else None
+
+    def _finished(self, result: StepResult) -> StepResult:
         result.cluster = self.cluster
         result.promoted = self.promoted
         result.problems = [*result.problems, *(p for p in self.problems if p not in result.problems)]
@@ -420,7 +429,7 @@ class FailoverStep:
         """Promote the target; True once it is the primary and everything is recorded."""
         target = str(progress["target"])
         old = str(progress["from"])
-        switchover = progress.get("reason") == "Switchover"
+        switchover = progress.get("reason") in PLANNED
         if switchover and not self.caught_up(progress, target):
             started = _parse(str(progress["started"]))
             if (_now() - started).total_seconds() > SWITCHOVER_TIMEOUT:
@@ -458,7 +467,8 @@ class FailoverStep:
         old_marks: dict[str, str | None] = {LAST_PRIMARY: None, TIMELINE: None}
         if not switchover:
             old_marks[REJOIN] = str(timeline or 1)
-        await self.annotate_claim(old, old_marks)
+        if old != target:  # an abandoned switchover promotes the old primary back: it is no former primary
+            await self.annotate_claim(old, old_marks)
         await self.label(target, PRIMARY)
         await self.resume_all(target)
         started = _parse(str(progress["started"]))
@@ -483,9 +493,14 @@ class FailoverStep:
         await self.write_status(patch)
         await self.drop_annotation(APPROVE)
         if switchover:
-            await self.drop_annotation(SWITCHOVER)
+            if progress.get("reason") == "Switchover":
+                await self.drop_annotation(SWITCHOVER)
+            then = "" if progress.get("reason") == "Switchover" else f", and is updated next ({progress['reason']})"
             await self.r.events.normal(self.cluster, "SwitchedOver", f"{target} is the primary (timeline "
-                                       f"{timeline or '?'}); {old} follows it as a replica")  # fmt: skip
+                                       f"{timeline or '?'}); {old} follows it as a replica{then}")  # fmt: skip
+        elif old == target:
+            await self.r.events.normal(self.cluster, "PrimaryRestored", f"{old} is the primary again (timeline "
+                                       f"{timeline or '?'}) after the switchover was abandoned")  # fmt: skip
         else:
             gap = record.get("lsnGapBytes")
             loss = (f"possible data loss: up to {gap} bytes of WAL as last seen (more if {old} wrote after that)"
@@ -501,8 +516,9 @@ class FailoverStep:
 
     # --- switchover ----------------------------------------------------------------------------------------------
 
-    async def start_switchover(self, target: str) -> StepResult | None:
-        """Begin a switchover to ``target`` when it can be done now; otherwise say why once (an Event)."""
+    async def start_switchover(self, target: str, reason: str = "Switchover") -> StepResult | None:
+        """Begin a switchover to ``target`` when it can be done now; otherwise say why once (an Event). ``reason``:
+        ``Switchover`` (asked by annotation) or the update of the primary that asks for it (``PLANNED``)."""
         assert self.primary is not None
         primary_report = self.reports.get(self.primary)
         target_report = self.reports.get(target)
@@ -520,15 +536,16 @@ class FailoverStep:
                 await self.r.events.warning(self.cluster, "SwitchoverRefused", f"switchover to {target}: {why}")
             return None
         self.r.switchover_refused.pop(self.key, None)
-        progress: Obj = {"phase": "Demoting", "from": self.primary, "reason": "Switchover", "target": target,
+        progress: Obj = {"phase": "Demoting", "from": self.primary, "reason": reason, "target": target,
                          "started": _iso(_now())}  # fmt: skip
         assert primary_report is not None
         if primary_report.write_lsn:
             progress["primaryLSN"] = primary_report.write_lsn
         self.r.failover_started[self.key] = self.r.clock()
         await self.set_progress(progress)
+        why = "" if reason == "Switchover" else f" before updating {self.primary} ({reason})"
         await self.r.events.normal(self.cluster, "SwitchoverStarted", f"handing the primary role from "
-                                   f"{self.primary} to {target}")  # fmt: skip
+                                   f"{self.primary} to {target}{why}")  # fmt: skip
         return await self.resume(progress)
 
     async def demote(self, progress: Obj) -> Obj:
@@ -553,6 +570,8 @@ class FailoverStep:
                 await self.drop_annotation(SWITCHOVER)
                 await self.r.events.warning(self.cluster, "SwitchoverFailed", f"{old} could not be demoted; it stays "
                                             "the primary")  # fmt: skip
+                await self.record_planned_failure(progress, "SwitchoverFailed", f"{old} could not be demoted "
+                                                  f"within {SWITCHOVER_TIMEOUT:.0f} s")  # fmt: skip
                 return {}
             return progress
         progress = {**progress, "phase": "Promoting", "checkpointLSN": checkpoint}
@@ -563,10 +582,22 @@ class FailoverStep:
         """The target cannot take over: the demoted primary is promoted back (it has every commit)."""
         old = str(progress["from"])
         await self.drop_annotation(SWITCHOVER)
+        await self.record_planned_failure(progress, "SwitchoverAbandoned", f"the switchover to "
+                                          f"{progress.get('target')} was abandoned ({why})")  # fmt: skip
         progress = {**progress, "target": old, "reason": "SwitchoverAbandoned", "checkpointLSN": None,
                     "dataLossPossible": False}  # fmt: skip
         await self.set_progress(_status_progress(progress))
         await self.r.events.warning(self.cluster, "SwitchoverAbandoned", f"{why}: promoting {old} back")
+
+    async def record_planned_failure(self, progress: Obj, reason: str, message: str) -> None:
+        """A switchover begun to update the primary did not happen: ``status.primaryUpdate`` holds the update back
+        (``primary_update.py``), so it is not tried again every minute for the same spec."""
+        if progress.get("reason") not in PLANNED - {"Switchover"}:
+            return
+        generation = int(self.cluster["metadata"].get("generation", 0))
+        text = f"{message} while updating it ({progress['reason']})"[:1024]
+        record = {"reason": reason, "generation": generation, "time": _iso(_now()), "message": text}
+        await self.write_status({"primaryUpdate": record})
 
     # --- rejoin --------------------------------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from typing import Any
 import structlog
 from pydantic import ValidationError
 
-from kanri.postgres import backup, names
+from kanri.postgres import backup, names, primary_update
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.backup import BackupSettings
 from kanri.postgres.children.config import config_map
@@ -30,7 +30,7 @@ from kanri.postgres.children.statefulset import bootstrap_role, image_major, sta
 from kanri.postgres.deletion import FINALIZER, cleanup
 from kanri.postgres.diff import is_subset
 from kanri.postgres.failover import SUSPECT_INTERVAL
-from kanri.postgres.failover_step import FailoverStep, rejoining, withhold_rejoining
+from kanri.postgres.failover_step import FailoverStep, StepResult, rejoining, withhold_rejoining
 from kanri.postgres.instances import InstanceClient, InstanceReport, gather_reports
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.labels import CLUSTER, FENCED, PRIMARY, REPLICA, ROLE
@@ -225,6 +225,13 @@ class ClusterPass:
         self.problems: list[Problem] = []
         self.rolling: str | None = None
         self.waiting_to_roll: list[str] = []
+        self.failover: FailoverStep | None = None
+        self.switching: StepResult | None = None
+        """A switchover this pass began to update the primary (``primary_update.py``)."""
+        self.primary_waiting: str | None = None
+        """Why the primary's update waits (a planned switchover for this spec failed)."""
+        self.primary_behind = False
+        """The primary still lacks the pod template or the parameters its replicas have."""
 
     @property
     def cache(self) -> Cache:
@@ -255,8 +262,9 @@ class ClusterPass:
         split_brain = next_record(self.status.get("splitBrain"), verdict, reports, existing, datetime.now(UTC))
         # The primary failed (or a switchover was asked): fence, elect, promote — before anything else changes.
         designated = verdict.primary or recorded or self.status.get("currentPrimary")
-        step = await FailoverStep(self.r, self.cluster, self.spec, primary=designated, instances=existing,
-                                  reports=reports, raw=raw, pods=pods, claims=claims).run()  # fmt: skip
+        self.failover = FailoverStep(self.r, self.cluster, self.spec, primary=designated, instances=existing,
+                                     reports=reports, raw=raw, pods=pods, claims=claims)  # fmt: skip
+        step = await self.failover.run()
         self.cluster = step.cluster
         self.status = step.cluster.get("status") or {}
         if step.promoted:
@@ -281,6 +289,10 @@ class ClusterPass:
         await self.label_pods(plan, reports, pods, fenced_names(split_brain) | set(marked))
         if not step.active:
             restarting = await self.restart(plan, reports)
+            await self.settle_primary_update()
+        if self.switching is not None:  # the primary's update began a switchover: report it as one
+            step = self.switching
+            self.cluster, self.status = step.cluster, step.cluster.get("status") or {}
         self.check_secrets()
         if (split := split_brain_problem(split_brain)) is not None:
             self.problems.append(split)
@@ -296,7 +308,7 @@ class ClusterPass:
                                   removal_waiting=removal_waiting, major=major,
                                   upgrade=upgrade_verdict(major, self.spec.version, approved),
                                   system_identifier=system_identifier, split_brain=split_brain,
-                                  failover=step.progress)  # fmt: skip
+                                  failover=step.progress, primary_waiting=self.primary_waiting)  # fmt: skip
         await self.report(observation)
         primary_report = reports.get(plan.primary) if plan.primary else None
         await backup.report(
@@ -510,8 +522,10 @@ class ClusterPass:
         """Each instance's claim and StatefulSet (1 replica, 0 while hibernated), on the data's major.
 
         A changed pod template (resources, placement, image settings) restarts the pod, so it is rolled out one
-        instance at a time, replicas first and the primary last, each only once every instance is Ready again."""
+        instance at a time, replicas first and the primary last, each only once every instance is Ready again; the
+        primary's turn hands its role to an updated replica first (``primary_update.py``)."""
         settled: bool | None = None
+        up_to_date: set[str] = set()
         for instance in self.rollout_order(plan):
             if not await self.ensure_claim(instance):
                 continue  # a pod without its volume would only wait
@@ -524,10 +538,16 @@ class ClusterPass:
             wrong_major = current is not None and image_major(current) != major
             if self.restarts_pod(current, desired) and not wrong_major:
                 settled = self.settled(plan) if settled is None else settled
+                self.primary_behind = self.primary_behind or instance == plan.primary
                 if self.rolling is not None or not settled:
                     self.waiting_to_roll.append(instance)
                     continue
+                if instance == plan.primary and await self.switch_primary(plan, up_to_date, "RollingUpdate"):
+                    self.waiting_to_roll.append(instance)
+                    continue
                 self.rolling = instance
+            elif current is not None:
+                up_to_date.add(instance)
             outcome = await self.apply(STATEFUL_SET, desired)
             if outcome == "created":
                 await self.r.events.normal(self.cluster, "CreatedInstance",
@@ -680,9 +700,17 @@ class ClusterPass:
             self.r.pending_since[cluster_key] = seen = (pending, self.r.clock())
         if pending and self.r.clock() - seen[1] < _RESTART_SETTLE:
             return None  # every instance may not have read the change yet
+        if (report := reports.get(primary or "")) is None or report.pending_restart:
+            self.primary_behind = True  # (not answering: not known to be through either)
+        if self.switching is not None:
+            return None  # never two at once: the rollout began a switchover
         target = next_restart(plan.instances, primary, reports)
         if target is None:
             return None
+        if target == primary and not reports[primary].pending_lowers:  # lowering limits: primary first, in place
+            fresh = primary_update.restart_up_to_date(plan.instances, reports)
+            if await self.switch_primary(plan, fresh, "PendingRestart"):
+                return None
         key = (self.namespace, target)
         asked = self.r.restart_requests.get(key)
         if asked is not None and self.r.clock() - asked < _RESTART_COOLDOWN:
@@ -697,6 +725,40 @@ class ClusterPass:
             await self.r.events.normal(self.cluster, "RestartingInstance",
                                        f"restarting {target} to apply parameters that need a restart")  # fmt: skip
         return target
+
+    async def switch_primary(self, plan: InstancePlan, up_to_date: set[str], reason: primary_update.PlannedReason
+                             ) -> bool:  # fmt: skip
+        """The primary is next to be updated: True when that waits for a switchover (begun now, or one for this spec
+        failed: ``status.primaryUpdate``); False to update it in place (strategy InPlace, or no replica to hand
+        the role to)."""
+        if self.spec.primary_update_strategy != "Switchover" or self.failover is None:
+            return False
+        record = self.status.get("primaryUpdate")
+        generation = int(self.cluster["metadata"].get("generation", 0))
+        if primary_update.record_blocks(record, generation):
+            assert record is not None
+            self.primary_waiting = primary_update.waiting_message(record, str(plan.primary))
+            return True
+        if self.failover.primary != plan.primary or self.failover.token is None:
+            return False
+        target = primary_update.switchover_target(plan.primary, plan.instances, self.failover.reports, up_to_date)
+        if target is None:
+            return False
+        self.switching = await self.failover.planned_switchover(target, reason)
+        return self.switching is not None
+
+    async def settle_primary_update(self) -> None:
+        """``status.primaryUpdate`` goes once the primary has everything its replicas have, or the spec changed."""
+        record = self.status.get("primaryUpdate")
+        if record is None or self.primary_waiting is not None:
+            return
+        if self.primary_behind and self.switching is None:
+            return  # the update is not through yet (the replicas may still be rolling)
+        updated = await self.client.patch_status(POSTGRES_CLUSTER, self.name, {"status": {"primaryUpdate": None}},
+                                                 self.namespace)  # fmt: skip
+        self.cluster = {**self.cluster, "metadata": updated.get("metadata", self.cluster["metadata"]),
+                        "status": updated.get("status") or {}}  # fmt: skip
+        self.status = self.cluster["status"]
 
     # --- step 6: status and events ---------------------------------------------------------------------------------
 

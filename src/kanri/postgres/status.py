@@ -6,7 +6,8 @@ Conditions (``Ready``, ``Progressing``, ``Degraded``, ``StorageResizing``, ``Maj
 |---|---|---|
 | Ready | True | ``InstancesReady`` |
 | Ready | False | ``PrimaryNotReady``, ``ReplicasNotReady``, ``Hibernated`` |
-| Progressing | True | ``Provisioning``, ``Scaling``, ``ScaleDownWaiting``, ``ResizingStorage``, ``RollingUpdate``,
+| Progressing | True | ``Provisioning``, ``Scaling``, ``ScaleDownWaiting``, ``ResizingStorage``,
+``PrimaryUpdateWaiting`` (a switchover to update the primary failed: ``status.primaryUpdate``), ``RollingUpdate``,
 ``RestartingInstances``, ``WaitingForInstances`` |
 | Progressing | False | ``Converged``, ``Hibernated`` |
 | Degraded | True | a problem's reason (``kanri.postgres.problems.SEVERITY``, most serious first: ``SplitBrain``,
@@ -83,6 +84,8 @@ class Observation:
     """``status.splitBrain`` (``splitbrain.next_record``): kept while a fenced instance is unresolved."""
     failover: Obj | None = None
     """``status.failover`` while a failover or switchover runs (``failover_step.py`` writes it itself)."""
+    primary_waiting: str | None = None
+    """Why the primary's update (rollout or restart) waits: a switchover for this spec failed (``primary_update``)."""
 
 
 def _instance(name: str, obs: Observation, primary: str | None) -> Obj:
@@ -164,6 +167,8 @@ def compute_status(old: Obj, obs: Observation, now: datetime) -> Obj:
         progressing = (True, "Provisioning", f"creating the cluster: {summary}")
     elif obs.storage.resizing:
         progressing = (True, "ResizingStorage", f"volumes growing: {', '.join(obs.storage.resizing)}")
+    elif obs.primary_waiting:
+        progressing = (True, "PrimaryUpdateWaiting", obs.primary_waiting)
     elif obs.rolling or obs.waiting_to_roll:
         waiting = f"; next: {', '.join(obs.waiting_to_roll)}" if obs.waiting_to_roll else ""
         doing = f"updating {obs.rolling}" if obs.rolling else "waiting for every instance to be ready"

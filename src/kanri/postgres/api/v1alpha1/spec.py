@@ -15,9 +15,10 @@ from kanri.postgres.api.v1alpha1.replication import Failover, Replication
 from kanri.postgres.api.v1alpha1.storage import Resources, Volume
 from kanri.runtime import cel
 
-__all__ = ["MAX_REPLICAS", "DeletionPolicy", "PostgresClusterSpec", "Upgrade"]
+__all__ = ["MAX_REPLICAS", "DeletionPolicy", "PostgresClusterSpec", "PrimaryUpdateStrategy", "Upgrade"]
 
 DeletionPolicy = Literal["Retain", "Delete"]
+PrimaryUpdateStrategy = Literal["Switchover", "InPlace"]
 MAX_REPLICAS = 9
 
 _MIN_VERSION, _MAX_VERSION = SUPPORTED_VERSIONS[0], SUPPORTED_VERSIONS[-1]
@@ -88,6 +89,14 @@ class PostgresClusterSpec(
     resources: Resources | None = None
     """CPU and memory for each instance's PostgreSQL container. Default: none set (the namespace's defaults apply).
     Changing them restarts the instances one at a time, replicas first and the primary last (after a switchover)."""
+
+    primary_update_strategy: PrimaryUpdateStrategy = "Switchover"
+    """How the primary takes a change that restarts it (a new pod template: resources, image settings; or a
+    parameter that needs a restart), once its replicas have it. Switchover (default): the role is first handed to a
+    ready, streaming replica that already has the change, so writes pause only for the switchover; then the old
+    primary is updated as a replica. InPlace: the primary is restarted where it is (writes wait for its restart).
+    With one instance, no up-to-date ready replica, or a restart that lowers max_connections or another standby limit
+    (the primary must restart first then), the primary is always restarted in place."""
 
     postgresql: PostgreSQL | None = None
 

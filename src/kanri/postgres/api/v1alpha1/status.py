@@ -22,6 +22,7 @@ __all__ = [
     "InstanceStatus",
     "Phase",
     "PostgresClusterStatus",
+    "PrimaryUpdateRecord",
     "RestoreTestRecord",
     "RestoreTestResult",
     "SplitBrainInstance",
@@ -139,6 +140,22 @@ class FailoverProgress(ApiModel):
     """Why it is blocked, the best candidate and the possible loss, and how to approve."""
 
 
+class PrimaryUpdateRecord(ApiModel):
+    """A switchover the operator began itself, to update the primary (a rolling update or a restart), that did not
+    happen. The update of the primary waits: it is tried again once the spec changes (a new metadata.generation),
+    after a switchover by hand (kanri.dev/switchover-to), or in place with primaryUpdateStrategy InPlace."""
+
+    reason: Annotated[str, Field(max_length=64)]
+    """SwitchoverFailed (the primary could not be demoted) or SwitchoverAbandoned (the target did not catch up in
+    time; the old primary was promoted back)."""
+    generation: Annotated[int, Field(ge=0)]
+    """The metadata.generation of the spec the switchover was for."""
+    time: datetime
+    """When it was given up."""
+    message: Annotated[str, Field(max_length=1024)]
+    """What happened and what to do."""
+
+
 class SplitBrainInstance(ApiModel):
     """One side of a split brain, where its history stood when the split was seen."""
 
@@ -242,6 +259,7 @@ class PostgresClusterStatus(ApiModel):
     DataDirectoryLost."""
     failover: FailoverProgress | None = None
     last_failover: FailoverRecord | None = None
+    primary_update: PrimaryUpdateRecord | None = None
     split_brain: SplitBrainRecord | None = None
     backup: BackupStatus | None = None
     upgrade: UpgradeStatus | None = None
