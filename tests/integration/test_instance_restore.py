@@ -88,7 +88,7 @@ def run_barman(store: SeaweedFS, program: str, *args: str) -> str:
     done = subprocess.run(argv, env=barman_env(store), capture_output=True, text=True, timeout=120, check=False,
                           cwd="/tmp", **ids)  # fmt: skip
     assert done.returncode == 0, f"{program} failed: {done.stderr[-2000:]}"
-    return done.stdout
+    return str(done.stdout)
 
 
 def delete_object(store: SeaweedFS, key: str) -> None:
