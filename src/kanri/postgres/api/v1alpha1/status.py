@@ -177,6 +177,8 @@ class RestoreTestRecord(ApiModel):
     """Succeeded or Failed."""
     message: Annotated[str, Field(max_length=32768)] | None = None
     """Details, e.g. why it failed."""
+    recovered_to: datetime | None = None
+    """The commit time of the last transaction the rehearsal replayed: how recent the recoverable data was."""
 
 
 class BackupStatus(ApiModel):
