@@ -17,7 +17,7 @@ from typing import Any
 import structlog
 from pydantic import ValidationError
 
-from kanri.postgres import backup, names, recovery
+from kanri.postgres import backup, names, recovery, restore_test
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.backup import BackupSettings
 from kanri.postgres.children.config import config_map
@@ -305,6 +305,7 @@ class ClusterPass:
             self, self.r.backup, backup.decide(repository, self.name, primary_report, credentials_problem)
         )
         await recovery.report(self, restore)
+        await restore_test.run(self, major, archiving=archive is not None)  # a rehearsal due, running or done
         if self.blocked:
             return Result(requeue_after=_RETRY_BLOCKED)
         wait = self.r.refresh

@@ -179,6 +179,9 @@ class RestoreTestRecord(ApiModel):
     """Details, e.g. why it failed."""
     recovered_to: datetime | None = None
     """The commit time of the last transaction the rehearsal replayed: how recent the recoverable data was."""
+    request: Annotated[str, Field(max_length=253)] | None = None
+    """What asked for it: schedule, or the value of the kanri.dev/restore-test annotation it answered (each new
+    value runs one rehearsal)."""
 
 
 class BackupStatus(ApiModel):
