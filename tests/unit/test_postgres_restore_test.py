@@ -67,14 +67,14 @@ def finished_pod(phase: str, terminated: dict[str, Any] | None, request: str = "
 
 
 def test_a_verdict_in_the_termination_message_becomes_the_record() -> None:
-    verdict = {"result": "Succeeded", "durationSeconds": 12.5, "backup": "20261206T030000",
+    verdict = {"result": "Succeeded", "durationSeconds": 12.6, "backup": "20261206T030000",
                "recoveredTo": "2026-12-06T04:59:00+00:00", "message": "recovery: fine; rows: 3 rows"}  # fmt: skip
     pod = finished_pod("Succeeded", {"exitCode": 0, "message": json.dumps(verdict), "startedAt": "2026-12-06T05:00:05Z",
                                      "finishedAt": "2026-12-06T05:00:20Z"})  # fmt: skip
     found = outcome(pod, NOW)
     assert found is not None
     assert found.succeeded
-    assert found.record == {"time": "2026-12-06T05:00:20+00:00", "durationSeconds": 12.5, "result": "Succeeded",
+    assert found.record == {"time": "2026-12-06T05:00:20+00:00", "durationSeconds": 13, "result": "Succeeded",
                             "request": "first", "recoveredTo": "2026-12-06T04:59:00+00:00",
                             "message": "backup 20261206T030000: recovery: fine; rows: 3 rows"}  # fmt: skip
 

@@ -87,6 +87,11 @@ def due(spec: PostgresClusterSpec, cluster: Obj, now: datetime) -> str | None:
     return SCHEDULE if moment is not None and moment <= now else None
 
 
+def _seconds(duration: timedelta) -> int:
+    """Whole seconds (the status field is an integer)."""
+    return max(0, round(duration.total_seconds()))
+
+
 @dataclass(frozen=True)
 class Outcome:
     """A finished rehearsal: the record for ``status.backup.lastRestoreTest``."""
@@ -116,7 +121,7 @@ def outcome(pod: Obj, now: datetime) -> Outcome | None:
         if now - created < TIMEOUT:
             return None
         late = f"the rehearsal did not finish within {TIMEOUT.total_seconds() / 3600:.0f} h (pod phase {phase})"
-        return Outcome({"time": now.isoformat(), "durationSeconds": round((now - created).total_seconds(), 1),
+        return Outcome({"time": now.isoformat(), "durationSeconds": _seconds(now - created),
                         "result": "Failed", "request": request, "message": late})  # fmt: skip
     terminated = _terminated(pod) or {}
     finished = _time(terminated.get("finishedAt")) or now
@@ -134,11 +139,12 @@ def outcome(pod: Obj, now: datetime) -> Outcome | None:
         detail = (raw.strip().splitlines() or [str(status.get("message") or "")])[-1][:500]
         message = f"the rehearsal pod ended without a verdict ({why}, exit code {code})" + (f": {detail}" if detail
                                                                                            else "")  # fmt: skip
-        return Outcome({"time": finished.isoformat(), "durationSeconds": round((finished - started).total_seconds(), 1),
+        return Outcome({"time": finished.isoformat(), "durationSeconds": _seconds(finished - started),
                         "result": "Failed", "request": request, "message": message})  # fmt: skip
+    took = timedelta(seconds=float(verdict.get("durationSeconds") or 0)) or finished - started
     record: Obj = {
         "time": finished.isoformat(),
-        "durationSeconds": float(verdict.get("durationSeconds") or (finished - started).total_seconds()),
+        "durationSeconds": _seconds(took),
         "result": verdict["result"],
         "request": request,
         "message": (f"backup {verdict['backup']}: " if verdict.get("backup") else "") + str(verdict.get("message")),
