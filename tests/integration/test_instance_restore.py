@@ -254,6 +254,59 @@ async def test_a_rehearsal_of_a_good_backup_passes_every_check(store: SeaweedFS,
     assert store.keys.secret_access_key not in output
 
 
+async def restoring(store: SeaweedFS, name: str, recovery: dict[str, Any]) -> tuple[Instance, Path]:
+    """A new primary with ``recovery`` in its config and no archive target of its own, started."""
+    root = Path(tempfile.mkdtemp(prefix=f"kanri-{name}-"))
+    workspace = Workspace(root)
+    workspace.write_secrets()
+    source_keys = key_dir(root, "recovery", store.keys)
+    workspace.write_config({}, [f"{name}-1"], extra={"recovery": {"source": target(store, CLUSTER), **recovery}})
+    chown_tree(root)
+    instance = Instance(workspace, f"{name}-1", "primary", extra_env={
+        "KANRI_BARMAN_BIN": str(backup_tools_bin()), "KANRI_RECOVERY_CREDENTIALS_DIR": str(source_keys)})  # fmt: skip
+    await instance.start()
+    return instance, root
+
+
+async def test_target_immediate_stops_at_the_end_of_the_backup(store: SeaweedFS, source: Source) -> None:
+    restored, root = await restoring(store, "immediate", {"targetImmediate": True})
+    try:
+        await restored.wait_ready(timeout=180)
+        [[count, late]] = await restored.query(
+            "SELECT count(*), count(*) FILTER (WHERE name IN ('A', 'B')) FROM rows", dbname="orders"
+        )
+        assert (count, late) == (500, 0)  # what the backup held, nothing replayed after it
+        assert (await restored.query("SHOW archive_mode"))[0][0] == "off"  # no repository of its own: no archiving
+    finally:
+        if restored.process is not None and restored.process.returncode is None:
+            await restored.stop(timeout=30)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def test_a_target_before_every_backup_is_reported_and_nothing_is_initialised(
+    store: SeaweedFS, source: Source
+) -> None:
+    restored, root = await restoring(store, "too-early", {"targetTime": "2020-01-01T00:00:00Z"})
+    try:
+
+        async def told() -> dict[str, Any] | None:
+            if not await restored.alive():  # the HTTP API is not up yet
+                return None
+            status = await restored.status()
+            return status if "ended before 2020-01-01" in (status["lastError"] or "") else None
+
+        status = await eventually(told, timeout=60)
+        assert status["lastError"].startswith("restore failed: no complete backup in s3://kanri-restore/pitr/orders")
+        assert status["restore"]["state"] == "running"
+        assert not status["running"]
+        assert not (restored.pgdata / "PG_VERSION").exists()  # never an initdb instead
+    finally:
+        if restored.process is not None and restored.process.returncode is None:
+            await restored.stop(timeout=30)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# Last: it damages the source's archive the tests above restore from.
 async def test_a_rehearsal_fails_loudly_when_a_wal_file_of_the_backup_is_gone(store: SeaweedFS, source: Source) -> None:
     begin = str(source.backup["begin_wal"])
     [wal] = [k for k in keys(store, f"pitr/{CLUSTER}/wals/") if Path(k).name in (begin, f"{begin}.gz")]

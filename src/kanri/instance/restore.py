@@ -186,9 +186,10 @@ def recovery_parameters(plan: RecoveryPlan, source: Source, python: str = sys.ex
 def recovery_conf(base: str, recovery: Mapping[str, str]) -> str:
     """The staging postgresql.conf: the manager's file (``base``), then the recovery keys and the restore's own
     settings, which come later and so win: nobody connects over TCP, and no hot standby (its parameter checks
-    against the source's max_connections and the like do not apply; the server only has to replay)."""
+    against the source's max_connections and the like do not apply; the server only has to replay), and no
+    synchronous standby to wait for (there is none while restoring)."""
     lines = [base.rstrip("\n"), "", "# restore (kanri.instance.restore): removed once the recovery has ended"]
-    overrides = {"listen_addresses": "", "hot_standby": "off", **recovery}
+    overrides = {"listen_addresses": "", "hot_standby": "off", "synchronous_standby_names": "", **recovery}
     lines += [f"{key} = {quote(value)}" for key, value in overrides.items()]
     return "\n".join(lines) + "\n"
 
