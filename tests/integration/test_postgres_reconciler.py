@@ -774,7 +774,7 @@ async def test_bad_secrets_and_instance_problems_are_named_each_told_once(
             await eventually(lambda: condition_reason(client, namespace, "tuned", "Degraded", "AsExpected"), timeout=30)
 
 
-async def test_a_permanent_error_reaches_status_after_the_finalizer_was_added(
+async def test_a_recovery_whose_source_is_nowhere_says_so_and_creates_no_instance(
     control_plane: Endpoint, client: Client, namespace: str
 ) -> None:
     recovery = {"recovery": {"source": "elsewhere"}}
@@ -782,9 +782,14 @@ async def test_a_permanent_error_reaches_status_after_the_finalizer_was_added(
     operator = Operator(control_plane, namespace)
     async with operator.running():
         found = await eventually(
-            lambda: condition_reason(client, namespace, "restore", "Ready", "RecoveryNotSupported"), timeout=30
+            lambda: condition_reason(client, namespace, "restore", "Restored", "SourceNotFound"), timeout=30
         )
         assert found["status"] == "False"
+        assert "no PostgresCluster elsewhere" in found["message"]
+        told = await eventually(lambda: warnings(client, namespace, "restore"), timeout=30)
+        assert [e["reason"] for e in told] == ["SourceNotFound"]
+    # an instance without the recovery entry would initdb an empty database instead
+    assert await names_of(client, STATEFUL_SET, namespace) == []
     cluster = await client.get(POSTGRES_CLUSTER, "restore", namespace)
     assert "kanri.dev/cleanup" in cluster["metadata"]["finalizers"]
 

@@ -13,10 +13,13 @@ from kanri.instance.exporter import metrics_port
 from kanri.instance.isolation import IsolationSettings
 from kanri.instance.logs import configure_logging
 from kanri.instance.manager import InstanceManager
+from kanri.instance.restore import restore_wal
 
 USAGE = (
     "usage: kanri-instance [run]   (configured by environment variables; see docs/instance-manager.md)\n"
-    "       kanri-instance archive-wal WAL_PATH   (PostgreSQL's archive_command; see docs/backups.md)"
+    "       kanri-instance archive-wal WAL_PATH   (PostgreSQL's archive_command; see docs/backups.md)\n"
+    "       kanri-instance restore-wal recovery|archive WAL_NAME WAL_PATH   (restore_command; docs/backups.md)\n"
+    "       kanri-instance restore-test   (a restore rehearsal's pod; see docs/backups.md)"
 )
 
 
@@ -28,6 +31,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if len(args) == 2 and args[0] == "archive-wal":
         return archive_wal(args[1])
+    if len(args) == 4 and args[0] == "restore-wal" and args[1] in ("recovery", "archive"):
+        return restore_wal(args[1], args[2], args[3])  # type: ignore[arg-type]  # checked just above
+    if args == ["restore-test"]:
+        from kanri.instance.rehearsal import main as rehearsal  # only that pod needs it
+
+        return rehearsal()
     if args not in ([], ["run"]):
         print(USAGE, file=sys.stderr)
         return 2

@@ -1,4 +1,5 @@
-"""An empty PGDATA becomes a data directory: initdb for a new primary, pg_basebackup for a replica.
+"""An empty PGDATA becomes a data directory: initdb for a new primary (or a restore from another cluster's backups,
+:func:`recover`), pg_basebackup for a replica.
 
 Both build into a sibling directory (``<PGDATA>.kanri-new``) that is renamed into place only when complete, so a pod
 killed halfway leaves nothing that looks like a data directory. A replica clones through its own replication slot,
@@ -18,7 +19,8 @@ from pathlib import Path
 import structlog
 
 from kanri.instance.conf import render_passfile, slot_name, write_if_changed
-from kanri.instance.config import SUPERUSER, Credentials, Settings
+from kanri.instance.config import SUPERUSER, ClusterConfig, Credentials, Settings
+from kanri.instance.restore import RestoreError, restore_primary
 from kanri.instance.tls import client_env
 from kanri.instance.tls import install as install_tls
 
@@ -167,3 +169,36 @@ async def clone(
         log.warning("pg_basebackup failed; retrying", attempt=attempt, retry_in=delay, reason=reason)
         await asyncio.sleep(delay)
         delay = min(delay * 2, max_delay)
+
+
+async def recover(
+    settings: Settings,
+    config: Callable[[], ClusterConfig],
+    *,
+    on_error: Callable[[str], None] = lambda _: None,
+    on_progress: Callable[[str], None] = lambda _: None,
+    max_delay: float = 30.0,
+) -> None:
+    """A new cluster's primary from another cluster's backups (``recovery`` in the cluster config; see
+    :mod:`kanri.instance.restore`), retrying with back-off: the first attempt may come before the source's key pair
+    is mounted or its first backup exists. ``config`` gives the current cluster config on each attempt."""
+    delay = 2.0
+    attempt = 0
+    while True:
+        attempt += 1
+        target = _fresh_target(settings)
+        try:
+            backup, outcome = await restore_primary(settings, config(), target, on_progress=on_progress)
+        except RestoreError as exc:
+            shutil.rmtree(target, ignore_errors=True)
+            on_error(f"restore failed: {exc}")
+            log.warning("restore failed; retrying", attempt=attempt, retry_in=delay, reason=str(exc))
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, max_delay)
+            continue
+        except BaseException:
+            shutil.rmtree(target, ignore_errors=True)
+            raise
+        _move_into_place(settings, target)
+        on_progress(f"restored backup {backup.backup_id}; promoted on timeline {outcome.timeline} at {outcome.lsn}")
+        return

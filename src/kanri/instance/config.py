@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kanri.contract.roles import SUPERUSER
 from kanri.instance.archive import ArchiveTarget
+from kanri.instance.recovery_plan import RecoveryPlan
 
 __all__ = ["SUPERUSER", "Bootstrap", "ClusterConfig", "Credentials", "Settings", "SettingsError"]
 
@@ -116,7 +117,7 @@ class Settings:
 class ClusterConfig(BaseModel):
     """The operator's ``instance.json``: user parameters, the cluster's instance names, synchronous standbys,
     (once the cluster has been initialised) the system identifier every data directory of the cluster must have,
-    and where WAL is archived (absent: no archiving)."""
+    where WAL is archived (absent: no archiving), and which backup a new cluster restores (absent: initdb)."""
 
     model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
 
@@ -125,6 +126,8 @@ class ClusterConfig(BaseModel):
     synchronous_standbys: int = Field(default=0, ge=0, alias="synchronousStandbys")
     system_identifier: str | None = Field(default=None, alias="systemIdentifier", pattern=r"^[0-9]{1,20}$")
     archive: ArchiveTarget | None = None
+    recovery: RecoveryPlan | None = None
+    """Where a new cluster's primary restores its first data from (``bootstrap.recovery``; absent: initdb)."""
 
     @classmethod
     def parse(cls, raw: bytes) -> ClusterConfig:

@@ -27,7 +27,7 @@ from aiohttp import web
 from psycopg.rows import DictRow
 
 from kanri.instance import status as status_queries
-from kanri.instance.bootstrap import clone, discard_partial, has_data, initdb
+from kanri.instance.bootstrap import clone, discard_partial, has_data, initdb, recover
 from kanri.instance.conf import (
     render_hba,
     render_passfile,
@@ -106,6 +106,7 @@ class InstanceManager:
         self._rejoin: RejoinStatus | None = None
         self._rejoin_task: asyncio.Task[None] | None = None
         self._tls_context: ssl.SSLContext | None = None
+        self._restore: dict[str, str] | None = None  # bootstrap.recovery's progress, for /status
 
     # ---- process life -------------------------------------------------------------------------------------------
 
@@ -189,7 +190,9 @@ class InstanceManager:
     async def _bootstrap(self) -> None:
         """An empty PGDATA: initdb for a new cluster's primary; otherwise (a replica, or a primary whose cluster was
         initialised already: its data directory was lost) a clone of the primary."""
-        if self.settings.bootstrap == "primary" and self.config.system_identifier is None:
+        if self.settings.bootstrap == "primary" and self.config.system_identifier is None and self.config.recovery:
+            await self._recover()
+        elif self.settings.bootstrap == "primary" and self.config.system_identifier is None:
             await initdb(self.settings, superuser=self._secrets["superuser"].credentials)
         else:
             lost = self.settings.bootstrap == "primary"
@@ -214,6 +217,26 @@ class InstanceManager:
             self._report("bootstrap:lost", [])
         log.info("data directory ready", bootstrap=self.settings.bootstrap)
         self._clear_error("bootstrap")
+
+    async def _recover(self) -> None:
+        """bootstrap.recovery: restore, replay to the target, promote (see :mod:`kanri.instance.restore`). Progress and
+        failures show in /status (``restore``, ``lastError``); the roles get this cluster's passwords at the first
+        upkeep pass, as after an initdb."""
+        plan = self.config.recovery
+        assert plan is not None
+        self._restore = {"state": "running", "plan": plan.describe(), "message": "starting"}
+
+        def config() -> ClusterConfig:
+            self._read_config()
+            return self.config
+
+        def progress(message: str) -> None:
+            self._restore = {**(self._restore or {}), "message": one_line(message)[:300]}
+            log.info("restore", progress=message)
+
+        await recover(self.settings, config, on_error=lambda message: self._note("bootstrap", message),
+                      on_progress=progress)  # fmt: skip
+        self._restore = {**(self._restore or {}), "state": "done"}
 
     async def _wait_startable(self) -> None:
         """Return once the data directory may be started: same cluster (system identifier), same major."""
@@ -585,6 +608,7 @@ class InstanceManager:
             "replicationPaused": self._paused,
             "rejoin": self._rejoin.as_json() if self._rejoin is not None else None,
             "isolation": self.watch.as_json() if self.isolation.enabled else None,
+            "restore": self._restore,
         }
         if (fence := self.fenced) is not None:
             result.update(fenced=True, fencedSince=fence.since or None, fenceReason=fence.reason)

@@ -78,6 +78,12 @@ class PostgresMetrics:
                                    registry=registry)  # fmt: skip
         self.tls_expiry = Gauge("kanri_postgres_tls_certificate_expiry_timestamp_seconds", "Unix time the cluster's "
                                 "server certificate expires.", cluster, registry=registry)  # fmt: skip
+        self.restore_test_time = Gauge("kanri_postgres_last_restore_test_timestamp_seconds", "Unix time the last "
+                                       "restore rehearsal finished.", cluster, registry=registry)  # fmt: skip
+        self.restore_test_ok = Gauge("kanri_postgres_last_restore_test_succeeded", "1 when the last restore "
+                                     "rehearsal passed every check, 0 when it failed.", cluster,
+                                     registry=registry)  # fmt: skip
+        self._restore_tested: set[tuple[str, str]] = set()  # clusters with restore rehearsal series
         self._tls: set[tuple[str, str]] = set()  # clusters with a certificate expiry series
         self._series: dict[tuple[str, str], set[tuple[Gauge, tuple[str, ...]]]] = {}
 
@@ -135,10 +141,20 @@ class PostgresMetrics:
         self.tls_expiry.labels(namespace, cluster).set(when.timestamp())
         self._tls.add((namespace, cluster))
 
+    def restore_tested(self, namespace: str, cluster: str, when: datetime, succeeded: bool) -> None:
+        """The last restore rehearsal (from status, by the rehearsal step; dropped by :meth:`forget`)."""
+        self.restore_test_time.labels(namespace, cluster).set(when.timestamp())
+        self.restore_test_ok.labels(namespace, cluster).set(float(succeeded))
+        self._restore_tested.add((namespace, cluster))
+
     def forget(self, namespace: str, name: str) -> None:
         """Drop every series of a cluster that is gone."""
         for gauge, labels in self._series.pop((namespace, name), set()):
             gauge.remove(*labels)
+        if (namespace, name) in self._restore_tested:
+            self._restore_tested.discard((namespace, name))
+            self.restore_test_time.remove(namespace, name)
+            self.restore_test_ok.remove(namespace, name)
         if (namespace, name) in self._tls:
             self._tls.discard((namespace, name))
             self.tls_expiry.remove(namespace, name)

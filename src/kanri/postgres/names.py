@@ -104,6 +104,16 @@ def backup_secret(cluster: str) -> str:
     return f"{cluster}-backup-credentials"
 
 
+def recovery_secret(cluster: str) -> str:
+    """bootstrap.recovery's source repository key pair, copied for the instances (see postgres/recovery.py)."""
+    return f"{cluster}-recovery-credentials"
+
+
+def restore_test_pod(cluster: str) -> str:
+    """The throwaway pod of a restore rehearsal (see postgres/restore_test.py)."""
+    return f"{cluster}-restore-test"
+
+
 def api_secret(cluster: str) -> str:
     """The bearer token of the instance managers' HTTP API."""
     return f"{cluster}-api"

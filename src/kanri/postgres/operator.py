@@ -89,7 +89,8 @@ WRITES: tuple[Permission, ...] = (
     # generated once, never overwritten (a renewed managed TLS certificate is replaced whole); Retain/Delete at deletion
     # get: the platform's default backup repository key pair, read from the operator's namespace (backup.py)
     _grant(SECRET, "get", "create", "update", "patch", "delete"),
-    _grant(POD, "patch"),  # role labels that steer the Services (primary, replica, fenced)
+    # role labels that steer the Services (primary, replica, fenced); the restore rehearsal's throwaway pod
+    _grant(POD, "create", "patch", "delete"),
     _grant(EVENT, "create", "patch"),  # the runtime's EventRecorder: a new Event, then its count
 )
 # Leader election (the runtime's LeaderElector): only in the operator's own namespace, so a Role of its own.

@@ -17,7 +17,7 @@ from typing import Any
 import structlog
 from pydantic import ValidationError
 
-from kanri.postgres import backup, names, primary_update
+from kanri.postgres import backup, names, primary_update, recovery, restore_test
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.backup import BackupSettings
 from kanri.postgres.children.config import config_map
@@ -113,8 +113,6 @@ def validated_spec(cluster: Obj) -> PostgresClusterSpec:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
         raise PermanentError("InvalidSpec", f"spec.{where}: {first['msg']}") from exc
-    if spec.bootstrap.recovery is not None:
-        raise PermanentError("RecoveryNotSupported", "bootstrap.recovery is not implemented by this operator version")
     return spec
 
 
@@ -276,13 +274,17 @@ class ClusterPass:
         recorded_data = recorded_major(claims, plan.primary)
         major = running_major(recorded_data, reports, self.status.get("postgresMajor"), self.spec.version)
         plan, removal_waiting = gate_removals(plan, reports)  # a replica goes only once proven a replica
-        await self.shared_children(plan, system_identifier, backup.archive_target(repository, self.name))
+        archive = backup.archive_target(repository, self.name)
+        # bootstrap.recovery: where the source's backups are; no instance before that is known (it would initdb)
+        restore = await recovery.prepare(self, self.r.backup, archive, initialised=system_identifier is not None)
+        await self.shared_children(plan, system_identifier, archive, restore.entry)
         restarting: str | None = None
         storage = StoragePlan()
         scaled = False
         if not step.active:  # a failover in progress changes nothing else: no rollout, scale-down or restart
             scaled = await self.scale(plan)
-            await self.instances(plan, major)
+            if not restore.blocked:
+                await self.instances(plan, major)
             await self.budgets(plan)
             storage = await self.storage(plan)
         self.check_storage_class(plan)
@@ -314,6 +316,8 @@ class ClusterPass:
         await backup.report(
             self, self.r.backup, backup.decide(repository, self.name, primary_report, credentials_problem)
         )
+        await recovery.report(self, restore)
+        await restore_test.run(self, major, archiving=archive is not None)  # a rehearsal due, running or done
         if self.blocked:
             return Result(requeue_after=_RETRY_BLOCKED)
         wait = self.r.refresh
@@ -437,10 +441,13 @@ class ClusterPass:
         report = reports.get(plan.primary) if plan.primary else None
         return report.system_identifier if report is not None and report.role == PRIMARY else None
 
-    async def shared_children(self, plan: InstancePlan, system_identifier: str | None, archive: Obj | None) -> None:
-        """The ConfigMap (parameters, instance list, system identifier, archive target), the instances'
-        ServiceAccount, the three Services and the NetworkPolicy."""
-        await self.apply(CONFIG_MAP, config_map(self.cluster, self.spec, plan.instances, system_identifier, archive))
+    async def shared_children(
+        self, plan: InstancePlan, system_identifier: str | None, archive: Obj | None, restore: Obj | None = None
+    ) -> None:
+        """The ConfigMap (parameters, instance list, system identifier, archive target, recovery source), the
+        instances' ServiceAccount, the three Services and the NetworkPolicy."""
+        document = config_map(self.cluster, self.spec, plan.instances, system_identifier, archive, restore)
+        await self.apply(CONFIG_MAP, document)
         await self.apply(SERVICE_ACCOUNT, service_account(self.cluster))  # and no Role: children/rbac.py says why
         for service in services(self.cluster):
             await self.apply(SERVICE, service)

@@ -61,7 +61,7 @@ there is no exec, no RBAC object, no node and no namespace among them.
   verbs: ["list", "watch", "create", "patch"]
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list", "watch", "patch"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
   verbs: ["list", "watch", "create", "patch", "delete"]

@@ -30,10 +30,15 @@ def synchronous_standbys(spec: PostgresClusterSpec) -> int:
 
 
 def instance_config(
-    spec: PostgresClusterSpec, instances: list[str], system_identifier: str | None = None, archive: Obj | None = None
+    spec: PostgresClusterSpec,
+    instances: list[str],
+    system_identifier: str | None = None,
+    archive: Obj | None = None,
+    recovery: Obj | None = None,
 ) -> str:
     """The JSON document at ``/etc/kanri/config/instance.json`` (keys sorted: same input, same bytes); ``archive``
-    is where WAL goes (:func:`kanri.postgres.backup.archive_target`), absent without a repository."""
+    is where WAL goes (:func:`kanri.postgres.backup.archive_target`), absent without a repository; ``recovery`` the
+    backups a new cluster restores (:func:`kanri.postgres.recovery.entry`), absent once restored or with initdb."""
     parameters = dict(spec.postgresql.parameters) if spec.postgresql else {}
     document: Obj = {
         "parameters": parameters,
@@ -44,6 +49,8 @@ def instance_config(
         document["systemIdentifier"] = system_identifier
     if archive is not None:
         document["archive"] = archive
+    if recovery is not None:
+        document["recovery"] = recovery
     return json.dumps(document, sort_keys=True, indent=2) + "\n"
 
 
@@ -53,8 +60,9 @@ def config_map(
     instances: list[str],
     system_identifier: str | None = None,
     archive: Obj | None = None,
+    recovery: Obj | None = None,
 ) -> Obj:
     name = cluster["metadata"]["name"]
     meta = child_meta(cluster, names.config_map(name), cluster_labels(name))
-    document = instance_config(spec, instances, system_identifier, archive)
+    document = instance_config(spec, instances, system_identifier, archive, recovery)
     return owned("v1", "ConfigMap", meta, data={CONFIG_KEY: document})

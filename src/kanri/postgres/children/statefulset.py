@@ -50,6 +50,7 @@ API_DIR = "/etc/kanri/api"
 CONFIG_DIR = "/etc/kanri/config"
 TLS_DIR = "/etc/kanri/tls"
 BACKUP_DIR = "/etc/kanri/backup"
+RECOVERY_DIR = "/etc/kanri/recovery"
 
 SPREAD_TOPOLOGY_KEYS = ("kubernetes.io/hostname", "topology.kubernetes.io/zone")
 """The default anti-affinity spreads a cluster's instances over these (nodes first, zones as well)."""
@@ -90,6 +91,8 @@ def environment(cluster: str, instance: str, role: Role, spec: PostgresClusterSp
     }
     if spec.backup is not None:
         plain["KANRI_BACKUP_CREDENTIALS_DIR"] = BACKUP_DIR
+    if spec.bootstrap.recovery is not None:
+        plain["KANRI_RECOVERY_CREDENTIALS_DIR"] = RECOVERY_DIR
     env: list[Obj] = [{"name": key, "value": value} for key, value in plain.items()]
     env[2:2] = [
         {"name": "POD_NAMESPACE", "valueFrom": _field("metadata.namespace")},
@@ -98,9 +101,10 @@ def environment(cluster: str, instance: str, role: Role, spec: PostgresClusterSp
     return env
 
 
-def volumes(cluster: str, instance: str, backup: bool = False) -> tuple[list[Obj], list[Obj]]:
+def volumes(cluster: str, instance: str, backup: bool = False, recovery: bool = False) -> tuple[list[Obj], list[Obj]]:
     """The pod's volumes and the container's mounts: data claim, the four Secrets, the ConfigMap, the socket dir;
-    with ``backup``, the repository's key pair the operator copies (optional: absent while there is no repository)."""
+    with ``backup``, the repository's key pair the operator copies (optional: absent while there is no repository);
+    with ``recovery`` (bootstrap.recovery), the source repository's key pair."""
     secrets = [
         ("superuser", names.superuser_secret(cluster), SUPERUSER_DIR),
         ("replication", names.replication_secret(cluster), REPLICATION_DIR),
@@ -116,6 +120,10 @@ def volumes(cluster: str, instance: str, backup: bool = False) -> tuple[list[Obj
     if backup:
         pod_volumes.append({"name": "backup", "secret": {"secretName": names.backup_secret(cluster), "optional": True}})
         mounts.append({"name": "backup", "mountPath": BACKUP_DIR, "readOnly": True})
+    if recovery:
+        source = {"secretName": names.recovery_secret(cluster), "optional": True}
+        pod_volumes.append({"name": "recovery", "secret": source})
+        mounts.append({"name": "recovery", "mountPath": RECOVERY_DIR, "readOnly": True})
     pod_volumes.append({"name": "config", "configMap": {"name": names.config_map(cluster)}})
     mounts.append({"name": "config", "mountPath": CONFIG_DIR, "readOnly": True})
     pod_volumes.append({"name": "run", "emptyDir": {}})
@@ -142,7 +150,7 @@ def _probe(path: str, period: int, failures: int) -> Obj:
 
 
 def _container(cluster: str, instance: str, role: Role, major: int, spec: PostgresClusterSpec) -> Obj:
-    _, mounts = volumes(cluster, instance, spec.backup is not None)
+    _, mounts = volumes(cluster, instance, spec.backup is not None, spec.bootstrap.recovery is not None)
     container: Obj = {
         "name": "postgres",
         "image": f"{IMAGE}:{major}",
@@ -194,7 +202,7 @@ def affinity(cluster: str, spec: PostgresClusterSpec) -> Obj:
 
 
 def _pod_spec(cluster: str, instance: str, role: Role, major: int, spec: PostgresClusterSpec) -> Obj:
-    pod_volumes, _ = volumes(cluster, instance, spec.backup is not None)
+    pod_volumes, _ = volumes(cluster, instance, spec.backup is not None, spec.bootstrap.recovery is not None)
     template = spec.pod_template
     pod: Obj = {
         "serviceAccountName": names.service_account(cluster),

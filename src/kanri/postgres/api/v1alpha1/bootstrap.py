@@ -57,7 +57,16 @@ class InitDB(ApiModel):
     public, none, current_user, current_role, session_user or a pg_ name (the operator's or PostgreSQL's own)."""
 
 
-class Recovery(ApiModel):
+class Recovery(
+    ApiModel,
+    validations=[
+        cel(
+            "(has(self.targetTime) ? 1 : 0) + (has(self.targetLSN) ? 1 : 0)"
+            " + (has(self.targetImmediate) && self.targetImmediate ? 1 : 0) <= 1",
+            "recovery takes at most one of targetTime, targetLSN and targetImmediate",
+        ),
+    ],
+):
     """Start from a backup of another cluster, optionally stopping at a point in time (point-in-time recovery).
     The restored cluster gets a new timeline and never writes into the source's backups."""
 
@@ -70,12 +79,19 @@ class Recovery(ApiModel):
     repository named in the source PostgresCluster's spec.backup."""
 
     backup: Annotated[str, Field(min_length=1, max_length=253)] | None = None
-    """The base backup to start from, by name. Default: the latest one that finished before targetTime (or the
-    latest one without targetTime)."""
+    """The base backup to start from, by its id (as status.backup and PostgresBackup show it). Default: the latest
+    one that finished before targetTime or targetLSN (or the latest one without a target)."""
 
     target_time: datetime | None = None
     """Replay archived WAL up to this moment, RFC 3339 (e.g. 2026-05-01T12:00:00Z), and stop there. Default: replay
     all archived WAL (the latest recoverable state)."""
+
+    target_lsn: Annotated[str | None, Field(alias="targetLSN", pattern=r"^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$")] = None
+    """Replay archived WAL up to this WAL position (e.g. 0/3000060, as pg_current_wal_lsn() shows it) and stop
+    there. Default: none."""
+
+    target_immediate: bool | None = None
+    """Stop as soon as the base backup is consistent, replaying no WAL beyond its end. Default false."""
 
 
 class Bootstrap(

@@ -194,6 +194,11 @@ class RestoreTestRecord(ApiModel):
     """Succeeded or Failed."""
     message: Annotated[str, Field(max_length=32768)] | None = None
     """Details, e.g. why it failed."""
+    recovered_to: datetime | None = None
+    """The commit time of the last transaction the rehearsal replayed: how recent the recoverable data was."""
+    request: Annotated[str, Field(max_length=253)] | None = None
+    """What asked for it: schedule, or the value of the kanri.dev/restore-test annotation it answered (each new
+    value runs one rehearsal)."""
 
 
 class BackupStatus(ApiModel):
