@@ -3,7 +3,9 @@
 ``GET /status``, ``GET /readyz``, ``GET /healthz`` are open (no secret is ever in them); every ``POST`` (``/promote``,
 ``/restart``, ``/fence``, ``/unfence``, ``/replication/pause``, ``/replication/resume``, ``/demote``, ``/rejoin``)
 needs ``Authorization: Bearer <token>`` with the token from ``KANRI_API_TOKEN_FILE`` (read on every request, so a
-rotated Secret takes effect without a restart). An action's body is empty or a JSON object (``/fence`` reads
+rotated Secret takes effect without a restart). Base backups (:mod:`kanri.instance.base_backup`), all authenticated:
+``POST /backups {"id"}`` (202 started, 200 known id), ``GET /backups/{id}``, ``POST /backups/expire {"ids"}``.
+An action's body is empty or a JSON object (``/fence`` reads
 ``reason``). An action answers 200, or 202 when it returns :class:`Accepted` (it goes on in the background). Errors
 are JSON: ``{"error": "..."}``.
 """
@@ -62,6 +64,16 @@ class Backend(Protocol):
     def api_token(self) -> str | None: ...
 
 
+class BackupBackend(Protocol):
+    """What the backup endpoints need from the manager (optional: without it they are not served)."""
+
+    async def start_backup(self, body: dict[str, Any]) -> dict[str, Any]: ...
+
+    async def backup_record(self, backup: str) -> dict[str, Any]: ...
+
+    async def expire_backups(self, body: dict[str, Any]) -> dict[str, Any]: ...
+
+
 MAX_BODY = 4096
 """An action's body is a few fields at most."""
 
@@ -86,8 +98,8 @@ async def _body(request: web.Request) -> dict[str, Any]:
     return body
 
 
-def build_app(backend: Backend) -> web.Application:
-    """The aiohttp application over ``backend``."""
+def build_app(backend: Backend, backups: BackupBackend | None = None) -> web.Application:
+    """The aiohttp application over ``backend`` (and ``backups``' endpoints when given)."""
 
     def authorized(request: web.Request) -> bool:
         token = backend.api_token()
@@ -138,4 +150,17 @@ def build_app(backend: Backend) -> web.Application:
     app.router.add_post("/replication/resume", action(backend.resume_replication, "resume replication"))
     app.router.add_post("/demote", action(backend.demote, "demote"))
     app.router.add_post("/rejoin", action(backend.rejoin, "rejoin"))
+    if backups is not None:
+
+        async def backup_record(request: web.Request) -> web.StreamResponse:
+            if not authorized(request):
+                return _error(401, "a valid bearer token is required")
+            try:
+                return web.json_response(await backups.backup_record(request.match_info["id"]))
+            except ActionError as exc:
+                return _error(exc.status, exc.reason)
+
+        app.router.add_post("/backups", action(backups.start_backup, "backup"))
+        app.router.add_post("/backups/expire", action(backups.expire_backups, "expire backups"))
+        app.router.add_get("/backups/{id}", backup_record)
     return app

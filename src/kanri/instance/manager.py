@@ -27,6 +27,7 @@ from aiohttp import web
 from psycopg.rows import DictRow
 
 from kanri.instance import status as status_queries
+from kanri.instance.base_backup import BackupError, BaseBackups, state_dir
 from kanri.instance.bootstrap import clone, discard_partial, has_data, initdb, recover
 from kanri.instance.conf import (
     render_hba,
@@ -107,6 +108,7 @@ class InstanceManager:
         self._rejoin_task: asyncio.Task[None] | None = None
         self._tls_context: ssl.SSLContext | None = None
         self._restore: dict[str, str] | None = None  # bootstrap.recovery's progress, for /status
+        self.backups = BaseBackups(settings, state_dir(settings.pgdata))
 
     # ---- process life -------------------------------------------------------------------------------------------
 
@@ -115,7 +117,7 @@ class InstanceManager:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_shutdown)
-        runner = web.AppRunner(build_app(self), access_log=None)
+        runner = web.AppRunner(build_app(self, self), access_log=None)
         await runner.setup()
         # HTTP first: liveness must answer during a long pg_basebackup
         await web.TCPSite(
@@ -144,6 +146,7 @@ class InstanceManager:
             if self._rejoin_task is not None:
                 self._rejoin_task.cancel()  # it holds the lock while it rewinds or clones
             await asyncio.gather(main, stop, *filter(None, [self._rejoin_task]), return_exceptions=True)
+            await self.backups.close()
             if exporter is not None:
                 await exporter.stop()
             async with self._lock:
@@ -870,6 +873,45 @@ class InstanceManager:
             return
         status.state = "done"
         log.warning("rejoined as a replica", method=status.method, message=status.message)
+
+    # ---- base backups (kanri.instance.base_backup) -----------------------------------------------------------------
+
+    async def start_backup(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``POST /backups {"id"}``: start a base backup of this instance (primary or standby) in the background
+        (202), or answer the known id's record (200)."""
+        backup = body.get("id")
+        if not isinstance(backup, str):
+            raise ActionError(400, "the body needs an id (the backup's idempotency key)")
+        try:
+            known = self.backups.read(backup)
+            if known is not None:
+                return known.as_json()
+            if self._shutting_down:
+                raise ActionError(503, "shutting down")
+            if not self.pg.running or self.fenced is not None:
+                raise ActionError(503, "postgres is not running; no backup can be taken here now")
+            record, _ = self.backups.start(backup, self.config.archive, standby=self._is_replica)
+        except BackupError as exc:
+            raise ActionError(exc.status, exc.reason) from None
+        return Accepted(record.as_json())
+
+    async def backup_record(self, backup: str) -> dict[str, Any]:
+        """``GET /backups/{id}``: the record of one backup id; 404 for an id never asked here."""
+        try:
+            record = self.backups.read(backup)
+        except BackupError as exc:
+            raise ActionError(exc.status, exc.reason) from None
+        if record is None:
+            raise ActionError(404, f"no backup {backup} on this instance")
+        return record.as_json()
+
+    async def expire_backups(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``POST /backups/expire {"ids"}``: delete these barman backup ids (and the WAL only they needed)."""
+        ids = body.get("ids")
+        try:
+            return await self.backups.expire(ids if isinstance(ids, list) else [], self.config.archive)
+        except BackupError as exc:
+            raise ActionError(exc.status, exc.reason) from None
 
     def _wait_startable_now(self) -> None:
         """The identity checks before starting a rejoined data directory (a clone of another system is refused)."""

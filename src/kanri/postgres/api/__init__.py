@@ -11,4 +11,7 @@ from kanri.runtime import CustomResource
 
 __all__ = ["CUSTOM_RESOURCES", "v1alpha1"]
 
-CUSTOM_RESOURCES: tuple[tuple[type[CustomResource], ...], ...] = ((v1alpha1.PostgresCluster,),)
+CUSTOM_RESOURCES: tuple[tuple[type[CustomResource], ...], ...] = (
+    (v1alpha1.PostgresCluster,),
+    (v1alpha1.PostgresBackup,),
+)

@@ -17,6 +17,13 @@ from kanri.postgres.api.v1alpha1.backup import (
 from kanri.postgres.api.v1alpha1.bootstrap import Bootstrap, InitDB, Recovery
 from kanri.postgres.api.v1alpha1.cluster import MAX_NAME_LENGTH, PostgresCluster
 from kanri.postgres.api.v1alpha1.pod_template import OPERATOR_LABEL_PREFIX, PodTemplate, Toleration
+from kanri.postgres.api.v1alpha1.postgres_backup import (
+    BACKUP_PHASES,
+    BackupPhase,
+    PostgresBackup,
+    PostgresBackupSpec,
+    PostgresBackupStatus,
+)
 from kanri.postgres.api.v1alpha1.postgresql import OPERATOR_OWNED_PARAMETERS, SUPPORTED_VERSIONS, PostgreSQL
 from kanri.postgres.api.v1alpha1.replication import (
     DEFAULT_MAX_DATA_LOSS_BYTES,
@@ -48,6 +55,7 @@ from kanri.postgres.api.v1alpha1.status import (
 from kanri.postgres.api.v1alpha1.storage import Resources, Volume
 
 __all__ = [
+    "BACKUP_PHASES",
     "CONDITION_TYPES",
     "CRON_PATTERN",
     "DEFAULT_MAX_DATA_LOSS_BYTES",
@@ -58,6 +66,7 @@ __all__ = [
     "PHASES",
     "SUPPORTED_VERSIONS",
     "Backup",
+    "BackupPhase",
     "BackupStatus",
     "Bootstrap",
     "Cron",
@@ -74,6 +83,9 @@ __all__ = [
     "Phase",
     "PodTemplate",
     "PostgreSQL",
+    "PostgresBackup",
+    "PostgresBackupSpec",
+    "PostgresBackupStatus",
     "PostgresCluster",
     "PostgresClusterSpec",
     "PostgresClusterStatus",
