@@ -47,8 +47,8 @@ def test_entry_point_writes_a_private_identity_file_and_binds_the_pod_ip(tmp_pat
     assert stat.S_IMODE(identity.stat().st_mode) == 0o600
     config = json.loads(identity.read_text())
     assert config["identities"][0]["credentials"] == [{"accessKey": "AKID", "secretKey": "very-secret-value"}]
-    argv = s3server.argv("/bin/weed", tmp_path / "data", identity, 8333, "10.244.0.7", "kanri-backups")
-    assert "-ip=10.244.0.7" in argv
+    argv = s3server.argv("/bin/weed", tmp_path / "data", identity, 8333, "kanri-s3-0", "10.244.0.7", "kanri-backups")
+    assert "-ip=kanri-s3-0" in argv  # a stable name: a re-created pod has a new IP
     assert "-ip.bind=10.244.0.7" in argv
     assert "-bucket=kanri-backups" in argv
     assert not any("very-secret-value" in part for part in argv)

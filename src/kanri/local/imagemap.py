@@ -50,7 +50,12 @@ def default_image_map(python: Path = SYSTEM_PYTHON) -> list[dict[str, Any]]:
     base_env = {"PYTHONPATH": python_path(), "PYTHONUNBUFFERED": "1"}
     tools = backup_tools_bin()
     # Barman Cloud from `make backup-tools`, for the instance manager's WAL archiving (absent: archiving fails loudly)
-    backup_env = {"KANRI_BARMAN_BIN": str(tools)} if (tools / "barman-cloud-wal-archive").exists() else {}
+    # and the venv's root named too: a container binds only the paths its entry names, and the scripts need its lib/
+    backup_env = (
+        {"KANRI_BARMAN_BIN": str(tools), "KANRI_BACKUP_TOOLS": str(tools.parent)}
+        if (tools / "barman-cloud-wal-archive").exists()
+        else {}
+    )
     entries: list[dict[str, Any]] = []
     for major in postgres_majors():
         bin_dir = f"/usr/lib/postgresql/{major}/bin"

@@ -5,13 +5,17 @@ The key pair is read from the mounted Secret (:data:`kanri.local.seaweedfs.KEYS_
 0600 on the container's ``/tmp``; only that file's path is on weed's command line. ``exec`` makes weed the container's
 main process, so the kubelet's stop signal reaches it directly and a restart starts only after it has exited (a weed
 started while the old one still holds its ports silently picks other ones). weed binds the pod's IP (``POD_IP``,
-from the downward API) and creates the bucket at start (``-bucket``) if it does not exist yet.
+from the downward API) and creates the bucket at start (``-bucket``) if it does not exist yet. Its parts know each
+other by the pod's host name (``-ip``; the pod's /etc/hosts maps it to the pod's IP), not by the IP: the master
+keeps the volume server's address in its data, and a re-created pod has a new IP — with ``-ip=<IP>`` every upload
+after a restart went to the old address and failed.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -38,9 +42,10 @@ def write_identity(keys_dir: Path, target: Path) -> None:
         handle.write(s3_config(keys))
 
 
-def argv(weed: str, data: Path, config: Path, s3_port: int, ip: str, bucket: str) -> list[str]:
-    """weed's command line: :func:`kanri.local.seaweedfs.weed_argv`, the bucket to create at start, no admin UI."""
-    return [*weed_argv(weed, data, config, s3_port, ip), f"-bucket={bucket}", "-admin.ui=false"]
+def argv(weed: str, data: Path, config: Path, s3_port: int, name: str, ip: str, bucket: str) -> list[str]:
+    """weed's command line: :func:`kanri.local.seaweedfs.weed_argv` known as ``name``, bound to ``ip``, the bucket
+    to create at start, no admin UI."""
+    return [*weed_argv(weed, data, config, s3_port, name, bind=ip), f"-bucket={bucket}", "-admin.ui=false"]
 
 
 def main(arguments: list[str] | None = None) -> None:
@@ -57,7 +62,8 @@ def main(arguments: list[str] | None = None) -> None:
         sys.exit("kanri.local.s3server needs POD_IP (the downward API's status.podIP) and KANRI_WEED (the weed binary)")
     options.data.mkdir(parents=True, exist_ok=True)
     write_identity(options.keys, options.identity_file)
-    command = argv(weed, options.data, options.identity_file, options.s3_port, ip, options.bucket)
+    name = os.environ.get("POD_NAME") or socket.gethostname()  # stable across re-creation, in the pod's /etc/hosts
+    command = argv(weed, options.data, options.identity_file, options.s3_port, name, ip, options.bucket)
     print("starting", " ".join(command), flush=True)  # paths and ports only: the keys are in the file
     os.execv(command[0], command)
 

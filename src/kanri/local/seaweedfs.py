@@ -60,8 +60,10 @@ SECRET_ACCESS_KEY_KEY = "secretAccessKey"
 
 
 def backup_tools_bin() -> Path:
-    """The bin directory of ``make backup-tools``'s venv (``barman-cloud-*`` and ``weed``)."""
-    return build_dir() / "backup-tools" / "bin"
+    """The bin directory of ``make backup-tools``'s venv (``barman-cloud-*`` and ``weed``), symlinks resolved: a
+    worktree's ``.build`` is a link to the main checkout's, and the scripts' ``#!`` lines name the real path, which a
+    local-node container has only when its image entry names it."""
+    return (build_dir() / "backup-tools" / "bin").resolve()
 
 
 @dataclass(frozen=True)
@@ -82,15 +84,17 @@ def s3_config(keys: S3Keys) -> str:
     return json.dumps({"identities": [identity]})
 
 
-def weed_argv(weed: str, data_dir: Path, config_file: Path, s3_port: int, ip: str = "127.0.0.1") -> list[str]:
-    """``weed mini`` on ``ip`` only, its data under ``data_dir``, S3 on ``s3_port``, no telemetry. The other ports
-    (master, volume, filer) are weed's defaults."""
+def weed_argv(weed: str, data_dir: Path, config_file: Path, s3_port: int, ip: str = "127.0.0.1",
+              bind: str | None = None) -> list[str]:  # fmt: skip
+    """``weed mini`` listening on ``bind`` (default ``ip``) only, known to its own parts as ``ip`` (an address or a
+    name), its data under ``data_dir``, S3 on ``s3_port``, no telemetry. The other ports (master, volume, filer) are
+    weed's defaults."""
     return [
         weed,
         "mini",
         f"-dir={data_dir}",
         f"-ip={ip}",
-        f"-ip.bind={ip}",
+        f"-ip.bind={bind or ip}",
         "-master.telemetry=false",
         f"-s3.config={config_file}",
         f"-s3.port={s3_port}",
@@ -247,7 +251,11 @@ def object_store(namespace: str, name: str = S3_SERVICE, bucket: str = S3_BUCKET
         "image": SEAWEEDFS_IMAGE,
         "args": [f"--bucket={bucket}", "--data=/data", f"--s3-port={S3_PORT}"],
         # weed must listen on the pod's own address: it announces -ip to its own parts (master, volume, filer)
-        "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+        # and be known to them by a name that survives the pod's re-creation (see kanri.local.s3server)
+        "env": [
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        ],
         "ports": [{"name": "s3", "containerPort": S3_PORT}],
         "readinessProbe": probe,
         "livenessProbe": probe | {"periodSeconds": 10, "failureThreshold": 6, "initialDelaySeconds": 10},
