@@ -1,17 +1,24 @@
 """``kanri up``: the main job on a fresh machine — a local cluster running a 3-instance PostgreSQL cluster.
 
 1. ``kanri local up``: the control plane and the local node;
-2. the CRDs (``deploy/crds/``) and the operator (``deploy/operator/``) installed by server-side apply, the operator
-   running as a pod like any real install;
-3. ``examples/postgrescluster.yaml`` applied;
-4. the cluster's status followed until it is Ready (or the timeout passes, naming what is missing);
-5. how to connect: ``kanri local port-forward svc/<name>-rw`` and ``psql "sslmode=verify-full ..."`` with the CA
+2. the CRDs (``deploy/crds/``), then the object store in ``kanri-system`` (SeaweedFS as a StatefulSet with its claim,
+   the Service ``kanri-s3`` on port 8333 and the key Secret ``kanri-s3-keys``, generated once and kept;
+   :mod:`kanri.local.seaweedfs`) and the platform's default backup repository pointing at it (the ConfigMap
+   ``kanri-backup-repository``);
+3. the operator (``deploy/operator/``) installed by server-side apply, running as a pod like any real install, with
+   that ConfigMap mounted and ``--default-backup-repository`` naming the file: the example's ``backup:
+   {retentionDays: 14}`` archives there from its first minute;
+4. ``examples/postgrescluster.yaml`` applied;
+5. the cluster's status followed until it is Ready (or the timeout passes, naming what is missing), and where its
+   backups go;
+6. how to connect: ``kanri local port-forward svc/<name>-rw`` and ``psql "sslmode=verify-full ..."`` with the CA
    from ``<name>-ca``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import sys
 import time
 from pathlib import Path
@@ -24,17 +31,22 @@ from rich.console import Console
 from kanri.cli.local import start_cluster
 from kanri.local import BuildError, paths
 from kanri.local.detached import DetachedProcessError
+from kanri.local.seaweedfs import S3_BUCKET, S3_PORT, S3_SERVICE, keys_secret, new_keys, object_store
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.runtime import ApiError, Client, get_condition
 from kanri.runtime.kinds import (
     CLUSTER_ROLE,
     CLUSTER_ROLE_BINDING,
+    CONFIG_MAP,
     CRD,
     DEPLOYMENT,
     NAMESPACE,
     ROLE,
     ROLE_BINDING,
+    SECRET,
+    SERVICE,
     SERVICE_ACCOUNT,
+    STATEFUL_SET,
 )
 
 Obj = dict[str, Any]
@@ -52,8 +64,14 @@ _KINDS = {
         ROLE_BINDING,
         DEPLOYMENT,
         POSTGRES_CLUSTER,
+        CONFIG_MAP,
+        SERVICE,
+        STATEFUL_SET,
     )
 }
+SYSTEM_NAMESPACE = "kanri-system"
+REPOSITORY_CONFIG_MAP = "kanri-backup-repository"
+REPOSITORY_DIR = "/etc/kanri/backup-repository"
 
 
 def documents(*files: Path) -> list[Obj]:
@@ -132,16 +150,83 @@ async def follow(client: Client, name: str, namespace: str, timeout: float) -> O
     raise TimeoutError(f"{name} not Ready within {timeout:.0f}s; last status: {last or 'none yet'}")
 
 
-async def install_and_follow(kubeconfig: Path, root: Path, example: Path, timeout: float) -> Obj:
+def default_repository() -> Obj:
+    """The platform's default repository on the local cluster: the object store's Service, its key Secret in the
+    operator's namespace (the fields of ``backup.repository.s3``, see docs/backups.md)."""
+    return {
+        "endpoint": f"http://{S3_SERVICE}.{SYSTEM_NAMESPACE}.svc.cluster.local:{S3_PORT}",
+        "bucket": S3_BUCKET,
+        "credentialsSecret": {"name": f"{S3_SERVICE}-keys"},
+    }
+
+
+def with_default_repository(docs: list[Obj]) -> list[Obj]:
+    """The operator's manifests with the repository ConfigMap mounted into its Deployment and
+    ``--default-backup-repository`` naming the file (the chart has no value for it yet)."""
+    changed = copy.deepcopy(docs)
+    for doc in changed:
+        if doc["kind"] != "Deployment":
+            continue
+        pod = doc["spec"]["template"]["spec"]
+        pod.setdefault("volumes", []).append({"name": "backup-repository",
+                                              "configMap": {"name": REPOSITORY_CONFIG_MAP}})  # fmt: skip
+        container = pod["containers"][0]
+        container.setdefault("args", []).append(f"--default-backup-repository={REPOSITORY_DIR}/repository.yaml")
+        container.setdefault("volumeMounts", []).append({"name": "backup-repository", "mountPath": REPOSITORY_DIR,
+                                                         "readOnly": True})  # fmt: skip
+    return changed
+
+
+async def install_object_store(client: Client) -> str:
+    """The object store and the default repository's ConfigMap in ``kanri-system``; the key pair is generated only
+    when its Secret does not exist yet (a restart keeps the keys, and the data made with them). Returns where
+    backups go."""
+    await client.apply(NAMESPACE, {"metadata": {"name": SYSTEM_NAMESPACE}}, field_manager=FIELD_MANAGER)
+    secret = keys_secret(SYSTEM_NAMESPACE, new_keys())
+    try:
+        await client.create(SECRET, secret)
+    except ApiError as exc:
+        if exc.status != 409:  # exists: keep its keys
+            raise
+    for doc in object_store(SYSTEM_NAMESPACE):
+        body = {k: v for k, v in doc.items() if k not in ("apiVersion", "kind")}
+        await client.apply(_KINDS[(doc["apiVersion"], doc["kind"])], body, field_manager=FIELD_MANAGER)
+    repository = default_repository()
+    config = {"metadata": {"name": REPOSITORY_CONFIG_MAP, "namespace": SYSTEM_NAMESPACE},
+              "data": {"repository.yaml": yaml.safe_dump(repository, sort_keys=False)}}  # fmt: skip
+    await client.apply(CONFIG_MAP, config, field_manager=FIELD_MANAGER)
+    return f"s3://{repository['bucket']} at {repository['endpoint']}"
+
+
+async def install_and_follow(kubeconfig: Path, root: Path, example: Path, timeout: float) -> tuple[Obj, str]:
     async with await Client.from_kubeconfig(str(kubeconfig)) as client:
-        for what, files in (("CRDs", [root / "deploy" / "crds"]), ("operator", [root / "deploy" / "operator"])):
-            applied = await apply_all(client, documents(*files))
-            err.print(f"[green]{what} applied[/green]: {', '.join(applied)}")
+        applied = await apply_all(client, documents(root / "deploy" / "crds"))
+        err.print(f"[green]CRDs applied[/green]: {', '.join(applied)}")
+        where = await install_object_store(client)
+        err.print(f"[green]object store applied[/green]: StatefulSet/{S3_SERVICE}, Service/{S3_SERVICE}, "
+                  f"Secret/{S3_SERVICE}-keys in {SYSTEM_NAMESPACE}; default backup repository {where}")  # fmt: skip
+        applied = await apply_all(client, with_default_repository(documents(root / "deploy" / "operator")))
+        err.print(f"[green]operator applied[/green]: {', '.join(applied)}")
         (cluster,) = documents(example)
         await apply_all(client, [cluster])
         name, namespace = cluster["metadata"]["name"], cluster["metadata"].get("namespace", "default")
         err.print(f"[green]applied[/green] {example} (PostgresCluster {namespace}/{name}); following its status:")
-        return await follow(client, name, namespace, timeout)
+        ready = await follow(client, name, namespace, timeout)
+        if ready["spec"].get("backup") is None:
+            return ready, where
+        return await follow_archiving(client, name, namespace, ready, timeout=120), where
+
+
+async def follow_archiving(client: Client, name: str, namespace: str, cluster: Obj, timeout: float) -> Obj:
+    """After Ready: wait (a little) for ContinuousArchiving=True, the first WAL segment reaching the object store;
+    the cluster as last seen either way (the printout names the condition's state)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        condition = get_condition((cluster.get("status") or {}).get("conditions"), "ContinuousArchiving")
+        if (condition is not None and condition["status"] == "True") or time.monotonic() > deadline:
+            return cluster
+        await asyncio.sleep(1)
+        cluster = await client.get(POSTGRES_CLUSTER, name, namespace)
 
 
 def connect_commands(kubectl: str, cluster: str, namespace: str, database: str) -> list[str]:
@@ -168,7 +253,8 @@ def up(
     manifest = example or root / "examples" / "postgrescluster.yaml"
     try:
         control_plane = start_cluster(name)
-        cluster = asyncio.run(install_and_follow(control_plane.kubeconfig, root, manifest, timeout))
+        started = time.monotonic()
+        cluster, where = asyncio.run(install_and_follow(control_plane.kubeconfig, root, manifest, timeout))
     except (BuildError, DetachedProcessError, TimeoutError, ApiError) as exc:
         err.print(f"[red]error:[/red] {exc}")
         err.print("  operator log: kanri local logs -n kanri-system <pod>  (kubectl get pods -n kanri-system)")
@@ -181,7 +267,14 @@ def up(
     kanri = str(bin_dir / "kanri") if (bin_dir / "kanri").exists() else "kanri"
     kubectl_binary = str(bin_dir / "kubectl") if (bin_dir / "kubectl").exists() else "kubectl"
     kubectl = f"{kubectl_binary} --kubeconfig {control_plane.kubeconfig}"
-    err.print(f"[green]{cluster_name} is Ready[/green]. Connect from this machine:")
+    err.print(f"[green]{cluster_name} is Ready[/green] ({time.monotonic() - started:.0f}s after the install began).")
+    if cluster["spec"].get("backup") is not None:
+        archiving = get_condition((cluster.get("status") or {}).get("conditions"), "ContinuousArchiving")
+        state = f"{archiving['status']} ({archiving.get('reason', '')})" if archiving else "not reported yet"
+        err.print(f"  backups: WAL is archived to {where} under {cluster_name}/ (ContinuousArchiving={state});")
+        err.print(f"  watch it: {kubectl} get pgc {cluster_name} -n {namespace} -o jsonpath="
+                  "'{.status.conditions[?(@.type==\"ContinuousArchiving\")]}'")  # fmt: skip
+    err.print("Connect from this machine:")
     err.print(f"  {kanri} local port-forward svc/{cluster_name}-rw 5432 -n {namespace} &")
     for line in connect_commands(kubectl, cluster_name, namespace, database):
         err.print(f"  {line}")

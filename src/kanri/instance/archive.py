@@ -100,6 +100,11 @@ def archive_parameters(target: ArchiveTarget | None, python: str = sys.executabl
     return {"archive_mode": "on", "archive_command": archive_command(python)}
 
 
+ARCHIVE_TIMEOUT = 60.0
+"""Seconds one segment may take by default (measured: 0.4-1.1 s; ``KANRI_ARCHIVE_TIMEOUT`` overrides it): barman's S3
+client would otherwise retry an unreachable store for minutes while PostgreSQL reports nothing."""
+
+
 def archive_wal(wal_path: str, env: Mapping[str, str] | None = None) -> int:
     """Ship ``wal_path`` (``%p``, relative to PGDATA, PostgreSQL's working directory) to the cluster's repository;
     the exit code PostgreSQL gets. Messages go to stderr, i.e. PostgreSQL's log; no secret is ever in them."""
@@ -123,8 +128,15 @@ def archive_wal(wal_path: str, env: Mapping[str, str] | None = None) -> int:
         print(f"kanri archive-wal: repository credentials unreadable: {exc.strerror} ({directory})", file=sys.stderr)
         return 1
     argv = wal_archive_argv(target, wal_path, env)
+    timeout = float(env.get("KANRI_ARCHIVE_TIMEOUT") or ARCHIVE_TIMEOUT)
     try:
-        return subprocess.run(argv, env={**env, **secrets}, stdin=subprocess.DEVNULL, check=False).returncode
+        # bounded: an unreachable store must show as a failure (pg_stat_archiver, the condition), not a silent hang
+        return subprocess.run(argv, env={**env, **secrets}, stdin=subprocess.DEVNULL, check=False,
+                              timeout=timeout).returncode  # fmt: skip
+    except subprocess.TimeoutExpired:
+        print(f"kanri archive-wal: {wal_path} not archived within {timeout:.0f}s (is the object store "
+              "reachable?); keeping the segment", file=sys.stderr)  # fmt: skip
+        return 1
     except OSError as exc:
         print(f"kanri archive-wal: cannot run {argv[0]}: {exc.strerror}", file=sys.stderr)
         return 1

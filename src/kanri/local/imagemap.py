@@ -3,6 +3,8 @@
 - ``kanri.dev/postgres:<major>``, one per ``/usr/lib/postgresql/<major>/bin``: the instance manager
   (``python -m kanri.instance``) with that major's binaries; the image's user is ``postgres`` (uid/gid 26).
 - ``kanri.dev/operator:*``: the operator, ``kanri run``; the image's user is uid/gid 65532 (as distroless images).
+- ``kanri.dev/seaweedfs:4.48`` (when ``make backup-tools`` installed ``weed``): the local object store,
+  :mod:`kanri.local.s3server`; the image's user is ``seaweed`` (uid/gid 10001).
 
 Containers run as non-root users who cannot enter ``/root`` (where pyenv and often the venv's interpreter live), so
 the programs run on the system's ``python3`` with this checkout's ``src`` and the venv's ``site-packages`` on
@@ -20,7 +22,7 @@ from typing import Any
 import yaml
 
 import kanri
-from kanri.local.seaweedfs import backup_tools_bin
+from kanri.local.seaweedfs import SEAWEEDFS_IMAGE, SEAWEEDFS_UID, backup_tools_bin
 
 POSTGRES_IMAGE = "kanri.dev/postgres"
 OPERATOR_IMAGE = "kanri.dev/operator"
@@ -48,7 +50,12 @@ def default_image_map(python: Path = SYSTEM_PYTHON) -> list[dict[str, Any]]:
     base_env = {"PYTHONPATH": python_path(), "PYTHONUNBUFFERED": "1"}
     tools = backup_tools_bin()
     # Barman Cloud from `make backup-tools`, for the instance manager's WAL archiving (absent: archiving fails loudly)
-    backup_env = {"KANRI_BARMAN_BIN": str(tools)} if (tools / "barman-cloud-wal-archive").exists() else {}
+    # and the venv's root named too: a container binds only the paths its entry names, and the scripts need its lib/
+    backup_env = (
+        {"KANRI_BARMAN_BIN": str(tools), "KANRI_BACKUP_TOOLS": str(tools.parent)}
+        if (tools / "barman-cloud-wal-archive").exists()
+        else {}
+    )
     entries: list[dict[str, Any]] = []
     for major in postgres_majors():
         bin_dir = f"/usr/lib/postgresql/{major}/bin"
@@ -70,7 +77,24 @@ def default_image_map(python: Path = SYSTEM_PYTHON) -> list[dict[str, Any]]:
             "users": [{"name": "kanri", "uid": OPERATOR_UID, "gid": OPERATOR_UID, "home": "/tmp"}],
         }
     )
+    entries += seaweedfs_entries(interpreter, base_env)
     return entries
+
+
+def seaweedfs_entries(interpreter: str, base_env: dict[str, str]) -> list[dict[str, Any]]:
+    """The object store's image, when the backup tools' ``weed`` is there (else none: its pods fail ImageNotMapped,
+    which names the missing image)."""
+    weed = backup_tools_bin() / "weed"
+    if not weed.exists():
+        return []
+    return [
+        {
+            "image": SEAWEEDFS_IMAGE,
+            "command": [interpreter, "-m", "kanri.local.s3server"],
+            "env": base_env | {"PATH": _PATH, "KANRI_WEED": str(weed), "HOME": "/tmp"},
+            "users": [{"name": "seaweed", "uid": SEAWEEDFS_UID, "gid": SEAWEEDFS_UID, "home": "/tmp"}],
+        }
+    ]
 
 
 def write_default_image_map(path: Path) -> Path:

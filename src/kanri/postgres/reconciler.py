@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from kanri.postgres import backup, names, primary_update, recovery, restore_test
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.backup import BackupSettings
+from kanri.postgres.backup_cleanup import BackupCleanup
 from kanri.postgres.children.config import config_map
 from kanri.postgres.children.networkpolicy import network_policy
 from kanri.postgres.children.pdb import disruption_budgets, wants_budgets
@@ -137,6 +138,7 @@ class PostgresClusterReconciler:
         self.metrics = metrics
         self.backup = BackupSettings()
         """The platform's default backup repository and the backup metrics (set by build_manager)."""
+        self.backup_cleanup = BackupCleanup(lambda: self.backup)
         self.cache = cache
         self.client = client
         self.instances = instances
@@ -176,6 +178,9 @@ class PostgresClusterReconciler:
                     self.metrics.deleting(cluster, deleted.timestamp())
                 cluster = await self.mark_deleting(cluster)
                 await cleanup(self.client, self.cache, self.events, cluster)
+                # then the backups (deletionPolicy Delete waits for the pods: a stopping primary still archives)
+                if (later := await self.backup_cleanup.run(self.client, self.cache, self.events, cluster)) is not None:
+                    return later
                 try:
                     await remove_finalizer(self.client, POSTGRES_CLUSTER, cluster, FINALIZER)
                 except ApiError as exc:

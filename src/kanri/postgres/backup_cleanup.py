@@ -1,0 +1,141 @@
+"""``deletionPolicy`` for a deleted cluster's backups: the finalizer's last step, after :func:`kanri.postgres.deletion
+.cleanup` has dealt with the volumes and Secrets.
+
+- ``Retain`` (default): everything under ``<destination>/<cluster>/`` stays (base backups and WAL); an Event
+  ``BackupsRetained`` names the place. A new cluster can restore from it, or a new cluster of the same name archives
+  into it again (a new timeline, so nothing is overwritten).
+- ``Delete``: once no pod of the cluster is left (a primary that is shutting down still archives its last segment;
+  deleting before that would leave it behind), every object under that prefix is deleted with the operator's own
+  S3 client (:mod:`kanri.postgres.s3`); Event ``BackupsDeleted``. While it waits or fails, condition
+  ``BackupsDeleted=False`` says why (reasons ``WaitingForPods``, ``DeleteFailing``) and the finalizer stays; a
+  failure is retried with exponential backoff (2 s doubling up to 5 min), never in a hot loop. The manual escape of
+  the finalizer (docs/postgres-operator.md) leaves the backups where they are, as ``Retain`` does.
+
+Only the cluster's own prefix is touched, with a trailing ``/``: ``orders`` never deletes ``orders2``'s objects.
+A cluster without ``spec.backup``, or whose repository cannot be resolved, has nothing to delete.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from pydantic import ValidationError
+
+from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
+from kanri.postgres.backup import BackupSettings, Repository, resolve
+from kanri.postgres.kinds import POSTGRES_CLUSTER
+from kanri.postgres.labels import CLUSTER
+from kanri.postgres.s3 import S3Client, S3Error, S3Keys
+from kanri.runtime import ApiError, Cache, Client, EventRecorder, Result, get_condition, set_condition
+from kanri.runtime.kinds import POD, SECRET
+
+__all__ = ["CONDITION", "BackupCleanup", "backoff", "prefix"]
+
+log = structlog.get_logger("kanri.postgres.backup_cleanup")
+Obj = dict[str, Any]
+CONDITION = "BackupsDeleted"
+WAIT_FOR_PODS = 2.0
+
+
+def prefix(repository: Repository, cluster: str) -> str:
+    """The cluster's key prefix in the bucket (barman's layout: ``<path>/<server name>/``)."""
+    path = (repository.s3.path or "").strip("/")
+    return f"{path}/{cluster}/" if path else f"{cluster}/"
+
+
+def backoff(failures: int, base: float = 2.0, limit: float = 300.0) -> float:
+    """Seconds before the next try after ``failures`` failed ones in a row."""
+    return float(min(limit, base * 2 ** max(0, failures - 1)))
+
+
+@dataclass
+class BackupCleanup:
+    """The backup step of the finalizer (one per reconciler); consecutive failures are counted per cluster in memory
+    for the backoff (an operator restart starts the backoff over: one early retry, harmless)."""
+
+    settings: Callable[[], BackupSettings]
+    failures: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    async def run(self, client: Client, cache: Cache, events: EventRecorder, cluster: Obj) -> Result | None:
+        """Carry out the backups' part of ``deletionPolicy``; None when done (the finalizer may go), else when to
+        look again."""
+        meta = cluster["metadata"]
+        name, namespace = meta["name"], meta["namespace"]
+        try:
+            spec = PostgresClusterSpec.model_validate(cluster.get("spec") or {})
+        except ValidationError:
+            return None  # never ran with a valid spec, so never archived
+        repository = resolve(spec, namespace, self.settings())
+        if not isinstance(repository, Repository):
+            return None
+        where = f"{repository.destination}/{name}/"
+        if spec.deletion_policy != "Delete":
+            await events.normal(cluster, "BackupsRetained", f"deletionPolicy Retain: kept the backups under {where}")
+            return None
+        if pods := [p["metadata"]["name"] for p in cache.list(POD, namespace, {CLUSTER: name})]:
+            await self._waiting(client, cluster, "WaitingForPods", f"deletes the backups under {where} once the "
+                                f"pods are gone (still there: {', '.join(sorted(pods))})")  # fmt: skip
+            return Result(requeue_after=WAIT_FOR_PODS)
+        key = (namespace, name)
+        try:
+            keys = await _keys(client, cache, repository)
+            async with S3Client(repository.s3.endpoint, keys, repository.s3.region or "us-east-1") as s3:
+                found = await s3.list_keys(repository.s3.bucket, prefix(repository, name))
+                deleted = await s3.delete_keys(repository.s3.bucket, found)
+        except (S3Error, _KeysMissing) as exc:
+            failures = self.failures[key] = self.failures.get(key, 0) + 1
+            delay = backoff(failures)
+            log.warning("deleting backups failed", cluster=name, namespace=namespace, error=str(exc), retry_in=delay)
+            await self._waiting(client, cluster, "DeleteFailing", f"cannot delete the backups under {where} "
+                                f"(attempt {failures}, next in {delay:.0f}s): {exc}")  # fmt: skip
+            return Result(requeue_after=delay)
+        self.failures.pop(key, None)
+        await events.normal(cluster, "BackupsDeleted", f"deletionPolicy Delete: deleted {deleted} objects under "
+                            f"{where}")  # fmt: skip
+        return None
+
+    async def _waiting(self, client: Client, cluster: Obj, reason: str, message: str) -> None:
+        """Condition ``BackupsDeleted=False`` with the reason (re-reading the cluster first: a merge patch replaces
+        the whole list). Written only when it changes."""
+        meta = cluster["metadata"]
+        current = get_condition((cluster.get("status") or {}).get("conditions") or [], CONDITION)
+        if current is not None and (current.get("reason"), current.get("message")) == (reason, message):
+            return
+        try:
+            fresh = await client.get(POSTGRES_CLUSTER, meta["name"], meta["namespace"])
+            conditions = copy.deepcopy((fresh.get("status") or {}).get("conditions") or [])
+            set_condition(conditions, type=CONDITION, status=False, reason=reason, message=message,
+                          observed_generation=int(meta.get("generation", 0)))  # fmt: skip
+            await client.patch_status(POSTGRES_CLUSTER, meta["name"], {"status": {"conditions": conditions}},
+                                      meta["namespace"])  # fmt: skip
+        except ApiError as exc:
+            if not exc.not_found:
+                raise
+
+
+class _KeysMissing(Exception):
+    """The repository's key Secret, or a key in it, is missing (names only)."""
+
+
+async def _keys(client: Client, cache: Cache, repository: Repository) -> S3Keys:
+    ref = repository.s3.credentials_secret
+    where = f"Secret {repository.secret_namespace}/{ref.name}"
+    secret = cache.get(SECRET, ref.name, repository.secret_namespace)
+    if secret is None:
+        try:
+            secret = await client.get(SECRET, ref.name, repository.secret_namespace)
+        except ApiError as exc:
+            raise _KeysMissing(f"{where} (the repository's credentials) cannot be read: {exc.status}") from None
+    data = secret.get("data") or {}
+    values = []
+    for wanted in (ref.access_key_id_key, ref.secret_access_key_key):
+        raw = data.get(wanted)
+        if not isinstance(raw, str) or not raw:
+            raise _KeysMissing(f"{where} has no key {wanted!r}")
+        values.append(base64.b64decode(raw).decode())
+    return S3Keys(values[0], values[1])
