@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from kanri.postgres.backup import load_repository
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.runtime import Kind
 from kanri.runtime import kinds as builtin_kinds
@@ -127,10 +128,55 @@ def test_a_namespace_listed_twice_or_misspelt_is_refused() -> None:
     assert '"Team_A" is not a namespace name' in bad.stderr
 
 
-def test_a_default_backup_repository_is_refused_until_the_operator_takes_backups() -> None:
-    result = helm("template", "kanri", str(CHART), "--set", "backup.defaultRepository=s3://bucket", check=False)
-    assert result.returncode != 0
-    assert "reserved for backups" in result.stderr
+REPOSITORY = ("backup.defaultRepository.endpoint=https://s3.eu-west-1.amazonaws.com",
+              "backup.defaultRepository.bucket=acme-backups", "backup.defaultRepository.path=prod",
+              "backup.defaultRepository.credentialsSecret.name=backup-keys")  # fmt: skip
+
+
+def test_the_default_backup_repository_reaches_the_operator_as_the_file_it_parses(tmp_path: Path) -> None:
+    objects = template(*REPOSITORY, namespace="kanri-ops")
+    (config,) = [c for c in of_kind(objects, "ConfigMap") if c["metadata"]["name"].endswith("-backup-repository")]
+    assert config["metadata"]["namespace"] == "kanri-ops"
+    written = tmp_path / "repository.yaml"
+    written.write_text(config["data"]["repository.yaml"])
+    parsed = load_repository(written)  # the operator's own parser (kanri run --default-backup-repository)
+    assert (parsed.endpoint, parsed.bucket, parsed.path) == (
+        "https://s3.eu-west-1.amazonaws.com",
+        "acme-backups",
+        "prod",
+    )
+    assert parsed.credentials_secret.name == "backup-keys"
+    (deployment,) = of_kind(objects, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    (mount,) = pod["containers"][0]["volumeMounts"]
+    assert f"--default-backup-repository={mount['mountPath']}/repository.yaml" in deployment_args(objects)
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume["configMap"]["name"] == config["metadata"]["name"]
+    assert not [r for r in of_kind(objects, "Role") if r["metadata"]["name"].endswith("-backup-repository")], (
+        "cluster-wide mode reads Secrets through its ClusterRole already"
+    )
+
+
+def test_namespaced_mode_may_read_the_repository_key_secret_and_nothing_else_in_its_own_namespace() -> None:
+    objects = template(*REPOSITORY, "watchNamespaces={team-a}", namespace="kanri-ops")
+    (role,) = [r for r in of_kind(objects, "Role") if r["metadata"]["name"].endswith("-backup-repository")]
+    assert role["metadata"]["namespace"] == "kanri-ops"
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["backup-keys"],
+                              "verbs": ["get"]}]  # fmt: skip
+    (binding,) = [b for b in of_kind(objects, "RoleBinding") if b["roleRef"]["name"] == role["metadata"]["name"]]
+    assert binding["metadata"]["namespace"] == "kanri-ops"
+
+
+def test_no_default_repository_renders_nothing_for_it_and_a_bad_one_is_refused() -> None:
+    assert not [c for c in of_kind(template(), "ConfigMap") if c["metadata"]["name"].endswith("-backup-repository")]
+    assert "--default-backup-repository" not in " ".join(deployment_args(template()))
+    url = helm("template", "kanri", str(CHART), "--set", "backup.defaultRepository=s3://bucket", check=False)
+    assert url.returncode != 0
+    assert "give the fields of backup.repository.s3" in url.stderr
+    partial = helm("template", "kanri", str(CHART), "--set", "backup.defaultRepository.endpoint=http://s3:8333",
+                   check=False)  # fmt: skip
+    assert partial.returncode != 0
+    assert "backup.defaultRepository.bucket is required" in partial.stderr
 
 
 def test_image_resources_and_names_come_from_values() -> None:
@@ -171,6 +217,6 @@ def test_monitoring_toggles() -> None:
 def test_every_template_renders_in_some_mode(path: Path) -> None:
     """No dead template: each one contributes an object with the defaults or with every toggle on."""
     everything = template_text("monitoring.serviceMonitor.enabled=true", "createNamespace=true") + template_text(
-        "watchNamespaces={team-a}"
+        "watchNamespaces={team-a}", *REPOSITORY
     )
     assert f"# Source: kanri/templates/{path.name}" in everything

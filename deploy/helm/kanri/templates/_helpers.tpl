@@ -27,6 +27,25 @@ app.kubernetes.io/name: kanri-operator
 {{- join "," $namespaces -}}
 {{- end -}}
 
+{{/* The default backup repository as the operator's YAML file, checked; "" when none is set. */}}
+{{- define "kanri.defaultRepository" -}}
+{{- $repository := .Values.backup.defaultRepository | default dict -}}
+{{- if not (kindIs "map" $repository) -}}
+{{- fail "backup.defaultRepository: give the fields of backup.repository.s3 (endpoint, bucket, credentialsSecret, ...), not a URL" -}}
+{{- end -}}
+{{- if $repository -}}
+{{- range $field := list "endpoint" "bucket" -}}
+{{- if not (get $repository $field) -}}
+{{- fail (printf "backup.defaultRepository.%s is required" $field) -}}
+{{- end -}}
+{{- end -}}
+{{- if not (get ($repository.credentialsSecret | default dict) "name") -}}
+{{- fail "backup.defaultRepository.credentialsSecret.name is required (a Secret in the release namespace)" -}}
+{{- end -}}
+{{- toYaml $repository -}}
+{{- end -}}
+{{- end -}}
+
 {{/*
 Rules on namespaced resources: a ClusterRole's in cluster-wide mode, a Role's in each watched namespace otherwise.
 Exactly what the operator's code uses (kanri.postgres.operator.permissions(), checked by
