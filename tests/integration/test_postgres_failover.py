@@ -46,6 +46,8 @@ class HaFake(FakeInstance):
         self.port = 0
         self.hang: dict[str, float] = {}
         """Seconds an action waits after it was carried out before it answers (a response the operator loses)."""
+        self.refuse: set[str] = set()
+        """Actions answered 503 without being carried out."""
         self.then: dict[str, Callable[[], object]] = {}
         """Called once an action was carried out, before it answers (e.g. killing the operator)."""
 
@@ -66,6 +68,9 @@ class HaFake(FakeInstance):
         await self.runner.cleanup()
 
     async def _action(self, request: web.Request) -> web.Response:
+        if request.path in self.refuse:
+            self.asked.append(request.path)
+            return web.json_response({"error": "not now"}, status=503)
         response = self._carry_out(request.path)
         if (hook := self.then.get(request.path)) is not None:
             hook()
@@ -336,3 +341,39 @@ async def test_an_operator_stopped_after_promoting_but_before_recording_it_is_fi
         assert fakes["resume-3"].asked.count("/promote") == 1, "the target was promoted again"
         assert fakes["resume-3"].report["timeline"] == 2
         assert status["timeline"] == 2
+
+
+async def test_a_primary_lost_during_a_switchover_is_failed_over_instead_of_waiting_out_the_switchover(
+    control_plane: Endpoint, client: Client, namespace: str
+) -> None:
+    """The switchover's primary stops answering before it could be demoted: after the detection window the operator
+    fails over (fence, pause, elect, guard) rather than keeping writes stopped until the 60 s switchover timeout."""
+    async with ha_fakes("lost", {2: "0/3000060", 3: "0/3000040"}) as (fakes, instances):
+        await client.create(POSTGRES_CLUSTER, pgc("lost", namespace))
+        fakes["lost-1"].refuse.add("/demote")
+        async with Operator(control_plane, namespace, instances=instances).running(refresh=0.5):
+            await pods_running(client, namespace, fakes)
+            await eventually(lambda: ready(client, namespace, "lost"), timeout=30)
+            await client.patch(POSTGRES_CLUSTER, "lost", {"metadata": {"annotations": {SWITCHOVER: "lost-3"}}},
+                               namespace)  # fmt: skip
+
+            async def demote_asked() -> bool:
+                return "/demote" in fakes["lost-1"].asked
+
+            await eventually(demote_asked, timeout=20)
+            await fakes["lost-1"].stop()
+
+            async def failed_over() -> Obj | None:
+                return (await status_of(client, namespace, "lost")).get("lastFailover")
+
+            record = await eventually(failed_over, timeout=40)  # well inside the 60 s switchover timeout
+            assert record["reason"] == "PrimaryUnreachable"
+            assert record["from"] == "lost-1"
+            assert record["to"] == "lost-2", "the election chose the most advanced replica, not the switchover's target"
+            assert "/replication/pause" in fakes["lost-3"].asked
+            reasons = await event_reasons(client, namespace, "lost")
+            assert "FailoverStarted" in reasons
+            assert "SwitchoverFailed" not in reasons
+            cluster = await client.get(POSTGRES_CLUSTER, "lost", namespace)
+            assert SWITCHOVER not in (cluster["metadata"].get("annotations") or {})
+            assert await role_label(client, namespace, "lost-1") == "fenced"

@@ -1,14 +1,14 @@
 """The entry point of the local cluster's ``kanri.dev/seaweedfs`` image: the pod's S3 keys into SeaweedFS's identity
 file, then ``weed mini`` in this process's place.
 
-The key pair is read from the mounted Secret (:data:`kanri.local.seaweedfs.KEYS_DIR`) and written to a file of mode
-0600 on the container's ``/tmp``; only that file's path is on weed's command line. ``exec`` makes weed the container's
-main process, so the kubelet's stop signal reaches it directly and a restart starts only after it has exited (a weed
-started while the old one still holds its ports silently picks other ones). weed binds the pod's IP (``POD_IP``,
-from the downward API) and creates the bucket at start (``-bucket``) if it does not exist yet. Its parts know each
-other by the pod's host name (``-ip``; the pod's /etc/hosts maps it to the pod's IP), not by the IP: the master
-keeps the volume server's address in its data, and a re-created pod has a new IP — with ``-ip=<IP>`` every upload
-after a restart went to the old address and failed.
+The key pair is read from the mounted Secret (:data:`kanri.local.seaweedfs.KEYS_DIR`) and written to a file of mode 0600
+on the container's scratch emptyDir; only that file's path is on weed's command line. ``exec`` makes weed the
+container's main process, so the kubelet's stop signal reaches it directly and a restart starts only after it has exited
+(a weed started while the old one still holds its ports silently picks other ones). weed binds the pod's IP (``POD_IP``,
+from the downward API) and creates the bucket at start (``-bucket``) if it does not exist yet. Its parts know each other
+by the pod's host name (``-ip``; the pod's /etc/hosts maps it to the pod's IP), not by the IP: the master keeps the
+volume server's address in its data, and a re-created pod has a new IP — with ``-ip=<IP>`` every upload after a restart
+went to the old address and failed.
 """
 
 from __future__ import annotations

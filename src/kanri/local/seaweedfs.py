@@ -55,6 +55,8 @@ S3_PORT = 8333
 S3_BUCKET = "kanri-backups"
 KEYS_DIR = "/etc/kanri/s3"
 """Where the pod mounts the key Secret (files ``accessKeyId`` and ``secretAccessKey``)."""
+SCRATCH_DIR = "/var/lib/kanri-s3"
+"""The object store's scratch space (its emptyDir): the identity file weed reads, and TMPDIR."""
 ACCESS_KEY_ID_KEY = "accessKeyId"
 SECRET_ACCESS_KEY_KEY = "secretAccessKey"
 
@@ -249,12 +251,20 @@ def object_store(namespace: str, name: str = S3_SERVICE, bucket: str = S3_BUCKET
     container = {
         "name": "seaweedfs",
         "image": SEAWEEDFS_IMAGE,
-        "args": [f"--bucket={bucket}", "--data=/data", f"--s3-port={S3_PORT}"],
+        # scratch space on its own emptyDir, not /tmp: an emptyDir over /tmp would hide what the local node binds
+        # there (a checkout under /tmp holding kanri itself)
+        "args": [
+            f"--bucket={bucket}",
+            "--data=/data",
+            f"--s3-port={S3_PORT}",
+            f"--identity-file={SCRATCH_DIR}/s3-identities.json",
+        ],
         # weed must listen on the pod's own address: it announces -ip to its own parts (master, volume, filer)
         # and be known to them by a name that survives the pod's re-creation (see kanri.local.s3server)
         "env": [
             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "TMPDIR", "value": SCRATCH_DIR},
         ],
         "ports": [{"name": "s3", "containerPort": S3_PORT}],
         "readinessProbe": probe,
@@ -268,7 +278,7 @@ def object_store(namespace: str, name: str = S3_SERVICE, bucket: str = S3_BUCKET
         "volumeMounts": [
             {"name": "data", "mountPath": "/data"},
             {"name": "keys", "mountPath": KEYS_DIR, "readOnly": True},
-            {"name": "tmp", "mountPath": "/tmp"},
+            {"name": "scratch", "mountPath": SCRATCH_DIR},
         ],
     }
     pod_spec = {
@@ -284,7 +294,7 @@ def object_store(namespace: str, name: str = S3_SERVICE, bucket: str = S3_BUCKET
         "containers": [container],
         "volumes": [
             {"name": "keys", "secret": {"secretName": f"{name}-keys", "defaultMode": 0o440}},
-            {"name": "tmp", "emptyDir": {}},
+            {"name": "scratch", "emptyDir": {}},
         ],
     }
     claim = {"metadata": {"name": "data", "labels": labels},

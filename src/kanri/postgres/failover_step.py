@@ -542,6 +542,7 @@ class FailoverStep:
         if primary_report.write_lsn:
             progress["primaryLSN"] = primary_report.write_lsn
         self.r.failover_started[self.key] = self.r.clock()
+        self.r.suspects.pop(self.key, None)  # the primary answered: the window of a failure during it starts afresh
         await self.set_progress(progress)
         why = "" if reason == "Switchover" else f" before updating {self.primary} ({reason})"
         await self.r.events.normal(self.cluster, "SwitchoverStarted", f"handing the primary role from "
@@ -563,6 +564,10 @@ class FailoverStep:
             if demoted is not None:
                 checkpoint = demoted.checkpoint_lsn
         if checkpoint is None:
+            if raw is None and (failover := await self.failed_while_demoting(progress)) is not None:
+                return failover
+            if raw is not None:
+                self.r.suspects.pop(self.key, None)
             started = _parse(str(progress["started"]))
             if (_now() - started).total_seconds() > SWITCHOVER_TIMEOUT:
                 await self.label(old, PRIMARY)
@@ -577,6 +582,31 @@ class FailoverStep:
         progress = {**progress, "phase": "Promoting", "checkpointLSN": checkpoint}
         await self.set_progress(_status_progress(progress))
         return progress
+
+    async def failed_while_demoting(self, progress: Obj) -> Obj | None:
+        """The primary being handed over stopped answering: once that lasted the detection window, the switchover
+        becomes a failover (fenced, elected, guarded as any other) instead of waiting out the switchover timeout
+        with writes stopped. None while the window runs."""
+        old = str(progress["from"])
+        clock = self.r.clock()
+        since = self.r.suspects.get(self.key)
+        if since is None or since[0] != old:
+            self.r.suspects[self.key] = (old, clock)
+            return None
+        elapsed = clock - since[1]
+        if elapsed < window("PrimaryUnreachable", self.spec.failover.delay_seconds):
+            return None
+        self.r.suspects.pop(self.key, None)
+        failover: Obj = {"phase": "Fencing", "from": old, "reason": "PrimaryUnreachable", "started": _iso(_now())}
+        for key in ("primaryLSN", "primaryTimeline"):  # as last seen when the switchover began
+            if progress.get(key):
+                failover[key] = progress[key]
+        await self.drop_annotation(SWITCHOVER)
+        await self.set_progress(failover)
+        await self.r.events.warning(self.cluster, "FailoverStarted", f"primary {old} stopped answering during the "
+                                    f"switchover to {progress.get('target')} ({elapsed:.0f} s): failing over "
+                                    "instead")  # fmt: skip
+        return failover
 
     async def abandon_switchover(self, progress: Obj, why: str) -> None:
         """The target cannot take over: the demoted primary is promoted back (it has every commit)."""
