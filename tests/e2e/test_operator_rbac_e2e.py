@@ -49,10 +49,10 @@ NEVER_NAMESPACED = [
     ["create", "pods", "--subresource=attach"],
     ["create", "serviceaccounts", "--subresource=token"],
     ["update", "statefulsets"],
-    ["delete", "pods"],
 ]
 ALLOWED_NAMESPACED = [
     ["patch", "statefulsets.apps"],
+    ["delete", "pods"],  # the restore rehearsal's throwaway pod (docs/security.md)
     ["delete", "persistentvolumeclaims"],
     ["patch", "postgresclusters.kanri.dev", "--subresource=status"],
 ]

@@ -90,7 +90,9 @@ async def test_three_instances_replicate_scale_grow_and_converge_with_zero_write
         )
         await eventually(lambda: ready(client, namespace, "orders", 2), timeout=60, interval=1)
 
-        # A pod template change (resources) is rolled out one instance at a time, the replica before the primary.
+        # A pod template change (resources) is rolled out one instance at a time, the replica before the primary
+        # (the restart above may have switched the primary over: primaryUpdateStrategy Switchover).
+        primary = (await client.get(POSTGRES_CLUSTER, "orders", namespace))["status"]["currentPrimary"]
         primary_pod = f"{primary}-0"
         before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in await pods_of(client, namespace, "orders")}
         resources = {"requests": {"cpu": "50m", "memory": "64Mi"}}
