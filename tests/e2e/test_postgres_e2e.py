@@ -105,6 +105,11 @@ async def test_three_instances_replicate_scale_grow_and_converge_with_zero_write
 
         pods = await eventually(rolled, timeout=240, interval=1)
         created = {p["metadata"]["name"]: p["metadata"]["creationTimestamp"] for p in pods}
+        # The primary goes last: with primaryUpdateStrategy Switchover the rollout hands the role to the rolled
+        # replica first (lastFailover reason RollingUpdate) and then rolls the former primary.
+        record = (await client.get(POSTGRES_CLUSTER, "orders", namespace))["status"].get("lastFailover") or {}
+        if record.get("reason") == "RollingUpdate":
+            primary_pod = f"{record['from']}-0"
         replica_pod = next(name for name in created if name != primary_pod)
         assert created[replica_pod] <= created[primary_pod]
         assert all(p["spec"]["containers"][0]["resources"]["requests"]["memory"] == "64Mi" for p in pods)
