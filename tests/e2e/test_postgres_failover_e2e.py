@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import os
 import secrets
+import signal
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -36,12 +39,12 @@ from kanri.postgres.failover import APPROVE, REJOIN, SWITCHOVER
 from kanri.postgres.instances import HttpInstanceClient
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.runtime import Client, get_condition
-from kanri.runtime.kinds import EVENT, POD, PVC
-from tests.e2e.ledger import Ledger, RoleWatcher, ids_on, lsn_bytes
+from kanri.runtime.kinds import EVENT, PERSISTENT_VOLUME, POD, PVC
+from tests.e2e.ledger import Ack, Ledger, RoleWatcher, ids_on, lsn_bytes
 from tests.e2e.postgres_helpers import cluster, cluster_ip, credentials, pod_ips, ready
 from tests.local_node_support import running_nodes, with_test_network
 from tests.postgres_support import Operator
-from tests.support import eventually
+from tests.support import NotYet, eventually
 
 Obj = dict[str, Any]
 NAME = "ha"
@@ -160,10 +163,15 @@ async def run_fault(
             old, node, old_ip = await primary_and_node(client, namespace)
             fault_at = time.monotonic()
             assert await host.chaos(fault, node)
-            record = await eventually(lambda: failed_over_from(client, namespace, old), timeout=90, interval=0.5)
-            first = await eventually(
-                lambda: asyncio.sleep(0, next((a for a in ledger.acks if a.at > fault_at and a.server != old_ip),
-                                              None)), timeout=30)  # fmt: skip
+            try:
+                record = await eventually(lambda: failed_over_from(client, namespace, old), timeout=90,
+                                          interval=0.5)  # fmt: skip
+                first = await eventually(
+                    lambda: asyncio.sleep(0, next((a for a in ledger.acks if a.at > fault_at and a.server != old_ip),
+                                                  None)), timeout=30)  # fmt: skip
+            except NotYet:
+                print(await diagnosis(client, str(operator.control_plane.kubeconfig), namespace, ledger))
+                raise
             outage = first.at - fault_at
             print(
                 f"\n{fault} ({mode}): first commit on the new primary {outage:.2f} s after the fault; "
@@ -180,6 +188,26 @@ async def run_fault(
         degraded = get_condition((await status_of(client, namespace)).get("conditions"), "Degraded")
         assert degraded is not None
         return ledger, watcher, record, outage
+
+
+async def diagnosis(client: Client, kubeconfig: str, namespace: str, ledger: Ledger) -> str:
+    """What a failed wait leaves for the reader: the cluster's status, the ledger's counts and each instance's last
+    log lines (``kubectl logs``)."""
+    status = await status_of(client, namespace)
+    lines = [f"status: {status!r:.3000}", f"ledger: {len(ledger.acks)} acks, {ledger.errors} errors, "
+             f"last ack {ledger.acks[-1] if ledger.acks else None}"]  # fmt: skip
+    for n in (1, 2, 3):
+        proc = await asyncio.create_subprocess_exec(
+            str(Path(sys.executable).parent / "kubectl"), "--kubeconfig", kubeconfig, "-n", namespace, "logs",
+            "--tail=40", f"{NAME}-{n}-0", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate(), 20)
+        except TimeoutError:
+            proc.kill()
+            out = b"(kubectl logs did not answer in 20 s)"
+        lines += [f"--- {NAME}-{n}-0", out.decode(errors="replace")[-6000:]]
+    return "\n".join(lines)
 
 
 async def promoted_line(kubeconfig: str, namespace: str, record: Obj) -> str:
@@ -303,3 +331,171 @@ async def test_a_switchover_under_load_loses_nothing_and_needs_no_rewind(
         assert "Rejoining" not in reasons  # the old primary followed as a replica without pg_rewind
         claim = await client.get(PVC, old, namespace)
         assert REJOIN not in (claim["metadata"].get("annotations") or {})
+
+
+def postmaster_of(data_dir: Path) -> int | None:
+    """The host PID of the postmaster serving ``data_dir``: of the processes whose working directory is the data
+    directory (PostgreSQL's server processes all chdir there), the one whose parent's is not."""
+    wanted = data_dir.resolve()
+
+    def cwd(pid: str) -> Path | None:
+        try:
+            return Path(os.readlink(f"/proc/{pid}/cwd")).resolve()
+        except OSError:
+            return None
+
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or cwd(entry) != wanted:
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        parent = stat.rsplit(")", 1)[1].split()[1]
+        if cwd(parent) != wanted:
+            return int(entry)
+    return None
+
+
+async def data_dir_of(client: Client, namespace: str, instance: str) -> Path:
+    claim = await client.get(PVC, instance, namespace)
+    volume = await client.get(PERSISTENT_VOLUME, str(claim["spec"]["volumeName"]))
+    return Path(volume["spec"]["local"]["path"]) / "pgdata"
+
+
+async def test_the_primarys_postgresql_killed_repeatedly_loses_no_acknowledged_commit(
+    client: Client, host: NodeHost, operator: Operator, namespace: str
+) -> None:
+    """SIGKILL the primary's postmaster three times, each time once writes were taken again: whether the instance
+    manager restarts it in place or the operator fails over, mode Sync loses nothing and never two primaries."""
+    spec = {"replication": {"mode": "Sync", "syncStandbys": 1}, "podTemplate": one_per_node()}
+    await client.create(POSTGRES_CLUSTER, cluster(NAME, namespace, 3, **spec))
+    outcomes: list[str] = []
+    async with operator.running(refresh=10.0):
+        await eventually(lambda: ready(client, namespace, NAME, 3), timeout=240, interval=1)
+        async with workload(client, namespace, write_probe=True) as (ledger, watcher):
+            await eventually(lambda: asyncio.sleep(0, len(ledger.acks) >= 20 or None), timeout=30)
+            for _ in range(3):
+                primary, _, _ = await primary_and_node(client, namespace)
+                pid: int = await eventually(functools.partial(_postmaster, client, namespace, primary), timeout=30)
+                killed_at = time.monotonic()
+                os.kill(pid, signal.SIGKILL)
+                first = await eventually(functools.partial(_ack_after, ledger, killed_at), timeout=90)
+                now_primary = str((await status_of(client, namespace))["currentPrimary"])
+                outcomes.append(f"{primary}: writes again after {first.at - killed_at:.2f} s on {now_primary}")
+                await eventually(lambda: ready(client, namespace, NAME, 3), timeout=180, interval=1)
+            await asyncio.sleep(1)
+        print("\npostmaster killed:", "; ".join(outcomes))
+        await eventually(lambda: every_instance_holds(client, namespace, ledger.acked_ids()), timeout=60, interval=1)
+    assert await lost_commits(client, namespace, ledger) == set()
+    assert ledger.servers_overlap() == []
+    assert watcher.double_writers() == []
+
+
+async def _ack_after(ledger: Ledger, moment: float) -> Ack | None:
+    return ledger.first_ack_after(moment)
+
+
+async def _postmaster(client: Client, namespace: str, instance: str) -> int | None:
+    return postmaster_of(await data_dir_of(client, namespace, instance))
+
+
+@contextlib.asynccontextmanager
+async def operator_process(operator: Operator, namespace: str) -> AsyncIterator[asyncio.subprocess.Process]:
+    """``kanri run`` in a process of its own, which the test may SIGKILL; killed at the end if still running."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "kanri.cli.main", "run", f"--kubeconfig={operator.control_plane.kubeconfig}",
+        f"--namespace={namespace}", "--no-leader-election", "--health-port=0",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()
+
+
+async def failover_phase(client: Client, namespace: str) -> str | None:
+    progress = (await status_of(client, namespace)).get("failover") or {}
+    return str(progress["phase"]) if progress.get("phase") else None
+
+
+async def test_an_operator_killed_in_the_middle_of_a_failover_is_finished_by_the_next_one_exactly_once(
+    client: Client, host: NodeHost, operator: Operator, namespace: str
+) -> None:
+    """The primary's node is frozen; the operator (its own process) is SIGKILLed as soon as it has recorded the
+    failover's first phase. A new operator resumes from the recorded phase: one promotion, nothing lost (Sync)."""
+    spec = {"replication": {"mode": "Sync", "syncStandbys": 1}, "podTemplate": one_per_node()}
+    await client.create(POSTGRES_CLUSTER, cluster(NAME, namespace, 3, **spec))
+    async with operator.running(refresh=10.0):
+        await eventually(lambda: ready(client, namespace, NAME, 3), timeout=240, interval=1)
+    async with workload(client, namespace, write_probe=True) as (ledger, watcher):
+        await eventually(lambda: asyncio.sleep(0, len(ledger.acks) >= 20 or None), timeout=30)
+        old, node, old_ip = await primary_and_node(client, namespace)
+        async with operator_process(operator, namespace) as first:
+            await asyncio.sleep(5)  # its caches filled and the primary seen healthy
+            fault_at = time.monotonic()
+            assert await host.chaos("freeze", node)
+            phase = await eventually(lambda: failover_phase(client, namespace), timeout=90, interval=0.05)
+            first.kill()
+        cut = await status_of(client, namespace)
+        assert cut.get("failover"), f"the failover finished before the kill (phase {phase}): nothing was cut"
+        print(f"\noperator killed in phase {cut['failover']['phase']}")
+        async with operator.running(refresh=10.0):
+            record = await eventually(lambda: failed_over_from(client, namespace, old), timeout=90, interval=0.5)
+            await eventually(
+                lambda: asyncio.sleep(0, next((a for a in ledger.acks if a.at > fault_at and a.server != old_ip),
+                                              None)), timeout=60)  # fmt: skip
+            await asyncio.sleep(2)
+            assert await host.chaos("thaw", node)
+            await eventually(lambda: rejoined(client, namespace, old), timeout=180, interval=1)
+            await asyncio.sleep(1)
+            await eventually(lambda: every_instance_holds(client, namespace, ledger.acked_ids()), timeout=60,
+                             interval=1)  # fmt: skip
+    assert record["dataLossPossible"] is False
+    assert await lost_commits(client, namespace, ledger) == set()
+    assert ledger.servers_overlap() == []
+    assert watcher.double_writers() == []
+    reasons = await event_reasons(client, namespace)
+    assert reasons.count("FailedOver") == 1, reasons
+    promoted = {s for r in watcher.rounds for i, s in r.items() if s == "primary+write" and i != old}
+    assert len(promoted) <= 1
+
+
+async def test_a_primary_frozen_during_a_switchover_ends_with_one_primary_and_nothing_lost(
+    client: Client, host: NodeHost, operator: Operator, namespace: str
+) -> None:
+    """A switchover is asked for; as soon as it is recorded (Demoting) the primary's node is frozen. Whether the
+    demotion got through or the operator fails over after the window, mode Sync loses nothing, one primary ends."""
+    spec = {"replication": {"mode": "Sync", "syncStandbys": 1}, "podTemplate": one_per_node()}
+    await client.create(POSTGRES_CLUSTER, cluster(NAME, namespace, 3, **spec))
+    async with operator.running(refresh=10.0):
+        await eventually(lambda: ready(client, namespace, NAME, 3), timeout=240, interval=1)
+        async with workload(client, namespace, write_probe=True) as (ledger, watcher):
+            await eventually(lambda: asyncio.sleep(0, len(ledger.acks) >= 20 or None), timeout=30)
+            old, node, old_ip = await primary_and_node(client, namespace)
+            target = next(i for i in (f"{NAME}-1", f"{NAME}-2", f"{NAME}-3") if i != old)
+            await client.patch(POSTGRES_CLUSTER, NAME, {"metadata": {"annotations": {SWITCHOVER: target}}}, namespace)
+            phase = await eventually(lambda: failover_phase(client, namespace), timeout=60, interval=0.05)
+            fault_at = time.monotonic()
+            assert await host.chaos("freeze", node)
+            record = await eventually(lambda: failed_over_from(client, namespace, old), timeout=120, interval=0.5)
+            first = await eventually(
+                lambda: asyncio.sleep(0, next((a for a in ledger.acks if a.at > fault_at and a.server != old_ip),
+                                              None)), timeout=60)  # fmt: skip
+            print(f"\nfrozen in phase {phase}; ended as {record['reason']} to {record['to']}; first commit on the "
+                  f"new primary {first.at - fault_at:.2f} s after the freeze")  # fmt: skip
+            await asyncio.sleep(2)
+            assert await host.chaos("thaw", node)
+            await eventually(lambda: ready(client, namespace, NAME, 3), timeout=180, interval=1)
+            await asyncio.sleep(1)
+        await eventually(lambda: every_instance_holds(client, namespace, ledger.acked_ids()), timeout=60, interval=1)
+    assert record["dataLossPossible"] is False
+    assert await lost_commits(client, namespace, ledger) == set()
+    assert ledger.servers_overlap() == []
+    assert watcher.double_writers() == []
+    status = await status_of(client, namespace)
+    assert not status.get("failover")
+    cluster_obj = await client.get(POSTGRES_CLUSTER, NAME, namespace)
+    assert SWITCHOVER not in (cluster_obj["metadata"].get("annotations") or {})

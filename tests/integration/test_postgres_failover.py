@@ -377,3 +377,33 @@ async def test_a_primary_lost_during_a_switchover_is_failed_over_instead_of_wait
             cluster = await client.get(POSTGRES_CLUSTER, "lost", namespace)
             assert SWITCHOVER not in (cluster["metadata"].get("annotations") or {})
             assert await role_label(client, namespace, "lost-1") == "fenced"
+
+
+async def test_a_replica_whose_resume_was_lost_after_a_failover_streams_again(
+    control_plane: Endpoint, client: Client, namespace: str
+) -> None:
+    """The resume at the end of a failover does not reach one replica: once the failover is recorded, the operator
+    sees that replica still paused with no failover in progress and resumes it (in Sync mode the new primary's only
+    standby may be that replica: left paused, it would stop every write)."""
+    async with ha_fakes("lost-resume", {2: "0/3000000", 3: "0/3000040"}) as (fakes, instances):
+        await client.create(POSTGRES_CLUSTER, pgc("lost-resume", namespace))
+        operator = Operator(control_plane, namespace, instances=instances)
+        async with operator.running(refresh=0.5):
+            await pods_running(client, namespace, fakes)
+            await eventually(lambda: ready(client, namespace, "lost-resume"), timeout=30)
+            loser = fakes["lost-resume-2"]
+            loser.refuse.add("/replication/resume")
+            await fakes["lost-resume-1"].stop()
+
+            async def failed_over() -> Obj | None:
+                status = await status_of(client, namespace, "lost-resume")
+                return status.get("lastFailover") if not status.get("failover") else None
+
+            record = await eventually(failed_over, timeout=40)
+            assert record["to"] == "lost-resume-3"
+            assert loser.report["replicationPaused"] is True
+            assert "/replication/resume" in loser.asked  # asked, and refused
+            loser.refuse.clear()
+            await eventually(lambda: asyncio.sleep(0, loser.report["replicationPaused"] is False), timeout=20)
+            reasons = await event_reasons(client, namespace, "lost-resume")
+            assert "ReplicationResumed" in reasons

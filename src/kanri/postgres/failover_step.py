@@ -221,6 +221,7 @@ class FailoverStep:
             return await self.resume(dict(progress))
         if self.primary is None or self.primary not in self.instances or len(self.instances) < 2:
             return StepResult()
+        await self.resume_left_paused()
         target = self.annotations.get(SWITCHOVER)
         if target and target != self.primary:
             started = await self.start_switchover(target)
@@ -419,6 +420,22 @@ class FailoverStep:
         await self.drop_annotation(APPROVE)
         await self.r.events.normal(self.cluster, "FailoverCancelled", f"failover from {old} cancelled: {why}; "
                                    f"{old} stays the primary")  # fmt: skip
+
+    async def resume_left_paused(self) -> None:
+        """Resume a replica whose receiver is still paused with no failover in progress. The pause exists only
+        while a failover decides; a resume lost at the end of one (a timeout on a busy instance) would otherwise
+        leave that replica without a WAL receiver for good — and in Sync mode a primary whose only standby it is
+        stops taking writes."""
+        for instance, report in self.raw.items():
+            address = self.address(instance)
+            if instance == self.primary or report.role != "replica" or not report.replication_paused or not address:
+                continue
+            resumed = await self.r.instances.resume_replication(address, self.token or "")
+            log.warning("replication left paused with no failover in progress; resuming", cluster=self.name,
+                        namespace=self.namespace, instance=instance, resumed=resumed)  # fmt: skip
+            if resumed:
+                await self.r.events.normal(self.cluster, "ReplicationResumed", f"{instance}'s WAL receiver was "
+                                           "still paused after the failover: it streams again")  # fmt: skip
 
     async def resume_all(self, primary: str) -> None:
         others = [i for i in self.instances if i != primary and self.address(i) is not None]
