@@ -39,7 +39,7 @@ from kanri.postgres.failover import APPROVE, REJOIN, SWITCHOVER
 from kanri.postgres.instances import HttpInstanceClient
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.runtime import Client, get_condition
-from kanri.runtime.kinds import EVENT, PERSISTENT_VOLUME, POD, PVC
+from kanri.runtime.kinds import EVENT, POD, PVC
 from tests.e2e.ledger import Ack, Ledger, RoleWatcher, ids_on, lsn_bytes
 from tests.e2e.postgres_helpers import cluster, cluster_ip, credentials, pod_ips, ready
 from tests.local_node_support import running_nodes, with_test_network
@@ -333,34 +333,34 @@ async def test_a_switchover_under_load_loses_nothing_and_needs_no_rewind(
         assert REJOIN not in (claim["metadata"].get("annotations") or {})
 
 
-def postmaster_of(data_dir: Path) -> int | None:
-    """The host PID of the postmaster serving ``data_dir``: of the processes whose working directory is the data
-    directory (PostgreSQL's server processes all chdir there), the one whose parent's is not."""
-    wanted = data_dir.resolve()
+def postmaster_of(pod_uid: str) -> int | None:
+    """The host PID of the postmaster in the pod ``pod_uid``: of the ``postgres`` processes in that pod's cgroup
+    (``…/pod<uid>/…``: containers run in mount namespaces, so paths do not tell the pods apart), the one whose parent
+    is not a ``postgres`` process (it is the instance manager's child)."""
 
-    def cwd(pid: str) -> Path | None:
+    def comm_and_parent(pid: str) -> tuple[str, str] | None:
         try:
-            return Path(os.readlink(f"/proc/{pid}/cwd")).resolve()
+            stat = Path(f"/proc/{pid}/stat").read_text()
         except OSError:
             return None
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+        return comm, stat.rsplit(")", 1)[1].split()[1]
 
     for entry in os.listdir("/proc"):
-        if not entry.isdigit() or cwd(entry) != wanted:
+        if not entry.isdigit():
             continue
         try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
+            if f"/pod{pod_uid}/" not in Path(f"/proc/{entry}/cgroup").read_text():
+                continue
         except OSError:
             continue
-        parent = stat.rsplit(")", 1)[1].split()[1]
-        if cwd(parent) != wanted:
+        found = comm_and_parent(entry)
+        if found is None or found[0] != "postgres":
+            continue
+        parent = comm_and_parent(found[1])
+        if parent is not None and parent[0] != "postgres":
             return int(entry)
     return None
-
-
-async def data_dir_of(client: Client, namespace: str, instance: str) -> Path:
-    claim = await client.get(PVC, instance, namespace)
-    volume = await client.get(PERSISTENT_VOLUME, str(claim["spec"]["volumeName"]))
-    return Path(volume["spec"]["local"]["path"]) / "pgdata"
 
 
 async def test_the_primarys_postgresql_killed_repeatedly_loses_no_acknowledged_commit(
@@ -397,7 +397,8 @@ async def _ack_after(ledger: Ledger, moment: float) -> Ack | None:
 
 
 async def _postmaster(client: Client, namespace: str, instance: str) -> int | None:
-    return postmaster_of(await data_dir_of(client, namespace, instance))
+    pod = await client.get(POD, f"{instance}-0", namespace)
+    return postmaster_of(str(pod["metadata"]["uid"]))
 
 
 @contextlib.asynccontextmanager

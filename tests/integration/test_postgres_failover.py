@@ -50,10 +50,15 @@ class HaFake(FakeInstance):
         """Actions answered 503 without being carried out."""
         self.then: dict[str, Callable[[], object]] = {}
         """Called once an action was carried out, before it answers (e.g. killing the operator)."""
+        self.freeze_on: set[str] = set()
+        """Actions on whose arrival the fake freezes: from then on nothing is carried out or answered (a primary
+        whose node was frozen while it was being asked)."""
+        self.thawed = asyncio.Event()
+        self.thawed.set()
 
     async def start(self, port: int) -> int:
         app = web.Application()
-        app.router.add_get("/status", self._status)
+        app.router.add_get("/status", self._frozen_or_status)
         for path in ("/replication/pause", "/replication/resume", "/promote", "/demote", "/fence", "/unfence",
                      "/rejoin"):  # fmt: skip
             app.router.add_post(path, self._action)
@@ -67,7 +72,22 @@ class HaFake(FakeInstance):
         """Stop answering (a frozen or lost primary)."""
         await self.runner.cleanup()
 
+    @property
+    def frozen(self) -> bool:
+        return not self.thawed.is_set()
+
+    async def _hold_while_frozen(self) -> None:
+        await self.thawed.wait()
+
+    async def _frozen_or_status(self, request: web.Request) -> web.Response:
+        await self._hold_while_frozen()
+        return await self._status(request)
+
     async def _action(self, request: web.Request) -> web.Response:
+        if request.path in self.freeze_on:
+            self.asked.append(request.path)
+            self.thawed.clear()
+        await self._hold_while_frozen()
         if request.path in self.refuse:
             self.asked.append(request.path)
             return web.json_response({"error": "not now"}, status=503)
@@ -407,3 +427,33 @@ async def test_a_replica_whose_resume_was_lost_after_a_failover_streams_again(
             await eventually(lambda: asyncio.sleep(0, loser.report["replicationPaused"] is False), timeout=20)
             reasons = await event_reasons(client, namespace, "lost-resume")
             assert "ReplicationResumed" in reasons
+
+
+async def test_a_primary_frozen_while_it_is_being_demoted_is_failed_over_without_waiting_for_the_demote_timeout(
+    control_plane: Endpoint, client: Client, namespace: str
+) -> None:
+    """The switchover's demote request reaches the primary and the primary freezes: neither the request nor its
+    status answers again. The operator, probing the status while it waits, gives the request up after the detection
+    window and fails over, instead of holding the pass for the 60 s demote timeout."""
+    async with ha_fakes("icy", {2: "0/3000060", 3: "0/3000040"}) as (fakes, instances):
+        await client.create(POSTGRES_CLUSTER, pgc("icy", namespace))
+        fakes["icy-1"].freeze_on.add("/demote")
+        async with Operator(control_plane, namespace, instances=instances).running(refresh=0.5):
+            await pods_running(client, namespace, fakes)
+            await eventually(lambda: ready(client, namespace, "icy"), timeout=30)
+            await client.patch(POSTGRES_CLUSTER, "icy", {"metadata": {"annotations": {SWITCHOVER: "icy-3"}}},
+                               namespace)  # fmt: skip
+            await eventually(lambda: asyncio.sleep(0, fakes["icy-1"].frozen), timeout=20)
+
+            async def failed_over() -> Obj | None:
+                return (await status_of(client, namespace, "icy")).get("lastFailover")
+
+            record = await eventually(failed_over, timeout=30)  # the demote timeout alone is 60 s
+            assert record["reason"] == "PrimaryUnreachable"
+            assert record["from"] == "icy-1"
+            assert record["to"] == "icy-2"  # elected (most advanced), not the switchover's target
+            reasons = await event_reasons(client, namespace, "icy")
+            assert "FailoverStarted" in reasons
+            assert "SwitchoverFailed" not in reasons
+            assert await role_label(client, namespace, "icy-1") == "fenced"
+            fakes["icy-1"].thawed.set()

@@ -33,7 +33,7 @@ from kanri.postgres.failover import (
     guard,
     window,
 )
-from kanri.postgres.instances import InstanceReport
+from kanri.postgres.instances import Demoted, InstanceReport
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.labels import FENCED, PRIMARY, ROLE
 from kanri.postgres.metrics import lsn_bytes
@@ -437,8 +437,10 @@ class FailoverStep:
                 await self.r.events.normal(self.cluster, "ReplicationResumed", f"{instance}'s WAL receiver was "
                                            "still paused after the failover: it streams again")  # fmt: skip
 
-    async def resume_all(self, primary: str) -> None:
-        others = [i for i in self.instances if i != primary and self.address(i) is not None]
+    async def resume_all(self, primary: str, former: str | None = None) -> None:
+        """Let every replica stream again, from ``primary``. ``former`` (a failed primary, fenced, never paused) is
+        not asked: a frozen one would hold the failover's last step for a whole request timeout."""
+        others = [i for i in self.instances if i not in (primary, former) and self.address(i) is not None]
         await asyncio.gather(*(self.r.instances.resume_replication(self.address(i) or "", self.token or "")
                                for i in others))  # fmt: skip
 
@@ -487,7 +489,7 @@ class FailoverStep:
         if old != target:  # an abandoned switchover promotes the old primary back: it is no former primary
             await self.annotate_claim(old, old_marks)
         await self.label(target, PRIMARY)
-        await self.resume_all(target)
+        await self.resume_all(target, former=None if switchover else old)
         started = _parse(str(progress["started"]))
         now = _now()
         began = self.r.failover_started.pop(self.key, None)
@@ -576,10 +578,15 @@ class FailoverStep:
             # Demoted in an earlier pass: its replay ends just after the shutdown checkpoint record, so the target
             # must have received at least that much (one byte before it, in the strictly-greater test below).
             checkpoint = _lsn_text(end - 1)
-        elif address is not None:
-            demoted = await self.r.instances.demote(address, self.token or "")
+        elif raw is not None and address is not None:
+            # Not asked while it does not answer its status: a demote request to a frozen primary would hold this
+            # pass for the whole demote timeout.
+            demoted, unanswered_since = await self.demote_watched(address)
             if demoted is not None:
                 checkpoint = demoted.checkpoint_lsn
+            elif unanswered_since is not None:
+                self.r.suspects[self.key] = (old, unanswered_since)
+                raw = None  # it stopped answering while it was being demoted
         if checkpoint is None:
             if raw is None and (failover := await self.failed_while_demoting(progress)) is not None:
                 return failover
@@ -599,6 +606,37 @@ class FailoverStep:
         progress = {**progress, "phase": "Promoting", "checkpointLSN": checkpoint}
         await self.set_progress(_status_progress(progress))
         return progress
+
+    async def demote_watched(self, address: str) -> tuple[Demoted | None, float | None]:
+        """Ask the primary to demote itself, probing its status meanwhile (a clean shutdown may take long, but its
+        manager answers while it runs). When it stops answering for the detection window the request is given up:
+        returns (None, since when it did not answer); otherwise (the demotion or None, None)."""
+        request = asyncio.create_task(self.r.instances.demote(address, self.token or ""))
+        unanswered_since: float | None = None
+        limit = window("PrimaryUnreachable", self.spec.failover.delay_seconds)
+        try:
+            while True:
+                done, _ = await asyncio.wait({request}, timeout=SUSPECT_INTERVAL)
+                if done:
+                    return request.result(), None
+                asked = self.r.clock()
+                answered = await self.r.instances.status(address) is not None
+                if request.done():
+                    return request.result(), None
+                if answered:
+                    unanswered_since = None
+                    continue
+                unanswered_since = asked if unanswered_since is None else unanswered_since
+                silent = self.r.clock() - unanswered_since
+                if silent >= limit:
+                    log.warning("primary stopped answering while being demoted", cluster=self.name,
+                                namespace=self.namespace, seconds=round(silent, 1))  # fmt: skip
+                    return None, unanswered_since
+        finally:
+            if not request.done():
+                request.cancel()
+                with contextlib.suppress(BaseException):
+                    await request
 
     async def failed_while_demoting(self, progress: Obj) -> Obj | None:
         """The primary being handed over stopped answering: once that lasted the detection window, the switchover
