@@ -104,12 +104,13 @@ def first_in_line(backups: Iterable[Obj]) -> Obj | None:
 
 
 def choose_source(instances: Sequence[Mapping[str, Any]], primary: str | None) -> str | None:
-    """Where to take the backup (from ``status.instances``): a ready replica that streams and is not far behind
-    (it spares the primary the reading), else the primary when it is ready; None when neither."""
+    """Where to take the backup (from ``status.instances``): a ready replica that reports its lag (it streams from
+    the primary) and is not far behind (it spares the primary the reading), else the primary when it is ready; None
+    when neither."""
     replicas = sorted(
         str(i["name"]) for i in instances
-        if i.get("role") == "Replica" and i.get("ready") is True and i.get("receivedLSN")
-        and (i.get("lagBytes") or 0) <= MAX_LAG_BYTES
+        if i.get("role") == "Replica" and i.get("ready") is True
+        and isinstance(i.get("lagBytes"), int) and i["lagBytes"] <= MAX_LAG_BYTES
     )  # fmt: skip
     if replicas:
         return replicas[0]
