@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 from kanri.local.controlplane import Endpoint
 from kanri.postgres.api.v1alpha1 import PostgresBackup, PostgresCluster
 from kanri.postgres.api.v1alpha1.backup import S3Repository
+from kanri.postgres.backup import utc_now
 from kanri.postgres.instances import HttpInstanceClient
 from kanri.postgres.operator import OperatorOptions, build_manager
 from kanri.runtime import Client, ClientMetrics, Manager, crd_for, get_condition
@@ -68,7 +69,7 @@ class Operator:
             options = OperatorOptions(namespace=self.namespace, leader_election=False, health_port=None,
                                       refresh=refresh, leader_election_namespace=self.namespace,
                                       default_backup_repository=self.default_backup_repository,
-                                      **({"backup_now": self.backup_now} if self.backup_now else {}))  # fmt: skip
+                                      backup_now=self.backup_now or utc_now)  # fmt: skip
             manager = build_manager(own, options, instances=self.instances, registry=self.registry)
             task = asyncio.create_task(manager.run(handle_signals=False))
             try:

@@ -20,7 +20,8 @@ MANIFEST_VALUES = ("createNamespace=true",)
 FIX_MANIFEST = "run `make manifests` and commit deploy/operator/operator.yaml (edit the chart, not the file)"
 
 # Whether each (API group, resource) the chart's rules name is namespaced: kanri's built-in kinds and its CRD.
-_KINDS: list[Kind] = [k for k in vars(builtin_kinds).values() if isinstance(k, Kind)] + [POSTGRES_CLUSTER, POSTGRES_BACKUP]
+_KINDS: list[Kind] = [k for k in vars(builtin_kinds).values() if isinstance(k, Kind)]
+_KINDS += [POSTGRES_CLUSTER, POSTGRES_BACKUP]
 NAMESPACED = {(k.group, k.plural): k.namespaced for k in _KINDS} | {("events.k8s.io", "events"): True}
 
 Grant = tuple[str, str, str]
