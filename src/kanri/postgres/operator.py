@@ -133,7 +133,7 @@ class OperatorOptions:
     """The platform's default backup repository, its credentials Secret in ``leader_election_namespace`` (the
     operator's own namespace); see docs/backups.md."""
     backup_now: Callable[[], datetime] = utc_now
-    """"Now" for base backups' schedule and retention: a test hook (``kanri run --backup-clock-offset``, tests) to
+    """"Now" for base backups' schedule and retention: a test hook (``kanri run --backup-clock-offset-file``, tests) to
     age backups without skewing the clock the object store checks requests against."""
     manager: dict[str, Any] = field(default_factory=dict)
     """Further ManagerOptions fields (lease timings, graceful shutdown), for tests."""
