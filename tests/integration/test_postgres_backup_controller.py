@@ -16,14 +16,17 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 import pytest_asyncio
 from aiohttp import web
 
 from kanri.local.controlplane import Endpoint
 from kanri.postgres import backup_plan
+from kanri.postgres.backup import BackupSettings
+from kanri.postgres.backup_controller import PostgresBackupReconciler
 from kanri.postgres.instances import HttpInstanceClient
 from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
-from kanri.runtime import Client
+from kanri.runtime import ApiError, Cache, Client, EventRecorder
 from tests.integration.test_postgres_failover import HaFake, event_reasons, pods_running, ready, status_of
 from tests.integration.test_postgres_reconciler import SYSID, condition, pgc
 from tests.integration.test_postgres_restore_ops import get_or_none, platform
@@ -322,3 +325,17 @@ async def test_a_failed_backup_turns_last_backup_succeeded_false_with_an_event_a
             await client.create(POSTGRES_BACKUP, pgbackup("nowhere", namespace, "ghost"))
             waiting = await eventually(lambda: phase_is(client, namespace, "nowhere", "Pending"), timeout=20)
             assert waiting["reason"] == "ClusterNotFound"
+
+
+async def test_the_running_intent_is_written_only_over_the_version_read(client: Client, namespace: str) -> None:
+    """The guard behind "never a second intent": a status merge patch carrying a stale resourceVersion is refused."""
+    stale = await client.create(POSTGRES_BACKUP, pgbackup("raced", namespace, "shop"))
+    await client.patch_status(POSTGRES_BACKUP, "raced", {"status": {"phase": "Running", "instance": "shop-1"}},
+                              namespace)  # fmt: skip
+    events = EventRecorder(client, component="test")
+    reconciler = PostgresBackupReconciler(Cache(client), client, instances=HttpInstanceClient(), events=events,
+                                          settings=BackupSettings)  # fmt: skip
+    with pytest.raises(ApiError) as refused:
+        await reconciler.write(stale, {"phase": "Running", "instance": "shop-2"}, guard=True)
+    assert refused.value.status == 409
+    assert (await backup_status(client, namespace, "raced"))["instance"] == "shop-1"

@@ -164,16 +164,16 @@ class PostgresBackupReconciler:
             return Result(requeue_after=WAIT)
         # The intent first: a restarted operator finds Running with the instance and resumes there.
         started = self.now().isoformat(timespec="seconds")
-        written = await self.write(
-            backup,
-            {
-                "phase": "Running",
-                "reason": "Started",
-                "instance": verdict,
-                "startedAt": started,
-                "message": f"asking {verdict} to take the backup",
-            },
-        )
+        intent = {"phase": "Running", "reason": "Started", "instance": verdict, "startedAt": started,
+                  "message": f"asking {verdict} to take the backup"}  # fmt: skip
+        try:
+            # Guarded by resourceVersion: read from a stale cache (the object is Running already, maybe on another
+            # instance), the write gets a 409 instead of a second intent.
+            written = await self.write(backup, intent, guard=True)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+            return Result(requeue_after=1.0)
         log.info("base backup started", backup=backup["metadata"]["name"], namespace=namespace, instance=verdict)
         await self.events.normal(written, "BackupStarted", f"base backup of {backup['spec']['cluster']} started on "
                                  f"{verdict}")  # fmt: skip
@@ -294,10 +294,14 @@ class PostgresBackupReconciler:
             why = "; ".join(f"{k}: {v}" for k, v in failed.items()) or answer.error or "no reason given"
             await self.events.warning(cluster, "RetentionFailed", f"could not expire every old backup: {why}"[:1000])
 
-    async def write(self, backup: Obj, fields: Obj) -> Obj:
-        """Merge ``fields`` into the backup's status when they change something; the backup as written."""
+    async def write(self, backup: Obj, fields: Obj, *, guard: bool = False) -> Obj:
+        """Merge ``fields`` into the backup's status when they change something; the backup as written. ``guard``:
+        only if the object is still the version read (else the API server answers 409)."""
         status = backup.get("status") or {}
         if all(status.get(k) == v for k, v in fields.items()):
             return backup
         meta = backup["metadata"]
-        return await self.client.patch_status(POSTGRES_BACKUP, meta["name"], {"status": fields}, meta["namespace"])
+        patch: Obj = {"status": fields}
+        if guard:
+            patch["metadata"] = {"resourceVersion": meta["resourceVersion"]}
+        return await self.client.patch_status(POSTGRES_BACKUP, meta["name"], patch, meta["namespace"])
