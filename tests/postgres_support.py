@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime
 
 from prometheus_client import CollectorRegistry
 
 from kanri.local.controlplane import Endpoint
-from kanri.postgres.api.v1alpha1 import PostgresCluster
+from kanri.postgres.api.v1alpha1 import PostgresBackup, PostgresCluster
 from kanri.postgres.api.v1alpha1.backup import S3Repository
+from kanri.postgres.backup import utc_now
 from kanri.postgres.instances import HttpInstanceClient
 from kanri.postgres.operator import OperatorOptions, build_manager
 from kanri.runtime import Client, ClientMetrics, Manager, crd_for, get_condition
@@ -20,13 +22,17 @@ from tests.support import eventually
 
 
 async def install_postgres_crd(client: Client) -> None:
-    """Apply the PostgresCluster CRD and wait until the API server serves it."""
-    await client.apply(CRD, crd_for(PostgresCluster), field_manager="kanri-tests")
+    """Apply the PostgresCluster and PostgresBackup CRDs and wait until the API server serves them."""
+    for resource in (PostgresCluster, PostgresBackup):
+        await client.apply(CRD, crd_for(resource), field_manager="kanri-tests")
 
     async def established() -> bool:
-        crd = await client.get(CRD, PostgresCluster.resource.crd_name)
-        found = get_condition((crd.get("status") or {}).get("conditions"), "Established")
-        return found is not None and found["status"] == "True"
+        for resource in (PostgresCluster, PostgresBackup):
+            crd = await client.get(CRD, resource.resource.crd_name)
+            found = get_condition((crd.get("status") or {}).get("conditions"), "Established")
+            if found is None or found["status"] != "True":
+                return False
+        return True
 
     await eventually(established, timeout=30)
 
@@ -44,7 +50,9 @@ class Operator:
         *,
         instances: HttpInstanceClient | None = None,
         default_backup_repository: S3Repository | None = None,
+        backup_now: Callable[[], datetime] | None = None,
     ) -> None:
+        self.backup_now = backup_now
         self.control_plane = control_plane
         self.namespace = namespace
         self.instances = instances
@@ -60,7 +68,8 @@ class Operator:
             self.host = own.host.split("://", 1)[-1]
             options = OperatorOptions(namespace=self.namespace, leader_election=False, health_port=None,
                                       refresh=refresh, leader_election_namespace=self.namespace,
-                                      default_backup_repository=self.default_backup_repository)  # fmt: skip
+                                      default_backup_repository=self.default_backup_repository,
+                                      backup_now=self.backup_now or utc_now)  # fmt: skip
             manager = build_manager(own, options, instances=self.instances, registry=self.registry)
             task = asyncio.create_task(manager.run(handle_signals=False))
             try:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kanri.postgres.backup import load_repository
-from kanri.postgres.kinds import POSTGRES_CLUSTER
+from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
 from kanri.runtime import Kind
 from kanri.runtime import kinds as builtin_kinds
 from tests.helm_support import CHART, ROOT, Obj, helm, of_kind, template, template_text
@@ -20,7 +20,8 @@ MANIFEST_VALUES = ("createNamespace=true",)
 FIX_MANIFEST = "run `make manifests` and commit deploy/operator/operator.yaml (edit the chart, not the file)"
 
 # Whether each (API group, resource) the chart's rules name is namespaced: kanri's built-in kinds and its CRD.
-_KINDS: list[Kind] = [k for k in vars(builtin_kinds).values() if isinstance(k, Kind)] + [POSTGRES_CLUSTER]
+_KINDS: list[Kind] = [k for k in vars(builtin_kinds).values() if isinstance(k, Kind)]
+_KINDS += [POSTGRES_CLUSTER, POSTGRES_BACKUP]
 NAMESPACED = {(k.group, k.plural): k.namespaced for k in _KINDS} | {("events.k8s.io", "events"): True}
 
 Grant = tuple[str, str, str]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from kanri import __version__
-from kanri.cli import crds, local, operations, run, status, up
+from kanri.cli import backup, crds, local, operations, run, status, up
 
 app = typer.Typer(no_args_is_help=True, help="kanri: Kubernetes operators in Python, and a PostgreSQL operator.")
 app.add_typer(local.app, name="local")
@@ -16,6 +16,7 @@ app.command("up")(up.up)
 app.command("promote")(operations.promote_command)
 app.command("restart")(operations.restart_command)
 app.command("restore-test")(operations.restore_test_command)
+app.command("backup")(backup.backup_command)
 app.command("hibernate")(operations.hibernate_command)
 app.command("wake")(operations.wake_command)
 

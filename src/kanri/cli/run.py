@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from prometheus_client import CollectorRegistry
 
-from kanri.postgres.backup import load_repository
+from kanri.postgres.backup import load_repository, utc_now
 from kanri.postgres.instances import HttpInstanceClient
 from kanri.postgres.operator import OperatorOptions, build_manager
 from kanri.runtime import Client, ClientMetrics, configure_logging
@@ -56,6 +58,14 @@ def run(
             "its credentialsSecret in the operator's namespace), used by clusters that name none."
         ),
     ] = None,
+    backup_clock_offset_file: Annotated[
+        Path | None,
+        typer.Option(
+            hidden=True,
+            help='Test hook: a file holding seconds added to "now" for base backups\' schedule and retention '
+            "(read at every use; missing or unreadable: 0). Never in production.",
+        ),
+    ] = None,
 ) -> None:
     """Run the PostgreSQL operator until SIGTERM or SIGINT."""
     if log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
@@ -72,8 +82,23 @@ def run(
         leader_election_namespace=leader_election_namespace or own_namespace(),
         health_port=health_port,
         manager={"health_host": health_host},
+        backup_now=offset_clock(backup_clock_offset_file) if backup_clock_offset_file else utc_now,
     )
     asyncio.run(_run(str(kubeconfig) if kubeconfig else None, options))
+
+
+def offset_clock(path: Path) -> Callable[[], datetime]:
+    """The test hook's clock: now plus the seconds in ``path`` (so an e2e can age backups of a running operator
+    without skewing the clock of the object store's requests)."""
+
+    def now() -> datetime:
+        try:
+            offset = float(path.read_text().strip() or 0)
+        except (OSError, ValueError):
+            offset = 0.0
+        return datetime.now(UTC) + timedelta(seconds=offset)
+
+    return now
 
 
 async def _run(kubeconfig: str | None, options: OperatorOptions) -> None:

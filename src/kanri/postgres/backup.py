@@ -19,8 +19,9 @@ from __future__ import annotations
 import base64
 import contextlib
 import copy
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -74,6 +75,10 @@ class BackupMetrics:
                                    "archived a WAL file.", labels, registry=registry)  # fmt: skip
 
 
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
 @dataclass(frozen=True)
 class BackupSettings:
     """The operator's backup configuration: the platform's default repository (None: none) and the namespace its
@@ -82,6 +87,8 @@ class BackupSettings:
     default_repository: S3Repository | None = None
     default_namespace: str = "kanri-system"
     metrics: BackupMetrics | None = None
+    now: Callable[[], datetime] = field(default=utc_now)
+    """"Now" for base backups' schedule, retention and timeouts (tests age backups with it)."""
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from kanri.contract.problems import MAX_MESSAGE, REASONS
 
 __all__ = [
     "PROBLEM_REASONS",
+    "BackupAnswer",
     "Demoted",
     "HttpInstanceClient",
     "InstanceClient",
@@ -40,6 +41,10 @@ PROMOTE_TIMEOUT = 70.0
 """The instance waits up to 60 s for the end of recovery."""
 DEMOTE_TIMEOUT = 60.0
 """A checkpoint and a clean shutdown of a busy primary."""
+BACKUP_REQUEST_TIMEOUT = 10.0
+"""Starting or reading a backup answers at once (the backup runs in the background)."""
+EXPIRE_TIMEOUT = 330.0
+"""Expiring deletes objects one backup after the other (the instance allows each deletion 300 s)."""
 
 
 PROBLEM_REASONS = REASONS
@@ -277,6 +282,16 @@ class InstanceClient(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class BackupAnswer:
+    """The instance's answer to a backup request (``POST /backups``, ``GET /backups/{id}``, ``POST
+    /backups/expire``): the HTTP status (0: no answer at all), its JSON body, and its error message."""
+
+    status: int
+    body: dict[str, Any]
+    error: str | None = None
+
+
 class HttpInstanceClient:
     """:class:`InstanceClient` over HTTP to ``http://<pod IP>:<port>``, or HTTPS with the cluster's CA verified for
     the pods :meth:`trust` named.
@@ -396,6 +411,44 @@ class HttpInstanceClient:
 
     async def rejoin(self, address: str, token: str) -> bool:
         return await self._post(address, "/rejoin", token)
+
+    # Base backups (kanri.postgres.backup_controller): the answer's status matters (404 unknown id, 409 busy), so
+    # these return it rather than a bool.
+
+    async def _backup_request(
+        self,
+        method: str,
+        address: str,
+        path: str,
+        token: str,
+        body: dict[str, Any] | None = None,
+        timeout: float = BACKUP_REQUEST_TIMEOUT,
+    ) -> BackupAnswer:
+        headers = {"Authorization": f"Bearer {token}"}
+        extra = {"timeout": aiohttp.ClientTimeout(total=timeout)} | self._tls(address)
+        try:
+            async with self._http().request(method, self._url(address, path), headers=headers, json=body,
+                                            **extra) as response:  # fmt: skip
+                answer = await response.json(content_type=None)
+                answer = answer if isinstance(answer, dict) else {}
+                error = None if 200 <= response.status < 300 else (_text(answer.get("error")) or "refused")
+                return BackupAnswer(response.status, answer, error)
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            log.info("instance backup request failed", address=address, path=path, error=type(exc).__name__)
+            return BackupAnswer(0, {}, f"no answer ({type(exc).__name__})")
+
+    async def start_backup(self, address: str, token: str, backup: str) -> BackupAnswer:
+        """``POST /backups {"id"}``: 202 started, 200 the id is known (its record), 409 another one runs."""
+        return await self._backup_request("POST", address, "/backups", token, {"id": backup})
+
+    async def backup_record(self, address: str, token: str, backup: str) -> BackupAnswer:
+        """``GET /backups/{id}``: 200 the record, 404 an id the instance never saw."""
+        return await self._backup_request("GET", address, f"/backups/{backup}", token)
+
+    async def expire_backups(self, address: str, token: str, ids: list[str]) -> BackupAnswer:
+        """``POST /backups/expire {"ids"}``: barman backup ids deleted (and the WAL only they needed)."""
+        return await self._backup_request("POST", address, "/backups/expire", token, {"ids": ids},
+                                          timeout=EXPIRE_TIMEOUT)  # fmt: skip
 
 
 async def gather_reports(client: InstanceClient, addresses: dict[str, str]) -> dict[str, InstanceReport]:

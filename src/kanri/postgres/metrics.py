@@ -83,6 +83,19 @@ class PostgresMetrics:
         self.restore_test_ok = Gauge("kanri_postgres_last_restore_test_succeeded", "1 when the last restore "
                                      "rehearsal passed every check, 0 when it failed.", cluster,
                                      registry=registry)  # fmt: skip
+        self.backup_success = Gauge("kanri_postgres_backup_last_success_timestamp_seconds", "Unix time the newest "
+                                    "completed base backup ended.", cluster, registry=registry)  # fmt: skip
+        self.backup_failure = Gauge("kanri_postgres_backup_last_failure_timestamp_seconds", "Unix time the last "
+                                    "failed base backup failed.", cluster, registry=registry)  # fmt: skip
+        self.backup_succeeded = Gauge("kanri_postgres_backup_last_succeeded", "1 when the last base backup that "
+                                      "finished completed, 0 when it failed (condition LastBackupSucceeded).",
+                                      cluster, registry=registry)  # fmt: skip
+        self.recoverability = Gauge("kanri_postgres_backup_first_recoverability_point_timestamp_seconds", "The "
+                                    "earliest moment the cluster can be restored to (the end of the oldest "
+                                    "completed backup kept).", cluster, registry=registry)  # fmt: skip
+        self.backup_failures = Counter("kanri_postgres_backup_failures", "Base backups that failed, counted by "
+                                       "this operator process.", cluster, registry=registry)  # fmt: skip
+        self._backed_up: dict[tuple[str, str], set[Gauge]] = {}  # clusters with base backup series
         self._restore_tested: set[tuple[str, str]] = set()  # clusters with restore rehearsal series
         self._tls: set[tuple[str, str]] = set()  # clusters with a certificate expiry series
         self._series: dict[tuple[str, str], set[tuple[Gauge, tuple[str, ...]]]] = {}
@@ -147,8 +160,30 @@ class PostgresMetrics:
         self.restore_test_ok.labels(namespace, cluster).set(float(succeeded))
         self._restore_tested.add((namespace, cluster))
 
+    def backups(self, namespace: str, cluster: str, values: Mapping[str, float | None]) -> None:
+        """The cluster's base backup summary (keys ``success``, ``failure``, ``succeeded``, ``recoverability``;
+        None drops the series), by the cluster's backup step."""
+        key = (namespace, cluster)
+        gauges = {"success": self.backup_success, "failure": self.backup_failure, "succeeded": self.backup_succeeded,
+                  "recoverability": self.recoverability}  # fmt: skip
+        present = self._backed_up.setdefault(key, set())
+        for name, gauge in gauges.items():
+            value = values.get(name)
+            if value is not None:
+                gauge.labels(*key).set(value)
+                present.add(gauge)
+            elif gauge in present:
+                gauge.remove(*key)
+                present.discard(gauge)
+
+    def backup_failed(self, namespace: str, cluster: str) -> None:
+        """Count one failed base backup."""
+        self.backup_failures.labels(namespace, cluster).inc()
+
     def forget(self, namespace: str, name: str) -> None:
         """Drop every series of a cluster that is gone."""
+        for gauge in self._backed_up.pop((namespace, name), set()):
+            gauge.remove(namespace, name)
         for gauge, labels in self._series.pop((namespace, name), set()):
             gauge.remove(*labels)
         if (namespace, name) in self._restore_tested:

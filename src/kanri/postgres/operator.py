@@ -6,15 +6,18 @@ client.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from kanri.postgres.api.v1alpha1.backup import S3Repository
-from kanri.postgres.backup import BackupMetrics, BackupSettings
+from kanri.postgres.backup import BackupMetrics, BackupSettings, utc_now
+from kanri.postgres.backup_controller import BackupClient, PostgresBackupReconciler
 from kanri.postgres.instances import HttpInstanceClient, InstanceClient
-from kanri.postgres.kinds import POSTGRES_CLUSTER
+from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
 from kanri.postgres.labels import CLUSTER
 from kanri.postgres.metrics import PostgresMetrics
 from kanri.postgres.reconciler import PostgresClusterReconciler
@@ -92,6 +95,9 @@ WRITES: tuple[Permission, ...] = (
     # role labels that steer the Services (primary, replica, fenced); the restore rehearsal's throwaway pod
     _grant(POD, "create", "patch", "delete"),
     _grant(EVENT, "create", "patch"),  # the runtime's EventRecorder: a new Event, then its count
+    # the first and the scheduled base backups are PostgresBackups the operator creates; retention deletes them
+    _grant(POSTGRES_BACKUP, "create", "delete"),
+    _grant(POSTGRES_BACKUP, "patch", subresource="status"),  # the backup's state machine
 )
 # Leader election (the runtime's LeaderElector): only in the operator's own namespace, so a Role of its own.
 LEADER_ELECTION: tuple[Permission, ...] = (_grant(LEASE, "get", "create", "update"),)
@@ -100,7 +106,7 @@ LEADER_ELECTION: tuple[Permission, ...] = (_grant(LEASE, "get", "create", "updat
 def permissions() -> dict[tuple[Kind, str], frozenset[str]]:
     """Everything the operator needs outside leader election: list + watch on what it watches, plus WRITES."""
     needed: dict[tuple[Kind, str], frozenset[str]] = {}
-    for kind in (POSTGRES_CLUSTER, *OWNED, *LABELLED, *CLUSTER_WIDE):
+    for kind in (POSTGRES_CLUSTER, POSTGRES_BACKUP, *OWNED, *LABELLED, *CLUSTER_WIDE):
         needed[(kind, "")] = frozenset({"list", "watch"})
     for permission in WRITES:
         key = (permission.kind, permission.subresource)
@@ -126,6 +132,9 @@ class OperatorOptions:
     default_backup_repository: S3Repository | None = None
     """The platform's default backup repository, its credentials Secret in ``leader_election_namespace`` (the
     operator's own namespace); see docs/backups.md."""
+    backup_now: Callable[[], datetime] = utc_now
+    """"Now" for base backups' schedule and retention: a test hook (``kanri run --backup-clock-offset-file``, tests) to
+    age backups without skewing the clock the object store checks requests against."""
     manager: dict[str, Any] = field(default_factory=dict)
     """Further ManagerOptions fields (lease timings, graceful shutdown), for tests."""
 
@@ -134,6 +143,24 @@ def _by_cluster_label(obj: Obj) -> list[Request]:
     # Children without an owner reference (claims, Secrets) and pods (owned by their StatefulSet) carry the label.
     cluster = (obj["metadata"].get("labels") or {}).get(CLUSTER)
     return [Request(obj["metadata"].get("namespace") or "", cluster)] if cluster else []
+
+
+def _backup_cluster(obj: Obj) -> list[Request]:
+    # A PostgresBackup changed: its cluster's status summarises its backups.
+    cluster = (obj.get("spec") or {}).get("cluster")
+    return [Request(obj["metadata"].get("namespace") or "", cluster)] if cluster else []
+
+
+def _backups_of(cache: Cache) -> Any:
+    def mapper(obj: Obj) -> list[Request]:
+        # A cluster (ready now?) or a backup (finished: the next may go) changed: every backup of that cluster.
+        meta = obj["metadata"]
+        cluster = meta["name"] if obj.get("kind") == POSTGRES_CLUSTER.kind else (obj.get("spec") or {}).get("cluster")
+        return [Request(b["metadata"]["namespace"], b["metadata"]["name"])
+                for b in cache.list(POSTGRES_BACKUP, meta.get("namespace"))
+                if (b.get("spec") or {}).get("cluster") == cluster]  # fmt: skip
+
+    return mapper
 
 
 def _every_cluster(cache: Cache) -> Any:
@@ -170,7 +197,10 @@ def build_manager(
         metrics=PostgresMetrics(manager.registry),
     )
     reconciler.backup = BackupSettings(
-        options.default_backup_repository, options.leader_election_namespace, BackupMetrics(manager.registry)
+        options.default_backup_repository,
+        options.leader_election_namespace,
+        BackupMetrics(manager.registry),
+        now=options.backup_now,
     )
     controller = Controller(
         "postgrescluster",
@@ -184,5 +214,22 @@ def build_manager(
         controller.watches(kind, _by_cluster_label)
     for kind in CLUSTER_WIDE:
         controller.watches(kind, _every_cluster(manager.cache))
+    controller.watches(POSTGRES_BACKUP, _backup_cluster)
     manager.add(controller)
+    if isinstance(reconciler.instances, BackupClient):  # a test's stand-in without the backup endpoints: none
+        backups = PostgresBackupReconciler(
+            manager.cache, client, instances=reconciler.instances, events=reconciler.events,
+            settings=lambda: reconciler.backup, metrics=reconciler.metrics,
+        )  # fmt: skip
+        backup_controller = Controller(
+            "postgresbackup",
+            backups,
+            for_kind=POSTGRES_BACKUP,
+            options=ControllerOptions(
+                max_concurrent_reconciles=options.max_concurrent_reconciles, log_name_key="backup"
+            ),
+        )
+        backup_controller.watches(POSTGRES_CLUSTER, _backups_of(manager.cache))
+        backup_controller.watches(POSTGRES_BACKUP, _backups_of(manager.cache))
+        manager.add(backup_controller)
     return manager

@@ -17,7 +17,7 @@ from typing import Any
 import structlog
 from pydantic import ValidationError
 
-from kanri.postgres import backup, names, primary_update, recovery, restore_test
+from kanri.postgres import backup, backup_schedule, names, primary_update, recovery, restore_test
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.backup import BackupSettings
 from kanri.postgres.backup_cleanup import BackupCleanup
@@ -323,6 +323,7 @@ class ClusterPass:
         )
         await recovery.report(self, restore)
         await restore_test.run(self, major, archiving=archive is not None)  # a rehearsal due, running or done
+        await backup_schedule.run(self, repository)  # the first and the scheduled base backups; their summary
         if self.blocked:
             return Result(requeue_after=_RETRY_BLOCKED)
         wait = self.r.refresh

@@ -64,6 +64,13 @@ there is no exec, no RBAC object, no node and no namespace among them.
 - apiGroups: ["kanri.dev"]
   resources: ["postgresclusters/finalizers"]
   verbs: ["update"]
+# the first and the scheduled base backups are created by the operator; retention deletes the expired ones
+- apiGroups: ["kanri.dev"]
+  resources: ["postgresbackups"]
+  verbs: ["list", "watch", "create", "delete"]
+- apiGroups: ["kanri.dev"]
+  resources: ["postgresbackups/status"]
+  verbs: ["patch"]
 - apiGroups: ["apps"]
   resources: ["statefulsets"]
   verbs: ["list", "watch", "create", "patch", "delete"]

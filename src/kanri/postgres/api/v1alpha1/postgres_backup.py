@@ -35,6 +35,9 @@ class PostgresBackupStatus(ApiModel):
 
     phase: BackupPhase | None = None
     """Pending (waiting: the cluster is not ready, or another backup of it runs), Running, Completed or Failed."""
+    reason: Annotated[str, Field(max_length=64, pattern=r"^[A-Za-z]+$")] | None = None
+    """Why it is in its phase, in one word: ClusterNotFound, NoBackupConfigured, ClusterNotReady, WaitingForBackup
+    (another backup of the cluster runs first), Started, Completed, InstanceUnreachable, BackupFailed, ..."""
     message: Annotated[str, Field(max_length=4096)] | None = None
     """Why it waits, or why it failed."""
     instance: Annotated[str, Field(max_length=253)] | None = None
@@ -70,6 +73,8 @@ class PostgresBackup(
     printer_columns=(
         PrinterColumn("Cluster", ".spec.cluster", description="The PostgresCluster backed up"),
         PrinterColumn("Phase", ".status.phase", description="Pending, Running, Completed or Failed"),
+        PrinterColumn("Reason", ".status.reason", description="Why it is in its phase"),
+        PrinterColumn("Backup", ".status.backupId", description="Barman's id of the backup in the repository"),
         PrinterColumn("Started", ".status.startedAt", type="date", description="When the backup started"),
         PrinterColumn("Completed", ".status.completedAt", type="date", description="When it completed or failed"),
         PrinterColumn("Age", ".metadata.creationTimestamp", type="date", description="When it was asked for"),
@@ -78,8 +83,9 @@ class PostgresBackup(
     """A base backup of a PostgresCluster. Create one to back up on demand (kubectl get pgbackup lists them); the
     cluster's spec.backup.schedule creates them too (<cluster>-initial, then <cluster>-<yyyymmddhhmm>). A backup is
     never taken twice for one object, and never two at once per cluster. Together with the archived WAL it allows
-    point-in-time recovery; it has no owner, so it outlives a deleted cluster (deletionPolicy Retain) and is removed
-    when retention expires it."""
+    point-in-time recovery. The operator's own backups are owned by the cluster only under deletionPolicy Delete
+    (they go with it, as the repository's content does); under Retain they outlive a deleted cluster. Each is
+    removed when retention expires it."""
 
     model_config = ConfigDict(json_schema_extra=reflow_descriptions)
 

@@ -209,12 +209,15 @@ class BackupStatus(ApiModel):
     last_failed: datetime | None = None
     """When the last base backup failed."""
     first_recoverability_point: datetime | None = None
-    """The earliest moment the cluster can be restored to (the start of the oldest backup kept)."""
+    """The earliest moment the cluster can be restored to (the end of the oldest completed backup kept)."""
     last_archived_wal: Annotated[str | None, Field(alias="lastArchivedWAL", max_length=64)] = None
     """The newest WAL file the primary archived to the repository."""
     last_archived_time: datetime | None = None
     """When it was archived."""
     last_restore_test: RestoreTestRecord | None = None
+    last_scheduled: datetime | None = None
+    """The moment the operator last asked for a base backup on its own: the first backup once the cluster was Ready,
+    then each slot of spec.backup.schedule. The next scheduled backup is the first slot after it."""
 
 
 class UpgradeStatus(ApiModel):
