@@ -45,10 +45,8 @@ from tests.e2e.postgres_helpers import (
     cluster,
     cluster_ip,
     credentials,
-    every_instance_has,
     pod_ips,
     ready,
-    write_row,
 )
 from tests.local_node_support import running_nodes, with_test_network
 from tests.postgres_support import Operator
@@ -508,55 +506,3 @@ async def test_a_primary_frozen_during_a_switchover_ends_with_one_primary_and_no
     assert not status.get("failover")
     cluster_obj = await client.get(POSTGRES_CLUSTER, NAME, namespace)
     assert SWITCHOVER not in (cluster_obj["metadata"].get("annotations") or {})
-
-
-async def kubectl(kubeconfig: str, namespace: str, *args: str) -> str:
-    proc = await asyncio.create_subprocess_exec(
-        str(Path(sys.executable).parent / "kubectl"), "--kubeconfig", kubeconfig, "-n", namespace, *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )  # fmt: skip
-    out, _ = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode == 0, out.decode(errors="replace")
-    return out.decode(errors="replace")
-
-
-async def test_an_instance_whose_node_never_returns_is_removed_by_the_documented_commands_and_replaced(
-    client: Client, host: NodeHost, operator: Operator, namespace: str
-) -> None:
-    """A replica's node is stopped for good. docs/postgres-operator.md "Node loss": force-delete its pod, delete its
-    claim; the operator makes a new claim and the instance clones from the primary on another node."""
-    await client.create(POSTGRES_CLUSTER, cluster(NAME, namespace, 3))  # the default template: preferred spreading
-    kubeconfig = str(operator.control_plane.kubeconfig)
-    async with operator.running(refresh=10.0):
-        await eventually(lambda: ready(client, namespace, NAME, 3), timeout=240, interval=1)
-        await write_row(client, namespace, NAME, 1)
-        primary = str((await status_of(client, namespace))["currentPrimary"])
-        lost = next(i for i in (f"{NAME}-1", f"{NAME}-2", f"{NAME}-3") if i != primary)
-        lost_node = str((await client.get(POD, f"{lost}-0", namespace))["spec"]["nodeName"])
-        assert await host.chaos("stop", lost_node)
-        try:
-            await eventually(functools.partial(_one_down, client, namespace), timeout=90, interval=1)
-            await kubectl(kubeconfig, namespace, "delete", "pod", f"{lost}-0", "--force", "--grace-period=0")
-            await kubectl(kubeconfig, namespace, "delete", "pvc", lost, "--wait=false")
-
-            async def replaced() -> str | None:
-                if await ready(client, namespace, NAME, 3) is None:
-                    return None
-                pod = await client.get(POD, f"{lost}-0", namespace)
-                node_name = str(pod["spec"].get("nodeName") or "")
-                return node_name if node_name and node_name != lost_node else None
-
-            new_node = await eventually(replaced, timeout=300, interval=1)
-            await eventually(lambda: every_instance_has(client, namespace, NAME, [1]), timeout=60, interval=1)
-            await write_row(client, namespace, NAME, 2)
-            await eventually(lambda: every_instance_has(client, namespace, NAME, [1, 2]), timeout=60, interval=1)
-            print(f"\n{lost} replaced on {new_node} after {lost_node} was lost")
-        finally:
-            await host.chaos("start", lost_node)
-    status = await status_of(client, namespace)
-    assert status["currentPrimary"] == primary  # a replica was lost: no failover
-
-
-async def _one_down(client: Client, namespace: str) -> bool:
-    status = await status_of(client, namespace)
-    return status.get("readyReplicas") == 2
