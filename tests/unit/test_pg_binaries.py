@@ -64,10 +64,12 @@ def test_an_installed_pin_is_not_fetched_again(tmp_path: Path) -> None:
 def test_every_major_and_every_release_has_an_image_with_its_own_bin_and_lib(tmp_path: Path) -> None:
     releases = [Installation(v, _release(tmp_path / "pypi", v)) for v in ("14.23.0", "17.10.0", "17.11.0", "18.6.0")]
     debian = tmp_path / "debian"
-    for major in (15,):
+    for major in (15, 18):
         (debian / str(major) / "bin").mkdir(parents=True)
         (debian / str(major) / "bin" / "postgres").write_text("")
-    entries = {e["image"]: e for e in postgres_entries(COMMAND, {"PYTHONPATH": "/src"}, releases, debian)}
+    entries = {e["image"]: e for e in postgres_entries(COMMAND, {"PYTHONPATH": "/src"}, releases, debian,
+                                                       paths=["/tools"])}  # fmt: skip
+    # Debian's 18 is shadowed by PyPI's (one source for every major); its 15 stands in only for a missing PyPI 15
     tags = ["14", "17", "18", "14.23", "17.10", "17.11", "18.6", "15"]
     assert list(entries) == [f"{POSTGRES_IMAGE}:{tag}" for tag in tags]
     newest_17 = entries[f"{POSTGRES_IMAGE}:17"]["env"]
@@ -75,11 +77,15 @@ def test_every_major_and_every_release_has_an_image_with_its_own_bin_and_lib(tmp
     assert newest_17["LD_LIBRARY_PATH"] == str(releases[2].lib_dir)
     assert newest_17["PATH"].startswith(f"{releases[2].bin_dir}:")
     assert newest_17["PYTHONPATH"] == "/src"
+    # the whole install is the image's (initdb reads share/, which no environment value names), and the tools
+    assert entries[f"{POSTGRES_IMAGE}:17"]["paths"] == ["/tools", str(releases[2].prefix)]
+    assert entries[f"{POSTGRES_IMAGE}:18"]["env"]["KANRI_PG_BIN"] == str(releases[3].bin_dir)
     assert entries[f"{POSTGRES_IMAGE}:17.10"]["env"]["KANRI_PG_BIN"] == str(releases[1].bin_dir)
     # Debian's keeps its major's tag, with the system's libpq
     fallback = entries[f"{POSTGRES_IMAGE}:15"]["env"]
     assert fallback["KANRI_PG_BIN"] == str(debian / "15" / "bin")
     assert "LD_LIBRARY_PATH" not in fallback
+    assert entries[f"{POSTGRES_IMAGE}:15"]["paths"] == ["/tools"]
     for entry in entries.values():
         parsed = ImageEntry.parse(entry)  # the local node accepts it
         assert parsed.command == tuple(COMMAND)
@@ -94,9 +100,8 @@ def test_the_default_map_runs_every_installed_release() -> None:
     for release in releases:
         assert images[f"{POSTGRES_IMAGE}:{release.tag}"]["env"]["KANRI_PG_BIN"] == str(release.bin_dir)
     for major, release in newest_per_major(releases).items():
-        if major == 15:  # Debian's keeps :15 for now
-            continue
         assert images[f"{POSTGRES_IMAGE}:{major}"]["env"]["LD_LIBRARY_PATH"] == str(release.lib_dir)
+        assert str(release.prefix) in images[f"{POSTGRES_IMAGE}:{major}"]["paths"]
 
 
 def test_installed_releases_are_unpacked_readable_by_the_pods_and_run_without_icu() -> None:
