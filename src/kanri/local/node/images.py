@@ -3,8 +3,10 @@
 There is no image registry and no container engine on the local node, so an explicit map says what to run. Each
 entry names an ``image`` — an exact reference, or a shell-style glob (``fnmatch``: ``*``, ``?``, ``[...]``) such as
 ``kanri.dev/test/*`` — and the program that image stands for: ``command`` (the image's ENTRYPOINT), optional
-``args`` (its CMD), ``workingDir``, ``env`` (the image's own environment) and ``users`` (its ``/etc/passwd``
-entries). Exact entries win over globs; among
+``args`` (its CMD), ``workingDir``, ``env`` (the image's own environment), ``users`` (its ``/etc/passwd``
+entries) and ``paths`` (the host directories that stand for the image's own files, bound read-only into the
+container's root at the same place: an install whose programs read data beside them, such as PostgreSQL's
+``share/``, which no command line or environment value names). Exact entries win over globs; among
 globs the first listed wins.
 
 The map comes from a YAML or JSON file (``NodeOptions.image_map_file``: a list of entries, or ``{"images": [...]}``)
@@ -37,6 +39,9 @@ class ImageEntry:
     users: tuple[Mapping[str, Any], ...] = ()
     """The image's own users (``{name, uid, gid, home}``), added to the container's ``/etc/passwd`` and
     ``/etc/group`` when the host lacks them — an image's ``USER 26`` has a name inside the image."""
+    paths: tuple[str, ...] = ()
+    """Absolute host directories the image's files live in, bound read-only at the same place (besides those the
+    command line and environment name: :func:`kanri.local.node.rootfs.named_paths`)."""
 
     @property
     def is_glob(self) -> bool:
@@ -61,8 +66,11 @@ class ImageEntry:
         users = raw.get("users") or []
         if not isinstance(users, list) or not all(isinstance(u, dict) and "name" in u and "uid" in u for u in users):
             raise ValueError(f"image map entry {image!r}: users must be a list of {{name, uid[, gid, home]}}")
+        paths = raw.get("paths") or []
+        if not isinstance(paths, list) or not all(isinstance(p, str) and p.startswith("/") for p in paths):
+            raise ValueError(f"image map entry {image!r}: paths must be a list of absolute paths")
         return cls(image, tuple(command), tuple(args), str(working_dir) if working_dir else None,
-                   {str(k): str(v) for k, v in env.items()}, tuple(users))  # fmt: skip
+                   {str(k): str(v) for k, v in env.items()}, tuple(users), tuple(paths))  # fmt: skip
 
 
 class ImageMap:

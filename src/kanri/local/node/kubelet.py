@@ -375,7 +375,8 @@ class PodWorker:
         tmp.mkdir(parents=True)
         tmp.chmod(0o1777)
         words = [*argv, *env.values(), *entry.command, *entry.args, entry.working_dir or ""]
-        layout, bound = root_layout(tmp, named_paths(words))
+        # the image's own files (entry.paths: e.g. an install's share/, which nothing names) and what is named
+        layout, bound = root_layout(tmp, [*entry.paths, *named_paths(words)])
         for index, mount in enumerate(mounts):
             self._ensure_mountpoint(mount, mounts[:index], bound)
         self.kubelet.rootfs_dir.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,8 @@ do, no longer reaches the container), empty ``/home``, ``/root``, ``/mnt``, ``/m
 its own, a per-container ``/tmp`` on disk (emptied at each start, as a new container's is), a minimal ``/dev``, a
 new ``/proc`` and a read-only ``/sys``. The programs standing for images may live anywhere (a checkout under
 ``/tmp``, a venv under ``/work``): every absolute path the image entry and the container's command line name
-(:func:`named_paths`) is bound read-only at the same place.
+(:func:`named_paths`), and every directory the entry lists as the image's own files (its ``paths``: an install's
+``share/`` is read by its programs but named nowhere), is bound read-only at the same place.
 
 The pod's volumes and ``/etc`` files are bound over that root afterwards (:mod:`kanri.local.node.launcher`).
 """

@@ -38,7 +38,7 @@ Phase = Literal[
 PHASES: tuple[Phase, ...] = get_args(Phase)
 InstanceRole = Literal["Primary", "Replica", "Fenced"]
 KeptBy = Literal["LastPrimary", "CurrentPrimary", "HighestPosition"]
-UpgradePhase = Literal["WaitingForApproval", "Checking", "BackingUp", "Upgrading", "Succeeded", "Failed"]
+UpgradePhase = Literal["WaitingForApproval", "WaitingForPreconditions", "Checking", "Upgrading", "Succeeded", "Failed"]
 RestoreTestResult = Literal["Succeeded", "Failed"]
 FailoverPhase = Literal["Fencing", "Electing", "Blocked", "Demoting", "Promoting"]
 
@@ -224,13 +224,21 @@ class UpgradeStatus(ApiModel):
     """Progress of a major version upgrade."""
 
     phase: UpgradePhase
-    """WaitingForApproval, Checking, BackingUp, Upgrading, Succeeded or Failed."""
+    """WaitingForApproval (spec.upgrade.approvedVersion is not spec.version: nothing changes),
+    WaitingForPreconditions (the message names each closed gate: cluster Ready, a backup completed after
+    approvedAt), Checking (pg_upgrade --check), Upgrading, Succeeded or Failed (the cluster keeps serving on the old
+    major; nothing is retried until the spec changes)."""
     from_: Annotated[int, Field(ge=1)] = Field(alias="from")
     """The major version upgraded from."""
     to: Annotated[int, Field(ge=1)]
     """The major version upgraded to."""
     message: Annotated[str, Field(max_length=32768)] | None = None
     """What is happening or what went wrong."""
+    approved_at: datetime | None = None
+    """When the operator first saw spec.upgrade.approvedVersion equal to the target: a backup must complete after
+    it."""
+    generation: Annotated[int, Field(ge=0)] | None = None
+    """The metadata.generation this record was decided for (a Failed upgrade is tried again only for a newer one)."""
 
 
 class TlsStatus(ApiModel):
