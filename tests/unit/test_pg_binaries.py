@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kanri.local.imagemap import POSTGRES_IMAGE, POSTGRES_UID, default_image_map, postgres_entries
+from kanri.local.imagemap import POSTGRES_IMAGE, POSTGRES_UID, UPGRADE_IMAGE, default_image_map, postgres_entries
 from kanri.local.node.images import ImageEntry
 from kanri.local.pg_binaries import STAMP, Installation, Pin, install, installed, newest_per_major, read_pins
 
@@ -71,7 +71,13 @@ def test_every_major_and_every_release_has_an_image_with_its_own_bin_and_lib(tmp
                                                        paths=["/tools"])}  # fmt: skip
     # Debian's 18 is shadowed by PyPI's (one source for every major); its 15 stands in only for a missing PyPI 15
     tags = ["14", "17", "18", "14.23", "17.10", "17.11", "18.6", "15"]
-    assert list(entries) == [f"{POSTGRES_IMAGE}:{tag}" for tag in tags]
+    upgrades = [f"{UPGRADE_IMAGE}:{to}" for to in (17, 18)]  # every PyPI major with an older one below it
+    assert list(entries) == [f"{POSTGRES_IMAGE}:{tag}" for tag in tags] + upgrades
+    to_18 = entries[f"{UPGRADE_IMAGE}:18"]
+    assert to_18["env"]["KANRI_PG_BIN"] == str(releases[3].bin_dir)
+    assert to_18["env"]["KANRI_PG_BIN_14"] == str(releases[0].bin_dir)
+    assert to_18["env"]["KANRI_PG_BIN_17"] == str(releases[2].bin_dir)
+    assert {str(releases[0].prefix), str(releases[2].prefix), str(releases[3].prefix)} <= set(to_18["paths"])
     newest_17 = entries[f"{POSTGRES_IMAGE}:17"]["env"]
     assert newest_17["KANRI_PG_BIN"] == str(releases[2].bin_dir)
     assert newest_17["LD_LIBRARY_PATH"] == str(releases[2].lib_dir)

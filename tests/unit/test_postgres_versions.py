@@ -17,7 +17,7 @@ def test_the_data_decides_the_major_and_spec_only_a_new_cluster() -> None:
     assert running_major(None, {}, None, 17) == 17
 
 
-def test_a_raised_version_waits_for_approval_then_for_upgrade_support() -> None:
+def test_a_raised_version_waits_for_approval_then_reports_the_upgrade_approved() -> None:
     same = upgrade_verdict(15, 15, None)
     assert (same.reason, same.warn) == ("NotRequested", False)
     asked = upgrade_verdict(15, 16, None)
@@ -25,5 +25,7 @@ def test_a_raised_version_waits_for_approval_then_for_upgrade_support() -> None:
     assert "approvedVersion: 16" in asked.message
     assert "15" in asked.message
     assert upgrade_verdict(15, 16, 17).reason == "UpgradeNotApproved"
-    assert upgrade_verdict(15, 16, 16).reason == "UpgradeNotSupported"
+    approved = upgrade_verdict(15, 16, 16)
+    assert (approved.reason, approved.warn) == ("UpgradeApproved", False)
+    assert "status.upgrade" in approved.message
     assert upgrade_verdict(16, 15, None).reason == "DowngradeNotSupported"

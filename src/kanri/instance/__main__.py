@@ -19,7 +19,8 @@ USAGE = (
     "usage: kanri-instance [run]   (configured by environment variables; see docs/instance-manager.md)\n"
     "       kanri-instance archive-wal WAL_PATH   (PostgreSQL's archive_command; see docs/backups.md)\n"
     "       kanri-instance restore-wal recovery|archive WAL_NAME WAL_PATH   (restore_command; docs/backups.md)\n"
-    "       kanri-instance restore-test   (a restore rehearsal's pod; see docs/backups.md)"
+    "       kanri-instance restore-test   (a restore rehearsal's pod; see docs/backups.md)\n"
+    "       kanri-instance upgrade-check | upgrade   (a major upgrade's pods; see docs/postgres-operator.md)"
 )
 
 
@@ -37,6 +38,14 @@ def main(argv: list[str] | None = None) -> int:
         from kanri.instance.rehearsal import main as rehearsal  # only that pod needs it
 
         return rehearsal()
+    if args == ["upgrade-check"]:
+        from kanri.instance.upgrade_check import main as upgrade_check
+
+        return upgrade_check()
+    if args == ["upgrade"]:
+        from kanri.instance.major_upgrade import main as major_upgrade
+
+        return major_upgrade()
     if args not in ([], ["run"]):
         print(USAGE, file=sys.stderr)
         return 2

@@ -21,7 +21,7 @@ from kanri.contract.roles import SUPERUSER
 from kanri.instance.archive import ArchiveTarget
 from kanri.instance.recovery_plan import RecoveryPlan
 
-__all__ = ["SUPERUSER", "Bootstrap", "ClusterConfig", "Credentials", "Settings", "SettingsError"]
+__all__ = ["SUPERUSER", "Bootstrap", "ClusterConfig", "Credentials", "Settings", "SettingsError", "UpgradeNote"]
 
 Bootstrap = Literal["primary", "replica"]
 
@@ -118,6 +118,17 @@ class Settings:
         )
 
 
+class UpgradeNote(BaseModel):
+    """``upgrade`` in instance.json while a major upgrade starts the cluster again: the data of ``primary`` is of
+    major ``to`` now; a replica whose data is of an older major is cloned again from it (its old data can never
+    follow the new primary)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    to: int = Field(ge=1)
+    primary: str = Field(min_length=1)
+
+
 class ClusterConfig(BaseModel):
     """The operator's ``instance.json``: user parameters, the cluster's instance names, synchronous standbys,
     (once the cluster has been initialised) the system identifier every data directory of the cluster must have,
@@ -132,6 +143,7 @@ class ClusterConfig(BaseModel):
     archive: ArchiveTarget | None = None
     recovery: RecoveryPlan | None = None
     """Where a new cluster's primary restores its first data from (``bootstrap.recovery``; absent: initdb)."""
+    upgrade: UpgradeNote | None = None
 
     @classmethod
     def parse(cls, raw: bytes) -> ClusterConfig:

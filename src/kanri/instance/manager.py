@@ -26,6 +26,7 @@ import structlog
 from aiohttp import web
 from psycopg.rows import DictRow
 
+from kanri.instance import post_upgrade
 from kanri.instance import status as status_queries
 from kanri.instance.base_backup import BackupError, BaseBackups, state_dir
 from kanri.instance.bootstrap import clone, discard_partial, has_data, initdb, recover
@@ -108,6 +109,7 @@ class InstanceManager:
         self._rejoin_task: asyncio.Task[None] | None = None
         self._tls_context: ssl.SSLContext | None = None
         self._restore: dict[str, str] | None = None  # bootstrap.recovery's progress, for /status
+        self._post_upgrade: asyncio.Task[dict[str, object]] | None = None  # after a major upgrade (post_upgrade.py)
         self.backups = BaseBackups(settings, state_dir(settings.pgdata))
 
     # ---- process life -------------------------------------------------------------------------------------------
@@ -246,10 +248,38 @@ class InstanceManager:
         while True:
             self._read_config()
             problems = start_problems(self.settings.pgdata, self.config, self._binary_version)
+            if problems and self._upgraded_away():
+                await self._reclone_after_upgrade()
+                continue
             self._report("identity", problems)
             if not problems:
                 return
             await asyncio.sleep(self.settings.config_interval)
+
+    def _upgraded_away(self) -> bool:
+        """This instance's data is of an older major than the cluster's primary after a major upgrade (the
+        operator's ``upgrade`` note names that primary and its new major, the binaries are of that major)."""
+        note = self.config.upgrade
+        found = data_version(self.settings.pgdata)
+        return (note is not None and note.primary != self.settings.name and self._binary_version == note.to
+                and found is not None and found < note.to)  # fmt: skip
+
+    async def _reclone_after_upgrade(self) -> None:
+        """A replica left on the old major by a major upgrade: its data is removed and cloned from the new
+        primary (pg_upgrade upgrades one data directory; replicas cannot follow it)."""
+        found = data_version(self.settings.pgdata)
+        log.warning("the cluster was upgraded: cloning this replica again from the new primary",
+                    data_major=found, cluster_major=self._binary_version)  # fmt: skip
+        self._note("bootstrap", f"re-cloning: the data is PostgreSQL {found}, the cluster was upgraded to "
+                   f"{self._binary_version}")  # fmt: skip
+        shutil.rmtree(self.settings.pgdata)
+
+        def replication() -> Credentials | None:
+            self._read_secrets()
+            return self._secrets["replication"].credentials
+
+        await clone(self.settings, replication, on_error=lambda message: self._note("bootstrap", message))
+        self._clear_error("bootstrap")
 
     async def _start(self) -> asyncio.subprocess.Process:
         """Write the files and start PostgreSQL (the caller holds the lock and has checked the identity)."""
@@ -524,6 +554,9 @@ class InstanceManager:
             await reconcile_slots(
                 conn, cluster=self.settings.cluster, name=self.settings.name, instances=self.config.instances
             )
+        if self._post_upgrade is None and post_upgrade.pending(self.settings):
+            # statistics and extension updates after a major upgrade: in the background, the cluster serves meanwhile
+            self._post_upgrade = asyncio.create_task(post_upgrade.run(self.settings, self._binary_version))
 
     async def _ensure_roles(self, conn: psycopg.AsyncConnection[DictRow]) -> None:
         secrets = self._secrets

@@ -33,6 +33,7 @@ from kanri.local.pg_binaries import Installation, installed, newest_per_major
 from kanri.local.seaweedfs import SEAWEEDFS_IMAGE, SEAWEEDFS_UID, backup_tools_bin
 
 POSTGRES_IMAGE = "kanri.dev/postgres"
+UPGRADE_IMAGE = "kanri.dev/postgres-upgrade"
 OPERATOR_IMAGE = "kanri.dev/operator"
 POSTGRES_UID = 26
 OPERATOR_UID = 65532
@@ -92,6 +93,26 @@ def postgres_entries(
     entries = [_postgres_entry(str(m), command, env, i.bin_dir, i.prefix, extra) for m, i in sorted(newest.items())]
     entries += [_postgres_entry(i.tag, command, env, i.bin_dir, i.prefix, extra) for i in releases]
     entries += [_postgres_entry(str(m), command, env, debian_root / str(m) / "bin", None, extra) for m in debian]
+    entries += upgrade_entries(command, env, newest, extra)
+    return entries
+
+
+def upgrade_entries(
+    command: list[str], env: dict[str, str], newest: dict[int, Installation], paths: list[str]
+) -> list[dict[str, Any]]:
+    """``kanri.dev/postgres-upgrade:<to>``: the major-upgrade pods' image — ``<to>``'s instance image that also
+    holds every older installed major (``KANRI_PG_BIN_<major>``, their installs bound too): pg_upgrade needs both
+    sides' programs in one container."""
+    entries = []
+    for to, release in sorted(newest.items()):
+        older = {m: i for m, i in newest.items() if m <= to}
+        if len(older) < 2:
+            continue
+        entry = _postgres_entry(str(to), command, env, release.bin_dir, release.prefix, paths)
+        entry["image"] = f"{UPGRADE_IMAGE}:{to}"
+        entry["env"] |= {f"KANRI_PG_BIN_{m}": str(i.bin_dir) for m, i in older.items()}
+        entry["paths"] = sorted({*entry.get("paths", []), *(str(i.prefix) for i in older.values() if i.prefix)})
+        entries.append(entry)
     return entries
 
 

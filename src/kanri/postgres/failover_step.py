@@ -215,6 +215,8 @@ class FailoverStep:
     async def _run(self) -> StepResult:
         if self.token is None or self.spec.replicas == 0:
             return StepResult()
+        if (self.status.get("upgrade") or {}).get("phase") == "Upgrading":
+            return StepResult()  # the upgrade stops and restarts every instance on purpose: nothing to fail over
         await self.rejoin_former_primaries()
         progress = self.status.get("failover")
         if progress:

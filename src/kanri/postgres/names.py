@@ -140,3 +140,13 @@ def legacy_replica_pdb(cluster: str) -> str:
     """What the replica budget was called before: the bare cluster name, so cluster ``c-primary``'s replica budget
     was cluster ``c``'s primary budget. Deleted when the cluster controls one."""
     return cluster
+
+
+def upgrade_check_pod(cluster: str) -> str:
+    """The one-off pod of a major upgrade's ``pg_upgrade --check`` (see postgres/upgrade_step.py)."""
+    return f"{cluster}-upgrade-check"
+
+
+def upgrade_pod(cluster: str) -> str:
+    """The one-off pod that runs ``pg_upgrade --link`` on the primary's volume (see postgres/upgrade_step.py)."""
+    return f"{cluster}-upgrade"

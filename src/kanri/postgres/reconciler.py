@@ -17,7 +17,16 @@ from typing import Any
 import structlog
 from pydantic import ValidationError
 
-from kanri.postgres import backup, backup_schedule, names, primary_update, recovery, restore_test, upgrade
+from kanri.postgres import (
+    backup,
+    backup_schedule,
+    names,
+    primary_update,
+    recovery,
+    restore_test,
+    upgrade,
+    upgrade_step,
+)
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.backup import BackupSettings
 from kanri.postgres.backup_cleanup import BackupCleanup
@@ -98,6 +107,7 @@ Obj = dict[str, Any]
 log = structlog.get_logger("kanri.postgres")
 
 _RETRY_BLOCKED = 2.0  # a child of ours still held by a deleted owner: the garbage collector is quick
+_UPGRADE_POLL = 2.0  # a major upgrade under way: its pods and its downtime are watched closely
 _RETRIED_STATUSES = frozenset({429, 503, 504})  # throttled or unavailable: retried with backoff, not a refusal
 _RESTART_COOLDOWN = 60.0  # do not ask the same instance to restart again before it had time to report
 # A changed ConfigMap reaches the instance managers a few config intervals (2 s) apart: restart only once the set of
@@ -222,7 +232,10 @@ class ClusterPass:
         self.namespace: str = meta["namespace"]
         self.uid: str = meta["uid"]
         self.status: Obj = cluster.get("status") or {}
-        self.running = spec.replicas > 0
+        # a major upgrade stops every instance while pg_upgrade runs on the primary's volume (upgrade_step.py)
+        self.upgrading = upgrade_step.stops_instances(self.status)
+        self.running = spec.replicas > 0 and not self.upgrading
+        self.upgrade_busy = False
         self.blocked: list[str] = []
         """Children a deleted owner still controls (the garbage collector is about to remove them)."""
         self.problems: list[Problem] = []
@@ -315,9 +328,10 @@ class ClusterPass:
                                   removal_waiting=removal_waiting, major=major,
                                   upgrade=upgrade_verdict(major, self.spec.version, approved),
                                   system_identifier=system_identifier, split_brain=split_brain,
-                                  failover=step.progress, primary_waiting=self.primary_waiting)  # fmt: skip
+                                  failover=step.progress, primary_waiting=self.primary_waiting,
+                                  upgrading=upgrade_step.in_progress(self.status))  # fmt: skip
         await self.report(observation)
-        await self.upgrade(major, plan)  # status.upgrade: approval, preconditions, check (upgrade.py)
+        await self.upgrade(major, plan, reports)  # status.upgrade: approval, gates, check, pg_upgrade
         primary_report = reports.get(plan.primary) if plan.primary else None
         await backup.report(
             self, self.r.backup, backup.decide(repository, self.name, primary_report, credentials_problem)
@@ -330,12 +344,14 @@ class ClusterPass:
         wait = self.r.refresh
         if step.requeue is not None:
             wait = min(wait, step.requeue)
+        if self.upgrade_busy:
+            wait = min(wait, _UPGRADE_POLL)
         return Result(requeue_after=wait)
 
-    async def upgrade(self, major: int, plan: InstancePlan) -> None:
+    async def upgrade(self, major: int, plan: InstancePlan, reports: dict[str, InstanceReport]) -> None:
         """The major upgrade's record (``status.upgrade``) as :func:`kanri.postgres.upgrade.decide` wants it,
-        written before anything acts on it, with a Normal Event when its phase changes. The executor of the check
-        and of the upgrade itself is not wired yet: a Checking record waits, saying so."""
+        written before anything acts on it, with a Normal Event when its phase changes; then the check or the
+        upgrade's next step (:mod:`kanri.postgres.upgrade_step`)."""
         status = self.cluster.get("status") or {}
         ready = get_condition(status.get("conditions") or [], "Ready") or {}
         last_backup = (status.get("backup") or {}).get("lastSuccessful")
@@ -347,15 +363,24 @@ class ClusterPass:
             last_backup=datetime.fromisoformat(last_backup.replace("Z", "+00:00")) if last_backup else None,
             record=status.get("upgrade"), now=datetime.now(UTC).replace(microsecond=0)))  # fmt: skip
         old = status.get("upgrade")
-        if decision.record == old:
-            return  # converged: no write
-        patch = decision.record
-        if patch is not None and old:  # a merge patch: fields the new record lacks are removed
-            patch = {**{key: None for key in old if key not in patch}, **patch}
-        await self.client.patch_status(POSTGRES_CLUSTER, self.name, {"status": {"upgrade": patch}},
-                                       self.namespace)  # fmt: skip
-        if decision.event is not None:
-            await self.r.events.normal(self.cluster, *decision.event)
+        if decision.record != old:
+            patch = decision.record
+            if patch is not None and old:  # a merge patch: fields the new record lacks are removed
+                patch = {**{key: None for key in old if key not in patch}, **patch}
+            updated = await self.client.patch_status(POSTGRES_CLUSTER, self.name, {"status": {"upgrade": patch}},
+                                                     self.namespace)  # fmt: skip
+            self.status = updated.get("status") or {}
+            self.cluster = {**self.cluster, "status": self.status}
+            if decision.event is not None:
+                await self.r.events.normal(self.cluster, *decision.event)
+        record = self.status.get("upgrade")
+        if record is None or decision.action == "none":
+            return
+        self.upgrade_busy = True
+        if decision.action == "check":
+            await upgrade_step.check(self, dict(record), plan.primary)
+        else:
+            await upgrade_step.advance(self, dict(record), plan, reports)
 
     # --- writes that may be refused --------------------------------------------------------------------------------
 
@@ -478,7 +503,8 @@ class ClusterPass:
     ) -> None:
         """The ConfigMap (parameters, instance list, system identifier, archive target, recovery source), the
         instances' ServiceAccount, the three Services and the NetworkPolicy."""
-        document = config_map(self.cluster, self.spec, plan.instances, system_identifier, archive, restore)
+        document = config_map(self.cluster, self.spec, plan.instances, system_identifier, archive, restore,
+                              upgrade=upgrade_step.config_note(self.status))  # fmt: skip
         await self.apply(CONFIG_MAP, document)
         await self.apply(SERVICE_ACCOUNT, service_account(self.cluster))  # and no Role: children/rbac.py says why
         for service in services(self.cluster):

@@ -86,6 +86,8 @@ class Observation:
     """``status.failover`` while a failover or switchover runs (``failover_step.py`` writes it itself)."""
     primary_waiting: str | None = None
     """Why the primary's update (rollout or restart) waits: a switchover for this spec failed (``primary_update``)."""
+    upgrading: str | None = None
+    """A major upgrade under way (``upgrade_step.in_progress``): what it does now."""
 
 
 def _instance(name: str, obs: Observation, primary: str | None) -> Obj:
@@ -143,7 +145,9 @@ def compute_status(old: Obj, obs: Observation, now: datetime) -> Obj:
     summary = f"{len(ready)}/{len(instances)} instances ready"
     details = "; ".join(_why_not_ready(name, obs) for name in not_ready)
     # Ready
-    if obs.hibernated:
+    if obs.upgrading and (obs.hibernated or not_ready or not primary_ready):
+        condition("Ready", False, "MajorUpgrade", obs.upgrading)
+    elif obs.hibernated:
         kept = ", ".join(obs.plan.instances) or "none"
         condition("Ready", False, "Hibernated", f"replicas is 0: every instance is stopped; volumes kept: {kept}")
     elif not not_ready and primary_ready:
@@ -155,7 +159,9 @@ def compute_status(old: Obj, obs: Observation, now: datetime) -> Obj:
     never_ready = previous_phase in (None, "Pending", "Provisioning") and not (primary_ready and not not_ready)
     scaling = obs.scaled or (previous_phase == "Scaling" and bool(not_ready))
     problems = ordered(obs.problems)
-    if obs.hibernated:
+    if obs.upgrading:
+        progressing = (True, "MajorUpgrade", obs.upgrading)
+    elif obs.hibernated:
         progressing = (False, "Hibernated", "every instance is stopped")
     elif obs.removal_waiting:
         why = "; ".join(f"{name}: {reason}" for name, reason in sorted(obs.removal_waiting.items()))
@@ -219,7 +225,9 @@ def compute_status(old: Obj, obs: Observation, now: datetime) -> Obj:
     elif get_condition(conditions, "FailoverBlocked") is not None:
         condition("FailoverBlocked", False, "NotBlocked", "no failover waits for approval")
 
-    if obs.hibernated:
+    if obs.upgrading:
+        phase = "Upgrading"
+    elif obs.hibernated:
         phase = "Hibernated"
     elif failover:
         phase = "FailingOver"

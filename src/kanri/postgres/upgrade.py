@@ -10,10 +10,11 @@
   a base backup completed after the approval. The backup gate is only a comparison of
   ``status.backup.lastSuccessful`` with ``approvedAt``: whatever takes the backup (the PostgresBackup controller, a
   schedule, a backup asked by hand) composes with it, and a backup older than the approval never counts.
-- ``Checking``: ``pg_upgrade --check`` in a one-off pod (the executor; not built yet in this module's first slice).
+- ``Checking``: ``pg_upgrade --check`` in a one-off pod (:mod:`kanri.postgres.upgrade_step` carries it out).
 - ``Failed``: the check (or a step) failed; its output is in the message, the cluster keeps serving on the old
   major, and nothing is retried until the spec changes (``metadata.generation`` recorded).
-- ``Upgrading`` / ``Succeeded``: the executor's, resumed from the record, never re-deciding a step already taken.
+- ``Upgrading`` / ``Succeeded``: the executor's (:mod:`kanri.postgres.upgrade_step`), resumed from the record,
+  never re-deciding a step already taken.
 
 A record for another target (``to``) or, when Failed, for an older generation, is started over (a new
 ``approvedAt``, so a new backup).
@@ -77,6 +78,10 @@ def _changed(old: Obj | None, new: Obj, reason: str, message: str) -> tuple[str,
 def decide(obs: Observed) -> Decision:
     """The next ``status.upgrade`` and what the executor must do (see the module docstring)."""
     old = obs.record
+    if old is not None and old.get("phase") == "Upgrading":
+        # under way (the data may be of the new major already): finished whatever the spec says now, since the
+        # instances are stopped or the primary's data is upgraded; a spec change is looked at afterwards
+        return Decision(old, "upgrade")
     if obs.version <= obs.running:
         # nothing asked (or a downgrade, which the MajorUpgrade condition refuses): a finished record is kept
         if old is not None and old.get("phase") in ("Succeeded", "Failed") and old.get("to") == obs.running:

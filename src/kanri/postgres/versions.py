@@ -9,8 +9,9 @@ major is never taken from ``spec.version`` once data exists, nor from the Statef
 3. else ``status.postgresMajor`` (a lost volume's replacement still belongs to the old major);
 4. else ``spec.version``: a brand-new cluster.
 
-``spec.version`` above the running major is a requested upgrade: nothing changes, and the ``MajorUpgrade``
-condition says what it waits for (upgrades themselves come with their own issue).
+``spec.version`` above the running major is a requested upgrade: nothing changes until it is approved, and the
+``MajorUpgrade`` condition says what it waits for; the upgrade itself is :mod:`kanri.postgres.upgrade` and
+:mod:`kanri.postgres.upgrade_step`.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ def running_major(
 
 @dataclass(frozen=True)
 class UpgradeVerdict:
-    """The ``MajorUpgrade`` condition: always False for now (no upgrade is carried out), with why."""
+    """The ``MajorUpgrade`` condition: False while the data's major is not ``spec.version``, with why (the
+    upgrade's own progress is ``status.upgrade``)."""
 
     reason: str
     message: str
@@ -64,8 +66,8 @@ def upgrade_verdict(running: int, version: int, approved: int | None) -> Upgrade
             warn=True,
         )
     return UpgradeVerdict(
-        "UpgradeNotSupported",
-        f"an upgrade from {running} to {version} is approved, but this operator version does not carry out major "
-        f"upgrades yet; PostgreSQL {running} keeps running",
-        warn=True,
+        "UpgradeApproved",
+        f"the upgrade from {running} to {version} is approved: status.upgrade shows its gates and steps "
+        f"(PostgreSQL {running} runs until the check passed and the upgrade began)",
+        warn=False,
     )

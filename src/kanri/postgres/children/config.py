@@ -35,6 +35,7 @@ def instance_config(
     system_identifier: str | None = None,
     archive: Obj | None = None,
     recovery: Obj | None = None,
+    upgrade: Obj | None = None,
 ) -> str:
     """The JSON document at ``/etc/kanri/config/instance.json`` (keys sorted: same input, same bytes); ``archive``
     is where WAL goes (:func:`kanri.postgres.backup.archive_target`), absent without a repository; ``recovery`` the
@@ -51,6 +52,8 @@ def instance_config(
         document["archive"] = archive
     if recovery is not None:
         document["recovery"] = recovery
+    if upgrade is not None:
+        document["upgrade"] = upgrade  # after a major upgrade: replicas of the old major clone again
     return json.dumps(document, sort_keys=True, indent=2) + "\n"
 
 
@@ -61,8 +64,10 @@ def config_map(
     system_identifier: str | None = None,
     archive: Obj | None = None,
     recovery: Obj | None = None,
+    *,
+    upgrade: Obj | None = None,
 ) -> Obj:
     name = cluster["metadata"]["name"]
     meta = child_meta(cluster, names.config_map(name), cluster_labels(name))
-    document = instance_config(spec, instances, system_identifier, archive, recovery)
+    document = instance_config(spec, instances, system_identifier, archive, recovery, upgrade)
     return owned("v1", "ConfigMap", meta, data={CONFIG_KEY: document})

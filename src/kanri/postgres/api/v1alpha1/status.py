@@ -239,6 +239,22 @@ class UpgradeStatus(ApiModel):
     it."""
     generation: Annotated[int, Field(ge=0)] | None = None
     """The metadata.generation this record was decided for (a Failed upgrade is tried again only for a newer one)."""
+    step: Literal["Stopping", "Upgrading", "Starting"] | None = None
+    """Within phase Upgrading: Stopping (every instance stops: the downtime begins), Upgrading (pg_upgrade --link in
+    a one-off pod on the primary's volume), Starting (the instances start on the new major; replicas are cloned
+    again from the upgraded primary)."""
+    primary: Annotated[str, Field(max_length=253)] | None = None
+    """The instance whose data directory is upgraded (the primary when the check passed)."""
+    stopped_at: datetime | None = None
+    """When the instances were asked to stop (the downtime's start)."""
+    serving_at: datetime | None = None
+    """When the upgraded primary first served again (the downtime's end)."""
+    downtime_seconds: Annotated[float, Field(ge=0)] | None = None
+    """serving_at - stopped_at: how long the cluster took no connections."""
+    pg_upgrade_seconds: Annotated[float, Field(ge=0)] | None = None
+    """How long pg_upgrade --link itself took."""
+    finished_at: datetime | None = None
+    """When every instance was ready on the new major (phase Succeeded)."""
 
 
 class TlsStatus(ApiModel):

@@ -1,0 +1,214 @@
+"""``kanri-instance upgrade``: the major upgrade of the primary's data directory, in a one-off pod on its volume.
+
+The operator runs it only with every instance stopped (the cluster's downtime). Steps, each recorded in
+``<volume>/kanri-upgrade/state.json`` before it acts, so a pod started again never runs pg_upgrade twice on one data
+directory:
+
+1. the old server is started once on its unix socket and stopped cleanly (pg_upgrade needs a clean shutdown, and it
+   tells the encoding and locale the new cluster must have); checksums come from pg_controldata;
+2. ``initdb`` of the new major in ``pgdata.kanri-upgrade`` beside PGDATA (the same filesystem: ``--link``);
+3. state ``linking``; ``pg_upgrade --link`` with the new major's own pg_upgrade;
+4. state ``linked``; PGDATA becomes ``pgdata.kanri-old``, the new cluster becomes PGDATA; state ``swapped``; the old
+   directory is removed (after ``--link`` it can no longer be started); state ``done``.
+
+Found at start: ``linking`` means an earlier pg_upgrade was interrupted. If pg_upgrade had renamed the old
+``global/pg_control`` to ``pg_control.old`` (it does so just before linking) the old directory must not be started
+any more: the pod fails and says so (the way back is the pre-upgrade backup). Otherwise the old directory is intact:
+the pod fails too, without touching it, and the operator records Failed (nothing is retried until the spec changes).
+``linked``/``swapped`` are finished; ``done`` (or data already of the new major) is success.
+
+After the swap ``post-upgrade.json`` asks the instance manager of the new primary to rebuild the statistics
+(``vacuumdb --analyze-in-stages``) and run ``update_extensions.sql`` when pg_upgrade wrote one
+(:mod:`kanri.instance.post_upgrade`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from kanri.instance.config import Settings, SettingsError
+from kanri.instance.identity import data_version
+from kanri.instance.logs import configure_logging
+from kanri.instance.tls import install as install_tls
+from kanri.instance.upgrade_tools import (
+    UPGRADE_PORT_NEW,
+    UPGRADE_PORT_OLD,
+    InitdbSettings,
+    UpgradeError,
+    bin_dir,
+    checksums_enabled,
+    controldata,
+    initdb,
+    run_tool,
+    temporary_server,
+    verdict,
+)
+
+__all__ = ["POST_UPGRADE", "WORK_DIR", "main", "upgrade"]
+
+log = structlog.get_logger("kanri.instance.major_upgrade")
+TERMINATION_LOG = Path("/dev/termination-log")
+WORK_DIR = "kanri-upgrade"
+"""Beside PGDATA on the volume: the state file, pg_upgrade's scripts and logs."""
+POST_UPGRADE = "post-upgrade.json"
+
+
+def _work(settings: Settings) -> Path:
+    return settings.pgdata.parent / WORK_DIR
+
+
+def _staging(settings: Settings) -> Path:
+    return settings.pgdata.with_name(settings.pgdata.name + ".kanri-upgrade")
+
+
+def _aside(settings: Settings) -> Path:
+    return settings.pgdata.with_name(settings.pgdata.name + ".kanri-old")
+
+
+def _read_state(settings: Settings) -> dict[str, Any]:
+    try:
+        found = json.loads((_work(settings) / "state.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _write_state(settings: Settings, **state: Any) -> None:
+    work = _work(settings)
+    work.mkdir(parents=True, exist_ok=True)
+    tmp = work / "state.json.tmp"
+    with tmp.open("w") as handle:
+        json.dump(state, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, work / "state.json")
+
+
+async def _template_settings(bindir: Path, settings: Settings, socket: Path) -> InitdbSettings:
+    """Start the old server once (a clean shutdown follows) and read template0's encoding and locale."""
+    fields = await controldata(bindir, settings.pgdata)
+    query = "select pg_encoding_to_char(encoding), datcollate, datctype from pg_database where datname = 'template0'"
+    async with temporary_server(bindir, settings.pgdata, socket, UPGRADE_PORT_OLD, "-c archive_mode=off"):
+        code, text = await run_tool([str(bindir / "psql"), "-X", "-A", "-t", "-F", "|", "-h", str(socket), "-p",
+                                     str(UPGRADE_PORT_OLD), "-U", "postgres", "-d", "postgres", "-c", query],
+                                    echo=False)  # fmt: skip
+    if code != 0:
+        raise UpgradeError(f"could not read the old cluster's encoding: {text.strip()[-400:]}")
+    encoding, collate, ctype = text.strip().split("|")
+    return InitdbSettings(encoding, collate, ctype, checksums_enabled(fields))
+
+
+def _finish(settings: Settings, state: dict[str, Any]) -> None:
+    """Steps 4 on: swap the directories and remove the old one (each part skipped when done already)."""
+    staging, aside = _staging(settings), _aside(settings)
+    if state.get("step") == "linked":
+        if staging.exists():
+            if settings.pgdata.exists():
+                os.replace(settings.pgdata, aside)
+            os.replace(staging, settings.pgdata)
+        state = {**state, "step": "swapped"}
+        _write_state(settings, **state)
+    if state.get("step") == "swapped":
+        shutil.rmtree(aside, ignore_errors=True)
+        _write_state(settings, **{**state, "step": "done"})
+
+
+async def upgrade(settings: Settings, old: int, new: int, env: dict[str, str]) -> dict[str, Any]:
+    """The steps of the module docstring; returns the verdict's extra fields; raises UpgradeError."""
+    state = _read_state(settings)
+    if state.get("to") == new and state.get("step") in ("linked", "swapped", "done"):
+        _finish(settings, state)
+        return {"resumed": state.get("step")}
+    if state.get("step") == "linking":
+        if (settings.pgdata / "global" / "pg_control.old").exists():
+            raise UpgradeError(
+                "an earlier pg_upgrade --link was interrupted after it began linking: the old data directory must "
+                "not be started again; restore the pre-upgrade backup into a new cluster (docs/postgres-operator.md "
+                "'Major upgrades')"
+            )
+        raise UpgradeError(
+            "an earlier pg_upgrade was interrupted before it began linking: the old data directory is intact and "
+            f"the cluster goes on with PostgreSQL {old}; change the spec to try again"
+        )
+    found = data_version(settings.pgdata)
+    if found == new:
+        return {"resumed": "already upgraded"}
+    if found != old:
+        raise UpgradeError(f"the data directory is PostgreSQL {found}, not {old}: not upgrading")
+    old_bin, new_bin = bin_dir(old, env), settings.pg_bin
+    if new_bin is None:
+        raise UpgradeError("KANRI_PG_BIN is not set: no new major's programs")
+    install_tls(settings)  # the old postgresql.conf names the installed certificate files
+    work = _work(settings)
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    socket = settings.socket_dir
+    initdb_settings = await _template_settings(old_bin, settings, socket)
+    staging = _staging(settings)
+    shutil.rmtree(staging, ignore_errors=True)
+    await initdb(new_bin, new, staging, initdb_settings)
+    _write_state(settings, **{"from": old, "to": new, "step": "linking"})
+    args = [
+        str(new_bin / "pg_upgrade"),
+        "--old-bindir", str(old_bin), "--new-bindir", str(new_bin),
+        "--old-datadir", str(settings.pgdata), "--new-datadir", str(staging),
+        "--link", "--username", "postgres", "--socketdir", str(socket),
+        "--old-port", str(UPGRADE_PORT_OLD), "--new-port", str(UPGRADE_PORT_NEW),
+        "--old-options", "-c archive_mode=off", "--new-options", "-c archive_mode=off",
+    ]  # fmt: skip
+    started = time.monotonic()
+    code, text = await run_tool(args, cwd=work, env=env)
+    if code != 0:
+        linked = (settings.pgdata / "global" / "pg_control.old").exists()
+        if not linked:  # nothing of the old directory changed: forget the attempt, keep its log
+            (work / "state.json").unlink(missing_ok=True)
+            shutil.rmtree(staging, ignore_errors=True)
+        raise UpgradeError(f"pg_upgrade --link failed with code {code}" + (
+            " after it began linking: restore the pre-upgrade backup" if linked else
+            f" before linking: PostgreSQL {old} data is intact") + ": " + _tail(text))  # fmt: skip
+    took = time.monotonic() - started
+    _write_state(settings, **{"from": old, "to": new, "step": "linked"})
+    extensions = work / "update_extensions.sql"
+    post = {"to": new, "analyze": True, "updateExtensions": str(extensions) if extensions.exists() else None}
+    (work / POST_UPGRADE).write_text(json.dumps(post))
+    _finish(settings, {"from": old, "to": new, "step": "linked"})
+    return {"pgUpgradeSeconds": round(took, 1), "updateExtensions": extensions.exists(),
+            "initdb": initdb_settings.describe()}  # fmt: skip
+
+
+def _tail(text: str, lines: int = 25) -> str:
+    return "\n".join(line for line in text.strip().splitlines()[-lines:] if line.strip())
+
+
+def main(env: dict[str, str] | None = None) -> int:
+    """``kanri-instance upgrade``: ``KANRI_UPGRADE_FROM``/``KANRI_UPGRADE_TO``; the verdict is the termination
+    message; 0 on success."""
+    environ = dict(os.environ if env is None else env)
+    termination = Path(environ.get("KANRI_TERMINATION_LOG") or TERMINATION_LOG)
+    try:
+        settings = Settings.from_env(environ)
+        old, new = int(environ["KANRI_UPGRADE_FROM"]), int(environ["KANRI_UPGRADE_TO"])
+    except (SettingsError, KeyError, ValueError) as exc:
+        configure_logging()
+        verdict("Failed", f"invalid settings: {exc}", termination)
+        return 2
+    configure_logging(instance=settings.name, cluster=settings.cluster, namespace=settings.namespace)
+    started = time.monotonic()
+    try:
+        extra = asyncio.run(upgrade(settings, old, new, environ))
+    except (UpgradeError, OSError) as exc:
+        log.error("major upgrade failed", error=str(exc)[:500])
+        verdict("Failed", str(exc), termination, durationSeconds=round(time.monotonic() - started, 1))
+        return 1
+    message = f"the data directory was upgraded from PostgreSQL {old} to {new} with pg_upgrade --link"
+    log.info("major upgrade done", **{k: v for k, v in extra.items() if k != "initdb"})
+    verdict("Succeeded", message, termination, durationSeconds=round(time.monotonic() - started, 1), **extra)
+    return 0
