@@ -77,8 +77,9 @@ class Old14:
 
     def sql(self, query: str, release: Installation | None = None) -> str:
         release = release or self.release
-        done = _run([str(release.bin_dir / "psql"), "-X", "-A", "-t", "-h", str(self.socket), "-p", str(self.port),
-                     "-U", "postgres", "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-c", query], _env(release))  # fmt: skip
+        args = [str(release.bin_dir / "psql"), "-X", "-A", "-t", "-h", str(self.socket), "-p", str(self.port),
+                "-U", "postgres", "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-c", query]  # fmt: skip
+        done = _run(args, _env(release))
         return done.stdout.strip()
 
 
