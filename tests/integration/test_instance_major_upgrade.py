@@ -26,8 +26,6 @@ pytestmark = [
 PASSWORD = "pw-upgrade-check-secret"
 
 
-
-
 def _env(release: Installation, extra: dict[str, str] | None = None) -> dict[str, str]:
     return {"PATH": f"{release.bin_dir}:/usr/bin:/bin", "LANG": "C.UTF-8",
             "LD_LIBRARY_PATH": str(release.prefix / "lib"), **(extra or {})}  # fmt: skip
