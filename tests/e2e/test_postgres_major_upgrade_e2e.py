@@ -1,0 +1,195 @@
+"""Major upgrades carried out end to end (issue 14 item 3): PyPI PostgreSQL 14 → 15 in the local node's pods, real
+Barman Cloud backups into the local object store (the fresh-backup gate), the real ``pg_upgrade``.
+
+- A primary and two replicas with data and an extension: unapproved it waits and keeps serving 14; approved, it waits
+  for a backup taken after the approval; then the check pod, the stop, ``pg_upgrade --link`` on the primary's volume,
+  the replicas cloned again: every instance runs 15, the data is checksummed equal, the extension is there, the
+  downtime is recorded, writes go on and reach both replicas.
+- A catalog pg_upgrade cannot carry (a ``regproc`` column: a real incompatibility) ends ``Failed`` with the check's
+  own reason naming the table, and the cluster keeps serving on 14 — the check never stopped it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import AsyncIterator
+from typing import Any
+
+import psycopg
+import pytest
+import pytest_asyncio
+from typer.testing import CliRunner
+
+from kanri.cli.main import app
+from kanri.local import Endpoint
+from kanri.local.pg_binaries import installed, newest_per_major
+from kanri.local.seaweedfs import S3_BUCKET, S3_SERVICE, backup_tools_bin
+from kanri.postgres import names
+from kanri.postgres.api.v1alpha1.backup import S3Repository
+from kanri.postgres.instances import HttpInstanceClient
+from kanri.postgres.kinds import POSTGRES_CLUSTER
+from kanri.runtime import Client
+from kanri.runtime.kinds import EVENT, POD, SECRET, STATEFUL_SET
+from tests.e2e.postgres_helpers import cluster, every_instance_has, pod_ips, ready, write_row
+from tests.e2e.test_backup_archiving_e2e import (  # noqa: F401  (node, store: the fixtures)
+    Store,
+    node,
+    store,
+    superuser_sql,
+)
+from tests.postgres_support import Operator
+from tests.support import eventually
+
+Obj = dict[str, Any]
+_NEWEST = newest_per_major(installed())
+pytestmark = [
+    pytest.mark.timeout(900),
+    pytest.mark.skipif(not {14, 15} <= set(_NEWEST), reason="PyPI PostgreSQL 14 and 15 not installed"),
+    pytest.mark.skipif(not (backup_tools_bin() / "barman-cloud-backup").exists(), reason="no backup tools"),
+]
+CHECKSUM = "SELECT md5(string_agg(id::text || ':' || note, ',' ORDER BY id)) FROM ledger"
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def upgrading_operator(control_plane: Endpoint, namespace: str, store: Store) -> AsyncIterator[Operator]:  # noqa: F811
+    repository = S3Repository.model_validate({"endpoint": store.endpoint, "bucket": S3_BUCKET, "path": "upgrade",
+                                              "credentialsSecret": {"name": f"{S3_SERVICE}-keys"}})  # fmt: skip
+    instances = HttpInstanceClient()
+    try:
+        yield Operator(control_plane, namespace, instances=instances, default_backup_repository=repository)
+    finally:
+        await instances.close()
+
+
+async def _record(client: Client, namespace: str, name: str, phase: str) -> Obj | None:
+    status = (await client.get(POSTGRES_CLUSTER, name, namespace)).get("status") or {}
+    record = status.get("upgrade")
+    return record if record and record.get("phase") == phase else None
+
+
+async def _reasons(client: Client, namespace: str) -> list[str]:
+    events, _ = await client.list(EVENT, namespace)
+    return [str(e.get("reason")) for e in sorted(events, key=lambda e: str(e.get("firstTimestamp") or ""))]
+
+
+async def _images(client: Client, namespace: str, name: str, replicas: int) -> set[str]:
+    found = set()
+    for n in range(1, replicas + 1):
+        sts = await client.get(STATEFUL_SET, f"{name}-{n}", namespace)
+        found |= {c["image"] for c in sts["spec"]["template"]["spec"]["containers"]}
+    return found
+
+
+async def _versions(client: Client, namespace: str, name: str) -> set[str] | None:
+    """server_version of every instance (through each pod's address), None while one cannot answer."""
+    seen = set()
+    for ip in (await pod_ips(client, namespace, name)).values():
+        rows = await _superuser_at(client, namespace, name, ip, "SHOW server_version")
+        if not rows:
+            return None
+        seen.add(str(rows[0][0]))
+    return seen or None
+
+
+async def _superuser_at(client: Client, namespace: str, name: str, host: str, query: str) -> list[Any] | None:
+    secret = await client.get(SECRET, names.superuser_secret(name), namespace)
+    data = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    try:
+        async with await psycopg.AsyncConnection.connect(host=host, port=5432, user=data["username"],
+                                                          password=data["password"], dbname="postgres",
+                                                          connect_timeout=5, autocommit=True) as conn:  # fmt: skip
+            return list(await (await conn.execute(query)).fetchall())
+    except psycopg.Error:
+        return None
+
+
+async def _backup(control_plane: Endpoint, namespace: str, name: str, backup: str) -> None:
+    argv = ["backup", name, "--name", backup, "--wait", "--timeout", "240", "-n", namespace,
+            "--kubeconfig", str(control_plane.kubeconfig)]  # fmt: skip
+    result = await asyncio.to_thread(CliRunner().invoke, app, argv)
+    assert result.exit_code == 0, result.output
+
+
+async def test_a_cluster_of_three_is_upgraded_from_14_to_15_after_approval_and_a_fresh_backup(
+    client: Client,
+    control_plane: Endpoint,
+    node: Any,
+    upgrading_operator: Operator,
+    namespace: str,
+) -> None:
+    await client.create(POSTGRES_CLUSTER, cluster("up", namespace, 3, version=14, backup={"retentionDays": 7}))
+    async with upgrading_operator.running(refresh=2.0):
+        await eventually(lambda: ready(client, namespace, "up", 3), timeout=240, interval=1)
+        await superuser_sql(client, namespace, "up", "CREATE EXTENSION pgcrypto")
+        await superuser_sql(client, namespace, "up", "CREATE TABLE ledger (id int PRIMARY KEY, note text)")
+        await superuser_sql(client, namespace, "up", "INSERT INTO ledger SELECT g, encode(digest(g::text, "
+                            "'sha256'), 'hex') FROM generate_series(1, 20000) g")  # fmt: skip
+        before = await superuser_sql(client, namespace, "up", CHECKSUM)
+        assert before
+        assert before[0][0]
+        await write_row(client, namespace, "up", 1)
+
+        # unapproved: recorded, nothing changes
+        await client.patch(POSTGRES_CLUSTER, "up", {"spec": {"version": 15}}, namespace)
+        await eventually(lambda: _record(client, namespace, "up", "WaitingForApproval"), timeout=30)
+        assert await _images(client, namespace, "up", 3) == {"kanri.dev/postgres:14"}
+        # approved: the backup gate (the first backup was taken before the approval)
+        await client.patch(POSTGRES_CLUSTER, "up", {"spec": {"upgrade": {"approvedVersion": 15}}}, namespace)
+        gated = await eventually(lambda: _record(client, namespace, "up", "WaitingForPreconditions"), timeout=60)
+        assert "no base backup completed after the approval" in gated["message"]
+        await _backup(control_plane, namespace, "up", "up-before-15")
+
+        upgrading = await eventually(lambda: _record(client, namespace, "up", "Upgrading"), timeout=180, interval=1)
+        assert upgrading["primary"] in {"up-1", "up-2", "up-3"}
+        done = await eventually(lambda: _record(client, namespace, "up", "Succeeded"), timeout=600, interval=1)
+        assert done["downtimeSeconds"] > 0
+        assert done["from"] == 14
+        assert done["to"] == 15
+        print(f"major upgrade 14 -> 15: downtime {done['downtimeSeconds']} s, pg_upgrade "
+              f"{done.get('pgUpgradeSeconds')} s")  # fmt: skip
+        await eventually(lambda: ready(client, namespace, "up", 3), timeout=120, interval=1)
+        assert await _images(client, namespace, "up", 3) == {"kanri.dev/postgres:15"}
+        versions = await eventually(lambda: _versions(client, namespace, "up"), timeout=60)
+        assert versions == {_NEWEST[15].tag}, versions
+        assert await superuser_sql(client, namespace, "up", CHECKSUM) == before
+        assert await superuser_sql(client, namespace, "up", "SELECT extname FROM pg_extension WHERE extname = "
+                                   "'pgcrypto'") == [("pgcrypto",)]  # fmt: skip
+        # writes go on and reach both re-cloned replicas
+        await write_row(client, namespace, "up", 2)
+        await eventually(lambda: every_instance_has(client, namespace, "up", [1, 2]), timeout=60, interval=1)
+        reasons = await _reasons(client, namespace)
+        for reason in ("UpgradeWaitingForApproval", "UpgradeWaitingForPreconditions", "UpgradeChecking",
+                       "UpgradeCheckPassed", "UpgradeStopping", "UpgradeRunning", "UpgradeDataUpgraded",
+                       "UpgradeSucceeded"):  # fmt: skip
+            assert reason in reasons, reasons
+        assert "FailedOver" not in reasons  # the planned downtime is no failover
+
+
+async def test_an_upgrade_the_check_refuses_fails_and_the_cluster_keeps_serving_14(
+    client: Client,
+    control_plane: Endpoint,
+    node: Any,
+    upgrading_operator: Operator,
+    namespace: str,
+) -> None:
+    await client.create(POSTGRES_CLUSTER, cluster("bad", namespace, 1, version=14, backup={"retentionDays": 7}))
+    async with upgrading_operator.running(refresh=2.0):
+        await eventually(lambda: ready(client, namespace, "bad", 1), timeout=240, interval=1)
+        # a regproc column: pg_upgrade cannot carry reg* OIDs into another major's catalog
+        await superuser_sql(client, namespace, "bad", "CREATE TABLE procs (p regproc)")
+        await client.patch(POSTGRES_CLUSTER, "bad", {"spec": {"version": 15, "upgrade": {"approvedVersion": 15}}},
+                           namespace)  # fmt: skip
+        await eventually(lambda: _record(client, namespace, "bad", "WaitingForPreconditions"), timeout=60)
+        await _backup(control_plane, namespace, "bad", "bad-before-15")
+        failed = await eventually(lambda: _record(client, namespace, "bad", "Failed"), timeout=300, interval=1)
+        assert "reg*" in failed["message"], failed["message"]
+        assert "procs" in failed["message"], failed["message"]
+        assert "UpgradeCheckFailed" in await _reasons(client, namespace)
+        # still 14, still serving, and not retried: a later pass leaves the record and the instance alone
+        assert await _images(client, namespace, "bad", 1) == {"kanri.dev/postgres:14"}
+        await write_row(client, namespace, "bad", 7)
+        await asyncio.sleep(10)
+        assert await _record(client, namespace, "bad", "Failed") == failed
+        pods, _ = await client.list(POD, namespace, label_selector="kanri.dev/upgrade")
+        assert pods == []
