@@ -114,7 +114,6 @@ async def _backup(control_plane: Endpoint, namespace: str, name: str, backup: st
 async def test_a_cluster_of_three_is_upgraded_from_14_to_15_after_approval_and_a_fresh_backup(
     client: Client,
     control_plane: Endpoint,
-    node: Any,
     upgrading_operator: Operator,
     namespace: str,
 ) -> None:
@@ -169,7 +168,6 @@ async def test_a_cluster_of_three_is_upgraded_from_14_to_15_after_approval_and_a
 async def test_an_upgrade_the_check_refuses_fails_and_the_cluster_keeps_serving_14(
     client: Client,
     control_plane: Endpoint,
-    node: Any,
     upgrading_operator: Operator,
     namespace: str,
 ) -> None:

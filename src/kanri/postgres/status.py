@@ -18,7 +18,7 @@ Conditions (``Ready``, ``Progressing``, ``Degraded``, ``StorageResizing``, ``Maj
 | Degraded | False | ``AsExpected`` |
 | StorageResizing | True | ``Resizing`` (a claim's capacity is below its request) |
 | StorageResizing | False | ``Resized``, ``ExpansionNotSupported`` (the class cannot grow volumes: the user must act) |
-| MajorUpgrade | False | ``NotRequested``, ``UpgradeNotApproved``, ``UpgradeNotSupported``, ``DowngradeNotSupported`` |
+| MajorUpgrade | False | ``NotRequested``, ``UpgradeNotApproved``, ``UpgradeApproved``, ``DowngradeNotSupported`` |
 | FailoverBlocked | True | ``ManualPolicy``, ``DataLossAboveLimit``, ``DataLossUnknown``, ``NoSynchronousStandby``,
 ``NoCandidate`` (the failover waits for ``kanri.dev/approve-failover``) |
 | FailoverBlocked | False | ``NotBlocked`` (present once a failover was blocked) |

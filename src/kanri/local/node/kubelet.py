@@ -41,6 +41,7 @@ from typing import IO, Any
 
 import structlog
 
+from kanri.local.node import termination
 from kanri.local.node.cgroups import Cgroups, ContainerCgroup, container_limits
 from kanri.local.node.containers import (
     ContainerState,
@@ -337,7 +338,12 @@ class PodWorker:
                 state.kind, state.exit_code = "terminated", exit_code(returncode)
                 # As the kubelet reports it: the kernel's OOM killer ended a process of the container.
                 reason = "OOMKilled" if oom_killed else ("Completed" if returncode == 0 else "Error")
-                state.reason, state.message = reason, ""
+                directory = pod_dir(kubelet.options.data_dir, self.namespace, self.name, self.uid)
+                log = log_path(kubelet.options.data_dir, self.namespace, self.name, self.uid, state.name,
+                               state.restart_count)  # fmt: skip
+                state.reason = reason
+                state.message = termination.message(container, directory / "termination" / state.name,
+                                                    state.exit_code or 0, log)  # fmt: skip
                 state.started_at, state.finished_at = now_iso(started), now_iso()
             code = state.exit_code or 0
             if self.stopping.is_set() or not should_restart(self.restart_policy, code):
@@ -369,6 +375,9 @@ class PodWorker:
         directory = pod_dir(self.kubelet.options.data_dir, self.namespace, self.name, self.uid)
         mounts = [*self.pod_mounts, *account_mounts(directory, container["name"], entry.users, uid, gid)]
         mounts += container_mounts(container, self.volumes)
+        # its termination-message file, emptied for each start (kanri.local.node.termination)
+        written = termination.fresh_file(directory, container["name"])
+        mounts.append(Mount(str(written), termination.target(container)))
         # A new container's /tmp is empty, as a new container's writable layer is.
         tmp = directory / "tmp" / container["name"]
         shutil.rmtree(tmp, ignore_errors=True)
