@@ -68,6 +68,12 @@ async def _record(client: Client, namespace: str, name: str, phase: str) -> Obj 
     return record if record and record.get("phase") == phase else None
 
 
+async def _first_backup(client: Client, namespace: str, name: str) -> str | None:
+    """The first base backup completed (so the approval below comes after it)."""
+    status = (await client.get(POSTGRES_CLUSTER, name, namespace)).get("status") or {}
+    return (status.get("backup") or {}).get("lastSuccessful")
+
+
 async def _reasons(client: Client, namespace: str) -> list[str]:
     events, _ = await client.list(EVENT, namespace)
     return [str(e.get("reason")) for e in sorted(events, key=lambda e: str(e.get("firstTimestamp") or ""))]
@@ -128,6 +134,7 @@ async def test_a_cluster_of_three_is_upgraded_from_14_to_15_after_approval_and_a
         assert before
         assert before[0][0]
         await write_row(client, namespace, "up", 1)
+        await eventually(lambda: _first_backup(client, namespace, "up"), timeout=120, interval=1)
 
         # unapproved: recorded, nothing changes
         await client.patch(POSTGRES_CLUSTER, "up", {"spec": {"version": 15}}, namespace)
@@ -174,6 +181,7 @@ async def test_an_upgrade_the_check_refuses_fails_and_the_cluster_keeps_serving_
     await client.create(POSTGRES_CLUSTER, cluster("bad", namespace, 1, version=14, backup={"retentionDays": 7}))
     async with upgrading_operator.running(refresh=2.0):
         await eventually(lambda: ready(client, namespace, "bad", 1), timeout=240, interval=1)
+        await eventually(lambda: _first_backup(client, namespace, "bad"), timeout=120, interval=1)
         # a regproc column: pg_upgrade cannot carry reg* OIDs into another major's catalog
         await superuser_sql(client, namespace, "bad", "CREATE TABLE procs (p regproc)")
         await client.patch(POSTGRES_CLUSTER, "bad", {"spec": {"version": 15, "upgrade": {"approvedVersion": 15}}},

@@ -238,6 +238,32 @@ async def test_on_failure_with_exit_zero_succeeds(client: Client, node: LocalNod
     assert (status["state"]["terminated"]["exitCode"], status["state"]["terminated"]["reason"]) == (0, "Completed")
 
 
+async def test_the_termination_message_is_the_file_or_with_fallback_the_log_tail(
+    client: Client, node: LocalNode, namespace: str
+) -> None:
+    verdict = 'echo noise; echo \'{"result": "Succeeded"}\' > /dev/termination-log; exit 0'
+    await client.create(POD, pod("says", namespace, node, restart_policy="Never", image=SHELL, args=[verdict]))
+    custom = "echo custom > /tmp/said; exit 4"
+    await client.create(POD, pod("custom", namespace, node, restart_policy="Never", image=SHELL, args=[custom],
+                                 terminationMessagePath="/tmp/said"))  # fmt: skip
+    failing = "for i in $(seq 1 100); do echo line $i; done; exit 2"
+    await client.create(POD, pod("falls", namespace, node, restart_policy="Never", image=SHELL, args=[failing],
+                                 terminationMessagePolicy="FallbackToLogsOnError"))  # fmt: skip
+    await client.create(POD, pod("quiet", namespace, node, restart_policy="Never", image=SHELL, args=[failing]))
+    states = {}
+    for name in ("says", "custom", "falls", "quiet"):
+        live = await eventually(lambda n=name: finished(client, n, namespace), timeout=30)  # type: ignore[misc]
+        status = main_status(live)
+        assert status is not None
+        states[name] = status["state"]["terminated"]
+    assert states["says"]["message"].strip() == '{"result": "Succeeded"}'
+    assert states["custom"]["message"].strip() == "custom"
+    fallback = states["falls"]["message"].splitlines()
+    assert fallback[-1] == "line 100"
+    assert len(fallback) == 80  # the kubelet's limit: the last 80 lines
+    assert "message" not in states["quiet"]  # policy File and an empty file: no message
+
+
 async def test_unmapped_image_waits_visibly(client: Client, node: LocalNode, namespace: str) -> None:
     await client.create(POD, pod("unmapped", namespace, node, image="example.invalid/nothing:1"))
 

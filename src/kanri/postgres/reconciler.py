@@ -42,7 +42,7 @@ from kanri.postgres.diff import is_subset
 from kanri.postgres.failover import SUSPECT_INTERVAL
 from kanri.postgres.failover_step import FailoverStep, StepResult, rejoining, withhold_rejoining
 from kanri.postgres.instances import InstanceClient, InstanceReport, gather_reports
-from kanri.postgres.kinds import POSTGRES_CLUSTER
+from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
 from kanri.postgres.labels import CLUSTER, FENCED, PRIMARY, REPLICA, ROLE
 from kanri.postgres.metrics import PostgresMetrics
 from kanri.postgres.pod_problems import pod_problems
@@ -361,7 +361,8 @@ class ClusterPass:
             generation=int(self.cluster["metadata"].get("generation", 0)),
             ready=ready.get("status") == "True" and plan.primary is not None,
             last_backup=datetime.fromisoformat(last_backup.replace("Z", "+00:00")) if last_backup else None,
-            record=status.get("upgrade"), now=datetime.now(UTC).replace(microsecond=0)))  # fmt: skip
+            record=status.get("upgrade"), now=datetime.now(UTC).replace(microsecond=0),
+            backups_in_flight=self.backups_in_flight()))  # fmt: skip
         old = status.get("upgrade")
         if decision.record != old:
             patch = decision.record
@@ -381,6 +382,12 @@ class ClusterPass:
             await upgrade_step.check(self, dict(record), plan.primary)
         else:
             await upgrade_step.advance(self, dict(record), plan, reports)
+
+    def backups_in_flight(self) -> tuple[str, ...]:
+        """The cluster's PostgresBackups that are Pending or Running."""
+        found = self.cache.list(POSTGRES_BACKUP, self.namespace)
+        return tuple(sorted(b["metadata"]["name"] for b in found if (b.get("spec") or {}).get("cluster") == self.name
+                            and (b.get("status") or {}).get("phase", "Pending") in ("Pending", "Running")))  # fmt: skip
 
     # --- writes that may be refused --------------------------------------------------------------------------------
 

@@ -7,7 +7,8 @@
   upgrades a database).
 - ``WaitingForPreconditions``: approved; the operator records ``approvedAt`` (its clock, the first pass that saw
   the approval: the spec carries no time) and waits for each gate, named in the message: the cluster is Ready, and
-  a base backup completed after the approval. The backup gate is only a comparison of
+  a base backup completed after the approval, and no backup is Pending or Running (the stop would cut it off). The
+  backup gate is only a comparison of
   ``status.backup.lastSuccessful`` with ``approvedAt``: whatever takes the backup (the PostgresBackup controller, a
   schedule, a backup asked by hand) composes with it, and a backup older than the approval never counts.
 - ``Checking``: ``pg_upgrade --check`` in a one-off pod (:mod:`kanri.postgres.upgrade_step` carries it out).
@@ -50,6 +51,8 @@ class Observed:
     record: Obj | None
     """``status.upgrade`` as recorded."""
     now: datetime
+    backups_in_flight: tuple[str, ...] = ()
+    """PostgresBackups of the cluster that are Pending or Running (the upgrade's stop would cut them off)."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,9 @@ def decide(obs: Observed) -> Decision:
         last = _stamp(obs.last_backup) if obs.last_backup else "none"
         gates.append(f"no base backup completed after the approval at {_stamp(approved_at)} "
                      f"(status.backup.lastSuccessful: {last})")  # fmt: skip
+    if obs.backups_in_flight:
+        gates.append(f"base backup {', '.join(obs.backups_in_flight)} has not finished (the upgrade stops every "
+                     "instance)")  # fmt: skip
     if gates:
         message = f"upgrade {obs.running} -> {obs.version} approved; waiting: " + "; ".join(gates)
         new = {**base, "phase": "WaitingForPreconditions", "message": message}
