@@ -104,3 +104,24 @@ def test_a_record_for_another_target_starts_over() -> None:
 def test_succeeded_is_kept_once_the_data_is_on_the_new_major() -> None:
     record = {"phase": "Succeeded", "from": 14, "to": 15, "generation": 3}
     assert decide(replace(BASE, running=15, version=15, record=record)).record == record
+
+
+def test_an_upgrade_under_way_is_finished_even_once_the_data_is_new_or_the_spec_changed() -> None:
+    record = {"phase": "Upgrading", "step": "Starting", "from": 14, "to": 15, "generation": 3}
+    # the primary's claim records 15 already: the running major is the target
+    assert decide(replace(BASE, running=15, version=15, record=record)).action == "upgrade"
+    # the user raised version again mid-way: the stopped cluster is brought up first, on 15
+    moved = decide(replace(BASE, version=16, approved=16, record=record))
+    assert (moved.action, moved.record) == ("upgrade", record)
+
+
+def test_a_backup_in_flight_is_a_named_gate() -> None:
+    approved = decide(replace(BASE, approved=15)).record
+    after = NOW + timedelta(minutes=5)
+    waiting = decide(replace(BASE, approved=15, record=approved, last_backup=after, now=after,
+                             backups_in_flight=("up-before-15",)))  # fmt: skip
+    assert waiting.record is not None
+    assert waiting.action == "none"
+    assert "base backup up-before-15 has not finished" in waiting.record["message"]
+    free = decide(replace(BASE, approved=15, record=approved, last_backup=after, now=after))
+    assert free.action == "check"
