@@ -109,6 +109,7 @@ class InstanceManager:
         self._rejoin_task: asyncio.Task[None] | None = None
         self._tls_context: ssl.SSLContext | None = None
         self._restore: dict[str, str] | None = None  # bootstrap.recovery's progress, for /status
+        self._recloning = False  # a replica cloned again after a major upgrade (_reclone_after_upgrade)
         self._post_upgrade: asyncio.Task[dict[str, object]] | None = None  # after a major upgrade (post_upgrade.py)
         self.backups = BaseBackups(settings, state_dir(settings.pgdata))
 
@@ -272,13 +273,17 @@ class InstanceManager:
                     data_major=found, cluster_major=self._binary_version)  # fmt: skip
         self._note("bootstrap", f"re-cloning: the data is PostgreSQL {found}, the cluster was upgraded to "
                    f"{self._binary_version}")  # fmt: skip
-        shutil.rmtree(self.settings.pgdata)
+        self._recloning = True
+        try:
+            shutil.rmtree(self.settings.pgdata)
 
-        def replication() -> Credentials | None:
-            self._read_secrets()
-            return self._secrets["replication"].credentials
+            def replication() -> Credentials | None:
+                self._read_secrets()
+                return self._secrets["replication"].credentials
 
-        await clone(self.settings, replication, on_error=lambda message: self._note("bootstrap", message))
+            await clone(self.settings, replication, on_error=lambda message: self._note("bootstrap", message))
+        finally:
+            self._recloning = False
         self._clear_error("bootstrap")
 
     async def _start(self) -> asyncio.subprocess.Process:
@@ -650,6 +655,8 @@ class InstanceManager:
             result.update(fenced=True, fencedSince=fence.since or None, fenceReason=fence.reason)
         if not self._data_ready:
             result["role"] = self.settings.bootstrap
+        if self._recloning:  # its data directory is gone while it clones: never mistaken for a primary
+            result["role"] = "replica"
         conn = await self._try_connect()
         if conn is None:
             return result
