@@ -142,7 +142,9 @@ def test_the_upgrade_links_the_data_directory_to_the_new_major_once(old14: Old14
     assert (old14.pgdata / "PG_VERSION").read_text().strip() == "15"
     assert not old14.pgdata.with_name("pgdata.kanri-old").exists()
     state = json.loads((old14.volume / "kanri-upgrade" / "state.json").read_text())
-    assert state == {"from": 14, "to": 15, "step": "done"}
+    identifier = str(verdict["systemIdentifier"])
+    assert identifier.isdigit()  # the new cluster's own (pg_upgrade does not keep it): the operator records it
+    assert state == {"from": 14, "to": 15, "step": "done", "systemIdentifier": identifier}
     assert (old14.volume / "kanri-upgrade" / "post-upgrade.json").is_file()
     # started with 15's binaries, the data is all there, checksums stayed on
     new = _NEWEST[15]

@@ -126,7 +126,7 @@ async def upgrade(settings: Settings, old: int, new: int, env: dict[str, str]) -
     state = _read_state(settings)
     if state.get("to") == new and state.get("step") in ("linked", "swapped", "done"):
         _finish(settings, state)
-        return {"resumed": state.get("step")}
+        return {"resumed": state.get("step"), "systemIdentifier": state.get("systemIdentifier")}
     if state.get("step") == "linking":
         if (settings.pgdata / "global" / "pg_control.old").exists():
             raise UpgradeError(
@@ -175,13 +175,16 @@ async def upgrade(settings: Settings, old: int, new: int, env: dict[str, str]) -
             " after it began linking: restore the pre-upgrade backup" if linked else
             f" before linking: PostgreSQL {old} data is intact") + ": " + _tail(text))  # fmt: skip
     took = time.monotonic() - started
-    _write_state(settings, **{"from": old, "to": new, "step": "linked"})
+    # pg_upgrade keeps the data but not the system identifier: the new cluster's initdb made a new one, which the
+    # operator records (the instances refuse a data directory of another system)
+    identifier = (await controldata(new_bin, staging)).get("Database system identifier", "")
+    _write_state(settings, **{"from": old, "to": new, "step": "linked", "systemIdentifier": identifier})
     extensions = work / "update_extensions.sql"
     post = {"to": new, "analyze": True, "updateExtensions": str(extensions) if extensions.exists() else None}
     (work / POST_UPGRADE).write_text(json.dumps(post))
-    _finish(settings, {"from": old, "to": new, "step": "linked"})
+    _finish(settings, {"from": old, "to": new, "step": "linked", "systemIdentifier": identifier})
     return {"pgUpgradeSeconds": round(took, 1), "updateExtensions": extensions.exists(),
-            "initdb": initdb_settings.describe()}  # fmt: skip
+            "initdb": initdb_settings.describe(), "systemIdentifier": identifier}  # fmt: skip
 
 
 def _tail(text: str, lines: int = 25) -> str:

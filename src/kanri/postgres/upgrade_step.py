@@ -29,7 +29,7 @@ import structlog
 from kanri.postgres import names
 from kanri.postgres.children.upgrade import check_pod, upgrade_pod
 from kanri.postgres.kinds import POSTGRES_CLUSTER
-from kanri.postgres.recorded import PG_MAJOR
+from kanri.postgres.recorded import PG_MAJOR, SYSTEM_IDENTIFIER
 from kanri.postgres.upgrade import failed
 from kanri.runtime import ApiError
 from kanri.runtime.kinds import POD, PVC
@@ -225,7 +225,15 @@ async def _run_upgrade_pod(step: ClusterPass, record: Obj, primary: str, now: da
         await _delete(step, name)
         return
     # the claim records the new major first: from this write on every StatefulSet gets the new image
-    await step.client.patch(PVC, primary, {"metadata": {"annotations": {PG_MAJOR: str(to)}}}, step.namespace)
+    annotations = {PG_MAJOR: str(to)}
+    identifier = str(found.get("systemIdentifier") or "")
+    if identifier.isdigit():
+        # pg_upgrade's new cluster has a system identifier of its own: from now on it is the cluster's
+        annotations[SYSTEM_IDENTIFIER] = identifier
+        updated = await step.client.patch_status(POSTGRES_CLUSTER, step.name, {"status": {
+            "systemIdentifier": identifier}}, step.namespace)  # fmt: skip
+        step.status = updated.get("status") or {}
+    await step.client.patch(PVC, primary, {"metadata": {"annotations": annotations}}, step.namespace)
     seconds = found.get("pgUpgradeSeconds")
     new = {**record, "step": "Starting", "message": f"{primary}'s data directory is PostgreSQL {to}; starting the "
            f"instances (replicas are cloned again from {primary})"}  # fmt: skip
