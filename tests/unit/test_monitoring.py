@@ -21,6 +21,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from kanri.instance import exporter
+from kanri.postgres.backup import BackupMetrics
 from kanri.postgres.metrics import PostgresMetrics
 from kanri.postgres.problems import SEVERITY
 from kanri.runtime import Client, LeaderElector
@@ -184,6 +185,7 @@ def registered() -> dict[str, set[str]]:
     """Every sample name kanri's code exposes (counters with ``_total``, histograms' ``_bucket``...) -> its labels."""
     registry = CollectorRegistry()
     PostgresMetrics(registry)
+    BackupMetrics(registry)
     ControllerMetrics(registry)
     WorkQueueMetrics(registry)
     ClientMetrics(registry)

@@ -33,6 +33,11 @@ def lsn_bytes(lsn: str | None) -> int | None:
         return None
 
 
+def _timestamp(raw: Any) -> float:
+    """An RFC 3339 time as written by the API server (``2026-12-02T04:00:00Z``) as Unix time."""
+    return datetime.fromisoformat(str(raw).replace("Z", "+00:00")).timestamp()
+
+
 class PostgresMetrics:
     """The operator's gauges; :meth:`observe` after each pass, :meth:`forget` when a cluster is gone."""
 
@@ -49,6 +54,11 @@ class PostgresMetrics:
         self.generation_lag = Gauge("kanri_postgres_cluster_generation_unobserved",
                                     "metadata.generation minus status.observedGeneration (spec changes not yet "
                                     "acted on).", cluster, registry=registry)  # fmt: skip
+        self.created = Gauge("kanri_postgres_cluster_creation_timestamp_seconds", "Unix time the PostgresCluster "
+                             "was created (metadata.creationTimestamp).", cluster, registry=registry)  # fmt: skip
+        self.restore_test_enabled = Gauge("kanri_postgres_restore_test_enabled", "1 when scheduled restore "
+                                          "rehearsals are on (spec.backup.restoreTest.enabled), 0 when turned off; "
+                                          "absent without spec.backup.", cluster, registry=registry)  # fmt: skip
         self.deleting_since = Gauge("kanri_postgres_cluster_deletion_timestamp_seconds",
                                     "Unix time the cluster was asked to be deleted (present only while its "
                                     "finalizer holds it).", cluster, registry=registry)  # fmt: skip
@@ -114,13 +124,18 @@ class PostgresMetrics:
         for condition in status.get("conditions") or []:
             if condition["type"] in _CONDITIONS:
                 self._set(key, self.condition, (*key, condition["type"]), float(condition["status"] == "True"))
+        if meta.get("creationTimestamp"):
+            self._set(key, self.created, key, _timestamp(meta["creationTimestamp"]))
+        backup = spec.get("backup")
+        if isinstance(backup, Mapping):  # the rehearsal alerts stay quiet where they were turned off
+            enabled = (backup.get("restoreTest") or {}).get("enabled", True)
+            self._set(key, self.restore_test_enabled, key, float(enabled is not False))
         unobserved = int(meta.get("generation", 0)) - int(status.get("observedGeneration", 0))
         self._set(key, self.generation_lag, key, float(max(unobserved, 0)))
         self._set(key, self.failover_blocked, key, float((status.get("failover") or {}).get("phase") == "Blocked"))
         last = status.get("lastFailover") or {}
         if last.get("time"):
-            when = datetime.fromisoformat(str(last["time"]).replace("Z", "+00:00"))
-            self._set(key, self.last_time, key, when.timestamp())
+            self._set(key, self.last_time, key, _timestamp(last["time"]))
             self._set(key, self.last_loss, key, float(bool(last.get("dataLossPossible"))))
             if last.get("durationSeconds") is not None:
                 self._set(key, self.last_duration, key, float(last["durationSeconds"]))
