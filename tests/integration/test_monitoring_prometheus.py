@@ -16,6 +16,7 @@ import shutil
 import socket
 import threading
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import MetricsHandler
 
 from kanri.instance.exporter import METRICS, Snapshot, SnapshotCollector
+from kanri.postgres.backup import BackupMetrics
 from kanri.postgres.instances import InstanceReport
 from kanri.postgres.metrics import PostgresMetrics
 from kanri.runtime import Client, FakeClock, LeaderElector
@@ -79,6 +81,14 @@ def fill(registry: CollectorRegistry) -> None:
     postgres.promoted("shop", "orders", "PrimaryUnreachable")
     postgres.observe(cluster("carts", ready=True, degraded=False), reports("carts"))
     postgres.deleting(cluster("carts", ready=True, degraded=False), since=1.0)
+    # Backups, WAL archiving and the last restore rehearsal, as the backup and rehearsal steps set them.
+    postgres.backups("shop", "orders", {"success": 1.7e9, "failure": 1.7e9 + 60, "succeeded": 0.0,
+                                        "recoverability": 1.6e9})  # fmt: skip
+    postgres.backup_failed("shop", "orders")
+    postgres.restore_tested("shop", "orders", datetime(2026, 11, 29, 5, tzinfo=UTC), succeeded=False)
+    archiving = BackupMetrics(registry)
+    archiving.failing.labels("shop", "orders").set(1)
+    archiving.last_archived.labels("shop", "orders").set(1.7e9)
     controller = ControllerMetrics(registry)
     controller.reconcile_total.labels("postgrescluster", "success").inc(5)
     controller.reconcile_total.labels("postgrescluster", "error").inc()
