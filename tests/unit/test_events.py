@@ -293,3 +293,42 @@ async def test_long_object_names_still_give_valid_event_names(
     name = fake.calls[0][1]
     assert len(name) <= 253
     assert re.fullmatch(r"a+\.[0-9a-f]{16}", name)
+
+
+async def test_a_chatty_reason_does_not_silence_another_reason_about_the_same_object(
+    fake: FakeClient, clock: FakeClock, wall: WallClock
+) -> None:
+    events = recorder(fake, clock, wall)
+    for i in range(30):
+        await events.normal(pod(), "PodCreated", f"pod {i}")
+    assert (len(fake.calls), events.dropped) == (25, 5)
+
+    await events.normal(pod(), "UpgradeSucceeded", "14 -> 15")
+    assert len(fake.calls) == 26
+    assert fake.calls[-1][2]["reason"] == "UpgradeSucceeded"
+
+
+async def test_the_objects_own_ceiling_bounds_all_its_reasons_together(
+    fake: FakeClient, clock: FakeClock, wall: WallClock
+) -> None:
+    events = recorder(fake, clock, wall, burst=3, object_burst=5, refill_per_second=1 / 60)
+    for reason in ("A", "B", "C"):
+        for i in range(3):
+            await events.normal(pod(), reason, f"{reason} {i}")
+    written = [call[2]["reason"] for call in fake.calls]
+    assert written == ["A", "A", "A", "B", "B"]
+    assert events.dropped == 4
+
+    # A refused write spent no token of the other bucket: "C" still has all three of its own. The object's bucket
+    # refills object_burst/burst times as fast as a reason's: one token after 36 s (60 s * 3/5).
+    clock.advance(35)
+    await events.normal(pod(), "C", "C early")
+    assert (len(fake.calls), events.dropped) == (5, 5)
+    clock.advance(1)
+    await events.normal(pod(), "C", "C late")
+    assert [call[2]["reason"] for call in fake.calls][-1] == "C"
+
+
+def test_an_object_ceiling_below_the_per_reason_burst_is_refused(fake: FakeClient) -> None:
+    with pytest.raises(ValueError, match="object_burst"):
+        EventRecorder(cast(Any, fake), component="c", burst=10, object_burst=5)

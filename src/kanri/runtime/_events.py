@@ -3,10 +3,14 @@
 - **Repeats aggregate.** The same (object, type, reason, message) seen again within ``aggregation_window`` seconds
   PATCHes the existing Event's ``count`` and ``lastTimestamp`` instead of creating another object. If that Event is
   gone (Events expire after an hour by default), a new one is created.
-- **Per-object spam filter.** Every write about one object takes a token from that object's bucket (``burst`` 25,
-  refilled at one token per 5 minutes, as client-go's ``EventSourceObjectSpamFilter``). Without a token the write is
-  skipped and counted in :attr:`EventRecorder.dropped`; a skipped repeat still counts towards the Event's ``count``,
-  which the next allowed write carries, so ``count`` stays the number of occurrences.
+- **Spam filter, per object and reason.** Every write about one object takes a token from the bucket of its
+  (object, reason) pair (``burst`` 25, refilled at one token per 5 minutes, as client-go's
+  ``EventSourceObjectSpamFilter``) and one from the object's own, larger bucket (``object_burst`` 100, refilled four
+  times as fast). client-go keys its filter by the object alone, so 25 routine Events (pods created, a config
+  reloaded) silence the one that matters next (a failover, an upgrade's last step); here a chatty reason exhausts
+  only itself, while the object's ceiling still bounds the total. Without a token the write is skipped and counted
+  in :attr:`EventRecorder.dropped`; a skipped repeat still counts towards the Event's ``count``, which the next
+  allowed write carries, so ``count`` stays the number of occurrences.
 - **Never in the way.** :meth:`EventRecorder.event` never raises (API errors, timeouts and bad input are logged and
   counted in :attr:`EventRecorder.failed`) and gives up after ``timeout`` seconds.
 
@@ -67,13 +71,13 @@ class _Bucket:
         self.tokens = float(burst)
         self.last = now
 
-    def try_take(self, now: float) -> bool:
+    def has_token(self, now: float) -> bool:
         self.tokens = min(float(self.burst), self.tokens + max(0.0, now - self.last) * self.rate)
         self.last = max(self.last, now)
-        if self.tokens >= 1.0:
-            self.tokens -= 1.0
-            return True
-        return False
+        return self.tokens >= 1.0
+
+    def take(self) -> None:
+        self.tokens -= 1.0
 
 
 @dataclass
@@ -130,12 +134,16 @@ class EventRecorder:
         now: Callable[[], datetime] = _utc_now,
         burst: int = 25,
         refill_per_second: float = 1 / 300,
+        object_burst: int = 100,
         aggregation_window: float = 3600.0,
         timeout: float = 2.0,
         cache_size: int = 4096,
     ) -> None:
-        if burst < 1 or refill_per_second < 0:
-            raise ValueError(f"need burst >= 1 and refill_per_second >= 0, got {burst}, {refill_per_second}")
+        if burst < 1 or object_burst < burst or refill_per_second < 0:
+            raise ValueError(
+                f"need 1 <= burst <= object_burst and refill_per_second >= 0, got {burst}, {object_burst}, "
+                f"{refill_per_second}"
+            )
         self._client = client
         self.component = component
         self.instance = (instance or socket.gethostname())[:_MAX_INSTANCE]
@@ -143,9 +151,12 @@ class EventRecorder:
         self._now = now
         self._burst = burst
         self._rate = refill_per_second
+        self._object_burst = object_burst
+        self._object_rate = refill_per_second * object_burst / burst
         self._window = aggregation_window
         self._timeout = timeout
         self._buckets: _Lru[tuple[str, ...], _Bucket] = _Lru(cache_size)
+        self._object_buckets: _Lru[tuple[str, ...], _Bucket] = _Lru(cache_size)
         self._series: _Lru[tuple[str, ...], _Series] = _Lru(cache_size)
         self._last_stamp = 0
         self.dropped = 0
@@ -171,7 +182,7 @@ class EventRecorder:
         try:
             involved = _involved_object(obj)
             key = (*_object_key(involved), event_type, reason, message)
-            if not self._take_token(_object_key(involved)):
+            if not self._take_token(_object_key(involved), reason):
                 self.dropped += 1
                 self._count_dropped_repeat(key)
                 return
@@ -189,13 +200,26 @@ class EventRecorder:
 
     # --- correlation -----------------------------------------------------------------------------------------------
 
-    def _take_token(self, object_key: tuple[str, ...]) -> bool:
+    def _take_token(self, object_key: tuple[str, ...], reason: str) -> bool:
         now = self._clock.now()
-        bucket = self._buckets.get(object_key)
+        per_reason = self._bucket(self._buckets, (*object_key, reason), self._burst, self._rate, now)
+        per_object = self._bucket(self._object_buckets, object_key, self._object_burst, self._object_rate, now)
+        # Both or neither: a write refused by one bucket must not spend the other's token.
+        if per_reason.has_token(now) and per_object.has_token(now):
+            per_reason.take()
+            per_object.take()
+            return True
+        return False
+
+    @staticmethod
+    def _bucket(
+        buckets: _Lru[tuple[str, ...], _Bucket], key: tuple[str, ...], burst: int, rate: float, now: float
+    ) -> _Bucket:
+        bucket = buckets.get(key)
         if bucket is None:
-            bucket = _Bucket(self._burst, self._rate, now)
-            self._buckets.put(object_key, bucket)
-        return bucket.try_take(now)
+            bucket = _Bucket(burst, rate, now)
+            buckets.put(key, bucket)
+        return bucket
 
     def _count_dropped_repeat(self, key: tuple[str, ...]) -> None:
         # An occurrence not written still happened: count it, so the next allowed write reports the true total.
