@@ -293,3 +293,13 @@ def test_dashboard_panels_are_well_formed() -> None:
 if __name__ == "__main__":
     PROMETHEUS_RULE.write_text(render_prometheus_rule(ALERTS.read_text()))
     print(f"wrote {PROMETHEUS_RULE.relative_to(ROOT)}", file=sys.stderr)
+
+
+def test_the_runbook_index_lists_every_alert_with_its_severity_and_every_other_page() -> None:
+    index = (RUNBOOKS / "README.md").read_text()
+    rows = re.findall(r"^\| (\w+) \| (?:(\w+) \| )?\[(\w+)\.md\]\(\3\.md\) \|$", index, flags=re.MULTILINE)
+    listed = {name: severity for name, severity, _ in rows}
+    expected = {rule["alert"]: rule["labels"]["severity"] for rule in alert_rules()}
+    assert {name: listed.get(name) for name in expected} == expected
+    pages = {path.stem for path in RUNBOOKS.glob("*.md")} - {"README"}
+    assert set(listed) == pages
