@@ -247,3 +247,20 @@ async def _get_standby_record(workspace: Workspace) -> tuple[int, str | None]:
     if not path.exists():
         return 404, None
     return 200, json.loads(path.read_text()).get("backupId")
+
+
+async def test_expiring_in_an_earlier_systems_folder_is_for_this_clusters_systems_only(
+    store: SeaweedFS, workspace: Workspace, primary: Instance
+) -> None:
+    # after a major upgrade the operator expires the old system's backups under their own server name; a folder of
+    # another cluster in the same repository is refused before barman runs
+    code, answer = await primary.post_json("/backups/expire", workspace.token,
+                                           {"ids": ["20260101T000000"], "serverName": "billing"})  # fmt: skip
+    assert code == 400, answer
+    code, answer = await primary.post_json("/backups/expire", workspace.token,
+                                           {"ids": ["20260101T000000"], "serverName": f"{CLUSTER}.x"})  # fmt: skip
+    assert code == 400, answer
+    code, answer = await primary.post_json("/backups/expire", workspace.token,
+                                           {"ids": ["20260101T000000"], "serverName": f"{CLUSTER}.pg14"})  # fmt: skip
+    assert code == 200, answer
+    assert answer["deleted"] == ["20260101T000000"]  # not there: counts as deleted, as a retried request does

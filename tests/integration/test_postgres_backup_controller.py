@@ -52,6 +52,8 @@ class BackupFake(HaFake):
         """Ids a backup was started for (a second start of one id would show twice)."""
         self.posts: list[str] = []
         self.expired: list[list[str]] = []
+        self.expired_in: list[str | None] = []
+        """The serverName of each expire request (None: the instance's own system)."""
         self.serial = 0
 
     async def start(self, port: int) -> int:
@@ -85,8 +87,10 @@ class BackupFake(HaFake):
         return web.json_response(record)
 
     async def _expire(self, request: web.Request) -> web.Response:
-        ids = (await request.json())["ids"]
+        body = await request.json()
+        ids = body["ids"]
         self.expired.append(ids)
+        self.expired_in.append(body.get("serverName"))
         return web.json_response({"deleted": ids, "failed": {}})
 
     def finish(self, key: str, end: datetime, *, failed: str | None = None) -> str:
@@ -257,6 +261,7 @@ async def test_a_schedule_slot_gets_one_backup_and_retention_expires_what_the_wi
             initial_id = (await started(fakes, initial["metadata"]["uid"])).finish(initial["metadata"]["uid"],
                                                                                      datetime.now(UTC))  # fmt: skip
             await eventually(lambda: phase_is(client, namespace, "inv-initial", "Completed"), timeout=20)
+            assert (await backup_status(client, namespace, "inv-initial"))["serverName"] == "inv"  # its folder
             await client.create(POSTGRES_BACKUP, pgbackup("extra", namespace, "inv"))
             await eventually(lambda: phase_is(client, namespace, "extra", "Running"), timeout=20)
             extra_key = await uid_of(client, namespace, "extra")
@@ -277,6 +282,7 @@ async def test_a_schedule_slot_gets_one_backup_and_retention_expires_what_the_wi
             (await started(fakes, scheduled["metadata"]["uid"])).finish(scheduled["metadata"]["uid"], clock())
             await eventually(lambda: phase_is(client, namespace, name, "Completed"), timeout=20)
             await eventually(lambda: _true(fakes["inv-1"].expired == [[initial_id]]), timeout=20)  # on the primary
+            assert fakes["inv-1"].expired_in == [None]  # the current system's folder: no serverName sent
 
             async def expired_object_gone() -> bool:
                 return await get_or_none(client, POSTGRES_BACKUP, "inv-initial", namespace) is None

@@ -18,7 +18,7 @@ from kanri.instance.restore import restore_wal
 USAGE = (
     "usage: kanri-instance [run]   (configured by environment variables; see docs/instance-manager.md)\n"
     "       kanri-instance archive-wal WAL_PATH   (PostgreSQL's archive_command; see docs/backups.md)\n"
-    "       kanri-instance restore-wal recovery|archive WAL_NAME WAL_PATH   (restore_command; docs/backups.md)\n"
+    "       kanri-instance restore-wal recovery|archive WAL_NAME WAL_PATH [SERVER]   (restore_command)\n"
     "       kanri-instance restore-test   (a restore rehearsal's pod; see docs/backups.md)\n"
     "       kanri-instance upgrade-check | upgrade   (a major upgrade's pods; see docs/postgres-operator.md)"
 )
@@ -32,8 +32,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if len(args) == 2 and args[0] == "archive-wal":
         return archive_wal(args[1])
-    if len(args) == 4 and args[0] == "restore-wal" and args[1] in ("recovery", "archive"):
-        return restore_wal(args[1], args[2], args[3])  # type: ignore[arg-type]  # checked just above
+    if len(args) in (4, 5) and args[0] == "restore-wal" and args[1] in ("recovery", "archive"):
+        server = args[4] if len(args) == 5 else None
+        return restore_wal(args[1], args[2], args[3], server=server)  # type: ignore[arg-type]  # checked above
     if args == ["restore-test"]:
         from kanri.instance.rehearsal import main as rehearsal  # only that pod needs it
 

@@ -45,8 +45,9 @@ class ArchiveTarget(BaseModel):
     destination: str = Field(pattern=r"^s3://[a-z0-9][a-z0-9.-]*[a-z0-9](/[^\s]*)?$")
     """``s3://<bucket>[/<path>]``."""
     endpoint: str = Field(alias="endpointURL", pattern=r"^https?://\S+$")
-    server_name: str = Field(alias="serverName", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-    """The folder under the destination: the cluster's name."""
+    server_name: str = Field(alias="serverName", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.pg[0-9]{2})?$")
+    """The folder under the destination: the cluster's name, with ``.pg<major>`` once a major upgrade made a new
+    PostgreSQL system (``kanri.postgres.backup.upgraded_server_name``)."""
     region: str | None = Field(default=None, pattern=r"^[a-z0-9-]+$")
 
 

@@ -28,6 +28,7 @@ from psycopg.rows import DictRow
 
 from kanri.instance import post_upgrade
 from kanri.instance import status as status_queries
+from kanri.instance.archive import ArchiveTarget
 from kanri.instance.base_backup import BackupError, BaseBackups, state_dir
 from kanri.instance.bootstrap import clone, discard_partial, has_data, initdb, recover
 from kanri.instance.conf import (
@@ -946,10 +947,25 @@ class InstanceManager:
         return record.as_json()
 
     async def expire_backups(self, body: dict[str, Any]) -> dict[str, Any]:
-        """``POST /backups/expire {"ids"}``: delete these barman backup ids (and the WAL only they needed)."""
+        """``POST /backups/expire {"ids", "serverName"?}``: delete these barman backup ids (and the WAL only they
+        needed) — of this system, or of the earlier one ``serverName`` names (a major upgrade's predecessor, which
+        archived under another server name in the same repository)."""
         ids = body.get("ids")
+        target = self.config.archive
+        server = body.get("serverName")
+        if target is not None and server is not None and server != target.server_name:
+            # only a system of this same cluster (<cluster> or <cluster>.pg<major>), never another cluster's folder
+            own = str(server).partition(".")[0] == target.server_name.partition(".")[0]
+            try:
+                if not own:
+                    raise ValueError(server)
+                target = ArchiveTarget.model_validate({**target.model_dump(by_alias=True), "serverName": server})
+            except ValueError:
+                raise ActionError(
+                    400, "serverName must name a system of this cluster (<cluster>[.pg<major>])"
+                ) from None
         try:
-            return await self.backups.expire(ids if isinstance(ids, list) else [], self.config.archive)
+            return await self.backups.expire(ids if isinstance(ids, list) else [], target)
         except BackupError as exc:
             raise ActionError(exc.status, exc.reason) from None
 

@@ -42,6 +42,7 @@ from kanri.instance.archive import credentials_env as read_credentials
 from kanri.instance.conf import quote, render_hba, render_postgresql_conf, write_if_changed
 from kanri.instance.config import ClusterConfig, Settings
 from kanri.instance.db import connect, fetch_one
+from kanri.instance.identity import binary_version
 from kanri.instance.recovery_plan import RecoveryPlan
 
 __all__ = [
@@ -58,6 +59,7 @@ __all__ = [
     "recovery_parameters",
     "restore_primary",
     "restore_wal",
+    "systems",
     "wal_restore_argv",
 ]
 
@@ -89,10 +91,30 @@ class BackupInfo:
     end_lsn: str | None
     timeline: int | None
     data_checksums: bool | None
+    major: int | None = None
+    """The PostgreSQL major it is a backup of (barman's ``version``), when listed."""
+    server_name: str = ""
+    """The server name it is stored under (set by :func:`list_backups`)."""
 
 
 def _time(raw: Any) -> datetime | None:
     return datetime.fromisoformat(raw) if isinstance(raw, str) and raw else None
+
+
+def _major(version: Any) -> int | None:
+    """barman's ``version`` (``server_version_num``, 150019) as the major (15)."""
+    return int(version) // 10000 if isinstance(version, int) and version >= 100000 else None
+
+
+def systems(source: ArchiveTarget, major: int | None) -> list[ArchiveTarget]:
+    """Where the source's backups of PostgreSQL ``major`` may be: its own server name and, unless that already names
+    one, the system a major upgrade to ``major`` made (``<cluster>.pg<major>``, kanri.postgres.backup): a major
+    upgrade moves a cluster's archive to a folder of its own."""
+    if "." in source.server_name or major is None:
+        return [source]
+    upgraded = ArchiveTarget.model_validate({**source.model_dump(by_alias=True),
+                                             "serverName": f"{source.server_name}.pg{major}"})  # fmt: skip
+    return [source, upgraded]
 
 
 def parse_backup_list(raw: str) -> list[BackupInfo]:
@@ -113,6 +135,7 @@ def parse_backup_list(raw: str) -> list[BackupInfo]:
                 end_lsn=item.get("end_xlog"),
                 timeline=int(item["timeline"]) if item.get("timeline") is not None else None,
                 data_checksums=None if checksums is None else str(checksums).lower() in ("on", "true", "1"),
+                major=_major(item.get("version")),
             )
         )
     return sorted(found, key=lambda b: (b.end_time is None, b.end_time or datetime.min, b.backup_id))
@@ -124,11 +147,18 @@ def lsn_value(lsn: str) -> int:
     return (int(high, 16) << 32) + int(low, 16)
 
 
-def choose_backup(backups: list[BackupInfo], plan: RecoveryPlan) -> BackupInfo:
+def choose_backup(backups: list[BackupInfo], plan: RecoveryPlan, major: int | None = None) -> BackupInfo:
     """The backup to restore: the one the plan names (it must be complete), else the newest complete one that ended
-    before the target time or LSN (replay can only go forward from a backup's end), else the newest complete one."""
-    done = [b for b in backups if b.status == "DONE"]
+    before the target time or LSN (replay can only go forward from a backup's end), else the newest complete one.
+    ``major``: only backups of that PostgreSQL major can be restored here (the others are said in the error)."""
+    backups = sorted(backups, key=lambda b: (b.end_time is None, b.end_time or datetime.min, b.backup_id))
     where = f"{plan.source.destination}/{plan.source.server_name}"
+    if major is not None:
+        others = sorted({b.major for b in backups if b.major is not None and b.major != major})
+        backups = [b for b in backups if b.major in (None, major)]
+        if others:
+            where += f" (only backups of PostgreSQL {major}; backups of {', '.join(map(str, others))} are there too)"
+    done = [b for b in backups if b.status == "DONE"]
     if plan.backup is not None:
         named = next((b for b in backups if b.backup_id == plan.backup), None)
         if named is None:
@@ -155,9 +185,11 @@ def choose_backup(backups: list[BackupInfo], plan: RecoveryPlan) -> BackupInfo:
 # --- the files ---------------------------------------------------------------------------------------------------
 
 
-def restore_command(source: Source, python: str = sys.executable) -> str:
-    """The ``restore_command`` PostgreSQL runs for each WAL file and timeline history it needs."""
-    return f"{shlex.quote(python)} -m kanri.instance restore-wal {source} %f %p"
+def restore_command(source: Source, python: str = sys.executable, server: str | None = None) -> str:
+    """The ``restore_command`` PostgreSQL runs for each WAL file and timeline history it needs; ``server``: the
+    server name of the chosen backup when it is not the source's own (a system a major upgrade made)."""
+    command = f"{shlex.quote(python)} -m kanri.instance restore-wal {source} %f %p"
+    return command if server is None else f"{command} {shlex.quote(server)}"
 
 
 def _recovery_time(moment: datetime) -> str:
@@ -165,11 +197,14 @@ def _recovery_time(moment: datetime) -> str:
     return moment.isoformat(sep=" ")
 
 
-def recovery_parameters(plan: RecoveryPlan, source: Source, python: str = sys.executable) -> dict[str, str]:
+def recovery_parameters(
+    plan: RecoveryPlan, source: Source, python: str = sys.executable, server: str | None = None
+) -> dict[str, str]:
     """The recovery keys: restore from the source, stop at the plan's target (none: the end of the archive), then
-    promote. ``recovery_target_timeline = latest`` follows the source's failovers."""
+    promote. ``recovery_target_timeline = latest`` follows the source's failovers (within the one PostgreSQL system
+    ``server`` names: another system's timelines are in a folder of their own)."""
     params = {
-        "restore_command": restore_command(source, python),
+        "restore_command": restore_command(source, python, server),
         "recovery_target_action": "promote",
         "recovery_target_timeline": "latest",
     }
@@ -220,13 +255,19 @@ def source_target(config: ClusterConfig, source: Source) -> ArchiveTarget | None
     return config.archive
 
 
-def restore_wal(source: Source, wal_name: str, destination: str, env: Mapping[str, str] | None = None) -> int:
-    """``restore_command``: fetch one file from the source repository; the exit code PostgreSQL reads (non-zero:
-    not there, which ends archive recovery)."""
+def restore_wal(
+    source: Source, wal_name: str, destination: str, env: Mapping[str, str] | None = None, server: str | None = None
+) -> int:
+    """``restore_command``: fetch one file from the source repository (``server``: from that system of the source,
+    see :func:`systems`); the exit code PostgreSQL reads (non-zero: not there, which ends archive recovery)."""
     env = os.environ if env is None else env
     config_file = Path(env.get("KANRI_CONFIG_FILE") or "/etc/kanri/config/instance.json")
     try:
         target = source_target(ClusterConfig.parse(config_file.read_bytes()), source)
+        if target is not None and server is not None:
+            if server.partition(".")[0] != target.server_name.partition(".")[0]:
+                raise ValueError(f"server {server} is not a system of {target.server_name}")
+            target = ArchiveTarget.model_validate({**target.model_dump(by_alias=True), "serverName": server})
     except (OSError, ValueError) as exc:
         print(f"kanri restore-wal: cannot read the cluster config: {exc}", file=sys.stderr)
         return 1
@@ -288,7 +329,7 @@ async def list_backups(target: ArchiveTarget, secrets: Mapping[str, str]) -> lis
     if code != 0 or not out.strip():
         raise RestoreError(f"cannot list the backups of {target.server_name} in {target.destination}: "
                            f"{tail or f'exit code {code}'}")  # fmt: skip
-    return parse_backup_list(out)
+    return [dataclasses.replace(b, server_name=target.server_name) for b in parse_backup_list(out)]
 
 
 def _make_dir(path: Path) -> None:
@@ -437,16 +478,24 @@ async def prepare(
     except OSError as exc:
         problem = f"{exc.strerror} ({directory})"
         raise RestoreError(f"the source repository's credentials are unreadable: {problem}") from None
-    on_progress(f"listing the backups of {plan.source.server_name}")
-    backup = choose_backup(await list_backups(plan.source, secrets), plan)
-    on_progress(f"fetching backup {backup.backup_id} of {plan.source.server_name}")
-    await fetch_backup(plan.source, backup, staging, secrets)
+    major = await binary_version(settings.binary("postgres"))
+    places = systems(plan.source, major)
+    on_progress(f"listing the backups of {', '.join(p.server_name for p in places)}")
+    found: list[BackupInfo] = []
+    for place in places:
+        found += await list_backups(place, secrets)
+    backup = choose_backup(found, plan, major)
+    chosen = next((p for p in places if p.server_name == backup.server_name), plan.source)
+    on_progress(f"fetching backup {backup.backup_id} of {chosen.server_name}")
+    await fetch_backup(chosen, backup, staging, secrets)
     for name in LEFTOVERS:
         (staging / name).unlink(missing_ok=True)
     staged = staging_settings(settings, staging)
     own = config if archive else config.model_copy(update={"archive": None})
     base = render_postgresql_conf(staged, own, {}, replica=False, replication=None)
-    write_if_changed(staging / "postgresql.conf", recovery_conf(base, recovery_parameters(plan, source)))
+    server = None if chosen.server_name == plan.source.server_name else chosen.server_name
+    parameters = recovery_parameters(plan, source, server=server)
+    write_if_changed(staging / "postgresql.conf", recovery_conf(base, parameters))
     write_if_changed(staging / "pg_hba.conf", render_hba(None))
     (staging / "recovery.signal").touch(mode=0o600)
     return backup

@@ -56,6 +56,8 @@ __all__ = [
     "load_repository",
     "report",
     "resolve",
+    "server_name",
+    "upgraded_server_name",
 ]
 
 log = structlog.get_logger("kanri.postgres.backup")
@@ -138,11 +140,29 @@ def resolve(spec: PostgresClusterSpec, namespace: str, settings: BackupSettings)
     return Repository(settings.default_repository, settings.default_namespace, default=True)
 
 
-def archive_target(repository: Repository | Unresolved | None, cluster: str) -> Obj | None:
-    """The ``archive`` entry of ``instance.json`` (see :class:`kanri.instance.archive.ArchiveTarget`)."""
+def server_name(cluster: Obj) -> str:
+    """Where in the repository this cluster's current PostgreSQL system archives: ``status.backup.serverName``,
+    else the cluster's name (the system it was created with)."""
+    recorded = ((cluster.get("status") or {}).get("backup") or {}).get("serverName")
+    return str(recorded) if recorded else str(cluster["metadata"]["name"])
+
+
+def upgraded_server_name(cluster: str, major: int) -> str:
+    """The server name of the system a major upgrade to ``major`` makes (``<cluster>.pg<major>``).
+
+    pg_upgrade makes a new system (its own identifier, timeline 1 again): archived under the old name its timeline
+    history files would overwrite the old system's, and a recovery of a pre-upgrade backup following the latest
+    timeline would step into the new system's WAL. A first system's server name has no dot (the instance refuses
+    one: a cluster named so could not name its Services either), so this name is never another cluster's."""
+    return f"{cluster}.pg{major}"
+
+
+def archive_target(repository: Repository | Unresolved | None, server: str) -> Obj | None:
+    """The ``archive`` entry of ``instance.json`` (see :class:`kanri.instance.archive.ArchiveTarget`); ``server`` is
+    :func:`server_name`."""
     if not isinstance(repository, Repository):
         return None
-    target: Obj = {"destination": repository.destination, "endpointURL": repository.s3.endpoint, "serverName": cluster}
+    target: Obj = {"destination": repository.destination, "endpointURL": repository.s3.endpoint, "serverName": server}
     if repository.s3.region:
         target["region"] = repository.s3.region
     return target

@@ -29,7 +29,7 @@ from pydantic import ValidationError
 
 from kanri.postgres import backup_plan, names
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
-from kanri.postgres.backup import BackupSettings, Repository, resolve
+from kanri.postgres.backup import BackupSettings, Repository, resolve, server_name
 from kanri.postgres.instances import BackupAnswer
 from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
 from kanri.postgres.metrics import PostgresMetrics
@@ -60,7 +60,9 @@ class BackupClient(Protocol):
 
     async def backup_record(self, address: str, token: str, backup: str) -> BackupAnswer: ...
 
-    async def expire_backups(self, address: str, token: str, ids: list[str]) -> BackupAnswer: ...
+    async def expire_backups(
+        self, address: str, token: str, ids: list[str], server: str | None = None
+    ) -> BackupAnswer: ...
 
 
 @dataclass(frozen=True)
@@ -164,8 +166,11 @@ class PostgresBackupReconciler:
             return Result(requeue_after=WAIT)
         # The intent first: a restarted operator finds Running with the instance and resumes there.
         started = self.now().isoformat(timespec="seconds")
+        # serverName: where this system's backups go (the instance's archive target says the same), for retention
+        # and recovery to find it after a major upgrade moved the cluster on to a new system
+        server = server_name(cluster) if cluster is not None else str(backup["spec"]["cluster"])
         intent = {"phase": "Running", "reason": "Started", "instance": verdict, "startedAt": started,
-                  "message": f"asking {verdict} to take the backup"}  # fmt: skip
+                  "serverName": server, "message": f"asking {verdict} to take the backup"}  # fmt: skip
         try:
             # Guarded by resourceVersion: read from a stale cache (the object is Running already, maybe on another
             # instance), the write gets a 409 instead of a second intent.
@@ -264,7 +269,7 @@ class PostgresBackupReconciler:
         namespace, name = meta["namespace"], meta["name"]
         mine = {b["metadata"]["name"]: b for b in siblings(self.cache, namespace, name)}
         mine[done["metadata"]["name"]] = done  # the cache may not have its new status yet
-        old = backup_plan.expired(backup_plan.completed(mine.values()), spec.backup.retention_days, self.now())
+        old = backup_plan.expired(backup_plan.completed(mine.values(), name), spec.backup.retention_days, self.now())
         if not old:
             return
         primary = (cluster.get("status") or {}).get("currentPrimary")
@@ -274,24 +279,35 @@ class PostgresBackupReconciler:
         if not address or token is None:
             await self.events.warning(cluster, "RetentionFailed", "cannot expire old backups: no primary to ask")
             return
-        answer = await self.instances.expire_backups(address, token, [d.backup_id for d in old])
-        deleted = set(answer.body.get("deleted") or []) if answer.status == 200 else set()
+        # Each PostgreSQL system's backups live under its own server name (a major upgrade makes a new system):
+        # one request per server name, the current system's without one.
+        current = server_name(cluster)
+        deleted: set[str] = set()
+        failed: dict[str, str] = {}
+        errors: list[str] = []
+        for server in sorted({d.server for d in old}):
+            ids = [d.backup_id for d in old if d.server == server]
+            answer = await self.instances.expire_backups(address, token, ids, None if server == current else server)
+            if answer.status == 200:
+                deleted |= {f"{server}/{i}" for i in answer.body.get("deleted") or []}
+                failed |= {f"{server}/{k}": str(v) for k, v in (answer.body.get("failed") or {}).items()}
+            elif answer.error:
+                errors.append(answer.error)
         for item in old:
-            if item.backup_id in deleted:
+            if f"{item.server}/{item.backup_id}" in deleted:
                 try:
                     await self.client.delete(POSTGRES_BACKUP, item.name, namespace)
                 except ApiError as exc:
                     if not exc.not_found:
                         raise
-        gone = [d.name for d in old if d.backup_id in deleted]
+        gone = [d.name for d in old if f"{d.server}/{d.backup_id}" in deleted]
         if gone:
             log.info("base backups expired", cluster=name, namespace=namespace, backups=gone)
             window = f"{spec.backup.retention_days}-day recovery window"
             await self.events.normal(cluster, "BackupsExpired", f"expired {', '.join(gone)}: outside the {window} "
                                      "(their WAL with them)")  # fmt: skip
         if len(gone) < len(old):
-            failed = answer.body.get("failed") or {} if answer.status == 200 else {}
-            why = "; ".join(f"{k}: {v}" for k, v in failed.items()) or answer.error or "no reason given"
+            why = "; ".join(f"{k}: {v}" for k, v in failed.items()) or "; ".join(errors) or "no reason given"
             await self.events.warning(cluster, "RetentionFailed", f"could not expire every old backup: {why}"[:1000])
 
     async def write(self, backup: Obj, fields: Obj, *, guard: bool = False) -> Obj:

@@ -63,9 +63,12 @@ def parse_time(raw: Any) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-def initial_name(cluster: str) -> str:
-    """The first backup, asked for as soon as the cluster is Ready."""
-    return f"{cluster}-{INITIAL}"
+def initial_name(cluster: str, server: str | None = None) -> str:
+    """The first backup of a PostgreSQL system, asked for as soon as the cluster is Ready: ``<cluster>-initial``,
+    and ``<cluster>-pg<major>-initial`` for the system a major upgrade made (``server``: its server name)."""
+    if server is None or server == cluster:
+        return f"{cluster}-{INITIAL}"
+    return f"{server.replace('.', '-')}-{INITIAL}"
 
 
 def scheduled_name(cluster: str, slot: datetime) -> str:
@@ -126,16 +129,20 @@ class Done:
     name: str
     backup_id: str
     ended: datetime
+    server: str = ""
+    """The server name it is stored under (the PostgreSQL system it is a backup of)."""
 
 
-def completed(backups: Iterable[Obj]) -> list[Done]:
-    """The completed backups with a barman id and an end time, oldest first."""
+def completed(backups: Iterable[Obj], cluster: str = "") -> list[Done]:
+    """The completed backups with a barman id and an end time, oldest first. A backup without ``status.serverName``
+    (taken before it was recorded) is of the cluster's first system, stored under ``cluster``."""
     found: list[Done] = []
     for backup in backups:
         status = backup.get("status") or {}
         ended = parse_time(status.get("completedAt"))
         if status.get("phase") == "Completed" and status.get("backupId") and ended is not None:
-            found.append(Done(backup["metadata"]["name"], str(status["backupId"]), ended))
+            server = str(status.get("serverName") or cluster)
+            found.append(Done(backup["metadata"]["name"], str(status["backupId"]), ended, server))
     return sorted(found, key=lambda d: (d.ended, d.name))
 
 

@@ -1,7 +1,8 @@
 """The cluster's side of base backups, one step of each PostgresCluster pass: ask for the backups that are due, and
 say in the cluster's status how its backups stand.
 
-- Due: the first backup as soon as the cluster is Ready (``<cluster>-initial``: recoverable from minute one), then
+- Due: the first backup as soon as the cluster is Ready (``<cluster>-initial``: recoverable from minute one; after a
+  major upgrade ``<cluster>-pg<major>-initial``, the new system's first, for which the upgrade clears the slot), then
   one per slot of ``spec.backup.schedule`` (cron, UTC; ``<cluster>-<yyyymmddhhmm>``). The slot asked for last is
   ``status.backup.lastScheduled``, written after the object is created; an operator that stops in between finds the
   object on its next pass (409, the name is the slot's) and records the slot then, so no slot gets two backups.
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from kanri.postgres import backup_plan
-from kanri.postgres.backup import Repository, Unresolved
+from kanri.postgres.backup import Repository, Unresolved, server_name
 from kanri.postgres.backup_controller import siblings
 from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
 from kanri.postgres.labels import CLUSTER, MANAGED_BY
@@ -52,7 +53,7 @@ def due(cluster: Obj, schedule: str, now: datetime) -> tuple[str, datetime, str]
     if last is None:
         if status.get("phase") != "Ready":
             return None
-        return backup_plan.initial_name(name), now, backup_plan.INITIAL
+        return backup_plan.initial_name(name, server_name(cluster)), now, backup_plan.INITIAL
     slot = backup_plan.latest_slot(schedule, last, now)
     if slot is None:
         return None

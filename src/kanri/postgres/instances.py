@@ -445,9 +445,11 @@ class HttpInstanceClient:
         """``GET /backups/{id}``: 200 the record, 404 an id the instance never saw."""
         return await self._backup_request("GET", address, f"/backups/{backup}", token)
 
-    async def expire_backups(self, address: str, token: str, ids: list[str]) -> BackupAnswer:
-        """``POST /backups/expire {"ids"}``: barman backup ids deleted (and the WAL only they needed)."""
-        return await self._backup_request("POST", address, "/backups/expire", token, {"ids": ids},
+    async def expire_backups(self, address: str, token: str, ids: list[str], server: str | None = None) -> BackupAnswer:
+        """``POST /backups/expire {"ids", "serverName"?}``: barman backup ids deleted (and the WAL only they needed),
+        of the instance's own system or of the earlier one of this cluster ``server`` names."""
+        body: dict[str, Any] = {"ids": ids} if server is None else {"ids": ids, "serverName": server}
+        return await self._backup_request("POST", address, "/backups/expire", token, body,
                                           timeout=EXPIRE_TIMEOUT)  # fmt: skip
 
 

@@ -292,7 +292,7 @@ class ClusterPass:
         recorded_data = recorded_major(claims, plan.primary)
         major = running_major(recorded_data, reports, self.status.get("postgresMajor"), self.spec.version)
         plan, removal_waiting = gate_removals(plan, reports)  # a replica goes only once proven a replica
-        archive = backup.archive_target(repository, self.name)
+        archive = backup.archive_target(repository, backup.server_name(self.cluster))
         # bootstrap.recovery: where the source's backups are; no instance before that is known (it would initdb)
         restore = await recovery.prepare(self, self.r.backup, archive, initialised=system_identifier is not None)
         await self.shared_children(plan, system_identifier, archive, restore.entry)

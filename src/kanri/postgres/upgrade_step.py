@@ -12,7 +12,9 @@ resumes from the record; the upgrade pod itself refuses to run pg_upgrade twice 
   instance pod is left. No failover is started while the record is ``Upgrading``.
 - ``Upgrading``: pod ``<cluster>-upgrade`` on the primary's claim runs ``pg_upgrade --link``. Failed → ``Failed``
   (the message says whether the old data directory is intact; the instances start again on the old major).
-  Succeeded → the claim records the new major, so every StatefulSet gets the new image.
+  Succeeded → ``status.backup.serverName`` becomes ``<cluster>.pg<to>`` (the new system archives apart from the old
+  one, whose backups stay restorable to before the upgrade) and the claim records the new major, so every
+  StatefulSet gets the new image.
 - ``Starting``: the instances start; the ConfigMap's ``upgrade`` note lets replicas of the old major clone again
   from the upgraded primary. ``servingAt`` is the first pass that sees the primary ready on the new major; once
   every instance is, ``Succeeded`` with the downtime.
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from kanri.postgres import names
+from kanri.postgres.backup import upgraded_server_name
 from kanri.postgres.children.upgrade import check_pod, upgrade_pod
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.recorded import PG_MAJOR, SYSTEM_IDENTIFIER
@@ -226,13 +229,18 @@ async def _run_upgrade_pod(step: ClusterPass, record: Obj, primary: str, now: da
         return
     # the claim records the new major first: from this write on every StatefulSet gets the new image
     annotations = {PG_MAJOR: str(to)}
+    # A new PostgreSQL system archives into a folder of its own (see upgraded_server_name), from its first segment:
+    # the next pass writes it into the ConfigMap before any StatefulSet gets the new image. Its first base backup
+    # is asked for at once (lastScheduled cleared: the schedule starts again with "<cluster>-pg<to>-initial").
+    fields: Obj = {"backup": {"serverName": upgraded_server_name(step.name, to), "lastScheduled": None}}
     identifier = str(found.get("systemIdentifier") or "")
     if identifier.isdigit():
         # pg_upgrade's new cluster has a system identifier of its own: from now on it is the cluster's
         annotations[SYSTEM_IDENTIFIER] = identifier
-        updated = await step.client.patch_status(POSTGRES_CLUSTER, step.name, {"status": {
-            "systemIdentifier": identifier}}, step.namespace)  # fmt: skip
-        step.status = updated.get("status") or {}
+        fields["systemIdentifier"] = identifier
+    updated = await step.client.patch_status(POSTGRES_CLUSTER, step.name, {"status": fields}, step.namespace)
+    step.status = updated.get("status") or {}
+    step.cluster = {**step.cluster, "status": step.status}
     await step.client.patch(PVC, primary, {"metadata": {"annotations": annotations}}, step.namespace)
     seconds = found.get("pgUpgradeSeconds")
     new = {**record, "step": "Starting", "message": f"{primary}'s data directory is PostgreSQL {to}; starting the "

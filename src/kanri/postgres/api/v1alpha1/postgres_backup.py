@@ -60,6 +60,9 @@ class PostgresBackupStatus(ApiModel):
     """The timeline the backup was taken on."""
     size_bytes: Annotated[int, Field(ge=0)] | None = None
     """Size of the data backed up, in bytes."""
+    server_name: Annotated[str, Field(max_length=80)] | None = None
+    """The folder of the repository it is stored in: the cluster's name, or ``<cluster>.pg<major>`` for a backup of
+    the PostgreSQL system a major upgrade made."""
 
 
 class PostgresBackup(

@@ -218,6 +218,10 @@ class BackupStatus(ApiModel):
     last_scheduled: datetime | None = None
     """The moment the operator last asked for a base backup on its own: the first backup once the cluster was Ready,
     then each slot of spec.backup.schedule. The next scheduled backup is the first slot after it."""
+    server_name: Annotated[str, Field(max_length=80)] | None = None
+    """Where in the repository the current PostgreSQL system archives WAL and stores base backups: absent for the
+    system the cluster was created with (the cluster's name), ``<cluster>.pg<major>`` after a major upgrade (a new
+    system: a folder of its own, so the old system's backups stay restorable to before the upgrade)."""
 
 
 class UpgradeStatus(ApiModel):
