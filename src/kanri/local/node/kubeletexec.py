@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from aiohttp import WSMsgType, web
+from aiohttp import WSMessage, WSMsgType, web
 
 log = structlog.get_logger("kanri.local.kubeletexec")
 
@@ -36,6 +36,9 @@ PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
 STDIN, STDOUT, STDERR, ERROR, RESIZE, CLOSE = 0, 1, 2, 3, 4, 255
 _CHUNK = 32 * 1024
 _TRUE = ("1", "true", "True", "TRUE", "t", "T")
+# kubectl sends the caller's terminal size just after the stream opens; a command started before it arrives (``stty
+# size``, a shell laying out its prompt) would see 0x0. A terminal exec waits this long for that first message.
+FIRST_SIZE_WAIT = 1.0
 
 
 @dataclass(frozen=True)
@@ -134,7 +137,9 @@ async def _run(ws: web.WebSocketResponse, exec_request: ExecRequest, target: Con
             "stderr": pipe if exec_request.stderr else devnull,
         }
     try:
+        early: list[WSMessage] = []
         if terminal is not None:
+            early = await _first_size(ws, terminal)
             stdio["preexec_fn"] = _take_terminal  # in the child, after its setsid
         process = await asyncio.create_subprocess_exec(*argv, env=env, start_new_session=True, **stdio)
         outputs: list[tuple[asyncio.StreamReader | None, int]]
@@ -143,7 +148,7 @@ async def _run(ws: web.WebSocketResponse, exec_request: ExecRequest, target: Con
         else:
             outputs = [(process.stdout, STDOUT), (process.stderr, STDERR)]
         pumps = [asyncio.create_task(_pump(stream, ws, channel)) for stream, channel in outputs if stream is not None]
-        inbound = asyncio.create_task(_receive(ws, process, terminal))
+        inbound = asyncio.create_task(_receive(ws, process, terminal, early))
         try:
             code = await process.wait()
             await asyncio.gather(*pumps, return_exceptions=True)  # what it wrote before it ended
@@ -209,29 +214,60 @@ async def _pump(stream: asyncio.StreamReader, ws: web.WebSocketResponse, channel
             await ws.send_bytes(bytes([channel]) + chunk)
 
 
-async def _receive(ws: web.WebSocketResponse, process: asyncio.subprocess.Process, terminal: Terminal | None) -> None:
+async def _first_size(ws: web.WebSocketResponse, terminal: Terminal) -> list[WSMessage]:
+    """Wait (briefly) for the client's first terminal size and apply it; any other early message is kept for later."""
+    try:
+        message = await ws.receive(timeout=FIRST_SIZE_WAIT)
+    except TimeoutError:
+        return []
+    data = message.data if message.type == WSMsgType.BINARY else b""
+    if data[:1] == bytes([RESIZE]):
+        _apply_size(terminal, data[1:])
+        return []
+    return [message]
+
+
+def _apply_size(terminal: Terminal, payload: bytes) -> None:
+    with contextlib.suppress(ValueError, KeyError, TypeError, OSError):
+        size = json.loads(payload)
+        terminal.resize(int(size["Width"]), int(size["Height"]))
+
+
+async def _receive(
+    ws: web.WebSocketResponse,
+    process: asyncio.subprocess.Process,
+    terminal: Terminal | None,
+    early: list[WSMessage],
+) -> None:
     """The client's messages: stdin, its close, terminal sizes. The socket closing kills the command."""
-    async for message in ws:
-        if message.type != WSMsgType.BINARY or not message.data:
-            continue
-        data: bytes = message.data
-        channel, payload = data[0], data[1:]
-        if channel == STDIN and payload:
-            if terminal is not None:
-                await terminal.write(payload)
-            elif process.stdin is not None:
-                process.stdin.write(payload)
-                with contextlib.suppress(ConnectionResetError, BrokenPipeError):
-                    await process.stdin.drain()
-        elif channel == CLOSE and payload[:1] == bytes([STDIN]):
-            if terminal is not None:
-                await terminal.write(b"\x04")  # end of input, as a terminal spells it
-            elif process.stdin is not None:
-                process.stdin.close()
-        elif channel == RESIZE and terminal is not None:
-            with contextlib.suppress(ValueError, KeyError, TypeError, OSError):
-                size = json.loads(payload)
-                terminal.resize(int(size["Width"]), int(size["Height"]))
+    for message in early:
+        if message.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR):
+            break
+        await _handle(message, process, terminal)
+    else:
+        async for message in ws:
+            await _handle(message, process, terminal)
     if process.returncode is None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)
+
+
+async def _handle(message: WSMessage, process: asyncio.subprocess.Process, terminal: Terminal | None) -> None:
+    if message.type != WSMsgType.BINARY or not message.data:
+        return
+    data: bytes = message.data
+    channel, payload = data[0], data[1:]
+    if channel == STDIN and payload:
+        if terminal is not None:
+            await terminal.write(payload)
+        elif process.stdin is not None:
+            process.stdin.write(payload)
+            with contextlib.suppress(ConnectionResetError, BrokenPipeError):
+                await process.stdin.drain()
+    elif channel == CLOSE and payload[:1] == bytes([STDIN]):
+        if terminal is not None:
+            await terminal.write(b"\x04")  # end of input, as a terminal spells it
+        elif process.stdin is not None:
+            process.stdin.close()
+    elif channel == RESIZE and terminal is not None:
+        _apply_size(terminal, payload)
