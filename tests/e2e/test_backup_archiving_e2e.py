@@ -49,7 +49,8 @@ pytestmark = [
     ),
 ]
 SEGMENT = re.compile(r"/wals/[0-9A-F]{16}/([0-9A-F]{24})(\.[a-z0-9]+)?$")
-NEIGHBOUR = "e2e/archive/wals/0000000100000000/000000010000000000000001.gz"
+NEIGHBOUR = "archive/wals/0000000100000000/000000010000000000000001.gz"
+"""Under the namespace's folder of the default repository (``e2e/<namespace>/``)."""
 HISTORY = re.compile(r"/wals/([0-9A-F]{8})\.history(\.[a-z0-9]+)?$")
 
 
@@ -180,12 +181,12 @@ async def test_archiving_survives_the_object_store_stopping_with_no_gap_and_dele
     await client.create(POSTGRES_CLUSTER, manifest)
     # another cluster's objects next to it: Delete must not touch them ("arch" is a prefix of "archive")
     async with S3Client(store.endpoint, store.keys) as s3:
-        await s3.put(S3_BUCKET, NEIGHBOUR, b"not ours")
+        await s3.put(S3_BUCKET, f"e2e/{namespace}/{NEIGHBOUR}", b"not ours")
     async with operator.running(refresh=2.0):
         await eventually(lambda: ready(client, namespace, "arch", 1), timeout=180, interval=1)
         first = await switch_wal(client, namespace, "arch")
         await eventually(lambda: archiving(client, namespace, "arch", "True", "Archiving"), timeout=60, interval=1)
-        prefix = "e2e/arch/"
+        prefix = f"e2e/{namespace}/arch/"  # the shared default repository: a folder per namespace
         await eventually(lambda: _has(store, prefix, first), timeout=60, interval=1)
 
         # The store stops: the next segment cannot be archived, and that shows everywhere it should.
@@ -221,9 +222,7 @@ async def test_archiving_survives_the_object_store_stopping_with_no_gap_and_dele
         await client.delete(POSTGRES_CLUSTER, "arch", namespace)
         await eventually(lambda: gone(client, namespace, "arch"), timeout=120, interval=1)
         assert await store.keys_under(prefix) == []
-        assert await store.keys_under("e2e/archive/") == [
-            "e2e/archive/wals/0000000100000000/000000010000000000000001.gz"
-        ]
+        assert await store.keys_under(f"e2e/{namespace}/archive/") == [f"e2e/{namespace}/{NEIGHBOUR}"]
         events, _ = await client.list(EVENT, namespace)
         assert any(e.get("reason") == "BackupsDeleted" for e in events)
 
@@ -258,7 +257,7 @@ async def test_archiving_follows_a_switchover_onto_the_new_timeline_and_retain_k
         await eventually(switched, timeout=120, interval=1)
         segment = await switch_wal(client, namespace, "tl")
         assert segment.startswith("00000002")
-        prefix = "e2e/tl/"
+        prefix = f"e2e/{namespace}/tl/"
 
         async def new_timeline() -> bool:
             keys = await store.keys_under(prefix)

@@ -107,7 +107,7 @@ async def test_first_on_demand_and_scheduled_backups_complete_and_retention_expi
     operator, clock = clocked
     manifest = cluster("bk", namespace, 2, backup={"retentionDays": 1, "schedule": "0 3 * * *"})
     await client.create(POSTGRES_CLUSTER, manifest)
-    prefix = "e2e/bk/"
+    prefix = f"e2e/{namespace}/bk/"  # the shared default repository: a folder per namespace
     async with operator.running(refresh=2.0):
         found = await eventually(lambda: ready(client, namespace, "bk", 2), timeout=240, interval=1)
         primary = found["status"]["currentPrimary"]

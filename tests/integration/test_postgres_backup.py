@@ -92,11 +92,11 @@ async def test_the_platform_default_repository_reaches_the_instances_without_its
             return found if found is not None and found["reason"] == "WaitingForPrimary" else None
 
         found = await eventually(waiting, timeout=30)
-        assert "s3://platform/dev/shop (default)" in found["message"]
+        assert f"s3://platform/dev/{namespace}/shop (default)" in found["message"]  # a folder per namespace
     configmap = await client.get(CONFIG_MAP, "shop-config", namespace)
     document = configmap["data"]["instance.json"]
     assert json.loads(document)["archive"] == {
-        "destination": "s3://platform/dev",
+        "destination": f"s3://platform/dev/{namespace}",
         "endpointURL": "http://127.0.0.1:8333",
         "serverName": "shop",
     }

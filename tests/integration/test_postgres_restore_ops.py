@@ -63,12 +63,13 @@ async def test_a_recovery_cluster_gets_the_source_keys_the_recovery_entry_and_co
     async with operator.running(refresh=0.3):
         restoring = await eventually(lambda: condition(client, namespace, "copy", "Restored"), timeout=30)
         assert (restoring["status"], restoring["reason"]) == ("False", "Restoring")
-        assert "s3://platform/dev/orders (default), up to 2026-12-01T10:00:00+00:00" in restoring["message"]
+        assert f"s3://platform/dev/{namespace}/orders (default), up to 2026-12-01T10:00:00+00:00" in restoring[
+            "message"]  # fmt: skip
         keys = await eventually(lambda: get_or_none(client, SECRET, "copy-recovery-credentials", namespace))
         assert base64.b64decode(keys["data"]["ACCESS_SECRET_KEY"]).decode() == "very-secret"
         document = json.loads((await client.get(CONFIG_MAP, "copy-config", namespace))["data"]["instance.json"])
         assert document["recovery"] == {
-            "source": {"destination": "s3://platform/dev", "endpointURL": "http://127.0.0.1:8333",
+            "source": {"destination": f"s3://platform/dev/{namespace}", "endpointURL": "http://127.0.0.1:8333",
                        "serverName": "orders"},
             "targetTime": "2026-12-01T10:00:00+00:00",
         }  # fmt: skip

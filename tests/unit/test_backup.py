@@ -29,9 +29,9 @@ def spec(backup: dict[str, object] | None) -> PostgresClusterSpec:
 
 def test_retention_alone_is_accepted_and_uses_the_platform_default() -> None:
     found = resolve(spec({"retentionDays": 14}), "apps", SETTINGS)
-    assert found == Repository(DEFAULT, "kanri-system", default=True)
+    assert found == Repository(DEFAULT, "kanri-system", default=True, tenant="apps")
     assert archive_target(found, "orders") == {
-        "destination": "s3://platform/dev",
+        "destination": "s3://platform/dev/apps",  # the shared default repository: a folder per namespace
         "endpointURL": "http://127.0.0.1:8333",
         "serverName": "orders",
     }

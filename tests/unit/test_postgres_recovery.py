@@ -40,7 +40,7 @@ def test_the_source_clusters_own_repository_or_its_default_is_used() -> None:
     assert own.destination == "s3://team-backups"
     default = resolve(recovery(), source({"retentionDays": 14}), "shop", PLATFORM)
     assert isinstance(default, Repository)
-    assert (default.destination, default.secret_namespace, default.default) == ("s3://kanri-backups/dev",
+    assert (default.destination, default.secret_namespace, default.default) == ("s3://kanri-backups/dev/shop",
                                                                                 "kanri-system", True)  # fmt: skip
 
 
@@ -99,3 +99,14 @@ def test_the_condition_follows_the_restore() -> None:
     assert (keys.ok, keys.reason) == (False, "CredentialsMissing")
     missing = verdict(wanted, Problem("SourceNotFound", "nowhere"), initialised=False, credentials=None)
     assert (missing.ok, missing.reason, missing.message) == (False, "SourceNotFound", "nowhere")
+
+
+def test_a_source_in_another_namespace_cannot_be_reached_through_the_shared_default_repository() -> None:
+    # "orders" lives in namespace shop; a user of namespace intruder names it: the default repository's folder of
+    # intruder is searched (empty), never shop's
+    shop = resolve(recovery(), source({"retentionDays": 14}), "shop", PLATFORM)
+    stranger = resolve(recovery(), None, "intruder", PLATFORM)
+    assert isinstance(shop, Repository)
+    assert isinstance(stranger, Repository)
+    assert stranger.destination == "s3://kanri-backups/dev/intruder"
+    assert stranger.destination != shop.destination

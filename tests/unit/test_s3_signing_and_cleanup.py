@@ -9,7 +9,7 @@ from xml.etree import ElementTree
 
 from kanri.postgres.api.v1alpha1.backup import S3Repository
 from kanri.postgres.backup import Repository
-from kanri.postgres.backup_cleanup import backoff, prefix
+from kanri.postgres.backup_cleanup import backoff, is_upgraded_system_key, prefix
 from kanri.postgres.s3 import canonical_request, delete_body, signing_key
 
 EMPTY = hashlib.sha256(b"").hexdigest()
@@ -40,16 +40,28 @@ def test_delete_body_lists_every_key_quietly() -> None:
     assert [k.text for k in root.iter(f"{ns}Key")] == ["a/1", "a/<2>&"]
 
 
-def _repository(path: str | None) -> Repository:
+def _repository(path: str | None, tenant: str | None = None) -> Repository:
     s3 = S3Repository.model_validate({"endpoint": "http://s3:8333", "bucket": "kanri-backups", "path": path,
                                       "credentialsSecret": {"name": "keys"}})  # fmt: skip
-    return Repository(s3, "kanri-system", default=True)
+    return Repository(s3, "kanri-system", default=True, tenant=tenant)
 
 
 def test_prefix_is_the_clusters_own_folder_with_a_trailing_slash() -> None:
     assert prefix(_repository("dev"), "orders") == "dev/orders/"
     assert prefix(_repository("prod/eu"), "orders") == "prod/eu/orders/"
     assert prefix(_repository(None), "orders") == "orders/"
+    # the platform's default repository: a folder per namespace
+    assert prefix(_repository("dev", "shop"), "orders") == "dev/shop/orders/"
+    assert prefix(_repository(None, "shop"), "orders") == "shop/orders/"
+
+
+def test_delete_takes_the_folders_of_the_clusters_upgraded_systems_and_no_neighbours() -> None:
+    repository = _repository("dev", "shop")
+    assert is_upgraded_system_key("dev/shop/orders.pg15/wals/0000000100000000/x.gz", repository, "orders")
+    assert is_upgraded_system_key("dev/shop/orders.pg18/base/20261201T000000/backup.info", repository, "orders")
+    for other in ("dev/shop/orders.pgx/wals/a", "dev/shop/orders.pg15x/a", "dev/shop/orders-archive.pg15/a",
+                  "dev/other/orders.pg15/a", "dev/shop/orders/wals/a"):  # fmt: skip
+        assert not is_upgraded_system_key(other, repository, "orders"), other
 
 
 def test_backoff_doubles_from_two_seconds_up_to_five_minutes() -> None:

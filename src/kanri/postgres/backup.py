@@ -100,10 +100,15 @@ class Repository:
     s3: S3Repository
     secret_namespace: str
     default: bool
+    tenant: str | None = None
+    """The platform's default repository is shared by every namespace: the cluster's namespace, a folder of its own
+    under the repository's path. Without it two clusters of one name in two namespaces would archive into one
+    folder, and a namespace user could restore another namespace's cluster by naming it in bootstrap.recovery."""
 
     @property
     def destination(self) -> str:
-        return f"s3://{self.s3.bucket}" + (f"/{self.s3.path}" if self.s3.path else "")
+        parts = [p for p in (self.s3.path, self.tenant) if p]
+        return f"s3://{self.s3.bucket}" + "".join(f"/{p}" for p in parts)
 
     def describe(self, cluster: str) -> str:
         return f"{self.destination}/{cluster}" + (" (default)" if self.default else "")
@@ -137,7 +142,7 @@ def resolve(spec: PostgresClusterSpec, namespace: str, settings: BackupSettings)
         return Repository(own.s3, namespace, default=False)
     if settings.default_repository is None:
         return "NoRepository"
-    return Repository(settings.default_repository, settings.default_namespace, default=True)
+    return Repository(settings.default_repository, settings.default_namespace, default=True, tenant=namespace)
 
 
 def server_name(cluster: Obj) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,9 +44,15 @@ WAIT_FOR_PODS = 2.0
 
 
 def prefix(repository: Repository, cluster: str) -> str:
-    """The cluster's key prefix in the bucket (barman's layout: ``<path>/<server name>/``)."""
-    path = (repository.s3.path or "").strip("/")
-    return f"{path}/{cluster}/" if path else f"{cluster}/"
+    """The cluster's key prefix in the bucket (barman's layout: ``<path>[/<namespace>]/<server name>/``)."""
+    parts = [p for p in ((repository.s3.path or "").strip("/"), repository.tenant) if p]
+    return "".join(f"{p}/" for p in parts) + f"{cluster}/"
+
+
+def is_upgraded_system_key(key: str, repository: Repository, cluster: str) -> bool:
+    """Whether ``key`` is in the folder of a system a major upgrade of ``cluster`` made (``<cluster>.pg<major>/``)."""
+    folder = prefix(repository, cluster)[:-1]
+    return re.match(re.escape(folder) + r"\.pg[0-9]{2}/", key) is not None
 
 
 def backoff(failures: int, base: float = 2.0, limit: float = 300.0) -> float:
@@ -86,6 +93,9 @@ class BackupCleanup:
             keys = await _keys(client, cache, repository)
             async with S3Client(repository.s3.endpoint, keys, repository.s3.region or "us-east-1") as s3:
                 found = await s3.list_keys(repository.s3.bucket, prefix(repository, name))
+                # and the folders of the systems major upgrades made (never a neighbour's: "<name>.pg<NN>/" only)
+                later = await s3.list_keys(repository.s3.bucket, prefix(repository, name)[:-1] + ".pg")
+                found += [k for k in later if is_upgraded_system_key(k, repository, name)]
                 deleted = await s3.delete_keys(repository.s3.bucket, found)
         except (S3Error, _KeysMissing) as exc:
             failures = self.failures[key] = self.failures.get(key, 0) + 1

@@ -85,7 +85,8 @@ def resolve(recovery: Recovery, source: Obj | None, namespace: str, settings: Ba
                            f"repository ({found}); name one in bootstrap.recovery.repository")  # fmt: skip
         return found
     if settings.default_repository is not None:
-        return Repository(settings.default_repository, settings.default_namespace, default=True)
+        # the default repository's folder of THIS namespace: a source elsewhere is not reachable so
+        return Repository(settings.default_repository, settings.default_namespace, default=True, tenant=namespace)
     return Problem("SourceNotFound", f"there is no PostgresCluster {recovery.source} in this namespace, no "
                    "bootstrap.recovery.repository and no platform default repository: nowhere to find its "
                    "backups")  # fmt: skip
