@@ -54,3 +54,20 @@ def test_removing_backups_drops_the_series_and_forget_drops_all() -> None:
     assert registry.get_sample_value(CREATION, LABELS) is not None
     metrics.forget("shop", "orders")
     assert registry.get_sample_value(CREATION, LABELS) is None
+
+
+def test_the_upgrade_series_follow_status_upgrade() -> None:
+    registry = CollectorRegistry()
+    metrics = PostgresMetrics(registry)
+    base = cluster({"replicas": 3})
+    metrics.observe(base, {})
+    assert registry.get_sample_value("kanri_postgres_upgrade_failed", LABELS) is None  # never asked for
+    metrics.observe({**base, "status": {"upgrade": {"phase": "Checking", "from": 14, "to": 15}}}, {})
+    assert registry.get_sample_value("kanri_postgres_upgrade_failed", LABELS) == 0
+    metrics.observe({**base, "status": {"upgrade": {"phase": "Failed", "from": 14, "to": 15}}}, {})
+    assert registry.get_sample_value("kanri_postgres_upgrade_failed", LABELS) == 1
+    assert registry.get_sample_value("kanri_postgres_upgrade_downtime_seconds", LABELS) is None
+    done = {"phase": "Succeeded", "from": 14, "to": 15, "downtimeSeconds": 13.9}
+    metrics.observe({**base, "status": {"upgrade": done}}, {})
+    assert registry.get_sample_value("kanri_postgres_upgrade_failed", LABELS) == 0
+    assert registry.get_sample_value("kanri_postgres_upgrade_downtime_seconds", LABELS) == 13.9

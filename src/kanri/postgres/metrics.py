@@ -59,6 +59,13 @@ class PostgresMetrics:
         self.restore_test_enabled = Gauge("kanri_postgres_restore_test_enabled", "1 when scheduled restore "
                                           "rehearsals are on (spec.backup.restoreTest.enabled), 0 when turned off; "
                                           "absent without spec.backup.", cluster, registry=registry)  # fmt: skip
+        self.upgrade_failed = Gauge("kanri_postgres_upgrade_failed", "1 when the last major upgrade asked for "
+                                    "failed (status.upgrade.phase Failed: the cluster serves on the old major), 0 "
+                                    "while one is recorded in any other phase; absent when none was asked for.",
+                                    cluster, registry=registry)  # fmt: skip
+        self.upgrade_downtime = Gauge("kanri_postgres_upgrade_downtime_seconds", "The downtime of the last "
+                                      "major upgrade that succeeded (status.upgrade.downtimeSeconds).", cluster,
+                                      registry=registry)  # fmt: skip
         self.deleting_since = Gauge("kanri_postgres_cluster_deletion_timestamp_seconds",
                                     "Unix time the cluster was asked to be deleted (present only while its "
                                     "finalizer holds it).", cluster, registry=registry)  # fmt: skip
@@ -130,6 +137,11 @@ class PostgresMetrics:
         if isinstance(backup, Mapping):  # the rehearsal alerts stay quiet where they were turned off
             enabled = (backup.get("restoreTest") or {}).get("enabled", True)
             self._set(key, self.restore_test_enabled, key, float(enabled is not False))
+        upgrade = status.get("upgrade") or {}
+        if upgrade.get("phase"):
+            self._set(key, self.upgrade_failed, key, float(upgrade["phase"] == "Failed"))
+            if upgrade["phase"] == "Succeeded" and upgrade.get("downtimeSeconds") is not None:
+                self._set(key, self.upgrade_downtime, key, float(upgrade["downtimeSeconds"]))
         unobserved = int(meta.get("generation", 0)) - int(status.get("observedGeneration", 0))
         self._set(key, self.generation_lag, key, float(max(unobserved, 0)))
         self._set(key, self.failover_blocked, key, float((status.get("failover") or {}).get("phase") == "Blocked"))
