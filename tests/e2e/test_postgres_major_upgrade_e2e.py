@@ -28,8 +28,8 @@ from kanri.local.seaweedfs import S3_BUCKET, S3_SERVICE, backup_tools_bin
 from kanri.postgres import names
 from kanri.postgres.api.v1alpha1.backup import S3Repository
 from kanri.postgres.instances import HttpInstanceClient
-from kanri.postgres.kinds import POSTGRES_CLUSTER
-from kanri.runtime import Client
+from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
+from kanri.runtime import ApiError, Client
 from kanri.runtime.kinds import EVENT, POD, SECRET, STATEFUL_SET
 from tests.e2e.postgres_helpers import cluster, every_instance_has, pod_ips, ready, write_row
 from tests.e2e.test_backup_archiving_e2e import (  # noqa: F401  (node, store: the fixtures)
@@ -72,6 +72,17 @@ async def _first_backup(client: Client, namespace: str, name: str) -> str | None
     """The first base backup completed (so the approval below comes after it)."""
     status = (await client.get(POSTGRES_CLUSTER, name, namespace)).get("status") or {}
     return (status.get("backup") or {}).get("lastSuccessful")
+
+
+async def _completed(client: Client, namespace: str, name: str) -> Obj | None:
+    try:
+        status = (await client.get(POSTGRES_BACKUP, name, namespace)).get("status") or {}
+    except ApiError as exc:
+        if exc.not_found:
+            return None
+        raise
+    assert status.get("phase") != "Failed", status
+    return status if status.get("phase") == "Completed" else None
 
 
 async def _reasons(client: Client, namespace: str) -> list[str]:
@@ -122,6 +133,7 @@ async def test_a_cluster_of_three_is_upgraded_from_14_to_15_after_approval_and_a
     control_plane: Endpoint,
     upgrading_operator: Operator,
     namespace: str,
+    store: Store,  # noqa: F811
 ) -> None:
     await client.create(POSTGRES_CLUSTER, cluster("up", namespace, 3, version=14, backup={"retentionDays": 7}))
     async with upgrading_operator.running(refresh=2.0):
@@ -164,6 +176,18 @@ async def test_a_cluster_of_three_is_upgraded_from_14_to_15_after_approval_and_a
         # writes go on and reach both re-cloned replicas
         await write_row(client, namespace, "up", 2)
         await eventually(lambda: every_instance_has(client, namespace, "up", [1, 2]), timeout=60, interval=1)
+        # the new system archives into a folder of its own and gets its first base backup at once; the old system's
+        # backups and WAL stay where they were
+        status = (await client.get(POSTGRES_CLUSTER, "up", namespace))["status"]
+        assert status["backup"]["serverName"] == "up.pg15"
+        first = await eventually(lambda: _completed(client, namespace, "up-pg15-initial"), timeout=240, interval=2)
+        assert first["serverName"] == "up.pg15"
+        folder = f"upgrade/{namespace}"
+        new_base = await store.keys_under(f"{folder}/up.pg15/base/")
+        assert any(key.endswith("backup.info") for key in new_base), new_base
+        assert await store.keys_under(f"{folder}/up.pg15/wals/")
+        old_bases = {key.split("/")[4] for key in await store.keys_under(f"{folder}/up/base/")}
+        assert len(old_bases) == 2, old_bases  # up-initial and up-before-15, on PostgreSQL 14
         reasons = await _reasons(client, namespace)
         # every step as an Event (with client-go's per-object spam filter the last ones were dropped: the stop and
         # start add routine Events about the cluster; the recorder's budget is per object and reason now)
@@ -201,3 +225,41 @@ async def test_an_upgrade_the_check_refuses_fails_and_the_cluster_keeps_serving_
         assert await _record(client, namespace, "bad", "Failed") == failed
         pods, _ = await client.list(POD, namespace, label_selector="kanri.dev/upgrade")
         assert pods == []
+
+
+@pytest.mark.skipif(not {17, 18} <= set(_NEWEST), reason="PyPI PostgreSQL 17 and 18 not installed")
+async def test_a_primary_and_a_replica_are_upgraded_from_17_to_18(
+    client: Client,
+    control_plane: Endpoint,
+    upgrading_operator: Operator,
+    namespace: str,
+    store: Store,  # noqa: F811
+) -> None:
+    # 18 is the major whose initdb turns data checksums on by default and whose analyze takes --missing-stats-only:
+    # the upgrade pod's initdb must copy the old cluster's checksum setting or pg_upgrade refuses
+    await client.create(POSTGRES_CLUSTER, cluster("hop", namespace, 2, version=17, backup={"retentionDays": 7}))
+    async with upgrading_operator.running(refresh=2.0):
+        await eventually(lambda: ready(client, namespace, "hop", 2), timeout=240, interval=1)
+        await superuser_sql(client, namespace, "hop", "CREATE EXTENSION pgcrypto")
+        await superuser_sql(client, namespace, "hop", "CREATE TABLE ledger (id int PRIMARY KEY, note text)")
+        await superuser_sql(client, namespace, "hop", "INSERT INTO ledger SELECT g, encode(digest(g::text, "
+                            "'sha256'), 'hex') FROM generate_series(1, 5000) g")  # fmt: skip
+        before = await superuser_sql(client, namespace, "hop", CHECKSUM)
+        await eventually(lambda: _first_backup(client, namespace, "hop"), timeout=120, interval=1)
+        await client.patch(POSTGRES_CLUSTER, "hop", {"spec": {"version": 18, "upgrade": {"approvedVersion": 18}}},
+                           namespace)  # fmt: skip
+        await eventually(lambda: _record(client, namespace, "hop", "WaitingForPreconditions"), timeout=60)
+        await _backup(control_plane, namespace, "hop", "hop-before-18")
+        done = await eventually(lambda: _record(client, namespace, "hop", "Succeeded"), timeout=600, interval=1)
+        assert (done["from"], done["to"]) == (17, 18)
+        print(f"major upgrade 17 -> 18: downtime {done['downtimeSeconds']} s, pg_upgrade "
+              f"{done.get('pgUpgradeSeconds')} s")  # fmt: skip
+        await eventually(lambda: ready(client, namespace, "hop", 2), timeout=180, interval=1)
+        assert await _images(client, namespace, "hop", 2) == {"kanri.dev/postgres:18"}
+        versions = await eventually(lambda: _versions(client, namespace, "hop"), timeout=60)
+        assert versions == {_NEWEST[18].tag}, versions
+        assert await superuser_sql(client, namespace, "hop", CHECKSUM) == before
+        await write_row(client, namespace, "hop", 3)
+        await eventually(lambda: every_instance_has(client, namespace, "hop", [3]), timeout=60, interval=1)
+        status = (await client.get(POSTGRES_CLUSTER, "hop", namespace))["status"]
+        assert status["backup"]["serverName"] == "hop.pg18"
