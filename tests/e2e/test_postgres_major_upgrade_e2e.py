@@ -157,6 +157,13 @@ async def test_a_cluster_of_three_is_upgraded_from_14_to_15_after_approval_and_a
         gated = await eventually(lambda: _record(client, namespace, "up", "WaitingForPreconditions"), timeout=60)
         assert "no base backup completed after the approval" in gated["message"]
         await _backup(control_plane, namespace, "up", "up-before-15")
+        # a commit after the last backup, in a WAL segment nothing closes before the stop: the upgrade must archive
+        # it, or the old system's archive would end before the upgrade and this commit could not be restored
+        await superuser_sql(client, namespace, "up", "CREATE TABLE marker AS SELECT 42 AS answer")
+        assert await superuser_sql(client, namespace, "up", "SELECT answer FROM marker") == [(42,)]
+        where = await superuser_sql(client, namespace, "up", "SELECT pg_walfile_name(pg_current_wal_lsn())")
+        assert where, "the primary answers"
+        last_segment = str(where[0][0])
 
         upgrading = await eventually(lambda: _record(client, namespace, "up", "Upgrading"), timeout=180, interval=1)
         assert upgrading["primary"] in {"up-1", "up-2", "up-3"}
@@ -188,6 +195,15 @@ async def test_a_cluster_of_three_is_upgraded_from_14_to_15_after_approval_and_a
         assert await store.keys_under(f"{folder}/up.pg15/wals/")
         old_bases = {key.split("/")[4] for key in await store.keys_under(f"{folder}/up/base/")}
         assert len(old_bases) == 2, old_bases  # up-initial and up-before-15, on PostgreSQL 14
+        assert await store.keys_under(f"{folder}/up/wals/{last_segment[:16]}/{last_segment}"), last_segment
+
+        # the way back: the old system restored, to its end, into a new cluster of the old major (docs: Rollback)
+        back = cluster("back", namespace, 1, version=14, bootstrap={"recovery": {"source": "up"}})
+        await client.create(POSTGRES_CLUSTER, back)
+        await eventually(lambda: ready(client, namespace, "back", 1), timeout=300, interval=2)
+        assert await superuser_sql(client, namespace, "back", "SELECT answer FROM marker") == [(42,)]
+        assert await superuser_sql(client, namespace, "back", CHECKSUM) == before
+        assert await superuser_sql(client, namespace, "back", "SHOW server_version") == [(_NEWEST[14].tag,)]
         reasons = await _reasons(client, namespace)
         # every step as an Event (with client-go's per-object spam filter the last ones were dropped: the stop and
         # start add routine Events about the cluster; the recorder's budget is per object and reason now)

@@ -4,6 +4,11 @@ The operator runs it only with every instance stopped (the cluster's downtime). 
 ``<volume>/kanri-upgrade/state.json`` before it acts, so a pod started again never runs pg_upgrade twice on one data
 directory:
 
+0. with a repository configured, the old server is started with its own archiving on, its current WAL segment is
+   closed (``pg_switch_wal()``) and the step waits until no segment waits to be archived: the commits made between
+   the last archived segment and the stop for the upgrade would otherwise exist only in the old ``pg_wal``, which
+   pg_upgrade discards — and the old system's archive must reach the moment of the upgrade (the way back). Not
+   archived within ``ARCHIVE_WAIT`` seconds: the pod fails before anything changed;
 1. the old server is started once on its unix socket and stopped cleanly (pg_upgrade needs a clean shutdown, and it
    tells the encoding and locale the new cluster must have); checksums come from pg_controldata;
 2. ``initdb`` of the new major in ``pgdata.kanri-upgrade`` beside PGDATA (the same filesystem: ``--link``);
@@ -34,7 +39,7 @@ from typing import Any
 
 import structlog
 
-from kanri.instance.config import Settings, SettingsError
+from kanri.instance.config import ClusterConfig, Settings, SettingsError
 from kanri.instance.identity import data_version
 from kanri.instance.logs import configure_logging
 from kanri.instance.tls import install as install_tls
@@ -59,6 +64,8 @@ TERMINATION_LOG = Path("/dev/termination-log")
 WORK_DIR = "kanri-upgrade"
 """Beside PGDATA on the volume: the state file, pg_upgrade's scripts and logs."""
 POST_UPGRADE = "post-upgrade.json"
+ARCHIVE_WAIT = 300.0
+"""How long step 0 waits for the old system's last WAL to reach the repository."""
 
 
 def _work(settings: Settings) -> Path:
@@ -90,6 +97,44 @@ def _write_state(settings: Settings, **state: Any) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, work / "state.json")
+
+
+async def _query(bindir: Path, socket: Path, sql: str) -> str:
+    code, text = await run_tool([str(bindir / "psql"), "-X", "-A", "-t", "-h", str(socket), "-p",
+                                 str(UPGRADE_PORT_OLD), "-U", "postgres", "-d", "postgres", "-c", sql],
+                                echo=False)  # fmt: skip
+    if code != 0:
+        raise UpgradeError(f"could not query the old server: {text.strip()[-400:]}")
+    return text.strip()
+
+
+def _archives(settings: Settings) -> bool:
+    """Whether the cluster config names a repository (then the old server archives, as it did while it ran)."""
+    try:
+        return ClusterConfig.parse(settings.config_file.read_bytes()).archive is not None
+    except FileNotFoundError:  # outside a pod (tests, benchmarks): a pod always has its ConfigMap mounted
+        return False
+    except (OSError, ValueError) as exc:
+        raise UpgradeError(f"cannot read the cluster config {settings.config_file}: {exc}") from None
+
+
+async def _archive_last_wal(bindir: Path, settings: Settings, socket: Path) -> str:
+    """Step 0: the old system's last segment closed and archived; its name."""
+    async with temporary_server(bindir, settings.pgdata, socket, UPGRADE_PORT_OLD):  # its own archive settings
+        last = await _query(bindir, socket, "SELECT pg_walfile_name(pg_switch_wal())")
+        deadline = time.monotonic() + ARCHIVE_WAIT
+        waiting = "SELECT count(*) FROM pg_ls_archive_statusdir() WHERE name LIKE '%.ready'"
+        while (left := await _query(bindir, socket, waiting)) != "0":
+            if time.monotonic() > deadline:
+                failed = await _query(bindir, socket, "SELECT coalesce(last_failed_wal, '-') || ' at ' || "
+                                      "coalesce(last_failed_time::text, '-') FROM pg_stat_archiver")  # fmt: skip
+                raise UpgradeError(f"the old system's last WAL could not be archived within {ARCHIVE_WAIT:.0f} s "
+                                   f"({left} segments waiting; last failure: {failed}): nothing was changed and the "
+                                   "instances start again on the old major; fix archiving (condition "
+                                   "ContinuousArchiving), then change the spec to try again")  # fmt: skip
+            await asyncio.sleep(0.5)
+    log.info("the old system's last WAL is archived", wal=last)
+    return last
 
 
 async def _template_settings(bindir: Path, settings: Settings, socket: Path) -> InitdbSettings:
@@ -151,6 +196,7 @@ async def upgrade(settings: Settings, old: int, new: int, env: dict[str, str]) -
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     socket = settings.socket_dir
+    last_wal = await _archive_last_wal(old_bin, settings, socket) if _archives(settings) else None
     initdb_settings = await _template_settings(old_bin, settings, socket)
     staging = _staging(settings)
     shutil.rmtree(staging, ignore_errors=True)
@@ -183,8 +229,11 @@ async def upgrade(settings: Settings, old: int, new: int, env: dict[str, str]) -
     post = {"to": new, "analyze": True, "updateExtensions": str(extensions) if extensions.exists() else None}
     (work / POST_UPGRADE).write_text(json.dumps(post))
     _finish(settings, {"from": old, "to": new, "step": "linked", "systemIdentifier": identifier})
-    return {"pgUpgradeSeconds": round(took, 1), "updateExtensions": extensions.exists(),
-            "initdb": initdb_settings.describe(), "systemIdentifier": identifier}  # fmt: skip
+    result: dict[str, Any] = {"pgUpgradeSeconds": round(took, 1), "updateExtensions": extensions.exists(),
+                              "initdb": initdb_settings.describe(), "systemIdentifier": identifier}  # fmt: skip
+    if last_wal is not None:
+        result["lastArchivedWal"] = last_wal
+    return result
 
 
 def _tail(text: str, lines: int = 25) -> str:
