@@ -116,6 +116,7 @@ async def test_primary_exports_role_standbys_databases_wal_volume_and_counters(
     assert 16 * 1024 * 1024 <= wal < size
     assert 0 < free < size
     assert value(series, "kanri_instance_archived_total") is not None
+    assert value(series, "kanri_instance_archive_pending") == 0  # this primary does not archive: nothing waits
 
     commits = value(series, "kanri_instance_xact_commit_total", database="orders") or 0
     checkpoints = value(series, "kanri_instance_checkpoints_requested_total") or 0

@@ -79,6 +79,11 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "kanri_instance_last_archived_timestamp_seconds": ("gauge", "when a WAL file was last archived", ()),
     "kanri_instance_last_archive_failure_timestamp_seconds": ("gauge", "when archiving last failed", ()),
     "kanri_instance_wal_bytes": ("gauge", "size of pg_wal", ()),
+    "kanri_instance_archive_pending": (
+        "gauge",
+        "WAL segments and history files waiting to be archived (.ready in pg_wal/archive_status): a backlog",
+        (),
+    ),
     "kanri_instance_volume_size_bytes": ("gauge", "size of the data volume (statvfs of PGDATA)", ()),
     "kanri_instance_volume_free_bytes": ("gauge", "space left on the data volume for PostgreSQL", ()),
     "kanri_instance_database_size_bytes": ("gauge", "size of each database", ("database",)),
@@ -120,7 +125,8 @@ SELECT pg_is_in_recovery() AS in_recovery, current_setting('server_version_num')
             THEN coalesce((SELECT received_tli FROM pg_stat_wal_receiver),
                           (SELECT timeline_id FROM pg_control_checkpoint()))
             ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END AS timeline,
-       (SELECT coalesce(sum(size), 0) FROM pg_ls_waldir())::float8 AS wal_bytes
+       (SELECT coalesce(sum(size), 0) FROM pg_ls_waldir())::float8 AS wal_bytes,
+       (SELECT count(*) FROM pg_ls_archive_statusdir() WHERE name LIKE '%.ready')::float8 AS archive_pending
 """
 
 _STANDBYS = """
@@ -169,6 +175,7 @@ async def read_postgres(conn: psycopg.AsyncConnection[DictRow], application_name
         "kanri_instance_role": [(("replica" if replica else "primary",), 1.0)],
         "kanri_instance_timeline": [((), float(common["timeline"] or 0))],
         "kanri_instance_wal_bytes": [((), float(common["wal_bytes"]))],
+        "kanri_instance_archive_pending": [((), float(common["archive_pending"]))],
     }
     if replica:
         row = await fetch_one(conn, _RECEIVER)
