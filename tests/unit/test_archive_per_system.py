@@ -5,14 +5,23 @@ restore that finds the backups of its major in either folder and replays WAL fro
 from __future__ import annotations
 
 import dataclasses
+import json
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
 from kanri.instance.archive import ArchiveTarget
 from kanri.instance.recovery_plan import RecoveryPlan
-from kanri.instance.restore import BackupInfo, RestoreError, choose_backup, recovery_parameters, systems
+from kanri.instance.restore import (
+    BackupInfo,
+    RestoreError,
+    choose_backup,
+    recovery_parameters,
+    restore_wal,
+    systems,
+)
 from kanri.postgres import backup_plan
 from kanri.postgres.backup import server_name, upgraded_server_name
 from kanri.postgres.backup_schedule import due
@@ -104,3 +113,29 @@ def test_the_wal_comes_from_the_folder_the_chosen_backup_is_in() -> None:
     assert plain == "/py -m kanri.instance restore-wal recovery %f %p"
     moved = recovery_parameters(_plan(), "recovery", python="/py", server="up.pg15")["restore_command"]
     assert moved == "/py -m kanri.instance restore-wal recovery %f %p up.pg15"
+
+
+def _config(tmp_path: Path) -> dict[str, str]:
+    raw = json.dumps({"recovery": {"source": SOURCE.model_dump(by_alias=True)}})
+    (tmp_path / "instance.json").write_text(raw)
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    (keys / "ACCESS_KEY_ID").write_text("id")
+    (keys / "ACCESS_SECRET_KEY").write_text("secret")
+    barman = tmp_path / "bin"
+    barman.mkdir()
+    fake = barman / "barman-cloud-wal-restore"
+    fake.write_text(f'#!/bin/sh\necho "$@" > {tmp_path / "argv"}\n')  # records what it was asked
+    fake.chmod(0o755)
+    return {"KANRI_CONFIG_FILE": str(tmp_path / "instance.json"), "KANRI_RECOVERY_CREDENTIALS_DIR": str(keys),
+            "KANRI_BARMAN_BIN": str(barman), "PATH": "/usr/bin:/bin"}  # fmt: skip
+
+
+def test_restore_wal_reads_the_chosen_systems_folder_and_never_another_clusters(tmp_path: Path) -> None:
+    env = _config(tmp_path)
+    assert restore_wal("recovery", "000000010000000000000003", "pg_wal/x", env, server="up.pg15") == 0
+    assert " up.pg15 000000010000000000000003 " in (tmp_path / "argv").read_text()
+    (tmp_path / "argv").unlink()
+    assert restore_wal("recovery", "000000010000000000000003", "pg_wal/x", env, server="billing.pg15") == 1
+    assert restore_wal("recovery", "000000010000000000000003", "pg_wal/x", env, server="up.x") == 1
+    assert not (tmp_path / "argv").exists()  # barman never ran for them
