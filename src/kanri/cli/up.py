@@ -271,7 +271,9 @@ def up(
     if cluster["spec"].get("backup") is not None:
         archiving = get_condition((cluster.get("status") or {}).get("conditions"), "ContinuousArchiving")
         state = f"{archiving['status']} ({archiving.get('reason', '')})" if archiving else "not reported yet"
-        err.print(f"  backups: WAL is archived to {where} under {cluster_name}/ (ContinuousArchiving={state});")
+        # the platform's default repository keeps a folder per namespace (kanri.postgres.backup.Repository)
+        folder = f"{cluster_name}/" if cluster["spec"]["backup"].get("repository") else f"{namespace}/{cluster_name}/"
+        err.print(f"  backups: WAL is archived to {where} under {folder} (ContinuousArchiving={state});")
         err.print(f"  watch it: {kubectl} get pgc {cluster_name} -n {namespace} -o jsonpath="
                   "'{.status.conditions[?(@.type==\"ContinuousArchiving\")]}'")  # fmt: skip
     err.print("Connect from this machine:")
