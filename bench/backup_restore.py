@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' insta
 
 import aiohttp
 
-from kanri.instance.archive import ACCESS_KEY_FILE, SECRET_KEY_FILE, ArchiveTarget, credentials_env
+from kanri.instance.archive import ArchiveTarget, credentials_env
 from kanri.instance.base_backup import compression_flag
 from kanri.instance.restore import fetch_backup, list_backups, lsn_value
 from kanri.local.seaweedfs import S3Keys, SeaweedFS, backup_tools_bin, s3_call
@@ -318,10 +318,7 @@ async def started(scratch: Path, store: SeaweedFS) -> tuple[Workspace, Instance]
     root.mkdir()
     workspace = Workspace(root)
     workspace.write_secrets()
-    backup = root / "secrets" / "backup"
-    backup.mkdir()
-    (backup / ACCESS_KEY_FILE).write_text(store.keys.access_key_id)
-    (backup / SECRET_KEY_FILE).write_text(store.keys.secret_access_key)
+    backup = workspace.write_backup_keys(store.keys.access_key_id, store.keys.secret_access_key)
     target = {"destination": DESTINATION, "endpointURL": store.endpoint, "serverName": CLUSTER}
     workspace.write_config({}, [f"{CLUSTER}-1"], extra={"archive": target})
     chown_tree(root)

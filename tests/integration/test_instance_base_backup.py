@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from kanri.instance.archive import ACCESS_KEY_FILE, SECRET_KEY_FILE
+from kanri.instance.archive import SECRET_KEY_FILE
 from kanri.local.seaweedfs import S3Keys, SeaweedFS, backup_tools_bin, s3_call
 from tests.integration.test_instance_manager import CLUSTER, PG_BIN, Instance, Workspace, chown_tree
 from tests.support import eventually
@@ -52,10 +52,7 @@ async def workspace(store: SeaweedFS) -> AsyncIterator[Workspace]:
     root = Path(tempfile.mkdtemp(prefix="kanri-base-backup-"))
     workspace = Workspace(root)
     workspace.write_secrets()
-    backup = root / "secrets" / "backup"
-    backup.mkdir()
-    (backup / ACCESS_KEY_FILE).write_text(store.keys.access_key_id)
-    (backup / SECRET_KEY_FILE).write_text(store.keys.secret_access_key)
+    workspace.write_backup_keys(store.keys.access_key_id, store.keys.secret_access_key)
     target = {"destination": f"s3://{BUCKET}/test", "endpointURL": store.endpoint, "serverName": CLUSTER}
     workspace.write_config({}, [f"{CLUSTER}-1", f"{CLUSTER}-2"], extra={"archive": target})
     chown_tree(root)

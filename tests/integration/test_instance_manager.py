@@ -90,6 +90,16 @@ class Workspace:
             (directory / "password").write_text(self.passwords[name])
         (self.root / "secrets" / "token").write_text(self.token + "\n")
 
+    def write_backup_keys(self, access_key_id: str, secret_access_key: str) -> Path:
+        """The repository's key pair as the mounted backup Secret's files (``KANRI_BACKUP_CREDENTIALS_DIR``)."""
+        from kanri.instance.archive import ACCESS_KEY_FILE, SECRET_KEY_FILE
+
+        backup = self.root / "secrets" / "backup"
+        backup.mkdir()
+        (backup / ACCESS_KEY_FILE).write_text(access_key_id)
+        (backup / SECRET_KEY_FILE).write_text(secret_access_key)
+        return backup
+
     def write_config(
         self,
         parameters: dict[str, Any],
