@@ -62,6 +62,15 @@ async def upgrading_operator(control_plane: Endpoint, namespace: str, store: Sto
         await instances.close()
 
 
+async def _ledger(client: Client, namespace: str, name: str, rows: int) -> list[Any] | None:
+    """pgcrypto and a ledger of ``rows`` hashed rows on the primary; the ledger's checksum."""
+    await superuser_sql(client, namespace, name, "CREATE EXTENSION pgcrypto")
+    await superuser_sql(client, namespace, name, "CREATE TABLE ledger (id int PRIMARY KEY, note text)")
+    await superuser_sql(client, namespace, name, "INSERT INTO ledger SELECT g, encode(digest(g::text, 'sha256'), "
+                        f"'hex') FROM generate_series(1, {rows}) g")  # fmt: skip
+    return await superuser_sql(client, namespace, name, CHECKSUM)
+
+
 async def _record(client: Client, namespace: str, name: str, phase: str) -> Obj | None:
     status = (await client.get(POSTGRES_CLUSTER, name, namespace)).get("status") or {}
     record = status.get("upgrade")
@@ -138,11 +147,7 @@ async def test_a_cluster_of_three_is_upgraded_from_14_to_15_after_approval_and_a
     await client.create(POSTGRES_CLUSTER, cluster("up", namespace, 3, version=14, backup={"retentionDays": 7}))
     async with upgrading_operator.running(refresh=2.0):
         await eventually(lambda: ready(client, namespace, "up", 3), timeout=240, interval=1)
-        await superuser_sql(client, namespace, "up", "CREATE EXTENSION pgcrypto")
-        await superuser_sql(client, namespace, "up", "CREATE TABLE ledger (id int PRIMARY KEY, note text)")
-        await superuser_sql(client, namespace, "up", "INSERT INTO ledger SELECT g, encode(digest(g::text, "
-                            "'sha256'), 'hex') FROM generate_series(1, 20000) g")  # fmt: skip
-        before = await superuser_sql(client, namespace, "up", CHECKSUM)
+        before = await _ledger(client, namespace, "up", 20000)
         assert before
         assert before[0][0]
         await write_row(client, namespace, "up", 1)
@@ -256,11 +261,7 @@ async def test_a_primary_and_a_replica_are_upgraded_from_17_to_18(
     await client.create(POSTGRES_CLUSTER, cluster("hop", namespace, 2, version=17, backup={"retentionDays": 7}))
     async with upgrading_operator.running(refresh=2.0):
         await eventually(lambda: ready(client, namespace, "hop", 2), timeout=240, interval=1)
-        await superuser_sql(client, namespace, "hop", "CREATE EXTENSION pgcrypto")
-        await superuser_sql(client, namespace, "hop", "CREATE TABLE ledger (id int PRIMARY KEY, note text)")
-        await superuser_sql(client, namespace, "hop", "INSERT INTO ledger SELECT g, encode(digest(g::text, "
-                            "'sha256'), 'hex') FROM generate_series(1, 5000) g")  # fmt: skip
-        before = await superuser_sql(client, namespace, "hop", CHECKSUM)
+        before = await _ledger(client, namespace, "hop", 5000)
         await eventually(lambda: _first_backup(client, namespace, "hop"), timeout=120, interval=1)
         await client.patch(POSTGRES_CLUSTER, "hop", {"spec": {"version": 18, "upgrade": {"approvedVersion": 18}}},
                            namespace)  # fmt: skip
