@@ -50,6 +50,13 @@ class ArchiveTarget(BaseModel):
     PostgreSQL system (``kanri.postgres.backup.upgraded_server_name``)."""
     region: str | None = Field(default=None, pattern=r"^[a-z0-9-]+$")
 
+    def system(self, server: str) -> ArchiveTarget:
+        """The same repository, for another PostgreSQL system of this cluster (``<cluster>`` or
+        ``<cluster>.pg<major>``); ValueError for another cluster's server name or an invalid one."""
+        if server.partition(".")[0] != self.server_name.partition(".")[0]:
+            raise ValueError(f"server {server} is not a system of {self.server_name.partition('.')[0]}")
+        return ArchiveTarget.model_validate({**self.model_dump(by_alias=True), "serverName": server})
+
 
 def barman_program(program: str, env: Mapping[str, str] | None = None) -> str:
     """Where a Barman Cloud program is: ``$KANRI_BARMAN_BIN/<program>`` when set, else found on ``PATH``."""

@@ -28,7 +28,6 @@ from psycopg.rows import DictRow
 
 from kanri.instance import post_upgrade
 from kanri.instance import status as status_queries
-from kanri.instance.archive import ArchiveTarget
 from kanri.instance.base_backup import BackupError, BaseBackups, state_dir
 from kanri.instance.bootstrap import clone, discard_partial, has_data, initdb, recover
 from kanri.instance.conf import (
@@ -954,12 +953,8 @@ class InstanceManager:
         target = self.config.archive
         server = body.get("serverName")
         if target is not None and server is not None and server != target.server_name:
-            # only a system of this same cluster (<cluster> or <cluster>.pg<major>), never another cluster's folder
-            own = str(server).partition(".")[0] == target.server_name.partition(".")[0]
-            try:
-                if not own:
-                    raise ValueError(server)
-                target = ArchiveTarget.model_validate({**target.model_dump(by_alias=True), "serverName": server})
+            try:  # only a system of this same cluster, never another cluster's folder
+                target = target.system(str(server))
             except ValueError:
                 raise ActionError(
                     400, "serverName must name a system of this cluster (<cluster>[.pg<major>])"

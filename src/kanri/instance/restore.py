@@ -112,9 +112,7 @@ def systems(source: ArchiveTarget, major: int | None) -> list[ArchiveTarget]:
     upgrade moves a cluster's archive to a folder of its own."""
     if "." in source.server_name or major is None:
         return [source]
-    upgraded = ArchiveTarget.model_validate({**source.model_dump(by_alias=True),
-                                             "serverName": f"{source.server_name}.pg{major}"})  # fmt: skip
-    return [source, upgraded]
+    return [source, source.system(f"{source.server_name}.pg{major}")]
 
 
 def parse_backup_list(raw: str) -> list[BackupInfo]:
@@ -265,9 +263,7 @@ def restore_wal(
     try:
         target = source_target(ClusterConfig.parse(config_file.read_bytes()), source)
         if target is not None and server is not None:
-            if server.partition(".")[0] != target.server_name.partition(".")[0]:
-                raise ValueError(f"server {server} is not a system of {target.server_name}")
-            target = ArchiveTarget.model_validate({**target.model_dump(by_alias=True), "serverName": server})
+            target = target.system(server)
     except (OSError, ValueError) as exc:
         print(f"kanri restore-wal: cannot read the cluster config: {exc}", file=sys.stderr)
         return 1
