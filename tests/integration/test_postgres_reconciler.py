@@ -420,8 +420,8 @@ async def test_a_restarted_operator_finishes_half_created_children_without_dupli
     # lowest number would bootstrap two primaries, or none if half-2 had been a replica.
     await client.create(PVC, claim(cluster, "half-1", "1Gi", None))
     await client.create(PVC, claim(cluster, "half-2", "1Gi", None))
-    await client.apply(STATEFUL_SET, statefulset(cluster, spec, "half-2", role="primary", major=16, running=True),
-                       field_manager=FIELD_MANAGER)  # fmt: skip
+    primary = statefulset(cluster, spec, "half-2", role="primary", image="kanri.dev/postgres:16", running=True)
+    await client.apply(STATEFUL_SET, primary, field_manager=FIELD_MANAGER)
     secrets_before = {s["metadata"]["name"]: s["data"] for s in (await client.list(SECRET, namespace))[0]}
     operator = Operator(control_plane, namespace)
     async with operator.running():

@@ -548,6 +548,17 @@ INVALID = [
         ('unsupported resource name(s): ["gpu", "nvidia.com/gpu"]',),
     ),
     Refused("approved-version-13", {"upgrade": {"approvedVersion": 13}}, ("spec.upgrade.approvedVersion",)),
+    Refused(
+        "image-of-another-major",
+        {"imageName": "kanri.dev/postgres:16.9"},
+        ("spec.imageName", "imageName is not of major 17 (version): its tag must be 17 or 17.<minor>"),
+    ),
+    Refused(
+        "image-by-digest",
+        {"imageName": "kanri.dev/postgres@sha256:" + "0" * 64},
+        ("spec.imageName", 'not an image of a PostgreSQL release: "kanri.dev/postgres@sha256:'),
+    ),
+    Refused("image-without-tag", {"imageName": "registry.example:5000/kanri/postgres"}, ("<repository>:<major>.<minor>",)),
     Refused("name-starts-with-digit", {}, ('name "9lives" must start with a letter',), name="9lives"),
     Refused("name-too-long", {}, ("at most 40 characters",), name="a" * 41),
 ]
@@ -677,6 +688,12 @@ FORBIDDEN_CHANGES = [
         before={"backup": {"repository": {"volume": {"size": "20Gi"}}}},
     ),
     Change(
+        "raise-version-but-not-the-image",
+        {"version": 18, "upgrade": {"approvedVersion": 18}},
+        ("imageName is not of major 18 (version)",),
+        before={"imageName": "kanri.dev/postgres:17.10"},
+    ),
+    Change(
         "scale-sync-cluster-to-one",
         {"replicas": 1},
         ("needs at least 2 replicas, not 1",),
@@ -688,6 +705,12 @@ ALLOWED_CHANGES = [
     Change("grow-storage-across-units", {"storage": {"size": "10241Mi"}}),
     Change("raise-version-and-approve", {"version": 18, "upgrade": {"approvedVersion": 18}}),
     Change("skip-a-major", {"version": 18}, before={"version": 16}),
+    Change("minor-update", {"imageName": "kanri.dev/postgres:17.11"}, before={"imageName": "kanri.dev/postgres:17.10"}),
+    Change(
+        "raise-version-and-image",
+        {"version": 18, "imageName": "registry.example:5000/kanri/postgres:18", "upgrade": {"approvedVersion": 18}},
+        before={"imageName": "kanri.dev/postgres:17.10"},
+    ),
     Change("hibernate-sync-cluster", {"replicas": 0}, before={"replication": {"mode": "Sync", "syncStandbys": 2}}),
     Change("switch-to-manual-failover", {"failover": {"policy": "Manual", "maxDataLossBytes": 0}}),
     Change("add-backups", {"backup": {"repository": {"volume": {"size": "1Gi"}}}}),

@@ -14,7 +14,14 @@ from kanri.postgres.children.pdb import disruption_budgets, wants_budgets
 from kanri.postgres.children.pvc import claim, grow_patch
 from kanri.postgres.children.rbac import service_account
 from kanri.postgres.children.services import services
-from kanri.postgres.children.statefulset import RESTART, bootstrap_role, image_major, statefulset
+from kanri.postgres.children.statefulset import (
+    RESTART,
+    bootstrap_role,
+    image_major,
+    postgres_image,
+    statefulset,
+    tag_major,
+)
 from kanri.postgres.diff import HASH_ANNOTATION, is_subset, needs_apply
 
 Obj = dict[str, Any]
@@ -33,7 +40,7 @@ def parsed(obj: Obj) -> PostgresClusterSpec:
 
 def build(instance: str = "orders-2", role: Any = "replica", running: bool = True, **spec: Any) -> Obj:
     c = cluster(**spec)
-    return statefulset(c, parsed(c), instance, role=role, major=15, running=running)
+    return statefulset(c, parsed(c), instance, role=role, image="kanri.dev/postgres:15", running=running)
 
 
 def env_of(sts: Obj) -> dict[str, Any]:
@@ -204,6 +211,46 @@ def test_bootstrap_role_and_major_are_read_back_from_an_existing_statefulset() -
     assert image_major({"spec": {}}) is None
 
 
+@pytest.mark.parametrize(
+    ("image", "major"),
+    [
+        ("kanri.dev/postgres:17", 17),
+        ("kanri.dev/postgres:17.11", 17),
+        ("registry.example:5000/kanri/postgres:14.23", 14),
+        ("registry.example:5000/kanri/postgres", None),
+        ("kanri.dev/postgres", None),
+        ("kanri.dev/postgres:latest", None),
+    ],
+)
+def test_the_major_of_an_image_is_read_from_its_tag(image: str, major: int | None) -> None:
+    assert tag_major(image) == major
+
+
+def sts_with(image: str) -> Obj:
+    return {"spec": {"template": {"spec": {"containers": [{"name": "postgres", "image": image}]}}}}
+
+
+def test_the_image_is_the_pinned_minor_or_the_majors_default_and_kept_while_a_major_upgrade_waits() -> None:
+    pinned = parsed(cluster(version=17, imageName="kanri.dev/postgres:17.10"))
+    assert postgres_image(pinned, 17, None) == "kanri.dev/postgres:17.10"
+    # a minor update: the spec's image wins over the one the instance runs
+    assert postgres_image(pinned, 17, sts_with("kanri.dev/postgres:17.11")) == "kanri.dev/postgres:17.10"
+    assert postgres_image(parsed(cluster(version=17)), 17, sts_with("kanri.dev/postgres:17.10")) == (
+        "kanri.dev/postgres:17"
+    ), "removing imageName returns to the platform's default"
+    # version raised to 18 (waiting for approval): the 17 instances keep their pinned 17.10, no silent minor update
+    waiting = parsed(cluster(version=18, imageName="kanri.dev/postgres:18.6"))
+    assert postgres_image(waiting, 17, sts_with("kanri.dev/postgres:17.10")) == "kanri.dev/postgres:17.10"
+    assert postgres_image(parsed(cluster(version=18)), 17, sts_with("kanri.dev/postgres:17.10")) == (
+        "kanri.dev/postgres:17.10"
+    )
+    # a new instance, or one whose image is of another major (a hand edit), gets the data's major's default
+    assert postgres_image(waiting, 17, None) == "kanri.dev/postgres:17"
+    assert postgres_image(waiting, 17, sts_with("kanri.dev/postgres:16")) == "kanri.dev/postgres:17"
+    # after the upgrade the data is of 18: imageName applies again
+    assert postgres_image(waiting, 18, sts_with("kanri.dev/postgres:17.10")) == "kanri.dev/postgres:18.6"
+
+
 def test_claim_is_labelled_unowned_and_only_ever_grows() -> None:
     pvc = claim(cluster(), "orders-1", "10Gi", "fast")
     assert pvc["metadata"]["labels"]["kanri.dev/instance"] == "orders-1"
@@ -281,7 +328,7 @@ def test_the_restart_annotation_reaches_every_pod_template_so_a_new_value_rolls_
     plain = build()
     asked = cluster()
     asked["metadata"]["annotations"] = {RESTART: "2026-12-02T07:30:00Z"}
-    restarted = statefulset(asked, parsed(asked), "orders-2", role="replica", major=15, running=True)
+    restarted = statefulset(asked, parsed(asked), "orders-2", role="replica", image="kanri.dev/postgres:15", running=True)
     assert "annotations" not in plain["spec"]["template"]["metadata"]
     assert restarted["spec"]["template"]["metadata"]["annotations"] == {RESTART: "2026-12-02T07:30:00Z"}
     assert not is_subset(restarted["spec"]["template"], plain["spec"]["template"]), "the template differs: it rolls"

@@ -36,7 +36,7 @@ from kanri.postgres.children.pdb import disruption_budgets, wants_budgets
 from kanri.postgres.children.pvc import claim
 from kanri.postgres.children.rbac import service_account
 from kanri.postgres.children.services import services
-from kanri.postgres.children.statefulset import bootstrap_role, image_major, statefulset
+from kanri.postgres.children.statefulset import bootstrap_role, image_major, postgres_image, statefulset
 from kanri.postgres.deletion import FINALIZER, cleanup
 from kanri.postgres.diff import is_subset
 from kanri.postgres.failover import SUSPECT_INTERVAL
@@ -604,7 +604,8 @@ class ClusterPass:
             current = self.cache.get(STATEFUL_SET, instance, self.namespace)
             kept = bootstrap_role(current) if current is not None and is_controlled_by(current, self.cluster) else None
             role = kept or (PRIMARY if instance == plan.primary else REPLICA)
-            desired = statefulset(self.cluster, self.spec, instance, role=role, major=major, running=self.running)
+            image = postgres_image(self.spec, major, current)
+            desired = statefulset(self.cluster, self.spec, instance, role=role, image=image, running=self.running)
             # An image of another major (a hand edit) is reverted at once: that pod cannot open its data, so waiting
             # for it to become ready first would wait forever.
             wrong_major = current is not None and image_major(current) != major

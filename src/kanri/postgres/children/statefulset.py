@@ -28,7 +28,10 @@ __all__ = [
     "bootstrap_role",
     "environment",
     "image_major",
+    "image_of",
+    "postgres_image",
     "statefulset",
+    "tag_major",
     "volumes",
 ]
 
@@ -149,11 +152,11 @@ def _probe(path: str, period: int, failures: int) -> Obj:
     return {"httpGet": action, "periodSeconds": period, "failureThreshold": failures}
 
 
-def _container(cluster: str, instance: str, role: Role, major: int, spec: PostgresClusterSpec) -> Obj:
+def _container(cluster: str, instance: str, role: Role, image: str, spec: PostgresClusterSpec) -> Obj:
     _, mounts = volumes(cluster, instance, spec.backup is not None, spec.bootstrap.recovery is not None)
     container: Obj = {
         "name": "postgres",
-        "image": f"{IMAGE}:{major}",
+        "image": image,
         "imagePullPolicy": "IfNotPresent",
         "env": environment(cluster, instance, role, spec),
         "ports": [
@@ -201,7 +204,7 @@ def affinity(cluster: str, spec: PostgresClusterSpec) -> Obj:
     return wanted
 
 
-def _pod_spec(cluster: str, instance: str, role: Role, major: int, spec: PostgresClusterSpec) -> Obj:
+def _pod_spec(cluster: str, instance: str, role: Role, image: str, spec: PostgresClusterSpec) -> Obj:
     pod_volumes, _ = volumes(cluster, instance, spec.backup is not None, spec.bootstrap.recovery is not None)
     template = spec.pod_template
     pod: Obj = {
@@ -216,7 +219,7 @@ def _pod_spec(cluster: str, instance: str, role: Role, major: int, spec: Postgre
             "fsGroup": POSTGRES_UID,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "containers": [_container(cluster, instance, role, major, spec)],
+        "containers": [_container(cluster, instance, role, image, spec)],
         "volumes": pod_volumes,
     }
     if wanted_affinity := affinity(cluster, spec):
@@ -240,9 +243,10 @@ templates, as ``kubectl rollout restart`` does with its own annotation."""
 
 
 def statefulset(
-    cluster: Obj, spec: PostgresClusterSpec, instance: str, *, role: Role, major: int, running: bool
+    cluster: Obj, spec: PostgresClusterSpec, instance: str, *, role: Role, image: str, running: bool
 ) -> Obj:
-    """The StatefulSet of ``instance``: 1 replica (0 while hibernated), its own claim, owned by the cluster."""
+    """The StatefulSet of ``instance``: 1 replica (0 while hibernated), its own claim, owned by the cluster, running
+    ``image`` (:func:`postgres_image`)."""
     name = cluster["metadata"]["name"]
     labels = instance_labels(name, instance)
     template = spec.pod_template
@@ -261,7 +265,7 @@ def statefulset(
         "serviceName": names.read_service(name),
         "podManagementPolicy": "Parallel",
         "updateStrategy": {"type": "RollingUpdate"},
-        "template": {"metadata": pod_meta, "spec": _pod_spec(name, instance, role, major, spec)},
+        "template": {"metadata": pod_meta, "spec": _pod_spec(name, instance, role, image, spec)},
     }
     return owned("apps/v1", "StatefulSet", child_meta(cluster, instance, labels), spec=body)
 
@@ -284,8 +288,34 @@ def bootstrap_role(sts: Obj) -> Role | None:
     return None
 
 
+def tag_major(image: str) -> int | None:
+    """The PostgreSQL major of an image reference from its tag, ``<major>`` or ``<major>.<minor>`` (``17.11``)."""
+    repository, _, tag = image.rpartition(":")
+    if "/" in tag or not repository:
+        return None  # no tag: the colon was a registry's port
+    head = tag.split(".", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def image_of(sts: Obj) -> str:
+    """The image of an existing StatefulSet's PostgreSQL container ("" without one)."""
+    return str((_container_of(sts) or {}).get("image") or "")
+
+
 def image_major(sts: Obj) -> int | None:
     """The PostgreSQL major an existing StatefulSet runs (from its image tag)."""
-    image = str((_container_of(sts) or {}).get("image") or "")
-    repository, _, tag = image.rpartition(":")
-    return int(tag) if repository == IMAGE and tag.isdigit() else None
+    return tag_major(image_of(sts))
+
+
+def postgres_image(spec: PostgresClusterSpec, major: int, current: Obj | None) -> str:
+    """The image an instance's StatefulSet runs on data of ``major``.
+
+    While the data is of ``spec.version`` that is ``spec.imageName`` (a pinned minor), else the major's default
+    image, the platform's newest minor. While it is not (a major upgrade waits for approval or runs), the instance
+    keeps the image it has when that is of the data's major: ``imageName`` names the next major's image then, and
+    falling back to the default would be a minor update nobody asked for."""
+    if major == spec.version:
+        return spec.image_name or f"{IMAGE}:{major}"
+    if current is not None and image_major(current) == major:
+        return image_of(current)
+    return f"{IMAGE}:{major}"

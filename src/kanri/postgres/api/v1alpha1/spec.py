@@ -24,6 +24,9 @@ MAX_REPLICAS = 9
 _MIN_VERSION, _MAX_VERSION = SUPPORTED_VERSIONS[0], SUPPORTED_VERSIONS[-1]
 # syncStandbys is optional; mode Sync without it means one synchronous standby.
 _SYNC_STANDBYS = "(has(self.replication.syncStandbys) ? self.replication.syncStandbys : 1)"
+# <repository>:<major> or <repository>:<major>.<minor> (no digest: the tag names the release the data runs on).
+IMAGE_NAME_PATTERN = r"^[a-z0-9]([a-z0-9._/-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9._-]+)*:[0-9]{2}([.][0-9]{1,3})?$"
+_IMAGE_TAG = "self.imageName.substring(self.imageName.lastIndexOf(':') + 1)"
 
 
 class Upgrade(ApiModel):
@@ -57,6 +60,16 @@ class PostgresClusterSpec(
             "replication mode Sync needs synchronous_commit on, remote_write or remote_apply (off and local "
             "acknowledge commits no standby has confirmed)",
         ),
+        # The image names the release the data runs on: its major must be version, so raising version (an upgrade)
+        # changes or removes imageName in the same edit and the two never disagree.
+        cel(
+            f"!has(self.imageName) || !self.imageName.matches('{IMAGE_NAME_PATTERN}') || "
+            f"int({_IMAGE_TAG}.split('.')[0]) == self.version",
+            # format() of ints only: concatenating the image name makes the cost estimate exceed the budget.
+            message_expression="'imageName is not of major %d (version): its tag must be %d or %d.<minor>; raise "
+            "version and imageName together for a major upgrade'.format([self.version, self.version, self.version])",
+            field_path=".imageName",
+        ),
     ],
 ):
     """The desired state of a PostgreSQL cluster: one primary and its streaming replicas, their storage,
@@ -75,6 +88,25 @@ class PostgresClusterSpec(
     """PostgreSQL major version, 14 to 18. Required. Raising it requests a major upgrade (pg_upgrade), which the
     operator carries out only once upgrade.approvedVersion equals the new version, after a compatibility check and a
     fresh backup. Lowering it is refused by the API server."""
+
+    image_name: (
+        Annotated[
+            str,
+            Field(max_length=255),
+            # CEL rather than `pattern`: the API server would quote the whole regular expression back at the user.
+            cel(
+                f"self.matches('{IMAGE_NAME_PATTERN}')",
+                message_expression="'not an image of a PostgreSQL release: \"%s\"; use <repository>:<major> or "
+                "<repository>:<major>.<minor>, such as kanri.dev/postgres:17.11 (no digest)'.format([self])",
+            ),
+        ]
+        | None
+    ) = None
+    """The PostgreSQL image, to choose a minor release: kanri.dev/postgres:17.11. Its tag is the major (which must
+    be version) or major.minor. Default: kanri.dev/postgres:<version>, the platform's newest minor of that major.
+    Changing it is a minor update: the replicas are restarted on the new image one at a time, then the primary's
+    role is handed to an updated replica (a switchover, see primaryUpdateStrategy) and the old primary is restarted
+    last. While a major upgrade waits or runs, the instances keep the image they have."""
 
     replicas: Annotated[int, Field(ge=0, le=MAX_REPLICAS)] = 1
     """Number of instances including the primary, 0 to 9. Default 1 (a primary without standby; use 3 for high
