@@ -79,7 +79,9 @@ def fill(registry: CollectorRegistry) -> None:
                                              "dataLossPossible": True, "durationSeconds": 2.5}  # fmt: skip
     postgres.observe(failed_over, reports("orders"))
     postgres.promoted("shop", "orders", "PrimaryUnreachable")
-    postgres.observe(cluster("carts", ready=True, degraded=False), reports("carts"))
+    upgraded = cluster("carts", ready=True, degraded=False)
+    upgraded["status"]["upgrade"] = {"phase": "Succeeded", "from": 14, "to": 15, "downtimeSeconds": 15.0}
+    postgres.observe(upgraded, reports("carts"))
     postgres.deleting(cluster("carts", ready=True, degraded=False), since=1.0)
     # Backups, WAL archiving and the last restore rehearsal, as the backup and rehearsal steps set them.
     postgres.backups("shop", "orders", {"success": 1.7e9, "failure": 1.7e9 + 60, "succeeded": 0.0,
