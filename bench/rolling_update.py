@@ -1,12 +1,14 @@
 """The write outage of a rolling update: the primary restarted in place vs a switchover first (issues 12 and 14).
 
-    python bench/rolling_update.py [--runs 3] [--strategies InPlace,Switchover] [--json FILE]
+    python bench/rolling_update.py [--runs 3] [--strategies InPlace,Switchover] [--change resources|minor] [--json F]
 
 Starts the real control plane, one local node and the operator (in this process), one PostgresCluster of two
 instances, and a ledger writing through ``-rw`` (tests/e2e/ledger.py). Each run sets ``spec.primaryUpdateStrategy``
-and a new ``spec.resources`` (a pod-template change), waits until both instances run the new template and the
-cluster is Ready, and reports the longest gap between two acknowledged commits during the update (the outage as a
-client sees it, its reconnect included). Prints every run, then the median and the maximum per strategy.
+and a change of the pod template — ``--change resources``: a new ``spec.resources``; ``--change minor``: a minor
+update, ``spec.imageName`` from ``kanri.dev/postgres:17.10`` to ``:17.11`` and back on alternate runs (a version-17
+cluster) — waits until both instances run the new template and the cluster is Ready, and reports the longest gap
+between two acknowledged commits during the update (the outage as a client sees it, its reconnect included). Prints
+every run, then the median and the maximum per strategy.
 """
 
 from __future__ import annotations
@@ -31,23 +33,43 @@ from kanri.local.node import NodeOptions
 from kanri.postgres.instances import HttpInstanceClient
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.runtime import Client
-from kanri.runtime.kinds import NAMESPACE
+from kanri.runtime.kinds import NAMESPACE, STATEFUL_SET
 from tests.e2e.ledger import Ledger
 from tests.e2e.postgres_helpers import cluster, cluster_ip, credentials, ready
-from tests.e2e.test_postgres_rolling_update_e2e import NAME, cpu_of
 from tests.local_node_support import running_node, with_test_network
 from tests.postgres_support import Operator, install_postgres_crd
 from tests.support import eventually
 
+NAME = "roll"
+MINOR_IMAGES = ("kanri.dev/postgres:17.11", "kanri.dev/postgres:17.10")
+"""A minor update's run n goes to MINOR_IMAGES[n % 2] (the cluster starts on 17.10)."""
 
-async def one_run(client: Client, namespace: str, ledger: Ledger, strategy: str, cpu: str) -> dict[str, Any]:
+
+def change_of(kind: str, step: int) -> dict[str, Any]:
+    """The pod-template change of run ``step`` (1, 2, ...): always a different one from the last."""
+    if kind == "minor":
+        return {"imageName": MINOR_IMAGES[(step - 1) % 2]}
+    return {"resources": {"requests": {"cpu": f"{100 + step}m"}}}
+
+
+async def has_the_change(client: Client, namespace: str, instance: str, change: dict[str, Any]) -> bool:
+    container = (await client.get(STATEFUL_SET, instance, namespace))["spec"]["template"]["spec"]["containers"][0]
+    if "imageName" in change:
+        return bool(container["image"] == change["imageName"])
+    cpu = ((container.get("resources") or {}).get("requests") or {}).get("cpu")
+    return bool(cpu == change["resources"]["requests"]["cpu"])
+
+
+async def one_run(
+    client: Client, namespace: str, ledger: Ledger, strategy: str, change: dict[str, Any]
+) -> dict[str, Any]:
     began = time.monotonic()
-    patch = {"spec": {"primaryUpdateStrategy": strategy, "resources": {"requests": {"cpu": cpu}}}}
+    patch = {"spec": {"primaryUpdateStrategy": strategy, **change}}
     await client.patch(POSTGRES_CLUSTER, NAME, patch, namespace)
 
     async def rolled() -> bool:
         for instance in (f"{NAME}-1", f"{NAME}-2"):
-            if await cpu_of(client, namespace, instance) != cpu:
+            if not await has_the_change(client, namespace, instance, change):
                 return False
         return await ready(client, namespace, NAME, 2) is not None
 
@@ -57,10 +79,10 @@ async def one_run(client: Client, namespace: str, ledger: Ledger, strategy: str,
     acks = [a for a in ledger.acks if a.at >= began]
     gap = max((b.at - a.at for a, b in itertools.pairwise(acks)), default=0.0)
     status = (await client.get(POSTGRES_CLUSTER, NAME, namespace))["status"]
-    return {"strategy": strategy, "seconds": round(gap, 2), "primary": status.get("currentPrimary")}
+    return {"strategy": strategy, "change": change, "seconds": round(gap, 2), "primary": status.get("currentPrimary")}
 
 
-async def main(runs: int, strategies: list[str], output: Path | None) -> None:
+async def main(runs: int, strategies: list[str], kind: str, output: Path | None) -> None:
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="kanri-bench-rolling-", dir="/var/tmp") as scratch:
         control_plane = ControlPlane(Path(scratch) / "controlplane")
@@ -76,7 +98,8 @@ async def main(runs: int, strategies: list[str], output: Path | None) -> None:
                 async with running_node(endpoint.kubeconfig, options):
                     instances = HttpInstanceClient()
                     operator = Operator(endpoint, namespace, instances=instances)
-                    await client.create(POSTGRES_CLUSTER, cluster(NAME, namespace, 2))
+                    extra = {"version": 17, "imageName": MINOR_IMAGES[1]} if kind == "minor" else {}
+                    await client.create(POSTGRES_CLUSTER, cluster(NAME, namespace, 2, **extra))
                     async with operator.running(refresh=10.0):
                         await eventually(lambda: ready(client, namespace, NAME, 2), timeout=300, interval=1)
                         user, password = await credentials(client, namespace, NAME)
@@ -88,10 +111,11 @@ async def main(runs: int, strategies: list[str], output: Path | None) -> None:
                             for strategy in strategies:
                                 for n in range(runs):
                                     step += 1
-                                    result = await one_run(client, namespace, ledger, strategy, f"{100 + step}m")
+                                    change = change_of(kind, step)
+                                    result = await one_run(client, namespace, ledger, strategy, change)
                                     results.append(result)
-                                    print(f"{strategy} run {n + 1}: longest write gap {result['seconds']:.2f} s",
-                                          flush=True)  # fmt: skip
+                                    print(f"{strategy} run {n + 1} ({change}): longest write gap "
+                                          f"{result['seconds']:.2f} s", flush=True)  # fmt: skip
                         finally:
                             ledger.stop()
                             await writer
@@ -111,6 +135,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--strategies", default="InPlace,Switchover")
+    parser.add_argument("--change", choices=("resources", "minor"), default="resources")
     parser.add_argument("--json", type=Path, default=None)
     arguments = parser.parse_args()
-    asyncio.run(main(arguments.runs, arguments.strategies.split(","), arguments.json))
+    asyncio.run(main(arguments.runs, arguments.strategies.split(","), arguments.change, arguments.json))

@@ -13,7 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import json
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -248,31 +252,98 @@ async def test_an_upgrade_the_check_refuses_fails_and_the_cluster_keeps_serving_
         assert pods == []
 
 
+@contextlib.asynccontextmanager
+async def _operator_process(operator: Operator, repository: Path) -> AsyncIterator[asyncio.subprocess.Process]:
+    """``kanri run`` in a process of its own (the default repository from ``repository``), which the test may
+    SIGKILL; killed at the end if still running."""
+    namespace = operator.namespace
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "kanri.cli.main", "run", f"--kubeconfig={operator.control_plane.kubeconfig}",
+        f"--namespace={namespace}", f"--leader-election-namespace={namespace}", "--no-leader-election",
+        "--health-port=0", f"--default-backup-repository={repository}",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()
+
+
+_STEPS = ("Stopping", "Upgrading", "Starting")
+
+
+async def _no_upgrade_pods(client: Client, namespace: str) -> bool:
+    pods, _ = await client.list(POD, namespace, label_selector="kanri.dev/upgrade")
+    return not pods
+
+
+async def _reached(client: Client, namespace: str, name: str, step: str) -> Obj | None:
+    """status.upgrade once the upgrade reached ``step`` (or a later one)."""
+    status = (await client.get(POSTGRES_CLUSTER, name, namespace)).get("status") or {}
+    record = status.get("upgrade") or {}
+    if record.get("phase") == "Succeeded":
+        return dict(record)
+    if record.get("phase") == "Upgrading" and _STEPS.index(record.get("step") or "Stopping") >= _STEPS.index(step):
+        return dict(record)
+    return None
+
+
+async def _event_count(client: Client, namespace: str, reason: str) -> int:
+    events, _ = await client.list(EVENT, namespace)
+    return sum(int(e.get("count") or 1) for e in events if e.get("reason") == reason)
+
+
 @pytest.mark.skipif(not {17, 18} <= set(_NEWEST), reason="PyPI PostgreSQL 17 and 18 not installed")
-async def test_a_primary_and_a_replica_are_upgraded_from_17_to_18(
+async def test_a_primary_and_a_replica_on_a_pinned_17_are_upgraded_to_18_by_operators_killed_mid_way(
     client: Client,
     control_plane: Endpoint,
     upgrading_operator: Operator,
     namespace: str,
     store: Store,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
+    """17 -> 18, with the operator SIGKILLed three times: once the downtime began (step Stopping recorded), once
+    pg_upgrade was to run (step Upgrading recorded), once the instances were starting on 18 (step Starting); a fourth
+    operator finishes. pg_upgrade runs exactly once, the data
+    is checksummed equal. The cluster is pinned to the older minor 17.10 (``imageName``): it stays on 17.10 while the
+    upgrade waits, and the upgrade lands on the imageName asked with the new version."""
     # 18 is the major whose initdb turns data checksums on by default and whose analyze takes --missing-stats-only:
     # the upgrade pod's initdb must copy the old cluster's checksum setting or pg_upgrade refuses
-    await client.create(POSTGRES_CLUSTER, cluster("hop", namespace, 2, version=17, backup={"retentionDays": 7}))
+    pinned = {"version": 17, "imageName": "kanri.dev/postgres:17.10", "backup": {"retentionDays": 7}}
+    await client.create(POSTGRES_CLUSTER, cluster("hop", namespace, 2, **pinned))
+    repository = tmp_path / "repository.yaml"
+    default = upgrading_operator.default_backup_repository
+    assert default is not None
+    repository.write_text(json.dumps(default.model_dump(by_alias=True, exclude_none=True)))
     async with upgrading_operator.running(refresh=2.0):
         await eventually(lambda: ready(client, namespace, "hop", 2), timeout=240, interval=1)
+        assert await _versions(client, namespace, "hop") == {"17.10"}
         before = await _ledger(client, namespace, "hop", 5000)
         await eventually(lambda: _first_backup(client, namespace, "hop"), timeout=120, interval=1)
-        await client.patch(POSTGRES_CLUSTER, "hop", {"spec": {"version": 18, "upgrade": {"approvedVersion": 18}}},
-                           namespace)  # fmt: skip
+        upgrade = {"version": 18, "imageName": "kanri.dev/postgres:18.6", "upgrade": {"approvedVersion": 18}}
+        await client.patch(POSTGRES_CLUSTER, "hop", {"spec": upgrade}, namespace)
         await eventually(lambda: _record(client, namespace, "hop", "WaitingForPreconditions"), timeout=60)
+        # waiting: the instances keep 17.10, not the spec's 18.6 nor 17's default (an unasked-for minor update)
+        assert await _images(client, namespace, "hop", 2) == {"kanri.dev/postgres:17.10"}
         await _backup(control_plane, namespace, "hop", "hop-before-18")
+    cuts = []
+    for step in _STEPS:
+        async with _operator_process(upgrading_operator, repository) as doomed:
+            record = await eventually(lambda step=step: _reached(client, namespace, "hop", step), timeout=300,
+                                      interval=0.05)  # fmt: skip
+            doomed.kill()
+        cuts.append(f"{record['phase']}/{record.get('step')}")
+    print(f"operators killed at: {cuts}")
+    assert cuts == [f"Upgrading/{step}" for step in _STEPS], "a kill came after the step it was meant to cut"
+    async with upgrading_operator.running(refresh=2.0):
         done = await eventually(lambda: _record(client, namespace, "hop", "Succeeded"), timeout=600, interval=1)
         assert (done["from"], done["to"]) == (17, 18)
         print(f"major upgrade 17 -> 18: downtime {done['downtimeSeconds']} s, pg_upgrade "
               f"{done.get('pgUpgradeSeconds')} s")  # fmt: skip
         await eventually(lambda: ready(client, namespace, "hop", 2), timeout=180, interval=1)
-        assert await _images(client, namespace, "hop", 2) == {"kanri.dev/postgres:18"}
+        assert await _images(client, namespace, "hop", 2) == {"kanri.dev/postgres:18.6"}
         versions = await eventually(lambda: _versions(client, namespace, "hop"), timeout=60)
         assert versions == {_NEWEST[18].tag}, versions
         assert await superuser_sql(client, namespace, "hop", CHECKSUM) == before
@@ -280,3 +351,15 @@ async def test_a_primary_and_a_replica_are_upgraded_from_17_to_18(
         await eventually(lambda: every_instance_has(client, namespace, "hop", [3]), timeout=60, interval=1)
         status = (await client.get(POSTGRES_CLUSTER, "hop", namespace))["status"]
         assert status["backup"]["serverName"] == "hop.pg18"
+        # pg_upgrade ran once: one data directory upgraded, never a second run over it
+        assert await _event_count(client, namespace, "UpgradeDataUpgraded") == 1
+        # and no pod of the upgrade is left behind by a killed operator (it would keep its address and the label)
+        await eventually(lambda: _no_upgrade_pods(client, namespace), timeout=60, interval=1)
+
+        # the new system is restorable: its first base backup, in hop.pg18, into a new cluster of 18
+        await eventually(lambda: _completed(client, namespace, "hop-pg18-initial"), timeout=240, interval=2)
+        await client.create(POSTGRES_CLUSTER, cluster("hop-back", namespace, 1, version=18,
+                                                      bootstrap={"recovery": {"source": "hop"}}))  # fmt: skip
+        await eventually(lambda: ready(client, namespace, "hop-back", 1), timeout=300, interval=2)
+        assert await superuser_sql(client, namespace, "hop-back", CHECKSUM) == before
+        assert await superuser_sql(client, namespace, "hop-back", "SHOW server_version") == [(_NEWEST[18].tag,)]

@@ -21,7 +21,7 @@ import pytest
 
 from kanri.local.node import LocalNode
 from kanri.postgres.kinds import POSTGRES_CLUSTER
-from kanri.runtime import Client
+from kanri.runtime import Client, get_condition
 from kanri.runtime.kinds import STATEFUL_SET
 from tests.e2e.ledger import Ledger, ids_on
 from tests.e2e.postgres_helpers import cluster, cluster_ip, connect, credentials, pod_ips, ready
@@ -152,6 +152,23 @@ async def test_a_minor_update_from_17_10_to_17_11_rolls_by_switchover_without_lo
             )
 
         assert [await release(f"{name}-{n}") for n in (1, 2)] == ["17.10", "17.10"]
+        primary = str((await client.get(POSTGRES_CLUSTER, name, namespace))["status"]["currentPrimary"])
+        replica = next(i for i in (f"{name}-1", f"{name}-2") if i != primary)
+
+        # A release the node does not have stops the rollout at the replica, and the cluster says why.
+        await client.patch(POSTGRES_CLUSTER, name, {"spec": {"imageName": "kanri.dev/postgres:17.99"}}, namespace)
+
+        async def pull_failed() -> str | None:
+            status = (await client.get(POSTGRES_CLUSTER, name, namespace)).get("status") or {}
+            found = get_condition(status.get("conditions"), "Degraded")
+            ok = found is not None and found["status"] == "True" and found["reason"] == "ImagePullFailed"
+            return str(found["message"]) if ok and found is not None else None
+
+        message = await eventually(pull_failed, timeout=120, interval=1)
+        assert f"instance {replica}: image kanri.dev/postgres:17.99 of container postgres cannot be pulled" in message
+        sts = await client.get(STATEFUL_SET, primary, namespace)
+        assert sts["spec"]["template"]["spec"]["containers"][0]["image"] == "kanri.dev/postgres:17.10"
+        assert await release(primary) == "17.10"  # the primary still serves on the old release
 
         async def on_17_11(instance: str) -> bool:
             return await release(instance) == "17.11"

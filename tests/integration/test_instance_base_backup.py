@@ -5,6 +5,7 @@ needed. No local node: no lock needed."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import secrets
 import shutil
@@ -176,6 +177,16 @@ async def test_a_standby_takes_a_backup_with_the_concurrent_api(
     record = await _finished(standby, workspace, "from-standby")
     assert record["phase"] == "Completed", record
     assert any(key.endswith("backup.info") for key in _keys(store, f"{PREFIX}/base/{record['backupId']}/"))
+    # the backup's last segment is on the primary, which has no reason to close it: /wal/switch does (a standby
+    # refuses: it has no WAL of its own), and the segment reaches the archive — the backup is restorable now
+    code, body = await standby.post_json("/wal/switch", workspace.token, {})
+    assert code == 409, body
+    code, body = await primary.post_json("/wal/switch", workspace.token, {})
+    assert code == 200, body
+    assert body["segment"] >= record["endWal"], (body, record)
+    end = record["endWal"]
+    await eventually(lambda: asyncio.sleep(0, _keys(store, f"{PREFIX}/wals/{end[:16]}/{end}") or None), timeout=60)
+    assert (await primary.post("/wal/switch", None))[0] == 401
 
 
 async def test_a_failed_backup_is_reported_without_the_secret_and_a_restarted_manager_still_answers(

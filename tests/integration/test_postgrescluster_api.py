@@ -558,7 +558,9 @@ INVALID = [
         {"imageName": "kanri.dev/postgres@sha256:" + "0" * 64},
         ("spec.imageName", 'not an image of a PostgreSQL release: "kanri.dev/postgres@sha256:'),
     ),
-    Refused("image-without-tag", {"imageName": "registry.example:5000/kanri/postgres"}, ("<repository>:<major>.<minor>",)),
+    Refused(
+        "image-without-tag", {"imageName": "registry.example:5000/kanri/postgres"}, ("<repository>:<major>.<minor>",)
+    ),
     Refused("name-starts-with-digit", {}, ('name "9lives" must start with a letter',), name="9lives"),
     Refused("name-too-long", {}, ("at most 40 characters",), name="a" * 41),
 ]

@@ -145,3 +145,12 @@ def test_wal_keep_size_defaults_to_512mb_for_pg_rewind_and_a_user_value_wins() -
     mine = render_postgresql_conf(settings, ClusterConfig(), {"wal_keep_size": "1GB"}, replica=False, replication=None)
     assert mine.count("wal_keep_size") == 1
     assert conf_lines(mine)["wal_keep_size"] == "'1GB'"
+
+
+def test_archive_timeout_defaults_to_5min_so_a_quiet_clusters_commits_reach_the_archive_and_a_user_value_wins() -> None:
+    settings = Settings.from_env(ENV)
+    default = render_postgresql_conf(settings, ClusterConfig(), {}, replica=False, replication=None)
+    assert conf_lines(default)["archive_timeout"] == "'5min'"
+    mine = render_postgresql_conf(settings, ClusterConfig(), {"archive_timeout": "60"}, replica=False, replication=None)
+    assert mine.count("archive_timeout") == 1
+    assert conf_lines(mine)["archive_timeout"] == "'60'"

@@ -328,7 +328,9 @@ def test_the_restart_annotation_reaches_every_pod_template_so_a_new_value_rolls_
     plain = build()
     asked = cluster()
     asked["metadata"]["annotations"] = {RESTART: "2026-12-02T07:30:00Z"}
-    restarted = statefulset(asked, parsed(asked), "orders-2", role="replica", image="kanri.dev/postgres:15", running=True)
+    restarted = statefulset(
+        asked, parsed(asked), "orders-2", role="replica", image="kanri.dev/postgres:15", running=True
+    )
     assert "annotations" not in plain["spec"]["template"]["metadata"]
     assert restarted["spec"]["template"]["metadata"]["annotations"] == {RESTART: "2026-12-02T07:30:00Z"}
     assert not is_subset(restarted["spec"]["template"], plain["spec"]["template"]), "the template differs: it rolls"

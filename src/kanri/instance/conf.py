@@ -43,6 +43,10 @@ DEFAULTS: dict[str, str] = {
     # checkpoint would otherwise recycle it: without this a rejoin after a busy five minutes always clones
     # (CloudNativePG's default too)
     "wal_keep_size": "512MB",
+    # A segment is archived when it fills; on a quiet cluster a commit could stay out of the archive for hours (lost
+    # with the volume). This bounds it: a segment with any WAL in it is closed and archived after 5 minutes at most
+    # (CloudNativePG's default too). Ignored while archive_mode is off.
+    "archive_timeout": "5min",
 }
 """Written before the user parameters: a user parameter of the same name comes later in the file and wins."""
 

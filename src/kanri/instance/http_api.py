@@ -4,7 +4,8 @@
 ``/restart``, ``/fence``, ``/unfence``, ``/replication/pause``, ``/replication/resume``, ``/demote``, ``/rejoin``)
 needs ``Authorization: Bearer <token>`` with the token from ``KANRI_API_TOKEN_FILE`` (read on every request, so a
 rotated Secret takes effect without a restart). Base backups (:mod:`kanri.instance.base_backup`), all authenticated:
-``POST /backups {"id"}`` (202 started, 200 known id), ``GET /backups/{id}``, ``POST /backups/expire {"ids"}``.
+``POST /backups {"id"}`` (202 started, 200 known id), ``GET /backups/{id}``, ``POST /backups/expire {"ids"}``,
+``POST /wal/switch`` (a primary closes its current WAL segment, so a backup's last one is archived now).
 An action's body is empty or a JSON object (``/fence`` reads
 ``reason``). An action answers 200, or 202 when it returns :class:`Accepted` (it goes on in the background). Errors
 are JSON: ``{"error": "..."}``.
@@ -72,6 +73,8 @@ class BackupBackend(Protocol):
     async def backup_record(self, backup: str) -> dict[str, Any]: ...
 
     async def expire_backups(self, body: dict[str, Any]) -> dict[str, Any]: ...
+
+    async def switch_wal(self, body: dict[str, Any]) -> dict[str, Any]: ...
 
 
 MAX_BODY = 4096
@@ -163,4 +166,5 @@ def build_app(backend: Backend, backups: BackupBackend | None = None) -> web.App
         app.router.add_post("/backups", action(backups.start_backup, "backup"))
         app.router.add_post("/backups/expire", action(backups.expire_backups, "expire backups"))
         app.router.add_get("/backups/{id}", backup_record)
+        app.router.add_post("/wal/switch", action(backups.switch_wal, "switch WAL"))
     return app

@@ -964,6 +964,25 @@ class InstanceManager:
         except BackupError as exc:
             raise ActionError(exc.status, exc.reason) from None
 
+    async def switch_wal(self, _: dict[str, Any]) -> dict[str, Any]:
+        """``POST /wal/switch``: close the current WAL segment (``pg_switch_wal()``) so that it is archived now.
+
+        The operator asks it after a base backup: the backup's last segment is otherwise archived only once it
+        fills or ``archive_timeout`` passes, and until then the backup cannot be restored (its end WAL is missing).
+        A primary only: a standby has no WAL of its own to close."""
+        if self.config.archive is None:
+            raise ActionError(409, "this cluster archives no WAL")
+        if not self.pg.running or self._is_replica:
+            raise ActionError(409, "not a running primary: only the primary can switch WAL")
+        try:
+            conn = await connect(self.settings, timeout=3, statement_timeout_ms=10_000)
+        except psycopg.OperationalError as exc:
+            raise ActionError(503, f"postgres does not answer: {one_line(str(exc))[:200]}") from None
+        async with conn:
+            row = await fetch_one(conn, "SELECT pg_walfile_name(pg_switch_wal()) AS segment")
+        log.info("switched WAL", segment=row["segment"])
+        return {"segment": row["segment"]}
+
     def _wait_startable_now(self) -> None:
         """The identity checks before starting a rejoined data directory (a clone of another system is refused)."""
         self._read_config()

@@ -10,7 +10,9 @@ The state machine lives in ``status`` (so a restarted operator resumes it; nothi
   starts a second backup, so every later pass simply asks ``GET /backups/{id}`` (and ``POST`` again only when the
   instance never heard of the id, e.g. the operator stopped between writing the intent and asking).
 - ``Completed`` / ``Failed``: terminal; the instance's record (barman's id, WAL range, LSNs, size) is copied. After a
-  completed backup, retention runs (``POST /backups/expire`` on the primary, then the expired objects are deleted).
+  completed backup, the primary is asked to switch WAL (``POST /wal/switch``: the backup's last segment is archived
+  at once, so the backup is restorable now rather than at the next archive_timeout), then retention runs (``POST
+  /backups/expire`` on the primary, then the expired objects are deleted).
 
 The instance is reached as every other operator→instance call (:class:`kanri.postgres.instances.HttpInstanceClient`:
 HTTPS with the cluster's CA once the TLS step trusted the pods, the bearer token of ``<cluster>-api``). "Now" comes
@@ -63,6 +65,8 @@ class BackupClient(Protocol):
     async def expire_backups(
         self, address: str, token: str, ids: list[str], server: str | None = None
     ) -> BackupAnswer: ...
+
+    async def switch_wal(self, address: str, token: str) -> BackupAnswer: ...
 
 
 @dataclass(frozen=True)
@@ -244,7 +248,35 @@ class PostgresBackupReconciler:
         await self.events.normal(written, "BackupCompleted", text)
         if cluster is not None:
             await self.events.normal(cluster, "BackupCompleted", text)
+            await self.close_segment(cluster, name)
             await self.retention(cluster, written)
+
+    async def close_segment(self, cluster: Obj, backup: str) -> None:
+        """Ask the primary to switch WAL, so the backup's last segment is archived now: until it is, the backup
+        cannot be restored (recovery stops with "WAL ends before consistent recovery point"), and on a quiet cluster
+        it would wait for archive_timeout. Best effort: a failure is logged, and archive_timeout still bounds it."""
+        namespace, name = cluster["metadata"]["namespace"], cluster["metadata"]["name"]
+        address, token = self.primary_address(cluster)
+        if address is None or token is None:
+            log.warning("WAL not switched after a backup: no primary to ask", cluster=name, namespace=namespace,
+                        backup=backup)  # fmt: skip
+            return
+        answer = await self.instances.switch_wal(address, token)
+        if answer.status == 200:
+            log.info("WAL switched after a backup", cluster=name, namespace=namespace, backup=backup,
+                     segment=answer.body.get("segment"))  # fmt: skip
+        else:
+            log.warning("WAL not switched after a backup", cluster=name, namespace=namespace, backup=backup,
+                        status=answer.status, error=answer.error)  # fmt: skip
+
+    def primary_address(self, cluster: Obj) -> tuple[str | None, str | None]:
+        """The current primary's pod address and the cluster's API token (None where there is none)."""
+        namespace, name = cluster["metadata"]["namespace"], cluster["metadata"]["name"]
+        primary = (cluster.get("status") or {}).get("currentPrimary")
+        pod = self.cache.get(POD, names.pod_name(primary), namespace) if primary else None
+        address = ((pod or {}).get("status") or {}).get("podIP")
+        token = secret_value(self.cache.get(SECRET, names.api_secret(name), namespace), "token")
+        return (str(address) if address else None), token
 
     async def failed(self, backup: Obj, cluster: Obj | None, reason: str, why: str) -> None:
         fields = {"phase": "Failed", "reason": reason, "message": why[:4000],
@@ -272,10 +304,7 @@ class PostgresBackupReconciler:
         old = backup_plan.expired(backup_plan.completed(mine.values(), name), spec.backup.retention_days, self.now())
         if not old:
             return
-        primary = (cluster.get("status") or {}).get("currentPrimary")
-        pod = self.cache.get(POD, names.pod_name(primary), namespace) if primary else None
-        address = ((pod or {}).get("status") or {}).get("podIP")
-        token = secret_value(self.cache.get(SECRET, names.api_secret(name), namespace), "token")
+        address, token = self.primary_address(cluster)
         if not address or token is None:
             await self.events.warning(cluster, "RetentionFailed", "cannot expire old backups: no primary to ask")
             return

@@ -452,6 +452,10 @@ class HttpInstanceClient:
         return await self._backup_request("POST", address, "/backups/expire", token, body,
                                           timeout=EXPIRE_TIMEOUT)  # fmt: skip
 
+    async def switch_wal(self, address: str, token: str) -> BackupAnswer:
+        """``POST /wal/switch`` on the primary: its current WAL segment closed, so it is archived now."""
+        return await self._backup_request("POST", address, "/wal/switch", token, {})
+
 
 async def gather_reports(client: InstanceClient, addresses: dict[str, str]) -> dict[str, InstanceReport]:
     """Ask every instance (name -> pod IP) at once; instances that do not answer are left out."""

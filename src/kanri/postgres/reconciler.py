@@ -375,6 +375,7 @@ class ClusterPass:
             if decision.event is not None:
                 await self.r.events.normal(self.cluster, *decision.event)
         record = self.status.get("upgrade")
+        await upgrade_step.sweep(self, record)
         if record is None or decision.action == "none":
             return
         self.upgrade_busy = True
@@ -542,20 +543,41 @@ class ClusterPass:
 
     def settled(self, plan: InstancePlan) -> bool:
         """Every instance's StatefulSet has rolled out its current template and its pod is Ready."""
-        for instance in plan.instances:
-            sts = self.cache.get(STATEFUL_SET, instance, self.namespace)
-            pod = self.cache.get(POD, names.pod_name(instance), self.namespace)
-            if sts is None or pod is None:
-                return False
-            status = sts.get("status") or {}
-            if status.get("observedGeneration") != sts["metadata"].get("generation"):
-                return False
-            if status.get("updateRevision") != status.get("currentRevision") or not status.get("readyReplicas"):
-                return False
-            ready = get_condition((pod.get("status") or {}).get("conditions"), "Ready")
-            if ready is None or ready["status"] != "True":
-                return False
-        return True
+        return all(self.instance_settled(instance) for instance in plan.instances)
+
+    def instance_settled(self, instance: str) -> bool:
+        """The instance's StatefulSet has rolled out its current template and its pod is Ready."""
+        sts = self.cache.get(STATEFUL_SET, instance, self.namespace)
+        pod = self.cache.get(POD, names.pod_name(instance), self.namespace)
+        if sts is None or pod is None:
+            return False
+        status = sts.get("status") or {}
+        if status.get("observedGeneration") != sts["metadata"].get("generation"):
+            return False
+        if status.get("updateRevision") != status.get("currentRevision") or not status.get("readyReplicas"):
+            return False
+        ready = get_condition((pod.get("status") or {}).get("conditions"), "Ready")
+        return ready is not None and ready["status"] == "True"
+
+    def broken_replica(self, plan: InstancePlan, instance: str) -> bool:
+        """A replica that serves nothing — its StatefulSet rolled out the template it has, and its pod is not Ready
+        with it. Restarting it costs no availability, while waiting for the cluster to settle first would wait
+        forever when that template is what breaks it (an image the nodes cannot pull, say): the fix could never
+        roll out, the StatefulSet controller's own "forced rollback" trap. The primary is never restarted so."""
+        if instance == plan.primary:
+            return False
+        sts = self.cache.get(STATEFUL_SET, instance, self.namespace)
+        pod = self.cache.get(POD, names.pod_name(instance), self.namespace)
+        if sts is None or pod is None or pod["metadata"].get("deletionTimestamp"):
+            return False
+        status = sts.get("status") or {}
+        revision = (pod["metadata"].get("labels") or {}).get("controller-revision-hash")
+        has_the_template = (
+            status.get("observedGeneration") == sts["metadata"].get("generation")
+            and revision is not None
+            and revision == status.get("updateRevision")
+        )
+        return has_the_template and not self.instance_settled(instance)
 
     def rollout_order(self, plan: InstancePlan) -> list[str]:
         """Replicas first and the primary last once it exists (a template change restarts the primary once, after
@@ -612,7 +634,7 @@ class ClusterPass:
             if self.restarts_pod(current, desired) and not wrong_major:
                 settled = self.settled(plan) if settled is None else settled
                 self.primary_behind = self.primary_behind or instance == plan.primary
-                if self.rolling is not None or not settled:
+                if self.rolling is not None or not (settled or self.broken_replica(plan, instance)):
                     self.waiting_to_roll.append(instance)
                     continue
                 if instance == plan.primary and await self.switch_primary(plan, up_to_date, "RollingUpdate"):

@@ -42,7 +42,16 @@ if TYPE_CHECKING:
     from kanri.postgres.reconciler import ClusterPass
     from kanri.postgres.topology import InstancePlan
 
-__all__ = ["CHECK_TIMEOUT", "UPGRADE_TIMEOUT", "advance", "check", "config_note", "in_progress", "stops_instances"]
+__all__ = [
+    "CHECK_TIMEOUT",
+    "UPGRADE_TIMEOUT",
+    "advance",
+    "check",
+    "config_note",
+    "in_progress",
+    "stops_instances",
+    "sweep",
+]
 
 log = structlog.get_logger("kanri.postgres.upgrade_step")
 Obj = dict[str, Any]
@@ -172,6 +181,25 @@ async def check(step: ClusterPass, record: Obj, primary: str | None) -> None:
     await step.r.events.normal(step.cluster, "UpgradeStopping", f"stopping every instance for the upgrade "
                                f"{record['from']} -> {record['to']} of {primary}")  # fmt: skip
     await _delete(step, name)
+
+
+async def sweep(step: ClusterPass, record: Obj | None) -> None:
+    """Delete the check and upgrade pods once the record is past the step that runs them.
+
+    Each step deletes its pod right after writing the record that moves past it; an operator killed between the two
+    writes leaves the finished pod behind, and nothing else would ever remove it (it would hold its address and
+    carry the cluster's label)."""
+    phase = (record or {}).get("phase")
+    wanted = {
+        names.upgrade_check_pod(step.name): phase == "Checking",
+        names.upgrade_pod(step.name): phase == "Upgrading" and (record or {}).get("step") == "Upgrading",
+    }
+    for name, needed in wanted.items():
+        pod = step.cache.get(POD, name, step.namespace)
+        if pod is not None and not needed and not pod["metadata"].get("deletionTimestamp"):
+            log.info("leftover upgrade pod deleted", cluster=step.name, namespace=step.namespace, pod=name,
+                     phase=phase)  # fmt: skip
+            await _delete(step, name)
 
 
 def _instance_pods(step: ClusterPass, instances: list[str]) -> list[str]:

@@ -96,7 +96,7 @@ class PostgresClusterSpec(
             # CEL rather than `pattern`: the API server would quote the whole regular expression back at the user.
             cel(
                 f"self.matches('{IMAGE_NAME_PATTERN}')",
-                message_expression="'not an image of a PostgreSQL release: \"%s\"; use <repository>:<major> or "
+                message_expression='\'not an image of a PostgreSQL release: "%s"; use <repository>:<major> or '
                 "<repository>:<major>.<minor>, such as kanri.dev/postgres:17.11 (no digest)'.format([self])",
             ),
         ]
