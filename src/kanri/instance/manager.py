@@ -28,6 +28,7 @@ from psycopg.rows import DictRow
 
 from kanri.instance import post_upgrade
 from kanri.instance import status as status_queries
+from kanri.instance.archive_gap import mark_old_timeline_ready
 from kanri.instance.base_backup import BackupError, BaseBackups, state_dir
 from kanri.instance.bootstrap import clone, discard_partial, has_data, initdb, recover
 from kanri.instance.conf import (
@@ -696,6 +697,12 @@ class InstanceManager:
                         conn, cluster=self.settings.cluster, name=self.settings.name, instances=self.config.instances
                     )
                 state = await status_queries.collect(conn)
+                if self.config.archive is not None and isinstance(state.get("timeline"), int):
+                    # the old timeline's segments only this instance still has reach the archive too
+                    marked = mark_old_timeline_ready(self.settings.pgdata, int(state["timeline"]))
+                    if marked:
+                        log.info("old timeline marked for archiving", files=len(marked), first=marked[0],
+                                 last=marked[-1])  # fmt: skip
         # Where the time went (the operator's failover waits for this answer): the lock, pg_promote, the upkeep.
         log.info("promoted", timeline=state["timeline"], lsn=state["writeLsn"], lock_wait=round(locked - asked, 3),
                  promote_seconds=round(promoted - locked, 3), total=round(time.monotonic() - asked, 3))  # fmt: skip
