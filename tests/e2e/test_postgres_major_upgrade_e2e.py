@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import json
 import sys
 from collections.abc import AsyncIterator
@@ -328,11 +329,11 @@ async def test_a_primary_and_a_replica_on_a_pinned_17_are_upgraded_to_18_by_oper
         # waiting: the instances keep 17.10, not the spec's 18.6 nor 17's default (an unasked-for minor update)
         assert await _images(client, namespace, "hop", 2) == {"kanri.dev/postgres:17.10"}
         await _backup(control_plane, namespace, "hop", "hop-before-18")
-    cuts = []
+    cuts: list[str] = []
     for step in _STEPS:
         async with _operator_process(upgrading_operator, repository) as doomed:
-            record = await eventually(lambda step=step: _reached(client, namespace, "hop", step), timeout=300,
-                                      interval=0.05)  # fmt: skip
+            reached = functools.partial(_reached, client, namespace, "hop", step)
+            record = await eventually(reached, timeout=300, interval=0.05)
             doomed.kill()
         cuts.append(f"{record['phase']}/{record.get('step')}")
     print(f"operators killed at: {cuts}")
