@@ -66,6 +66,15 @@ class Store:
         async with S3Client(self.endpoint, self.keys) as s3:
             return await s3.list_keys(S3_BUCKET, prefix)
 
+    async def delete(self, keys: list[str]) -> int:
+        async with S3Client(self.endpoint, self.keys) as s3:
+            return await s3.delete_keys(S3_BUCKET, keys)
+
+    def repository(self) -> S3Repository:
+        """The platform's default repository the e2e operators are given: this store, folder ``e2e/``."""
+        return S3Repository.model_validate({"endpoint": self.endpoint, "bucket": S3_BUCKET, "path": "e2e",
+                                            "credentialsSecret": {"name": f"{S3_SERVICE}-keys"}})  # fmt: skip
+
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def node(control_plane: Endpoint, tmp_path: Path) -> AsyncIterator[LocalNode]:
@@ -83,17 +92,24 @@ async def node(control_plane: Endpoint, tmp_path: Path) -> AsyncIterator[LocalNo
         yield local
 
 
-@pytest_asyncio.fixture(loop_scope="session")
-async def store(client: Client, node: LocalNode, namespace: str) -> Store:
+async def start_store(client: Client, namespace: str, node: str | None = None) -> Store:
+    """The object store deployed in ``namespace`` (its pod bound to ``node`` when given), ready."""
     keys = new_keys()
     await client.create(SECRET, keys_secret(namespace, keys))
     service, stateful_set = object_store(namespace, size="1Gi")
+    if node is not None:
+        stateful_set["spec"]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
     await client.create(SERVICE, service)
     await client.create(STATEFUL_SET, stateful_set)
     endpoint = f"http://{await cluster_ip(client, namespace, S3_SERVICE)}:{S3_PORT}"
     found = Store(namespace, endpoint, S3Keys(keys.access_key_id, keys.secret_access_key))
     await eventually(lambda: _store_ready(client, found), timeout=90, interval=0.5)
     return found
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def store(client: Client, node: LocalNode, namespace: str) -> Store:
+    return await start_store(client, namespace)
 
 
 async def _store_ready(client: Client, store: Store) -> bool:
@@ -113,11 +129,9 @@ async def _store_ready(client: Client, store: Store) -> bool:
 async def archiving_operator(control_plane: Endpoint, namespace: str, store: Store) -> AsyncIterator[Operator]:
     """The operator with the platform's default repository: the store's Service, its key Secret in the operator's
     (here: the test's) namespace."""
-    repository = S3Repository.model_validate({"endpoint": store.endpoint, "bucket": S3_BUCKET, "path": "e2e",
-                                              "credentialsSecret": {"name": f"{S3_SERVICE}-keys"}})  # fmt: skip
     instances = HttpInstanceClient()
     try:
-        yield Operator(control_plane, namespace, instances=instances, default_backup_repository=repository)
+        yield Operator(control_plane, namespace, instances=instances, default_backup_repository=store.repository())
     finally:
         await instances.close()
 

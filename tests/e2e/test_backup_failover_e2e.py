@@ -23,31 +23,21 @@ import pytest_asyncio
 from kanri.local import Endpoint
 from kanri.local.imagemap import default_image_map
 from kanri.local.node import NodeHost, NodeOptions
-from kanri.local.seaweedfs import (
-    S3_BUCKET,
-    S3_PORT,
-    S3_SERVICE,
-    backup_tools_bin,
-    keys_secret,
-    new_keys,
-    object_store,
-)
-from kanri.postgres.api.v1alpha1.backup import S3Repository
+from kanri.local.seaweedfs import S3_SERVICE, backup_tools_bin
 from kanri.postgres.failover import SWITCHOVER
 from kanri.postgres.instances import HttpInstanceClient
 from kanri.postgres.kinds import POSTGRES_CLUSTER
-from kanri.postgres.s3 import S3Keys
 from kanri.runtime import Client
-from kanri.runtime.kinds import POD, SECRET, SERVICE, STATEFUL_SET
+from kanri.runtime.kinds import POD, STATEFUL_SET
 from tests.e2e.postgres_helpers import cluster, cluster_ip, credentials, ready, rows_on, write_row
 from tests.e2e.test_backup_archiving_e2e import (
     HISTORY,
-    Store,
     _no_store_pods,
     _store_ready,
     archiving,
     number,
     segments,
+    start_store,
     superuser_sql,
     switch_wal,
 )
@@ -76,20 +66,6 @@ async def host(control_plane: Endpoint, tmp_path: Path) -> AsyncIterator[NodeHos
     )  # fmt: skip
     async with running_nodes(control_plane.kubeconfig, options, count=2) as nodes:
         yield nodes
-
-
-async def pinned_store(client: Client, namespace: str, node: str) -> Store:
-    """The object store of the archiving e2e, its pod bound to ``node`` (it must outlive the other node)."""
-    keys = new_keys()
-    await client.create(SECRET, keys_secret(namespace, keys))
-    service, stateful_set = object_store(namespace, size="1Gi")
-    stateful_set["spec"]["template"]["spec"]["nodeSelector"] = {HOSTNAME: node}
-    await client.create(SERVICE, service)
-    await client.create(STATEFUL_SET, stateful_set)
-    endpoint = f"http://{await cluster_ip(client, namespace, S3_SERVICE)}:{S3_PORT}"
-    found = Store(namespace, endpoint, S3Keys(keys.access_key_id, keys.secret_access_key))
-    await eventually(lambda: _store_ready(client, found), timeout=90, interval=0.5)
-    return found
 
 
 def one_per_node() -> Obj:
@@ -121,11 +97,9 @@ async def test_archiving_goes_on_after_the_primarys_node_is_lost_and_a_restore_s
     client: Client, control_plane: Endpoint, host: NodeHost, namespace: str
 ) -> None:
     nodes = [node.name for node in host.nodes]
-    store = await pinned_store(client, namespace, nodes[0])
-    repository = S3Repository.model_validate({"endpoint": store.endpoint, "bucket": S3_BUCKET, "path": "e2e",
-                                              "credentialsSecret": {"name": f"{S3_SERVICE}-keys"}})  # fmt: skip
+    store = await start_store(client, namespace, nodes[0])  # it must outlive the other node
     instances = HttpInstanceClient()
-    operator = Operator(control_plane, namespace, instances=instances, default_backup_repository=repository)
+    operator = Operator(control_plane, namespace, instances=instances, default_backup_repository=store.repository())
     spec = {"backup": {"retentionDays": 14}, "podTemplate": one_per_node()}
     await client.create(POSTGRES_CLUSTER, cluster(NAME, namespace, 2, **spec))
     prefix = f"e2e/{namespace}/{NAME}/"
