@@ -1,10 +1,11 @@
 """Major upgrades carried out end to end (issue 14 item 3): PyPI PostgreSQL 14 → 15 in the local node's pods, real
 Barman Cloud backups into the local object store (the fresh-backup gate), the real ``pg_upgrade``.
 
-- A primary and two replicas with data and an extension: unapproved it waits and keeps serving 14; approved, it waits
+- A primary and two replicas with data and extensions: unapproved it waits and keeps serving 14; approved, it waits
   for a backup taken after the approval; then the check pod, the stop, ``pg_upgrade --link`` on the primary's volume,
-  the replicas cloned again: every instance runs 15, the data is checksummed equal, the extension is there, the
-  downtime is recorded, writes go on and reach both replicas.
+  the replicas cloned again: every instance runs 15, the data is checksummed equal, the extensions are there
+  (pg_stat_statements updated by the update_extensions.sql pg_upgrade wrote), the statistics rebuilt, the downtime
+  is recorded, writes go on and reach both replicas.
 - A catalog pg_upgrade cannot carry (a ``regproc`` column: a real incompatibility) ends ``Failed`` with the check's
   own reason naming the table, and the cluster keeps serving on 14 — the check never stopped it.
 """
@@ -17,7 +18,7 @@ import contextlib
 import functools
 import json
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,17 @@ pytestmark = [
     pytest.mark.skipif(not (backup_tools_bin() / "barman-cloud-backup").exists(), reason="no backup tools"),
 ]
 CHECKSUM = "SELECT md5(string_agg(id::text || ':' || note, ',' ORDER BY id)) FROM ledger"
+PGSS_VERSION = "SELECT extversion FROM pg_extension WHERE extname = 'pg_stat_statements'"
+LEDGER_ANALYZED = (
+    "SELECT last_analyze IS NOT NULL AND EXISTS (SELECT 1 FROM pg_stats WHERE tablename = 'ledger') "
+    "FROM pg_stat_user_tables WHERE relname = 'ledger'"
+)
+
+
+async def _when(rows: Awaitable[list[Any] | None], expected: list[Any]) -> list[Any] | None:
+    """``rows`` once they are ``expected`` (None before: for eventually)."""
+    found = await rows
+    return found if found == expected else None
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -155,6 +167,9 @@ async def test_a_cluster_of_three_is_upgraded_from_14_to_15_after_approval_and_a
         before = await _ledger(client, namespace, "up", 20000)
         assert before
         assert before[0][0]
+        # 14 ships pg_stat_statements 1.9, 15 ships 1.10: pg_upgrade writes update_extensions.sql for it
+        await superuser_sql(client, namespace, "up", "CREATE EXTENSION pg_stat_statements")
+        assert await superuser_sql(client, namespace, "up", PGSS_VERSION) == [("1.9",)]
         await write_row(client, namespace, "up", 1)
         await eventually(lambda: _first_backup(client, namespace, "up"), timeout=120, interval=1)
 
@@ -190,6 +205,15 @@ async def test_a_cluster_of_three_is_upgraded_from_14_to_15_after_approval_and_a
         assert await superuser_sql(client, namespace, "up", CHECKSUM) == before
         assert await superuser_sql(client, namespace, "up", "SELECT extname FROM pg_extension WHERE extname = "
                                    "'pgcrypto'") == [("pgcrypto",)]  # fmt: skip
+        # after the upgrade, on the new primary: update_extensions.sql ran, and the statistics were rebuilt (before
+        # 18 pg_upgrade carries none, and the new server's activity counters start empty, so autovacuum would not
+        # analyze the unchanged ledger: last_analyze is the post-upgrade vacuumdb --analyze-in-stages)
+        updated = await eventually(lambda: _when(superuser_sql(client, namespace, "up", PGSS_VERSION), [("1.10",)]),
+                                   timeout=120, interval=2)  # fmt: skip
+        assert updated == [("1.10",)]
+        analyzed = await eventually(lambda: _when(superuser_sql(client, namespace, "up", LEDGER_ANALYZED), [(True,)]),
+                                    timeout=120, interval=2)  # fmt: skip
+        assert analyzed == [(True,)]
         # writes go on and reach both re-cloned replicas
         await write_row(client, namespace, "up", 2)
         await eventually(lambda: every_instance_has(client, namespace, "up", [1, 2]), timeout=60, interval=1)
