@@ -48,6 +48,16 @@ async def _connect(host: str, user: str, password: str, database: str, timeout: 
     )  # fmt: skip
 
 
+async def _insert(conn: psycopg.AsyncConnection[Any], ident: int) -> tuple[str, str]:
+    """One ledger row in its own transaction; the server that acknowledged it and its WAL position then."""
+    cursor = await conn.execute(
+        "INSERT INTO ledger (id) VALUES (%s) RETURNING host(inet_server_addr()), pg_current_wal_lsn()::text", (ident,)
+    )
+    row = await cursor.fetchone()
+    assert row is not None
+    return str(row[0]), str(row[1])
+
+
 @dataclass
 class Ledger:
     """Writes ``INSERT INTO ledger`` through ``host`` until stopped; see the module docstring."""
@@ -63,6 +73,7 @@ class Ledger:
     errors: int = 0
     _next: int = 1
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
+    _abandoned: set[asyncio.Task[None]] = field(default_factory=set)
 
     async def prepare(self) -> None:
         async with await _connect(self.host, self.user, self.password, self.database, 5) as conn:
@@ -80,18 +91,23 @@ class Ledger:
                     )
                 ident = self._next
                 self._next += 1
+                insert = asyncio.create_task(_insert(conn, ident))
+                done, _ = await asyncio.wait({insert}, timeout=STATEMENT_DEADLINE)
+                if not done:
+                    # Given up at the deadline, as an application does, and not waited for: psycopg answers a
+                    # cancelled query by sending the server a cancel request and waiting for the query to end, up
+                    # to 5 + 5 s on a frozen server — a client's artifact that would be counted as the outage.
+                    self.unknown.append(ident)
+                    self._abandon(insert, conn)
+                    conn = None
+                    self.errors += 1
+                    continue
                 try:
-                    cursor = await asyncio.wait_for(
-                        conn.execute("INSERT INTO ledger (id) VALUES (%s) RETURNING host(inet_server_addr()), "
-                                     "pg_current_wal_lsn()::text", (ident,)),
-                        STATEMENT_DEADLINE,
-                    )  # fmt: skip
-                    row = await cursor.fetchone()
-                except (psycopg.Error, OSError, TimeoutError):
+                    server, lsn = insert.result()
+                except (psycopg.Error, OSError):
                     self.unknown.append(ident)
                     raise
-                assert row is not None
-                self.acks.append(Ack(ident, str(row[0]), str(row[1]), time.monotonic()))
+                self.acks.append(Ack(ident, server, lsn, time.monotonic()))
             except (psycopg.Error, OSError, TimeoutError):
                 self.errors += 1
                 if conn is not None:
@@ -104,6 +120,23 @@ class Ledger:
         if conn is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(conn.close(), 1)
+        if self._abandoned:  # each ends within psycopg's 10 s of cancel handling
+            await asyncio.wait(set(self._abandoned), timeout=15)
+
+    def _abandon(self, insert: asyncio.Task[tuple[str, str]], conn: psycopg.AsyncConnection[Any]) -> None:
+        """Cancel ``insert`` in the background and close ``conn`` once it ended (closing it earlier would free its
+        socket's descriptor for a new connection while the cancelled query still waits on it)."""
+
+        async def finish() -> None:
+            insert.cancel()
+            with contextlib.suppress(BaseException):
+                await insert
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.close(), 1)
+
+        task = asyncio.create_task(finish())
+        self._abandoned.add(task)
+        task.add_done_callback(self._abandoned.discard)
 
     def stop(self) -> None:
         self._stop.set()
