@@ -3,6 +3,7 @@ as a scrape would (``get_sample_value``)."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,6 +15,7 @@ LABELS = {"namespace": "shop", "cluster": "orders"}
 CREATED = "2026-11-20T08:30:00Z"
 ENABLED = "kanri_postgres_restore_test_enabled"
 CREATION = "kanri_postgres_cluster_creation_timestamp_seconds"
+LAST_RECONCILE = "kanri_postgres_cluster_last_reconcile_timestamp_seconds"
 
 
 def cluster(spec: dict[str, Any]) -> dict[str, Any]:
@@ -30,6 +32,21 @@ def observed(spec: dict[str, Any]) -> tuple[CollectorRegistry, PostgresMetrics]:
 def test_creation_time_is_the_clusters_creation_timestamp() -> None:
     registry, _ = observed({"replicas": 1})
     assert registry.get_sample_value(CREATION, LABELS) == datetime(2026, 11, 20, 8, 30, tzinfo=UTC).timestamp()
+
+
+def test_each_pass_records_when_it_ran() -> None:
+    before = time.time()
+    registry, metrics = observed({"replicas": 1})
+    first = registry.get_sample_value(LAST_RECONCILE, LABELS)
+    assert first is not None
+    assert before <= first <= time.time()
+    time.sleep(0.01)
+    metrics.observe(cluster({"replicas": 1}), {})
+    later = registry.get_sample_value(LAST_RECONCILE, LABELS)
+    assert later is not None
+    assert later > first
+    metrics.forget("shop", "orders")
+    assert registry.get_sample_value(LAST_RECONCILE, LABELS) is None
 
 
 def test_rehearsals_count_as_enabled_by_default_once_the_cluster_has_backups() -> None:

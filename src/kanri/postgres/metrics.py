@@ -8,6 +8,7 @@ instance, ``instance``; a deleted cluster's series are removed. Alert examples: 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -54,6 +55,9 @@ class PostgresMetrics:
         self.generation_lag = Gauge("kanri_postgres_cluster_generation_unobserved",
                                     "metadata.generation minus status.observedGeneration (spec changes not yet "
                                     "acted on).", cluster, registry=registry)  # fmt: skip
+        self.last_reconcile = Gauge("kanri_postgres_cluster_last_reconcile_timestamp_seconds", "Unix time the "
+                                    "operator last finished a pass over the cluster (observed its instances and "
+                                    "computed its status).", cluster, registry=registry)  # fmt: skip
         self.created = Gauge("kanri_postgres_cluster_creation_timestamp_seconds", "Unix time the PostgresCluster "
                              "was created (metadata.creationTimestamp).", cluster, registry=registry)  # fmt: skip
         self.restore_test_enabled = Gauge("kanri_postgres_restore_test_enabled", "1 when scheduled restore "
@@ -144,6 +148,7 @@ class PostgresMetrics:
                 self._set(key, self.upgrade_downtime, key, float(upgrade["downtimeSeconds"]))
         unobserved = int(meta.get("generation", 0)) - int(status.get("observedGeneration", 0))
         self._set(key, self.generation_lag, key, float(max(unobserved, 0)))
+        self._set(key, self.last_reconcile, key, time.time())
         self._set(key, self.failover_blocked, key, float((status.get("failover") or {}).get("phase") == "Blocked"))
         last = status.get("lastFailover") or {}
         if last.get("time"):
