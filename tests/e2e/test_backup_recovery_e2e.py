@@ -9,7 +9,8 @@ row 2 written and its segment archived. Then:
 - a rehearsal on demand (``kanri.dev/restore-test``) restores the latest backup plus the archive in a throwaway pod,
   passes, recovers past "between", is recorded with an Event and its pod removed;
 - the first WAL file the backup needs is deleted from the bucket (a damaged backup): the next rehearsal fails loudly
-  (status ``Failed`` with PostgreSQL's reason, a Warning Event) while the source cluster keeps serving.
+  (status ``Failed`` with PostgreSQL's reason, a Warning Event) while the source cluster keeps serving;
+- ``kanri status`` shows the instance, the backups line with the failed rehearsal, archiving and the Warning Event.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from kanri.runtime import ApiError, Client
 from kanri.runtime.kinds import EVENT, POD
 from tests.e2e.postgres_helpers import cluster, cluster_ip, credentials, ready, rows_on, write_row
 from tests.e2e.test_backup_archiving_e2e import Store, segments, start_store, superuser_sql
+from tests.integration.test_cli_status import invoke, row
 from tests.postgres_support import Operator
 from tests.support import eventually
 
@@ -144,5 +146,19 @@ async def test_a_point_in_time_restore_and_rehearsals_that_pass_and_fail_loudly_
             # the source never noticed: still Ready, still taking writes
             assert await ready(client, namespace, NAME, 1)
             await write_row(client, namespace, NAME, 3)
+
+            # `kanri status` tells all of it from the cluster the operator runs (issue 15 item 6)
+            output = await asyncio.to_thread(
+                invoke, "status", NAME, "-n", namespace, "--kubeconfig", str(control_plane.kubeconfig)
+            )
+            print(output)
+            assert f"PostgresCluster {namespace}/{NAME}" in output
+            assert row(output, f"{NAME}-1")[1:4] == ["Primary", "yes", "Running, ready"], output
+            backups = next(line for line in output.splitlines() if line.startswith("Backups:"))
+            assert "last successful" in backups, backups
+            assert "last restore rehearsal Failed" in backups, backups
+            assert re.search(r"recoverable from \d{4}-\d\d-\d\dT", backups), backups
+            assert row(output, "ContinuousArchiving")[1:3] == ["True", "Archiving"], output
+            assert re.search(r"PostgresCluster/pitr +RestoreTestFailed ", output), output  # a Warning Event
     finally:
         await instances.close()
