@@ -266,7 +266,9 @@ async def test_a_former_primary_that_diverged_rejoins_with_pg_rewind(
     async with pair(workspace, forwarder) as (primary, replica):
         await insert(primary, 1, 2)
         await eventually(lambda: _has(replica, {1, 2}), timeout=30)
-        await diverge(workspace, forwarder, primary, replica)
+        written = await diverge(workspace, forwarder, primary, replica)
+        [[history]] = await replica.query("SELECT pg_read_file('pg_wal/00000002.history')")
+        switchpoint = lsn(str(history).split()[1])
 
         code, refused = await replica.post_json("/rejoin", workspace.token, {})  # the running primary
         assert code == 409, refused
@@ -276,6 +278,12 @@ async def test_a_former_primary_that_diverged_rejoins_with_pg_rewind(
         rejoin = await eventually(lambda: _rejoin_finished(primary), timeout=120)
         assert (rejoin["state"], rejoin["method"]) == ("done", "rewind"), rejoin
         assert rejoin["message"].startswith(f"pg_rewind from 127.0.0.1:{forwarder.port} (to timeline 2) in ")
+        # measured before the rewind discarded it: everything the old primary wrote past the switchpoint, its lost
+        # rows included (the fence's shutdown checkpoint comes after them)
+        divergence = rejoin["divergence"]
+        assert (divergence["timeline"], lsn(divergence["switchpoint"])) == (1, switchpoint), divergence
+        assert divergence["bytes"] == lsn(divergence["end"]) - switchpoint
+        assert divergence["bytes"] >= written - switchpoint > 0, (divergence, written, switchpoint)
 
         await eventually(lambda: streaming_from(primary, replica, timeline=2), timeout=60)
         await insert(replica, 200)
@@ -317,17 +325,20 @@ async def test_a_former_primary_that_cannot_be_rewound_rejoins_with_a_clone(
         await primary.wait_ready()
 
 
-async def diverge(workspace: Workspace, forwarder: Forwarder, primary: Instance, replica: Instance) -> None:
+async def diverge(workspace: Workspace, forwarder: Forwarder, primary: Instance, replica: Instance) -> int:
     """A failover the old primary did not notice: the replica is promoted while the old primary keeps taking writes
-    (rows 900, 901, lost by design), the new primary takes its own (100); then the operator fences the old one."""
+    (rows 900, 901, lost by design), the new primary takes its own (100); then the operator fences the old one.
+    Returns the old primary's WAL insert position after its lost rows."""
     code, promoted = await replica.post("/promote", workspace.token)
     assert code == 200, promoted
     forwarder.point(replica.pg_port)
     await insert(primary, 900, 901)
+    [[written]] = await primary.query("SELECT pg_current_wal_insert_lsn()::text")
     await insert(replica, 100)
     code, fenced = await primary.post_json("/fence", workspace.token, {"reason": "failover: orders-2 promoted"})
     assert code == 200, fenced
     assert not postmasters(primary.pgdata)
+    return lsn(str(written))
 
 
 async def test_an_isolated_or_frozen_primary_fences_itself_and_one_in_contact_does_not(

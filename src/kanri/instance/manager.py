@@ -893,6 +893,7 @@ class InstanceManager:
                 await self.pg.stop()
                 status.message = f"pg_rewind from {source_label(self.settings)}"
                 result = await rewind(self.settings, self._usable["superuser"])
+                status.divergence = result.divergence
                 if result.ok:
                     status.message = result.message
                 else:

@@ -29,6 +29,7 @@ from kanri.instance.bootstrap import has_data
 from kanri.instance.conf import render_passfile, write_if_changed
 from kanri.instance.config import SUPERUSER, Credentials, Settings
 from kanri.instance.demote import read_controldata
+from kanri.instance.divergence import Divergence, measure
 from kanri.instance.tls import client_options
 
 log = structlog.get_logger("kanri.instance.rejoin")
@@ -44,17 +45,24 @@ class RejoinStatus:
     state: State
     method: Method
     message: str
+    divergence: Divergence | None = None
 
     def as_json(self) -> dict[str, Any]:
-        return {"state": self.state, "method": self.method, "message": self.message}
+        body: dict[str, Any] = {"state": self.state, "method": self.method, "message": self.message}
+        if self.divergence is not None:
+            body["divergence"] = self.divergence.as_json()
+        return body
 
 
 @dataclass(frozen=True)
 class RewindResult:
-    """``ok``: the data directory now follows the source. ``message`` says what happened, in one line."""
+    """``ok``: the data directory now follows the source. ``message`` says what happened, in one line.
+    ``divergence``: what this instance had written past the source's switchpoint, measured before anything was
+    discarded (None when it could not be measured)."""
 
     ok: bool
     message: str
+    divergence: Divergence | None = None
 
 
 def source_label(settings: Settings) -> str:
@@ -90,8 +98,9 @@ async def _run(args: list[str], env: dict[str, str]) -> tuple[int, str]:
     return proc.returncode or 0, " / ".join(lines[-2:])[:300]
 
 
-async def _prepare_source(settings: Settings, superuser: Credentials) -> tuple[str, int]:
-    """CHECKPOINT on the source (see the module docstring); its system identifier and timeline."""
+async def _prepare_source(settings: Settings, superuser: Credentials) -> tuple[str, int, str]:
+    """CHECKPOINT on the source (see the module docstring); its system identifier, its timeline and that timeline's
+    history file ("" for timeline 1)."""
     async with await psycopg.AsyncConnection.connect(
         host=settings.primary_host,
         port=settings.primary_port,
@@ -114,7 +123,13 @@ async def _prepare_source(settings: Settings, superuser: Credentials) -> tuple[s
         )
         row = await cursor.fetchone()
         assert row is not None
-        return str(row[0]), int(row[1])
+        timeline = int(row[1])
+        history = ""
+        if timeline > 1:  # the superuser may read files of the data directory
+            cursor = await conn.execute("SELECT pg_read_file(%s)", (f"pg_wal/{timeline:08X}.history",))
+            found = await cursor.fetchone()
+            history = str(found[0]) if found is not None else ""
+        return str(row[0]), timeline, history
 
 
 async def rewind(settings: Settings, superuser: Credentials | None) -> RewindResult:
@@ -125,13 +140,14 @@ async def rewind(settings: Settings, superuser: Credentials | None) -> RewindRes
         return RewindResult(False, "pg_rewind impossible: no usable superuser Secret")
     try:
         local = await read_controldata(settings.binary("pg_controldata"), settings.pgdata)
-        system, timeline = await _prepare_source(settings, superuser)
+        system, timeline, history = await _prepare_source(settings, superuser)
     except (psycopg.Error, OSError, RuntimeError, ValueError) as exc:
         return RewindResult(False, f"pg_rewind impossible: {str(exc).strip().splitlines()[0][:200]}")
     if system != local.system_identifier:
         return RewindResult(
             False, f"pg_rewind impossible: {source} is another system ({system}, this one {local.system_identifier})"
         )
+    divergence = await _diverged(settings, local.timeline, timeline, history)
     passfile = rewind_passfile(settings)
     settings.socket_dir.mkdir(parents=True, exist_ok=True)
     write_if_changed(passfile, render_passfile(Credentials(SUPERUSER, superuser.password)))
@@ -155,9 +171,23 @@ async def rewind(settings: Settings, superuser: Credentials | None) -> RewindRes
         passfile.unlink(missing_ok=True)
     took = time.monotonic() - started
     if code != 0:
-        return RewindResult(False, f"pg_rewind from {source} failed: {tail or f'exit code {code}'}")
+        return RewindResult(False, f"pg_rewind from {source} failed: {tail or f'exit code {code}'}", divergence)
     what = "no rewind was needed" if "no rewind required" in tail else f"to timeline {timeline}"
-    return RewindResult(True, f"pg_rewind from {source} ({what}) in {took:.1f} s")
+    return RewindResult(True, f"pg_rewind from {source} ({what}) in {took:.1f} s", divergence)
+
+
+async def _diverged(settings: Settings, own: int, source: int, history: str) -> Divergence | None:
+    """What this stopped instance wrote on its timeline ``own`` past where the source's timeline left it."""
+    if source <= own:
+        return None
+    try:
+        found = await measure(settings.binary("pg_waldump"), settings.pgdata / "pg_wal", own, history)
+    except OSError as exc:
+        log.warning("divergence not measured", error=str(exc)[:200])
+        return None
+    if found is not None:
+        log.info("divergence measured", **found.as_json())
+    return found
 
 
 def move_aside(settings: Settings) -> Path:

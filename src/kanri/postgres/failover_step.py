@@ -702,6 +702,7 @@ class FailoverStep:
             if raw is None:
                 continue
             if raw.role == "replica" and not raw.fenced and (raw.timeline or 0) >= timeline and raw.ready:
+                await self.record_divergence(instance, raw)
                 await self.annotate_claim(instance, {REJOIN: None})
                 how = {"rewind": "pg_rewind", "clone": "a fresh clone"}.get(raw.rejoin_method or "", "streaming")
                 detail = f": {raw.rejoin_message}" if raw.rejoin_message else ""
@@ -727,6 +728,31 @@ class FailoverStep:
                 self.r.rejoin_requests[key] = self.r.clock()
                 await self.r.events.normal(self.cluster, "Rejoining", f"{instance} (a former primary) rejoins as "
                                            f"a replica of {current}")  # fmt: skip
+
+    async def record_divergence(self, instance: str, raw: InstanceReport) -> None:
+        """The WAL the former primary had written past the switchpoint, measured by it before its rewind or clone,
+        into the failover's record: the gap estimated at the promotion (its position as last seen) was a lower
+        bound; this is the loss itself. Recorded once, and only for the failover that instance was the source of."""
+        measured = raw.rejoin_diverged_bytes
+        last = dict(self.status.get("lastFailover") or {})
+        if measured is None or last.get("from") != instance or last.get("divergedBytes") is not None:
+            return
+        estimated = last.get("lsnGapBytes")
+        last["divergedBytes"] = measured
+        if raw.rejoin_switchpoint:
+            last["divergedAt"] = raw.rejoin_switchpoint
+        last["lsnGapBytes"] = max(measured, estimated if isinstance(estimated, int) else 0)
+        await self.write_status({"lastFailover": last})
+        where = f"past {raw.rejoin_switchpoint}" if raw.rejoin_switchpoint else "past the switchpoint"
+        was = f"; estimated at the promotion: {estimated} bytes" if estimated is not None else ""
+        if measured == 0:
+            await self.r.events.normal(self.cluster, "FailoverLossMeasured", f"{instance} had written nothing "
+                                       f"{where} on its timeline: the failover lost nothing{was}")  # fmt: skip
+            return
+        which = ("commits acknowledged from it are lost" if last.get("dataLossPossible")
+                 else "none of it was acknowledged: the promoted standby was synchronous")  # fmt: skip
+        message = f"{instance} had written {measured} bytes of WAL {where} on its old timeline, discarded when it "
+        await self.r.events.warning(self.cluster, "FailoverLossMeasured", f"{message}rejoined; {which}{was}")
 
 
 def _lsn_text(position: int) -> str:

@@ -9,6 +9,7 @@ is a Protocol so tests (and other transports) can stand in; :class:`HttpInstance
 from __future__ import annotations
 
 import asyncio
+import re
 import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -115,6 +116,11 @@ class InstanceReport:
     rejoin_method: str | None = None
     """``rewind`` or ``clone``."""
     rejoin_message: str | None = None
+    rejoin_diverged_bytes: int | None = None
+    """WAL this former primary had written past the new timeline's switchpoint, measured before its rewind or clone
+    (None: not measured)."""
+    rejoin_switchpoint: str | None = None
+    """That switchpoint (an LSN)."""
     archiver: ArchiverReport | None = None
     """``pg_stat_archiver`` as reported (read by :mod:`kanri.postgres.backup`); None when PostgreSQL is down."""
 
@@ -209,12 +215,19 @@ def parse_report(body: Any) -> InstanceReport | None:
     )
 
 
-def _rejoin(value: Any) -> dict[str, str | None]:
+_LSN = re.compile(r"[0-9A-F]{1,8}/[0-9A-F]{1,8}")
+
+
+def _rejoin(value: Any) -> dict[str, Any]:
     if not isinstance(value, dict) or value.get("state") not in ("running", "done", "failed"):
         return {}
     method = value.get("method")
+    found = value.get("divergence")
+    divergence: dict[str, Any] = found if isinstance(found, dict) else {}
+    switchpoint = _text(divergence.get("switchpoint"))
     return {"rejoin_state": str(value["state"]), "rejoin_method": method if method in ("rewind", "clone") else None,
-            "rejoin_message": _text(value.get("message"))}  # fmt: skip
+            "rejoin_message": _text(value.get("message")), "rejoin_diverged_bytes": _int(divergence.get("bytes")),
+            "rejoin_switchpoint": switchpoint if switchpoint and _LSN.fullmatch(switchpoint) else None}  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -83,7 +83,13 @@ class FailoverRecord(ApiModel):
     """The PostgreSQL timeline the new primary started."""
     lsn_gap_bytes: NonNegative | None = None
     """WAL the old primary had written beyond what the promoted replica had received, as far as the operator could
-    tell; absent when it could not tell."""
+    tell at the promotion (its position as last seen: a lower bound); absent when it could not tell. Raised to
+    divergedBytes once that is measured."""
+    diverged_bytes: NonNegative | None = None
+    """Measured when the old primary rejoined, before pg_rewind or a clone discarded anything: the WAL it had written
+    on its timeline past divergedAt — exactly what the failover left behind (0: nothing). Absent until then."""
+    diverged_at: Lsn | None = Field(default=None, alias="divergedAt")
+    """Where the new primary's timeline branched off the old one (its timeline history's switchpoint)."""
     data_loss_possible: bool
     """Whether committed transactions may have been lost (an asynchronous replica was promoted with a gap, or the
     gap could not be measured)."""
