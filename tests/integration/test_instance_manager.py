@@ -611,6 +611,45 @@ async def test_a_crashed_postgres_is_restarted_and_reported(primary: Instance, r
     await replica.wait_ready()
 
 
+async def test_a_postgres_its_manager_cannot_reach_is_reported_with_libpqs_first_line_and_cleared(
+    workspace: Workspace, primary: Instance
+) -> None:
+    # The socket directory closed to the manager (uid postgres) while PostgreSQL runs: every connection of its own
+    # fails with "Permission denied", as with a socket directory of the wrong owner in a pod. TCP still works.
+    run = primary.root / "run"
+    mode = run.stat().st_mode & 0o7777
+    run.chmod(0)
+    try:
+
+        async def reported() -> dict[str, Any] | None:
+            status = await primary.status()
+            found = [p for p in status["problems"] if p["reason"] == "PostgresUnreachable"]
+            return found[0] if found else None
+
+        problem = await eventually(reported, timeout=60, interval=0.5)
+        socket_path = run / f".s.PGSQL.{primary.pg_port}"
+        assert problem == {
+            "reason": "PostgresUnreachable",
+            "message": f'connection to server on socket "{socket_path}" failed: Permission denied',
+        }
+        for secret in workspace.passwords.values():
+            assert secret not in problem["message"]
+        code, body = await primary.get("/readyz")
+        assert (code, body) == (503, {"ready": False, "reason": f"postgres unreachable: {problem['message']}"})
+        assert (await primary.status())["running"] is True
+    finally:
+        run.chmod(mode)
+
+    async def cleared() -> bool:
+        status = await primary.status()
+        return status["ready"] and not any(p["reason"] == "PostgresUnreachable" for p in status["problems"])
+
+    await eventually(cleared, timeout=30)
+    logged = [e for e in primary.log_events() if e.get("reason") == "PostgresUnreachable"]
+    assert [e["event"] for e in logged] == ["problem", "problem resolved"], logged  # once each, not every pass
+    await primary.wait_ready()
+
+
 async def test_a_parameter_postgresql_refuses_is_never_written_and_every_other_change_applies(
     workspace: Workspace, primary: Instance
 ) -> None:

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import base64
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+from kanri.contract.problems import REASONS
 from kanri.postgres.instances import InstanceProblem, InstanceReport, parse_report
 from kanri.postgres.problems import (
+    SEVERITY,
     Problem,
     child_rejected,
     ordered,
     report_problems,
+    runbook,
     secret_problems,
     storage_class_missing,
     volume_lost,
@@ -157,3 +161,19 @@ def test_the_same_fault_on_every_instance_is_one_line_and_a_secret_fault_the_ope
         "db", {"db-app": {"data": {"username": "cG9zdGdyZXM=", "password": "eA=="}}}, "app"
     )
     assert {p.subject for p in operator_found} == {("app", "username")}
+
+
+def test_an_unreachable_postgres_has_a_severity_a_runbook_and_passes_through_the_contract() -> None:
+    assert "PostgresUnreachable" in REASONS
+    assert "PostgresUnreachable" in SEVERITY
+    root = Path(__file__).resolve().parents[2]
+    assert (root / runbook("PostgresUnreachable")).read_text().startswith("# PostgresUnreachable\n")
+    body = {"name": "db-1", "role": "primary", "problems": [{"reason": "PostgresUnreachable", "message": "m"}]}
+    parsed = parse_report(body)
+    assert parsed is not None
+    (problem,) = report_problems({"db-1": parsed})
+    assert problem.reason == "PostgresUnreachable"
+    assert problem.message == "instance db-1: m (runbook docs/runbooks/PostgresUnreachable.md)"
+    # the instance cannot be managed at all: above what the API server or a Secret says
+    assert [p.reason for p in ordered([Problem("InvalidSecret", "a"), problem])] == ["PostgresUnreachable",
+                                                                                      "InvalidSecret"]  # fmt: skip

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kanri.postgres.instances import InstanceReport, parse_report
+from kanri.postgres.problems import report_problems, runbook
 from kanri.postgres.restarts import next_restart
 from kanri.postgres.status import Observation, compute_status, condition_flipped, status_patch
 from kanri.postgres.storage import StoragePlan, plan_storage
@@ -192,3 +193,42 @@ def test_a_replica_still_cloning_while_the_cluster_is_created_is_progress_not_de
     ready = compute_status({}, observe(reports=all_ready()), NOW)
     later = compute_status(ready, observe(reports=cloning), NOW)
     assert conditions(later)["Degraded"] == ("True", "InstanceErrors")
+
+
+PEER_FAILED = ('connection to server on socket "/var/run/postgresql/.s.PGSQL.5432" failed: FATAL: Peer '
+               'authentication failed for user "postgres"')  # fmt: skip
+
+
+def unreachable(name: str, role: str) -> InstanceReport:
+    """What ``GET /status`` of an instance whose manager cannot log in to its own PostgreSQL parses to."""
+    body = {"name": name, "role": role, "ready": False, "running": True, "lastError": PEER_FAILED,
+            "problems": [{"reason": "PostgresUnreachable", "message": PEER_FAILED}]}  # fmt: skip
+    parsed = parse_report(body)
+    assert parsed is not None
+    return parsed
+
+
+def test_an_instance_that_cannot_reach_its_postgres_makes_the_cluster_degraded_with_its_error() -> None:
+    # Seen: peer authentication failing on every instance of a new cluster was only "PostgreSQL not ready".
+    reports = {"db-1": unreachable("db-1", "primary"), "db-2": unreachable("db-2", "replica"),
+               "db-3": unreachable("db-3", "replica")}  # fmt: skip
+    problems = tuple(report_problems(reports))
+    status = compute_status({}, observe(reports=reports, problems=problems), NOW)  # provisioning: never ready
+    degraded = {c["type"]: c for c in status["conditions"]}["Degraded"]
+    assert (degraded["status"], degraded["reason"]) == ("True", "PostgresUnreachable")
+    assert degraded["message"] == (f"instances db-1, db-2, db-3: {PEER_FAILED} "
+                                   f"(runbook {runbook('PostgresUnreachable')})")  # fmt: skip
+    ready = {c["type"]: c for c in status["conditions"]}["Ready"]
+    assert "db-1: PostgreSQL running but its instance manager cannot connect" in ready["message"]
+
+
+def test_the_creating_exclusion_never_hides_an_unreachable_postgres() -> None:
+    # A lone primary of a new cluster, and a replica still being added by a scale-up: both are reported.
+    for replicas, reports, extra in (
+        (1, {"db-1": unreachable("db-1", "primary")}, {}),
+        (3, {**all_ready(), "db-3": unreachable("db-3", "replica")}, {"scaled": True}),
+    ):
+        problems = tuple(report_problems(reports))
+        status = compute_status({}, observe(replicas, reports=reports, problems=problems, **extra), NOW)
+        assert conditions(status)["Degraded"] == ("True", "PostgresUnreachable"), reports
+        assert PEER_FAILED in {c["type"]: c for c in status["conditions"]}["Degraded"]["message"]

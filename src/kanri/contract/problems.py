@@ -17,7 +17,10 @@ REASONS: tuple[str, ...] = (
     "SystemIdentifierMismatch",
     "DataVersionMismatch",
     "Fenced",
+    "PostgresUnreachable",
 )
-"""``Fenced``: the instance holds a fence marker (``POST /fence``): PostgreSQL stays stopped until ``POST /unfence``."""
+"""``Fenced``: the instance holds a fence marker (``POST /fence``): PostgreSQL stays stopped until ``POST /unfence``.
+``PostgresUnreachable``: the manager has not been able to connect to its own running PostgreSQL for a while; the
+message is the first line of libpq's connection error (a connection error never quotes SQL)."""
 
 MAX_MESSAGE = 300

@@ -41,7 +41,7 @@ from kanri.instance.conf import (
 from kanri.instance.conf_check import Choice, ConfChecker, choose
 from kanri.instance.config import ClusterConfig, Credentials, Settings
 from kanri.instance.credentials import Checked, Purpose, check_credentials, check_token
-from kanri.instance.db import connect, fetch_one
+from kanri.instance.db import STATEMENT_TIMEOUT_MS, connect, fetch_one
 from kanri.instance.demote import read_controldata
 from kanri.instance.exporter import InstanceExporter, ManagerState, metrics_port
 from kanri.instance.fence import FenceRecord, lift, marker_path, read_fence, write_fence
@@ -49,7 +49,7 @@ from kanri.instance.http_api import Accepted, ActionError, build_app
 from kanri.instance.identity import binary_version, data_version, start_problems
 from kanri.instance.isolation import INTERVAL, IsolationSettings, IsolationWatch, Probe
 from kanri.instance.postgres_process import PostgresProcess
-from kanri.instance.problems import Problem, ProblemBoard, one_line
+from kanri.instance.problems import UNREACHABLE, Problem, ProblemBoard, Reachability, one_line
 from kanri.instance.rejoin import RejoinStatus, move_aside, restore_interrupted, rewind, source_label
 from kanri.instance.replication_pause import clear_pause, read_pause, write_pause
 from kanri.instance.replication_pause import marker_path as pause_marker_path
@@ -84,6 +84,7 @@ class InstanceManager:
         self.pg = PostgresProcess(settings)
         self.config = ClusterConfig()
         self.problems = ProblemBoard()
+        self._reach = Reachability()  # PostgresUnreachable: see _connect_own
         self.checker = ConfChecker(settings)
         self._errors: dict[str, str] = {}  # source → message, oldest first; see last_error
         self.restart_count = 0
@@ -522,9 +523,9 @@ class InstanceManager:
             if not self.pg.running:
                 return
         try:
-            conn = await connect(self.settings, timeout=2, statement_timeout_ms=5_000)
+            conn = await self._connect_own(timeout=2, statement_timeout_ms=5_000)
         except psycopg.OperationalError:
-            return  # starting up, or stopping: the next pass will do
+            return  # starting up, or stopping: the next pass will do (a lasting failure is PostgresUnreachable)
         async with conn:
             if files_changed:
                 await conn.execute("SELECT pg_reload_conf()")
@@ -547,7 +548,7 @@ class InstanceManager:
         if not self.pg.running or self._synced is not self.pg.process:
             return  # the config loop reaches a new postmaster first (files in place, reload done)
         try:
-            conn = await connect(self.settings, timeout=2)
+            conn = await self._connect_own(timeout=2)
         except psycopg.OperationalError:
             return
         async with conn, self._upkeep_lock:
@@ -601,6 +602,8 @@ class InstanceManager:
         if identity := self.problems.get("identity"):
             return identity[0].message
         if not self.pg.running or conn is None:
+            if self.pg.running and (unreachable := self.problems.get(UNREACHABLE)):
+                return f"postgres unreachable: {unreachable[0].message}"
             return "postgres is not running" if not self.pg.running else "postgres does not accept connections"
         if self._paused and self._is_replica:  # no receiver on purpose; still kept out of -ro while it lasts
             return "replication paused"
@@ -610,11 +613,30 @@ class InstanceManager:
             return "roles are not in place yet"
         return None
 
+    async def _connect_own(
+        self, *, timeout: int, statement_timeout_ms: int = STATEMENT_TIMEOUT_MS
+    ) -> psycopg.AsyncConnection[DictRow]:
+        """A connection to our own PostgreSQL (the loops' and ``/status``'s). A failure that lasts while the same
+        postmaster runs is reported as ``PostgresUnreachable`` with libpq's first line (:class:`Reachability`); any
+        connection that works clears it."""
+        postmaster = self.pg.process
+        try:
+            conn = await connect(self.settings, timeout=timeout, statement_timeout_ms=statement_timeout_ms)
+        except psycopg.OperationalError as exc:
+            # only a postmaster that runs throughout counts: one stopping or restarting is no login problem
+            if postmaster is not None and postmaster is self.pg.process and self.pg.running:
+                self._report(UNREACHABLE, self._reach.failed(postmaster, exc))
+            raise
+        self._report(UNREACHABLE, self._reach.reached())
+        return conn
+
     async def _try_connect(self) -> psycopg.AsyncConnection[DictRow] | None:
         if not self.pg.running:
+            # nothing to reach (stopped, fenced, restarting): an earlier PostgresUnreachable no longer holds
+            self._report(UNREACHABLE, self._reach.reached())
             return None
         try:
-            return await connect(self.settings, timeout=3, statement_timeout_ms=5_000)
+            return await self._connect_own(timeout=3, statement_timeout_ms=5_000)
         except psycopg.OperationalError:
             return None
 
@@ -659,6 +681,8 @@ class InstanceManager:
         if self._recloning:  # its data directory is gone while it clones: never mistaken for a primary
             result["role"] = "replica"
         conn = await self._try_connect()
+        # that connection may have raised or cleared PostgresUnreachable: report what holds now
+        result.update(lastError=self.last_error, problems=[p.as_json() for p in self.problems.all()])
         if conn is None:
             return result
         async with conn:

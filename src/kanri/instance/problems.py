@@ -8,7 +8,9 @@ must not write a log line every 2 s.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import structlog
@@ -80,3 +82,61 @@ class ProblemBoard:
     def all(self) -> list[Problem]:
         """Every current problem, the most recently changed source last."""
         return [p for problems in self._by_source.values() for p in problems]
+
+
+UNREACHABLE = "PostgresUnreachable"
+
+UNREACHABLE_AFTER = 10.0
+"""Seconds the manager's connections to its own running PostgreSQL must keep failing before that is a problem: a
+postmaster that has just started has no socket yet for a moment, and that is not for a human to fix."""
+
+_PSYCOPG_PREFIXES = ("connection failed: ", "connection is bad: ")
+_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+_NOT_YET = "the database system is "
+"""SQLSTATE 57P03's messages (starting up, shutting down, in recovery mode, not yet accepting connections): the
+server answered, it merely does not take connections now. psycopg does not carry the SQLSTATE of a failed connect."""
+
+
+def connection_error(error: BaseException | str) -> str:
+    """The first line of a failed connection's error, as one short line: libpq's ``connection to server on socket
+    "…" failed: FATAL:  …``. Only the first line: the rest is hints and psycopg's list of every attempt. A connection
+    error never quotes SQL and libpq never puts the password in it; a ``password=`` is masked all the same."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    first = lines[0] if lines else type(error).__name__ if isinstance(error, BaseException) else "unknown error"
+    for prefix in _PSYCOPG_PREFIXES:
+        first = first.removeprefix(prefix)
+    return one_line(_PASSWORD.sub(r"\1***", first))
+
+
+def cannot_connect_now(message: str) -> bool:
+    """PostgreSQL answered that it does not accept connections at the moment (starting, stopping, recovering)."""
+    return _NOT_YET in message
+
+
+class Reachability:
+    """Whether the manager reaches its own running PostgreSQL: ``PostgresUnreachable`` once every connection to the
+    same postmaster failed for :data:`UNREACHABLE_AFTER` seconds; nothing as soon as one works or the server answers
+    that it is starting or stopping. Without this, a manager that cannot log in (peer authentication with a wrong
+    uid, a socket directory it cannot enter, no connection slot left) shows only as "not ready"."""
+
+    def __init__(self, after: float = UNREACHABLE_AFTER, clock: Callable[[], float] = time.monotonic) -> None:
+        self.after = after
+        self.clock = clock
+        self._since: float | None = None
+        self._postmaster: object = None
+
+    def failed(self, postmaster: object, error: BaseException | str) -> list[Problem]:
+        """A connection to ``postmaster`` (the running process) failed with ``error``: the problems to report."""
+        message = connection_error(error)
+        if cannot_connect_now(message):
+            return self.reached()
+        if self._since is None or postmaster is not self._postmaster:
+            self._since, self._postmaster = self.clock(), postmaster  # a new postmaster gets its own grace
+        if self.clock() - self._since < self.after:
+            return []
+        return [Problem(UNREACHABLE, message)]
+
+    def reached(self) -> list[Problem]:
+        """A connection worked (or no postmaster runs to reach): nothing to report."""
+        self._since, self._postmaster = None, None
+        return []

@@ -17,6 +17,8 @@ a lone primary: restore a backup into a new cluster |
 | ``SystemIdentifierMismatch`` | an instance: its data belongs to another cluster | replace the volume |
 | ``DataVersionMismatch`` | an instance: its binaries cannot open its data | nothing (the image is reverted) |
 | ``VolumeLost`` | the operator: a running instance's claim was deleted | see DataDirectoryLost |
+| ``PostgresUnreachable`` | an instance: its manager cannot connect to its own running PostgreSQL (libpq's first
+line: peer authentication, the socket directory, no connection slot left) | docs/runbooks/PostgresUnreachable.md |
 | ``ChildRejected`` | the API server refused a write of a child | fix what the message names (often a spec field) |
 | ``ChildConflict`` | a child's name is taken by an object another owner controls | rename or delete one of them |
 | ``StorageClassNotFound`` | ``spec.storage.storageClassName`` does not exist | create the class or fix the name |
@@ -74,6 +76,8 @@ SEVERITY = (
     "SystemIdentifierMismatch",
     "DataVersionMismatch",
     "VolumeLost",
+    # The instance runs but its manager is blind: no readiness, roles, slots or status until a human fixes the login.
+    "PostgresUnreachable",
     "ChildRejected",
     "ChildConflict",
     "StorageClassNotFound",
@@ -180,6 +184,10 @@ def _text(p: InstanceProblem) -> str:
     return p.message
 
 
+_LINKED = frozenset({"PostgresUnreachable"})
+"""Reasons the instances report that have a runbook of their own; their message ends with it."""
+
+
 def report_problems(reports: Mapping[str, InstanceReport], *, known: Collection[tuple[str, str]] = ()) -> list[Problem]:
     """The problems the instances report, each under its own reason, naming the instances that report it (the same
     fault on every instance is one line). ``known``: (purpose, key) of Secret faults the operator reported itself."""
@@ -195,6 +203,8 @@ def report_problems(reports: Mapping[str, InstanceReport], *, known: Collection[
         if reason == "DataDirectoryLost":
             message = f"the data of {who} is gone ({text})"
             found.append(Problem(reason, message, f"{message}; {_LOST_HELP}"))
+        elif reason in _LINKED:
+            found.append(Problem(reason, f"{who}: {text} (runbook {runbook(reason)})"))
         else:
             found.append(Problem(reason, f"{who}: {text}"))
     return found

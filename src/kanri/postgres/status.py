@@ -12,7 +12,8 @@ Conditions (``Ready``, ``Progressing``, ``Degraded``, ``StorageResizing``, ``Maj
 | Progressing | False | ``Converged``, ``Hibernated`` |
 | Degraded | True | a problem's reason (``kanri.postgres.problems.SEVERITY``, most serious first: ``SplitBrain``,
 ``Fenced``, ``DataDirectoryLost``,
-``SystemIdentifierMismatch``, ``DataVersionMismatch``, ``VolumeLost``, ``ChildRejected``, ``ChildConflict``,
+``SystemIdentifierMismatch``, ``DataVersionMismatch``, ``VolumeLost``, ``PostgresUnreachable``, ``ChildRejected``,
+``ChildConflict``,
 ``StorageClassNotFound``, ``InvalidSecret``, ``OwnerMismatch``, ``InvalidParameter``, ``InvalidConfig``,
 ``InstanceProblem``), else ``InstanceErrors``, ``ReplicasNotReady`` (the primary serves, a replica does not) |
 | Degraded | False | ``AsExpected`` |
@@ -24,7 +25,9 @@ Conditions (``Ready``, ``Progressing``, ``Degraded``, ``StorageResizing``, ``Maj
 | FailoverBlocked | False | ``NotBlocked`` (present once a failover was blocked) |
 
 Messages name instances, claims, Secrets' keys and parameters, never credentials; an instance's ``lastError`` text
-stays out of status (it may quote SQL), only the fact that there is one.
+stays out of status (it may quote SQL), only the fact that there is one. An instance's ``problems`` do reach
+``Degraded`` (their messages are made for it: ``PostgresUnreachable`` carries libpq's first line, never SQL), even
+while the cluster is created: only ``lastError`` of a replica still cloning is left out then.
 """
 
 from __future__ import annotations
@@ -111,6 +114,8 @@ def _why_not_ready(name: str, obs: Observation) -> str:
     report = obs.reports.get(name)
     if report is not None and report.role == FENCED:
         return f"{name}: fenced (PostgreSQL kept stopped)"
+    if report is not None and any(p.reason == "PostgresUnreachable" for p in report.problems):
+        return f"{name}: PostgreSQL running but its instance manager cannot connect (see Degraded)"
     if report is not None:
         return f"{name}: PostgreSQL not ready" + (" (instance reports an error)" if report.last_error else "")
     if pod is None:
