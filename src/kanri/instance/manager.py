@@ -498,8 +498,10 @@ class InstanceManager:
                     log.exception(f"{name} failed unexpectedly")
             else:
                 self._clear_error(name)
-            # right after a start, poll quickly until the new postmaster has been synced once
-            fast = self.pg.running and (self._synced is not self.pg.process or not self._roles_ok)
+            # right after a start, poll quickly until the new postmaster has been synced once (and, on a primary,
+            # its roles are in place: a standby never gets there, and polling it 5 times a second costs a core)
+            pending = self._synced is not self.pg.process or (not self._roles_ok and not self._is_replica)
+            fast = self.pg.running and pending
             await asyncio.sleep(0.2 if fast else self.settings.config_interval)
 
     async def _config_loop(self) -> None:
