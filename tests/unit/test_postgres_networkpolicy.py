@@ -6,8 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
+from kanri.cli import run as run_module
+from kanri.cli.main import app
 from kanri.postgres.children.networkpolicy import network_policy
+from kanri.postgres.operator import OperatorOptions
 
 Obj = dict[str, Any]
 UID = "0d3c5a4e-0000-4000-8000-000000000001"
@@ -86,6 +90,16 @@ def test_allowed_clients_replace_the_namespace_but_never_cut_replication() -> No
     assert admits(none, "shop", INSTANCE, 5432)
 
 
+@pytest.mark.parametrize("home", ["kanri-system", "platform-ops", "default"])
+def test_the_operator_is_admitted_from_the_namespace_it_is_given_and_no_other(home: str) -> None:
+    # A chart installed into any namespace: `kanri run` passes POD_NAMESPACE down (not a hard-coded kanri-system).
+    policy = network_policy(CLUSTER, operator_namespace=home)
+    assert admits(policy, home, OPERATOR, 8008)
+    assert not admits(policy, home, OPERATOR, 5432)  # the API only
+    for elsewhere in {"kanri-system", "platform-ops", "default", "shop"} - {home}:
+        assert not admits(policy, elsewhere, OPERATOR, 8008), elsewhere
+
+
 def test_another_operator_namespace_and_labels_are_honoured() -> None:
     policy = network_policy(CLUSTER, operator_namespace="ops", operator_labels={"app": "kanri"})
     assert admits(policy, "ops", {"app": "kanri"}, 8008)
@@ -96,3 +110,20 @@ def test_another_clusters_instances_are_only_clients() -> None:
     other = {"kanri.dev/cluster": "billing", "kanri.dev/instance": "billing-1"}
     policy = network_policy(CLUSTER, clients=[])
     assert not admits(policy, "shop", other, 5432)
+
+
+def test_kanri_run_hands_its_own_namespace_to_the_operator(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[OperatorOptions] = []
+
+    async def capture(kubeconfig: str | None, options: OperatorOptions) -> None:
+        seen.append(options)  # stop before connecting: only the options are under test
+
+    monkeypatch.setattr(run_module, "_run", capture)
+    # structlog would keep writing to the runner's stream, closed after the invocation, in every later test
+    monkeypatch.setattr(run_module, "configure_logging", lambda level: None)
+    result = CliRunner().invoke(app, ["run", "--leader-election-namespace", "leases"],
+                                env={"POD_NAMESPACE": "platform-ops"})  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (options,) = seen
+    # the policy's namespace is where the pod runs, even when the Lease is kept elsewhere
+    assert (options.operator_namespace, options.leader_election_namespace) == ("platform-ops", "leases")

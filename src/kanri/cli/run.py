@@ -75,11 +75,15 @@ def run(
         default = load_repository(default_backup_repository) if default_backup_repository else None
     except (OSError, ValueError) as exc:
         raise typer.BadParameter(str(exc), param_hint="--default-backup-repository") from None
+    # Outside a pod (a laptop) this is "default": no operator pod runs there, so where NetworkPolicy is enforced the
+    # clusters' policies admit nothing to the instance API (networkpolicy.py); set POD_NAMESPACE to choose.
+    home = own_namespace()
     options = OperatorOptions(
         default_backup_repository=default,
         namespaces=tuple(namespace or ()),
         leader_election=leader_election,
-        leader_election_namespace=leader_election_namespace or own_namespace(),
+        leader_election_namespace=leader_election_namespace or home,
+        operator_namespace=home,
         health_port=health_port,
         manager={"health_host": health_host},
         backup_now=offset_clock(backup_clock_offset_file) if backup_clock_offset_file else utc_now,

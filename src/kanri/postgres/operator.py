@@ -125,6 +125,10 @@ class OperatorOptions:
     leader_election: bool = True
     leader_election_namespace: str = "default"
     """Where the Lease lives: the operator's own namespace."""
+    operator_namespace: str | None = None
+    """The namespace the operator's pods run in (``kanri run``: ``POD_NAMESPACE``): the clusters' NetworkPolicies
+    admit the operator to the instance API from there, and the default backup repository's credentials Secret is
+    read there. None: ``leader_election_namespace``."""
     health_port: int | None = 8081
     refresh: float = 10.0
     """How often each cluster's instances are asked for their state."""
@@ -188,6 +192,7 @@ def build_manager(
         **options.manager,
     )
     manager = Manager(client, manager_options, registry=registry)
+    own_namespace = options.operator_namespace or options.leader_election_namespace
     reconciler = PostgresClusterReconciler(
         manager.cache,
         client,
@@ -195,10 +200,11 @@ def build_manager(
         events=EventRecorder(client, component=NAME),
         refresh=options.refresh,
         metrics=PostgresMetrics(manager.registry),
+        operator_namespace=own_namespace,
     )
     reconciler.backup = BackupSettings(
         options.default_backup_repository,
-        options.leader_election_namespace,
+        own_namespace,
         BackupMetrics(manager.registry),
         now=options.backup_now,
     )

@@ -31,7 +31,7 @@ from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.backup import BackupSettings
 from kanri.postgres.backup_cleanup import BackupCleanup
 from kanri.postgres.children.config import config_map
-from kanri.postgres.children.networkpolicy import network_policy
+from kanri.postgres.children.networkpolicy import OPERATOR_NAMESPACE, network_policy
 from kanri.postgres.children.pdb import disruption_budgets, wants_budgets
 from kanri.postgres.children.pvc import claim
 from kanri.postgres.children.rbac import service_account
@@ -144,8 +144,11 @@ class PostgresClusterReconciler:
         refresh: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
         metrics: PostgresMetrics | None = None,
+        operator_namespace: str = OPERATOR_NAMESPACE,
     ) -> None:
         self.metrics = metrics
+        self.operator_namespace = operator_namespace
+        """Where the operator's own pods run: the NetworkPolicy admits them, and only them, to the instance API."""
         self.backup = BackupSettings()
         """The platform's default backup repository and the backup metrics (set by build_manager)."""
         self.backup_cleanup = BackupCleanup(lambda: self.backup)
@@ -517,7 +520,7 @@ class ClusterPass:
         await self.apply(SERVICE_ACCOUNT, service_account(self.cluster))  # and no Role: children/rbac.py says why
         for service in services(self.cluster):
             await self.apply(SERVICE, service)
-        await self.apply(NETWORK_POLICY, network_policy(self.cluster))
+        await self.apply(NETWORK_POLICY, network_policy(self.cluster, operator_namespace=self.r.operator_namespace))
 
     async def scale(self, plan: InstancePlan) -> bool:
         """Remove the replicas the plan drops (StatefulSet, then volume: a replica's data is on the primary)."""

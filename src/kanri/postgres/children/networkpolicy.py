@@ -6,8 +6,11 @@ Ingress only, four rules, nothing else allowed in:
   the user allows, e.g. an application's pods or another namespace);
 - PostgreSQL (5432) between the cluster's own instances (streaming replication, cloning, pg_rewind), whatever
   ``clients`` says;
-- the instance manager's API (8008) from the operator's pods only (namespace ``kanri-system``, label
-  ``app.kubernetes.io/name: kanri-operator``, as in deploy/operator/operator.yaml);
+- the instance manager's API (8008) from the operator's pods only: its own namespace (``operator_namespace``, which
+  ``kanri run`` resolves from ``POD_NAMESPACE``, the chart's downward-API variable) and the chart's pod label
+  ``app.kubernetes.io/name: kanri-operator``. An operator run outside the cluster (``kanri run`` on a laptop, no
+  ``POD_NAMESPACE``: ``default``) is no pod, so where the policy is enforced nothing admits it to 8008 — run it
+  in-cluster there;
 - the instance exporter (9187) from anywhere: Prometheus runs in a namespace of the platform's choosing, and the
   metrics hold no credential or row.
 
@@ -30,7 +33,7 @@ __all__ = ["OPERATOR_LABELS", "OPERATOR_NAMESPACE", "network_policy", "network_p
 
 Obj = dict[str, Any]
 
-OPERATOR_NAMESPACE = "kanri-system"
+OPERATOR_NAMESPACE = "kanri-system"  # the chart's documented release namespace; only a default for direct callers
 OPERATOR_LABELS: Mapping[str, str] = {"app.kubernetes.io/name": "kanri-operator"}
 _NAMESPACE_NAME = "kubernetes.io/metadata.name"  # set by the API server on every namespace
 
@@ -51,7 +54,9 @@ def network_policy(
     operator_labels: Mapping[str, str] = OPERATOR_LABELS,
 ) -> Obj:
     """The policy for ``cluster``. ``clients``: NetworkPolicy peers allowed to reach PostgreSQL instead of the whole
-    namespace (an empty list: none but the instances themselves)."""
+    namespace (an empty list: none but the instances themselves). ``operator_namespace`` and ``operator_labels``:
+    the operator's pods, the only peers allowed to the instance API (the reconciler passes the namespace the
+    operator runs in)."""
     name = cluster["metadata"]["name"]
     instances = {"podSelector": {"matchLabels": {CLUSTER: name}}}
     allowed = [dict(peer) for peer in clients] if clients is not None else [{"podSelector": {}}]
