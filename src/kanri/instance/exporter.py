@@ -155,6 +155,8 @@ SELECT d.datname AS database, pg_database_size(d.oid)::float8 AS size,
  WHERE d.datallowconn AND NOT d.datistemplate ORDER BY d.datname
 """
 
+_STATES = ("active", "idle", "idle in transaction")
+"""pg_stat_activity states always exported (others, e.g. ``idle in transaction (aborted)``, when present)."""
 _CONNECTIONS = """
 SELECT coalesce(state, 'unknown') AS state, count(*)::float8 AS n FROM pg_stat_activity
  WHERE backend_type = 'client backend' AND application_name IS DISTINCT FROM %s GROUP BY 1 ORDER BY 1
@@ -200,7 +202,9 @@ async def read_postgres(conn: psycopg.AsyncConnection[DictRow], application_name
     values["kanri_instance_xact_commit"] = [((r["database"],), r["commits"]) for r in databases]
     values["kanri_instance_xact_rollback"] = [((r["database"],), r["rollbacks"]) for r in databases]
     connections = await (await conn.execute(_CONNECTIONS, (application_name,))).fetchall()
-    values["kanri_instance_connections"] = [((r["state"],), r["n"]) for r in connections]
+    counts = {str(r["state"]): float(r["n"]) for r in connections}
+    # the usual states at 0 too: a quiet instance shows "0 active", not "no data"
+    values["kanri_instance_connections"] = [((state,), counts.get(state, 0.0)) for state in sorted({*_STATES, *counts})]
     checkpoints = await fetch_one(conn, _CHECKPOINTS_17 if common["version"] >= 170000 else _CHECKPOINTS_16)
     values["kanri_instance_checkpoints_timed"] = [((), checkpoints["timed"])]
     values["kanri_instance_checkpoints_requested"] = [((), checkpoints["requested"])]

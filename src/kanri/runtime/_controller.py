@@ -149,6 +149,12 @@ class Controller:
         self._client = client
         self._metrics = metrics
         metrics.max_concurrent.labels(self.name).set(self.options.max_concurrent_reconciles)
+        # Every reconcile series exists from the start at 0, as controller-runtime's do: rates and error ratios read
+        # 0 rather than "no data" until something happens.
+        for result in ("success", "error", "requeue_after"):
+            metrics.reconcile_total.labels(self.name, result)
+        metrics.reconcile_errors.labels(self.name)
+        metrics.terminal_errors.labels(self.name)
         metrics.watch_deletions(self.name, cache.store(self.for_kind))
         cache.informer(self.for_kind).add_handler(self._on_primary)
         for kind in self._owned:
