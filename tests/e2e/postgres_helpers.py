@@ -122,9 +122,10 @@ async def names(client: Client, kind: Any, namespace: str, name: str) -> list[st
     return sorted(i["metadata"]["name"] for i in items if not i["metadata"].get("deletionTimestamp"))
 
 
-async def gone(client: Client, namespace: str, name: str) -> bool:
+async def gone(client: Client, namespace: str, name: str, kind: Any = POSTGRES_CLUSTER) -> bool:
+    """The object (by default the PostgresCluster ``name``) no longer exists."""
     try:
-        await client.get(POSTGRES_CLUSTER, name, namespace)
+        await client.get(kind, name, namespace)
     except ApiError as exc:
         return exc.not_found
     return False

@@ -29,9 +29,9 @@ from kanri.local.seaweedfs import backup_tools_bin
 from kanri.postgres.instances import HttpInstanceClient
 from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
 from kanri.postgres.restore_test import ANNOTATION
-from kanri.runtime import ApiError, Client
+from kanri.runtime import Client
 from kanri.runtime.kinds import EVENT, POD
-from tests.e2e.postgres_helpers import cluster, cluster_ip, credentials, ready, rows_on, write_row
+from tests.e2e.postgres_helpers import cluster, cluster_ip, credentials, gone, ready, rows_on, write_row
 from tests.e2e.test_backup_archiving_e2e import Store, segments, start_store, superuser_sql
 from tests.integration.test_cli_status import invoke, row
 from tests.postgres_support import Operator
@@ -84,14 +84,6 @@ async def events(client: Client, namespace: str, reason: str) -> list[Obj]:
     return [e for e in found if e.get("reason") == reason]
 
 
-async def pod_gone(client: Client, namespace: str, name: str) -> bool:
-    try:
-        await client.get(POD, name, namespace)
-    except ApiError as exc:
-        return exc.not_found
-    return False
-
-
 async def test_a_point_in_time_restore_and_rehearsals_that_pass_and_fail_loudly_on_a_damaged_backup(
     client: Client, control_plane: Endpoint, node: LocalNode, namespace: str
 ) -> None:
@@ -128,7 +120,7 @@ async def test_a_point_in_time_restore_and_rehearsals_that_pass_and_fail_loudly_
             assert good.get("recoveredTo"), good
             assert datetime.fromisoformat(good["recoveredTo"]) > between, good  # replayed past row 1, to row 2
             assert await events(client, namespace, "RestoreTestSucceeded")
-            await eventually(lambda: pod_gone(client, namespace, f"{NAME}-restore-test"), timeout=60, interval=1)
+            await eventually(lambda: gone(client, namespace, f"{NAME}-restore-test", POD), timeout=60, interval=1)
 
             # damaged: the first WAL file the backup needs is gone from the bucket
             begin = str(backup["status"]["beginWAL"])
@@ -142,7 +134,7 @@ async def test_a_point_in_time_restore_and_rehearsals_that_pass_and_fail_loudly_
             assert "PostgreSQL stopped before the end of recovery" in str(bad.get("message")), bad
             warnings = [e for e in await events(client, namespace, "RestoreTestFailed") if e.get("type") == "Warning"]
             assert warnings, "no Warning Event for the failed rehearsal"
-            await eventually(lambda: pod_gone(client, namespace, f"{NAME}-restore-test"), timeout=60, interval=1)
+            await eventually(lambda: gone(client, namespace, f"{NAME}-restore-test", POD), timeout=60, interval=1)
             # the source never noticed: still Ready, still taking writes
             assert await ready(client, namespace, NAME, 1)
             await write_row(client, namespace, NAME, 3)

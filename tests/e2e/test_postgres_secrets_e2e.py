@@ -57,6 +57,21 @@ async def set_password(client: Client, namespace: str, secret: str) -> str:
     return new
 
 
+async def rotate(client: Client, namespace: str, host: str, secret: str, user: str) -> str:
+    """A new password in ``secret``: once it logs ``user`` in through ``host`` (``-rw``), the old one must not. The
+    new password."""
+    old = await password_of(client, namespace, secret)
+    assert await logs_in(host, user, old, "postgres")
+    new = await set_password(client, namespace, secret)
+
+    async def rotated() -> bool:
+        return await logs_in(host, user, new, "postgres")
+
+    await eventually(rotated, timeout=90, interval=1)
+    assert not await logs_in(host, user, old, "postgres")
+    return new
+
+
 async def test_a_changed_app_password_works_and_the_old_one_is_refused(
     client: Client, node: LocalNode, operator: Operator, namespace: str
 ) -> None:
@@ -108,29 +123,13 @@ async def test_superuser_and_replication_passwords_rotate_and_the_replica_keeps_
 
         # The superuser: the new password logs in through -rw, the old one is refused.
         superuser = names.superuser_secret(name)
-        old_superuser = await password_of(client, namespace, superuser)
-        assert await logs_in(host, SUPERUSER, old_superuser, "postgres")
-        superuser_password = await set_password(client, namespace, superuser)
-
-        async def superuser_rotated() -> bool:
-            return await logs_in(host, SUPERUSER, superuser_password, "postgres")
-
-        await eventually(superuser_rotated, timeout=90, interval=1)
-        assert not await logs_in(host, SUPERUSER, old_superuser, "postgres")
+        superuser_password = await rotate(client, namespace, host, superuser, SUPERUSER)
         streaming = await eventually(lambda: senders(host, superuser_password), timeout=30, interval=1)
         assert len(streaming) == 1, streaming
 
         # The replication role: the primary takes the new password and refuses the old one.
         replication = names.replication_secret(name)
-        old_replication = await password_of(client, namespace, replication)
-        assert await logs_in(host, REPLICATION_USER, old_replication, "postgres")
-        replication_password = await set_password(client, namespace, replication)
-
-        async def replication_rotated() -> bool:
-            return await logs_in(host, REPLICATION_USER, replication_password, "postgres")
-
-        await eventually(replication_rotated, timeout=90, interval=1)
-        assert not await logs_in(host, REPLICATION_USER, old_replication, "postgres")
+        replication_password = await rotate(client, namespace, host, replication, REPLICATION_USER)
 
         # The live stream is not disturbed: a row written after the change reaches the replica.
         await write_row(client, namespace, name, 2)
