@@ -62,13 +62,34 @@ async def pod_ips(client: Client, namespace: str, name: str) -> dict[str, str]:
     return {p["metadata"]["name"]: p["status"]["podIP"] for p in pods if (p.get("status") or {}).get("podIP")}
 
 
-async def rows_on(host: str, user: str, password: str) -> list[int] | None:
+async def rows_or_error(host: str, user: str, password: str) -> list[int] | str:
+    """Table ``t``'s rows through ``host``, or the error that stopped the query (its class and message)."""
     try:
         async with await connect(host, user, password) as conn:
             cursor = await conn.execute("SELECT x FROM t ORDER BY x")
             return [r[0] for r in await cursor.fetchall()]
-    except psycopg.Error:
-        return None
+    except psycopg.Error as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+async def rows_on(host: str, user: str, password: str) -> list[int] | None:
+    rows = await rows_or_error(host, user, password)
+    return None if isinstance(rows, str) else rows
+
+
+async def rows_through(host: str, user: str, password: str, timeout: float = 30) -> list[int]:
+    """Table ``t``'s rows through ``host``, retried while it cannot answer (a Service's route can lag the Ready
+    condition by a moment); after ``timeout`` an AssertionError naming the last error, so a missing table (a restore
+    that stopped short) and a refused connection tell themselves apart."""
+    last: list[int] | str = "not tried"
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        last = await rows_or_error(host, user, password)
+        if not isinstance(last, str):
+            return last
+        await asyncio.sleep(1)
+    raise AssertionError(f"no rows through {host} after {timeout} s: {last}")
 
 
 async def write_row(client: Client, namespace: str, name: str, value: int) -> None:

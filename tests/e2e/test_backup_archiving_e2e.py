@@ -11,6 +11,7 @@ Barman Cloud in the instances' pods, the operator's real Manager.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import re
 import secrets
@@ -148,6 +149,30 @@ async def superuser_sql(client: Client, namespace: str, name: str, query: str) -
             return list(await (await conn.execute(query)).fetchall())
     except psycopg.Error:
         return None
+
+
+async def superuser_rows(client: Client, namespace: str, name: str, query: str, timeout: float = 30) -> list[Any]:
+    """``query``'s rows on the primary as the superuser (through ``-rw``), retried only while no connection can be
+    made: a new cluster's Service route can lag its Ready condition by a moment. A failed query raises; a command
+    answers [] (run once: a connection that failed never sent it)."""
+    secret = await client.get(SECRET, names.superuser_secret(name), namespace)
+    data = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    host = await cluster_ip(client, namespace, f"{name}-rw")
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        try:
+            conn = await psycopg.AsyncConnection.connect(host=host, port=5432, user=data["username"],
+                                                         password=data["password"], dbname="postgres",
+                                                         connect_timeout=5, autocommit=True)  # fmt: skip
+        except psycopg.OperationalError:
+            if loop.time() > deadline:
+                raise
+            await asyncio.sleep(1)
+            continue
+        async with conn:
+            cursor = await conn.execute(query)
+            return list(await cursor.fetchall()) if cursor.description is not None else []  # a command: no rows
 
 
 async def switch_wal(client: Client, namespace: str, name: str) -> str:

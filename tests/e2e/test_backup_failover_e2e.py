@@ -29,7 +29,7 @@ from kanri.postgres.instances import HttpInstanceClient
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.runtime import Client
 from kanri.runtime.kinds import POD, STATEFUL_SET
-from tests.e2e.postgres_helpers import cluster, cluster_ip, credentials, ready, rows_on, write_row
+from tests.e2e.postgres_helpers import cluster, cluster_ip, credentials, ready, rows_through, write_row
 from tests.e2e.test_backup_archiving_e2e import (
     HISTORY,
     _no_store_pods,
@@ -172,8 +172,7 @@ async def test_archiving_goes_on_after_the_primarys_node_is_lost_and_a_restore_s
             await eventually(lambda: ready(client, namespace, "arfo-back", 1), timeout=300, interval=2)
             # through its own Service, as its own app user (its Secrets are its own and work)
             user, password = await credentials(client, namespace, "arfo-back")
-            rows = await rows_on(await cluster_ip(client, namespace, "arfo-back-rw"), user, password)
-            assert rows is not None
+            rows = await rows_through(await cluster_ip(client, namespace, "arfo-back-rw"), user, password)
             assert sorted(set(rows)) == [1, 2], rows
             assert await timeline(client, namespace, "arfo-back") >= after  # recovery reached the new timeline
     finally:

@@ -31,7 +31,7 @@ from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
 from kanri.postgres.restore_test import ANNOTATION
 from kanri.runtime import Client
 from kanri.runtime.kinds import EVENT, POD
-from tests.e2e.postgres_helpers import cluster, cluster_ip, credentials, gone, ready, rows_on, write_row
+from tests.e2e.postgres_helpers import cluster, cluster_ip, credentials, gone, ready, rows_through, write_row
 from tests.e2e.test_backup_archiving_e2e import Store, segments, start_store, superuser_sql
 from tests.integration.test_cli_status import invoke, row
 from tests.postgres_support import Operator
@@ -110,7 +110,7 @@ async def test_a_point_in_time_restore_and_rehearsals_that_pass_and_fail_loudly_
             await client.create(POSTGRES_CLUSTER, cluster("pitr-back", namespace, 1, bootstrap={"recovery": recovery}))
             await eventually(lambda: ready(client, namespace, "pitr-back", 1), timeout=300, interval=2)
             user, password = await credentials(client, namespace, "pitr-back")
-            restored = await rows_on(await cluster_ip(client, namespace, "pitr-back-rw"), user, password)
+            restored = await rows_through(await cluster_ip(client, namespace, "pitr-back-rw"), user, password)
             assert restored == [1], restored
 
             # a rehearsal of the good backup: every check passes, the pod is removed

@@ -42,6 +42,7 @@ from tests.e2e.test_backup_archiving_e2e import (  # noqa: F401  (node, store: t
     Store,
     node,
     store,
+    superuser_rows,
     superuser_sql,
 )
 from tests.postgres_support import Operator
@@ -81,11 +82,11 @@ async def upgrading_operator(control_plane: Endpoint, namespace: str, store: Sto
 
 async def _ledger(client: Client, namespace: str, name: str, rows: int) -> list[Any] | None:
     """pgcrypto and a ledger of ``rows`` hashed rows on the primary; the ledger's checksum."""
-    await superuser_sql(client, namespace, name, "CREATE EXTENSION pgcrypto")
-    await superuser_sql(client, namespace, name, "CREATE TABLE ledger (id int PRIMARY KEY, note text)")
-    await superuser_sql(client, namespace, name, "INSERT INTO ledger SELECT g, encode(digest(g::text, 'sha256'), "
+    await superuser_rows(client, namespace, name, "CREATE EXTENSION pgcrypto")
+    await superuser_rows(client, namespace, name, "CREATE TABLE ledger (id int PRIMARY KEY, note text)")
+    await superuser_rows(client, namespace, name, "INSERT INTO ledger SELECT g, encode(digest(g::text, 'sha256'), "
                         f"'hex') FROM generate_series(1, {rows}) g")  # fmt: skip
-    return await superuser_sql(client, namespace, name, CHECKSUM)
+    return await superuser_rows(client, namespace, name, CHECKSUM)
 
 
 async def _record(client: Client, namespace: str, name: str, phase: str) -> Obj | None:
@@ -168,8 +169,8 @@ async def test_a_cluster_of_three_is_upgraded_from_14_to_15_after_approval_and_a
         assert before
         assert before[0][0]
         # 14 ships pg_stat_statements 1.9, 15 ships 1.10: pg_upgrade writes update_extensions.sql for it
-        await superuser_sql(client, namespace, "up", "CREATE EXTENSION pg_stat_statements")
-        assert await superuser_sql(client, namespace, "up", PGSS_VERSION) == [("1.9",)]
+        await superuser_rows(client, namespace, "up", "CREATE EXTENSION pg_stat_statements")
+        assert await superuser_rows(client, namespace, "up", PGSS_VERSION) == [("1.9",)]
         await write_row(client, namespace, "up", 1)
         await eventually(lambda: _first_backup(client, namespace, "up"), timeout=120, interval=1)
 
@@ -184,9 +185,9 @@ async def test_a_cluster_of_three_is_upgraded_from_14_to_15_after_approval_and_a
         await _backup(control_plane, namespace, "up", "up-before-15")
         # a commit after the last backup, in a WAL segment nothing closes before the stop: the upgrade must archive
         # it, or the old system's archive would end before the upgrade and this commit could not be restored
-        await superuser_sql(client, namespace, "up", "CREATE TABLE marker AS SELECT 42 AS answer")
-        assert await superuser_sql(client, namespace, "up", "SELECT answer FROM marker") == [(42,)]
-        where = await superuser_sql(client, namespace, "up", "SELECT pg_walfile_name(pg_current_wal_lsn())")
+        await superuser_rows(client, namespace, "up", "CREATE TABLE marker AS SELECT 42 AS answer")
+        assert await superuser_rows(client, namespace, "up", "SELECT answer FROM marker") == [(42,)]
+        where = await superuser_rows(client, namespace, "up", "SELECT pg_walfile_name(pg_current_wal_lsn())")
         assert where, "the primary answers"
         last_segment = str(where[0][0])
 
@@ -202,8 +203,8 @@ async def test_a_cluster_of_three_is_upgraded_from_14_to_15_after_approval_and_a
         assert await _images(client, namespace, "up", 3) == {"kanri.dev/postgres:15"}
         versions = await eventually(lambda: _versions(client, namespace, "up"), timeout=60)
         assert versions == {_NEWEST[15].tag}, versions
-        assert await superuser_sql(client, namespace, "up", CHECKSUM) == before
-        assert await superuser_sql(client, namespace, "up", "SELECT extname FROM pg_extension WHERE extname = "
+        assert await superuser_rows(client, namespace, "up", CHECKSUM) == before
+        assert await superuser_rows(client, namespace, "up", "SELECT extname FROM pg_extension WHERE extname = "
                                    "'pgcrypto'") == [("pgcrypto",)]  # fmt: skip
         # after the upgrade, on the new primary: update_extensions.sql ran, and the statistics were rebuilt (before
         # 18 pg_upgrade carries none, and the new server's activity counters start empty, so autovacuum would not
@@ -235,9 +236,9 @@ async def test_a_cluster_of_three_is_upgraded_from_14_to_15_after_approval_and_a
         back = cluster("back", namespace, 1, version=14, bootstrap={"recovery": {"source": "up"}})
         await client.create(POSTGRES_CLUSTER, back)
         await eventually(lambda: ready(client, namespace, "back", 1), timeout=300, interval=2)
-        assert await superuser_sql(client, namespace, "back", "SELECT answer FROM marker") == [(42,)]
-        assert await superuser_sql(client, namespace, "back", CHECKSUM) == before
-        assert await superuser_sql(client, namespace, "back", "SHOW server_version") == [(_NEWEST[14].tag,)]
+        assert await superuser_rows(client, namespace, "back", "SELECT answer FROM marker") == [(42,)]
+        assert await superuser_rows(client, namespace, "back", CHECKSUM) == before
+        assert await superuser_rows(client, namespace, "back", "SHOW server_version") == [(_NEWEST[14].tag,)]
         reasons = await _reasons(client, namespace)
         # every step as an Event (with client-go's per-object spam filter the last ones were dropped: the stop and
         # start add routine Events about the cluster; the recorder's budget is per object and reason now)
@@ -259,7 +260,7 @@ async def test_an_upgrade_the_check_refuses_fails_and_the_cluster_keeps_serving_
         await eventually(lambda: ready(client, namespace, "bad", 1), timeout=240, interval=1)
         await eventually(lambda: _first_backup(client, namespace, "bad"), timeout=120, interval=1)
         # a regproc column: pg_upgrade cannot carry reg* OIDs into another major's catalog
-        await superuser_sql(client, namespace, "bad", "CREATE TABLE procs (p regproc)")
+        await superuser_rows(client, namespace, "bad", "CREATE TABLE procs (p regproc)")
         await client.patch(POSTGRES_CLUSTER, "bad", {"spec": {"version": 15, "upgrade": {"approvedVersion": 15}}},
                            namespace)  # fmt: skip
         await eventually(lambda: _record(client, namespace, "bad", "WaitingForPreconditions"), timeout=60)
@@ -371,7 +372,7 @@ async def test_a_primary_and_a_replica_on_a_pinned_17_are_upgraded_to_18_by_oper
         assert await _images(client, namespace, "hop", 2) == {"kanri.dev/postgres:18.6"}
         versions = await eventually(lambda: _versions(client, namespace, "hop"), timeout=60)
         assert versions == {_NEWEST[18].tag}, versions
-        assert await superuser_sql(client, namespace, "hop", CHECKSUM) == before
+        assert await superuser_rows(client, namespace, "hop", CHECKSUM) == before
         await write_row(client, namespace, "hop", 3)
         await eventually(lambda: every_instance_has(client, namespace, "hop", [3]), timeout=60, interval=1)
         status = (await client.get(POSTGRES_CLUSTER, "hop", namespace))["status"]
@@ -386,5 +387,5 @@ async def test_a_primary_and_a_replica_on_a_pinned_17_are_upgraded_to_18_by_oper
         await client.create(POSTGRES_CLUSTER, cluster("hop-back", namespace, 1, version=18,
                                                       bootstrap={"recovery": {"source": "hop"}}))  # fmt: skip
         await eventually(lambda: ready(client, namespace, "hop-back", 1), timeout=300, interval=2)
-        assert await superuser_sql(client, namespace, "hop-back", CHECKSUM) == before
-        assert await superuser_sql(client, namespace, "hop-back", "SHOW server_version") == [(_NEWEST[18].tag,)]
+        assert await superuser_rows(client, namespace, "hop-back", CHECKSUM) == before
+        assert await superuser_rows(client, namespace, "hop-back", "SHOW server_version") == [(_NEWEST[18].tag,)]
