@@ -114,11 +114,14 @@ async def test_a_replica_promoted_by_hand_is_fenced_and_rw_keeps_only_the_record
 
         watcher = asyncio.create_task(watch_rw())
         user, password = await superuser(client, namespace)
-        async with await connect(rogue_ip, user, password, "postgres") as conn:
-            await conn.execute("SELECT pg_promote()")  # waits until the replica is out of recovery
-            # a write only the rogue takes: the divergence the fence keeps away from clients
-            with contextlib.suppress(psycopg.Error):  # the operator may fence it first
-                await conn.execute("INSERT INTO t VALUES (99)")
+        # the operator may fence the rogue before this session ends — even while pg_promote() still waits for the
+        # end of recovery, which it polls for: the fence's fast shutdown then ends the session (AdminShutdown)
+        with contextlib.suppress(psycopg.errors.AdminShutdown):
+            async with await connect(rogue_ip, user, password, "postgres") as conn:
+                await conn.execute("SELECT pg_promote()")  # waits until the replica is out of recovery
+                # a write only the rogue takes: the divergence the fence keeps away from clients
+                with contextlib.suppress(psycopg.Error):
+                    await conn.execute("INSERT INTO t VALUES (99)")
         try:
             await eventually(lambda: _is(role_label(client, namespace, rogue), "fenced"), timeout=60, interval=0.5)
             app_user, app_password = await credentials(client, namespace, NAME)
