@@ -119,7 +119,8 @@ async def test_a_point_in_time_restore_and_rehearsals_that_pass_and_fail_loudly_
             assert good["result"] == "Succeeded", good
             assert good.get("recoveredTo"), good
             assert datetime.fromisoformat(good["recoveredTo"]) > between, good  # replayed past row 1, to row 2
-            assert await events(client, namespace, "RestoreTestSucceeded")
+            # the Event follows the status write it reports
+            await eventually(lambda: events(client, namespace, "RestoreTestSucceeded"), timeout=30, interval=0.5)
             await eventually(lambda: gone(client, namespace, f"{NAME}-restore-test", POD), timeout=60, interval=1)
 
             # damaged: the first WAL file the backup needs is gone from the bucket
@@ -132,8 +133,11 @@ async def test_a_point_in_time_restore_and_rehearsals_that_pass_and_fail_loudly_
             print(f"rehearsal after {doomed[0]} was deleted: {bad}")
             assert bad["result"] == "Failed", bad
             assert "PostgreSQL stopped before the end of recovery" in str(bad.get("message")), bad
-            warnings = [e for e in await events(client, namespace, "RestoreTestFailed") if e.get("type") == "Warning"]
-            assert warnings, "no Warning Event for the failed rehearsal"
+
+            async def warnings() -> list[Obj]:
+                return [e for e in await events(client, namespace, "RestoreTestFailed") if e.get("type") == "Warning"]
+
+            await eventually(warnings, timeout=30, interval=0.5)  # NotYet: no Warning Event for the failed rehearsal
             await eventually(lambda: gone(client, namespace, f"{NAME}-restore-test", POD), timeout=60, interval=1)
             # the source never noticed: still Ready, still taking writes
             assert await ready(client, namespace, NAME, 1)

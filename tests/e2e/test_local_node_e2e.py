@@ -86,7 +86,14 @@ def web_deployment(namespace: str, replicas: int, shared: Path) -> Obj:
                                 "periodSeconds": 1,
                                 "failureThreshold": 1,
                             },
-                            "livenessProbe": {"httpGet": {"path": "/hosts", "port": "http"}, "periodSeconds": 2},
+                            # generous: the test asserts an unready pod is not restarted, so a busy machine's
+                            # slow answers must not make the kubelet restart it
+                            "livenessProbe": {
+                                "httpGet": {"path": "/hosts", "port": "http"},
+                                "periodSeconds": 2,
+                                "timeoutSeconds": 5,
+                                "failureThreshold": 5,
+                            },
                         }
                     ],
                 },
@@ -160,6 +167,11 @@ async def test_deployment_is_reachable_through_its_service_by_name_and_readiness
         assert all(ip.startswith("10.246.") for ip in ips), ips  # the test node's pod CIDR
         await eventually(lambda: _equals(ready_endpoint_ips(client, namespace), ips), timeout=30)
 
+        # kube-proxy programs the endpoints a moment after the slice lists them (its minimum sync period): the client
+        # pod below tries once
+        cluster_ip = (await client.get(SERVICE, "web", namespace))["spec"]["clusterIP"]
+        await eventually(lambda: _answers(cluster_ip), timeout=30, interval=0.5)
+
         # Another pod reaches the Service by its short name (DNS search path + ClusterIP proxy).
         await client.create(POD, client_pod(namespace, "fetch", "http://web/hosts"))
         done = await eventually(lambda: finished(client, namespace, "fetch"), timeout=60)
@@ -188,12 +200,21 @@ async def test_deployment_is_reachable_through_its_service_by_name_and_readiness
         await eventually(lambda: _equals(ready_endpoint_ips(client, namespace), ips), timeout=30)
 
         # From the host, the ClusterIP answers as well.
-        cluster_ip = (await client.get(SERVICE, "web", namespace))["spec"]["clusterIP"]
         reader, writer = await asyncio.wait_for(asyncio.open_connection(cluster_ip, 80), 5)
         writer.write(b"GET /hosts HTTP/1.0\r\n\r\n")
         body = (await asyncio.wait_for(reader.read(), 10)).decode()
         writer.close()
         assert "200" in body.splitlines()[0]
+
+
+async def _answers(address: str) -> bool:
+    """A TCP connection to ``address``:80 is accepted."""
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(address, 80), 2)
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    return True
 
 
 async def test_statefulset_keeps_its_data_across_pod_deletion(client: Client, node: LocalNode, namespace: str) -> None:

@@ -237,7 +237,11 @@ async def test_the_operator_works_under_its_service_account_and_is_denied_what_i
             await client.delete(POSTGRES_CLUSTER, NAME, namespace)
             await eventually(lambda: gone(client, namespace, NAME), timeout=120, interval=1)
             assert await names(client, PVC, namespace, NAME) == []
-            assert await names(client, SECRET, namespace, NAME) == []
+
+            async def no_secrets() -> bool:  # the backup credentials go with the garbage collector, after the cluster
+                return await names(client, SECRET, namespace, NAME) == []
+
+            await eventually(no_secrets, timeout=60, interval=1)
 
             async def bucket_emptied() -> bool:
                 return await store.keys_under(prefix) == []

@@ -41,12 +41,23 @@ async def test_three_instances_replicate_scale_grow_and_converge_with_zero_write
         await write_row(client, namespace, "orders", 1)
         await eventually(lambda: every_instance_has(client, namespace, "orders", [1]), timeout=60, interval=1)
 
-        # Converged: the refresh keeps reconciling, and writes nothing.
+        # Converged: the refresh keeps reconciling, and writes nothing. An instance's /status answer slower than the
+        # operator's 2 s timeout on a loaded machine is a real change (not ready) and a write: one 8 s window of the
+        # first three must be quiet.
         await asyncio.sleep(3)
-        writes, reconciles = operator.writes(), operator.reconciles()
-        await asyncio.sleep(8)
-        assert operator.reconciles() > reconciles
-        assert operator.writes() == writes
+        windows: list[tuple[float, float]] = []
+
+        async def quiet_window() -> bool:
+            writes, reconciles = operator.writes(), operator.reconciles()
+            await asyncio.sleep(8)
+            windows.append((operator.reconciles() - reconciles, operator.writes() - writes))
+            return windows[-1][0] > 0 and windows[-1][1] == 0
+
+        for _ in range(3):
+            if await quiet_window():
+                break
+        assert windows[-1][0] > 0, f"no reconcile in 8 s: (reconciles, writes) per window {windows}"
+        assert windows[-1][1] == 0, f"writes on a converged cluster: (reconciles, writes) per window {windows}"
 
         # Scale 3 → 5: the new replicas clone from the primary and stream.
         primary = (await client.get(POSTGRES_CLUSTER, "orders", namespace))["status"]["currentPrimary"]
@@ -62,7 +73,7 @@ async def test_three_instances_replicate_scale_grow_and_converge_with_zero_write
         assert len(sets) == 2
         assert primary in sets
         assert (await client.get(POSTGRES_CLUSTER, "orders", namespace))["status"]["currentPrimary"] == primary
-        assert await every_instance_has(client, namespace, "orders", [1, 2])
+        await eventually(lambda: every_instance_has(client, namespace, "orders", [1, 2]), timeout=60, interval=1)
 
         # Storage grows online: every claim asks for, and gets, 2Gi.
         await client.patch(POSTGRES_CLUSTER, "orders", {"spec": {"storage": {"size": "2Gi"}}}, namespace)
@@ -114,7 +125,7 @@ async def test_three_instances_replicate_scale_grow_and_converge_with_zero_write
         assert created[replica_pod] <= created[primary_pod]
         assert all(p["spec"]["containers"][0]["resources"]["requests"]["memory"] == "64Mi" for p in pods)
         await eventually(lambda: ready(client, namespace, "orders", 2), timeout=120, interval=1)
-        assert await every_instance_has(client, namespace, "orders", [1, 2])
+        await eventually(lambda: every_instance_has(client, namespace, "orders", [1, 2]), timeout=60, interval=1)
 
 
 async def test_hibernate_wake_retain_recreate_and_delete(

@@ -95,7 +95,7 @@ async def test_a_lie_in_status_never_removes_the_primary_on_scale_down(
         assert await names(client, STATEFUL_SET, namespace, "shelf") == [primary]
         assert primary in await names(client, PVC, namespace, "shelf")
         assert await primary_of(client, namespace, "shelf") == primary
-        assert await every_instance_has(client, namespace, "shelf", [1])
+        await eventually(lambda: every_instance_has(client, namespace, "shelf", [1]), timeout=60, interval=1)
 
 
 async def test_a_lost_replica_volume_is_recloned_and_a_lost_primary_volume_is_never_reinitialised(
@@ -183,7 +183,7 @@ async def test_the_running_major_comes_from_the_data_not_from_spec_or_a_hand_edi
         await client.create(POSTGRES_CLUSTER, cluster("atlas", namespace, 1, version=16))
         await eventually(lambda: ready(client, namespace, "atlas", 1), timeout=180, interval=1)
         assert await image_is_15()
-        assert await every_instance_has(client, namespace, "atlas", [1])
+        await eventually(lambda: every_instance_has(client, namespace, "atlas", [1]), timeout=60, interval=1)
         waiting = await eventually(
             lambda: any_condition_with(client, namespace, "atlas", "UpgradeNotApproved"), timeout=30, interval=1
         )
