@@ -137,15 +137,20 @@ async def archiving_operator(control_plane: Endpoint, namespace: str, store: Sto
         await instances.close()
 
 
-async def superuser_sql(client: Client, namespace: str, name: str, query: str) -> list[Any] | None:
-    """``query``'s rows on the primary as the superuser (through ``-rw``); None while it cannot answer."""
+async def _superuser_connect(client: Client, namespace: str, name: str) -> psycopg.AsyncConnection[Any]:
+    """A superuser connection to the primary through ``-rw``."""
     secret = await client.get(SECRET, names.superuser_secret(name), namespace)
     data = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
     host = await cluster_ip(client, namespace, f"{name}-rw")
+    return await psycopg.AsyncConnection.connect(host=host, port=5432, user=data["username"],
+                                                 password=data["password"], dbname="postgres", connect_timeout=5,
+                                                 autocommit=True)  # fmt: skip
+
+
+async def superuser_sql(client: Client, namespace: str, name: str, query: str) -> list[Any] | None:
+    """``query``'s rows on the primary as the superuser (through ``-rw``); None while it cannot answer."""
     try:
-        async with await psycopg.AsyncConnection.connect(host=host, port=5432, user=data["username"],
-                                                          password=data["password"], dbname="postgres",
-                                                          connect_timeout=5, autocommit=True) as conn:  # fmt: skip
+        async with await _superuser_connect(client, namespace, name) as conn:
             return list(await (await conn.execute(query)).fetchall())
     except psycopg.Error:
         return None
@@ -155,16 +160,11 @@ async def superuser_rows(client: Client, namespace: str, name: str, query: str, 
     """``query``'s rows on the primary as the superuser (through ``-rw``), retried only while no connection can be
     made: a new cluster's Service route can lag its Ready condition by a moment. A failed query raises; a command
     answers [] (run once: a connection that failed never sent it)."""
-    secret = await client.get(SECRET, names.superuser_secret(name), namespace)
-    data = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
-    host = await cluster_ip(client, namespace, f"{name}-rw")
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
         try:
-            conn = await psycopg.AsyncConnection.connect(host=host, port=5432, user=data["username"],
-                                                         password=data["password"], dbname="postgres",
-                                                         connect_timeout=5, autocommit=True)  # fmt: skip
+            conn = await _superuser_connect(client, namespace, name)
         except psycopg.OperationalError:
             if loop.time() > deadline:
                 raise

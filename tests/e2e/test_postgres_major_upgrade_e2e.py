@@ -80,7 +80,7 @@ async def upgrading_operator(control_plane: Endpoint, namespace: str, store: Sto
         await instances.close()
 
 
-async def _ledger(client: Client, namespace: str, name: str, rows: int) -> list[Any] | None:
+async def _ledger(client: Client, namespace: str, name: str, rows: int) -> list[Any]:
     """pgcrypto and a ledger of ``rows`` hashed rows on the primary; the ledger's checksum."""
     await superuser_rows(client, namespace, name, "CREATE EXTENSION pgcrypto")
     await superuser_rows(client, namespace, name, "CREATE TABLE ledger (id int PRIMARY KEY, note text)")
