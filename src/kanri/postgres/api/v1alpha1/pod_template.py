@@ -11,7 +11,13 @@ from kanri.postgres.api.v1alpha1.scheduling import AffinityDict, SpreadConstrain
 from kanri.postgres.api.v1alpha1.storage import DNS_SUBDOMAIN
 from kanri.runtime import Rule, cel
 
-__all__ = ["OPERATOR_LABEL_PREFIX", "PodTemplate", "Toleration"]
+__all__ = [
+    "OPERATOR_LABEL_PREFIX",
+    "RESERVED_PRIORITY_CLASS_PREFIX",
+    "SECURITY_ANNOTATIONS",
+    "PodTemplate",
+    "Toleration",
+]
 
 OPERATOR_LABEL_PREFIX = "kanri.dev/"
 """Labels and annotations under this prefix are the operator's (roles, cluster name); users may not set them."""
@@ -30,6 +36,32 @@ _NO_OPERATOR_ANNOTATIONS = cel(
     reason="FieldValueForbidden",
 )
 
+
+SECURITY_ANNOTATIONS: tuple[str, ...] = (
+    "security.alpha.kubernetes.io/",  # seccomp.…, container.seccomp.… (profiles), and the old sysctls keys
+    "security.beta.kubernetes.io/",  # container.apparmor.… (AppArmor profiles, e.g. unconfined)
+    "io.kubernetes.cri-o.",  # CRI-O's runtime knobs (devices, user namespaces, cgroup files) where it allows them
+)
+"""Annotation keys containing one of these shape the pod's security profile (the kubelet or the container runtime
+reads them): the instance's profile is the operator's, so users may not set them."""
+
+_SECURITY_KEY = " || ".join(f"k.contains('{part}')" for part in SECURITY_ANNOTATIONS)
+_NO_SECURITY_ANNOTATIONS = cel(
+    f"!self.exists(k, {_SECURITY_KEY})",
+    message_expression="'annotations that change the security profile of the pod (AppArmor, seccomp, sysctls, runtime "
+    f"options) belong to the operator: %s'.format([self.filter(k, {_SECURITY_KEY}).sort()])",
+    reason="FieldValueForbidden",
+)
+
+RESERVED_PRIORITY_CLASS_PREFIX = "system-"
+"""Kubernetes reserves PriorityClass names beginning with this for its own components (system-node-critical,
+system-cluster-critical): a database pod under them preempts, and outlives eviction of, the node's own daemons."""
+_NOT_SYSTEM_PRIORITY = cel(
+    f"!self.startsWith('{RESERVED_PRIORITY_CLASS_PREFIX}')",
+    message_expression=f'\'priorityClassName "%s" is reserved for the components of the cluster itself '
+    f"(every {RESERVED_PRIORITY_CLASS_PREFIX} class): choose a PriorityClass of the platform'.format([self])",
+    reason="FieldValueForbidden",
+)
 
 # Kubernetes' own checks (the CEL format library): keys are qualified names ([prefix/]name), label values at most 63
 # characters of [-A-Za-z0-9_.] beginning and ending with an alphanumeric, or empty.
@@ -90,8 +122,11 @@ class PodTemplate(ApiModel):
         Field(max_length=64),
         _qualified_keys("annotation"),
         _NO_OPERATOR_ANNOTATIONS,
+        _NO_SECURITY_ANNOTATIONS,
     ] = Field(default_factory=dict)
-    """Extra annotations for the pods. Keys are qualified names, as for labels; keys under kanri.dev/ are refused."""
+    """Extra annotations for the pods. Keys are qualified names, as for labels; keys under kanri.dev/ are refused, and
+    so are keys that change the pod's security profile (any key containing security.alpha.kubernetes.io/ or
+    security.beta.kubernetes.io/ — AppArmor, seccomp, sysctls — or io.kubernetes.cri-o.)."""
 
     node_selector: Annotated[
         dict[str, Annotated[str, Field(max_length=63), _LABEL_VALUE]],
@@ -112,5 +147,8 @@ class PodTemplate(ApiModel):
     )
     """A pod's spec.topologySpreadConstraints (e.g. spread over zones), with the structure Kubernetes gives them."""
 
-    priority_class_name: Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)] | None = None
-    """PriorityClass of the pods."""
+    priority_class_name: (
+        Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN), _NOT_SYSTEM_PRIORITY] | None
+    ) = None
+    """PriorityClass of the pods. The system- classes (system-node-critical, system-cluster-critical) are refused:
+    they are for the cluster's own components."""
