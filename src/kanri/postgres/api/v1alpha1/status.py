@@ -306,3 +306,6 @@ class PostgresClusterStatus(ApiModel):
     backup: BackupStatus | None = None
     upgrade: UpgradeStatus | None = None
     tls: TlsStatus | None = None
+    one_shot_pods: Annotated[dict[str, Annotated[str, Field(max_length=64)]], Field(max_length=8)] | None = None
+    """Pod name -> uid of each one-shot pod the operator created for this cluster (restore rehearsal, upgrade check,
+    upgrade): it reads the verdict of, and deletes, only a pod of that name with that uid (see docs/security.md)."""
