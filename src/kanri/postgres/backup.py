@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit
 
 import structlog
 import yaml
@@ -49,9 +50,11 @@ __all__ = [
     "Archiving",
     "BackupMetrics",
     "BackupSettings",
+    "EndpointNotAllowed",
     "Repository",
     "archive_target",
     "decide",
+    "endpoint_allowed",
     "ensure_credentials",
     "load_repository",
     "report",
@@ -91,6 +94,9 @@ class BackupSettings:
     metrics: BackupMetrics | None = None
     now: Callable[[], datetime] = field(default=utc_now)
     """"Now" for base backups' schedule, retention and timeouts (tests age backups with it)."""
+    allowed_endpoints: tuple[str, ...] = ()
+    """The S3 endpoints a cluster may name (``kanri run --allowed-backup-endpoint``): a URL (scheme, host and port
+    must match) or a host / ``host:port``; empty: any. The default repository's endpoint is always allowed."""
 
 
 @dataclass(frozen=True)
@@ -127,18 +133,73 @@ def load_repository(path: Path) -> S3Repository:
         raise ValueError(f"{path}: {where}: {first['msg']}") from None
 
 
-Unresolved = Literal["NoRepository", "VolumeRepositoryNotSupported"]
+class EndpointNotAllowed(str):
+    """Why a repository cannot be used: its endpoint is not in the operator's allow-list. A ``str`` equal to the
+    reason, as the other :data:`Unresolved` values are, that also names the endpoint for the message."""
+
+    endpoint: str
+
+    def __new__(cls, endpoint: str) -> EndpointNotAllowed:
+        reason = super().__new__(cls, "EndpointNotAllowed")
+        reason.endpoint = endpoint
+        return reason
+
+    def message(self, field_path: str) -> str:
+        return (f"{field_path} {self.endpoint} is not an endpoint this operator may call (SSRF guard): the platform "
+                "allows only those given with kanri run --allowed-backup-endpoint (Helm value "
+                "backup.allowedEndpoints); name one of them, or ask the platform team to add this one")  # fmt: skip
+
+
+Unresolved = Literal["NoRepository", "VolumeRepositoryNotSupported"] | EndpointNotAllowed
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    """Scheme, lower-case host and port (the scheme's default when absent) of ``url``; ``//host:port`` has no
+    scheme and no default port."""
+    parts = urlsplit(url.strip())
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1  # an invalid port matches nothing
+    return scheme, (parts.hostname or "").lower(), port or {"http": 80, "https": 443}.get(scheme)
+
+
+def endpoint_allowed(endpoint: str, settings: BackupSettings) -> bool:
+    """Whether a cluster may name ``endpoint``: the allow-list is empty, or the endpoint is the default
+    repository's, or an entry matches (a URL: same scheme, host and port; ``host`` or ``host:port``: same host, and
+    port when given). Exact host names only: no wildcard, so a look-alike host never passes."""
+    if not settings.allowed_endpoints:
+        return True
+    scheme, host, port = _origin(endpoint)
+    if not host:
+        return False
+    allowed = list(settings.allowed_endpoints)
+    if settings.default_repository is not None:
+        allowed.append(settings.default_repository.endpoint)
+    for entry in allowed:
+        if "://" in entry:
+            if _origin(entry) == (scheme, host, port):
+                return True
+            continue
+        _, name, wanted = _origin(f"//{entry}")
+        if name == host and wanted in (None, port):
+            return True
+    return False
 
 
 def resolve(spec: PostgresClusterSpec, namespace: str, settings: BackupSettings) -> Repository | Unresolved | None:
-    """The cluster's repository: its own (wins), else the platform default; a reason when there is none it can use;
-    None when the cluster asks for no backups."""
+    """The cluster's repository: its own (wins), else the platform default; a reason when there is none it can use
+    (its own names an endpoint outside the operator's allow-list: :class:`EndpointNotAllowed`); None when the
+    cluster asks for no backups."""
     if spec.backup is None:
         return None
     own = spec.backup.repository
     if own is not None:
         if own.s3 is None:
             return "VolumeRepositoryNotSupported"
+        if not endpoint_allowed(own.s3.endpoint, settings):
+            return EndpointNotAllowed(own.s3.endpoint)
         return Repository(own.s3, namespace, default=False)
     if settings.default_repository is None:
         return "NoRepository"
@@ -206,6 +267,9 @@ def decide(
     if repository == "VolumeRepositoryNotSupported":
         return Archiving(False, "VolumeRepositoryNotSupported", "backup.repository.volume is not implemented by this "
                          "operator version; use backup.repository.s3 or the platform default")  # fmt: skip
+    if isinstance(repository, EndpointNotAllowed):
+        return Archiving(False, "EndpointNotAllowed", repository.message("spec.backup.repository.s3.endpoint") +
+                         "; no WAL is archived")  # fmt: skip
     if credentials is not None:
         return Archiving(False, "CredentialsMissing", credentials)
     where = repository.describe(cluster)

@@ -27,7 +27,7 @@ from kanri.contract.backup import ACCESS_KEY_FILE, SECRET_KEY_FILE
 from kanri.postgres import names
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.api.v1alpha1.bootstrap import Recovery
-from kanri.postgres.backup import BackupSettings, Repository, _b64, _value
+from kanri.postgres.backup import BackupSettings, EndpointNotAllowed, Repository, _b64, _value, endpoint_allowed
 from kanri.postgres.backup import resolve as resolve_own
 from kanri.postgres.children import child_meta, owned
 from kanri.postgres.kinds import POSTGRES_CLUSTER
@@ -70,6 +70,9 @@ def resolve(recovery: Recovery, source: Obj | None, namespace: str, settings: Ba
         if named.s3 is None:
             return Problem("VolumeRepositoryNotSupported", "bootstrap.recovery.repository.volume is not implemented "
                            "by this operator version; use repository.s3")  # fmt: skip
+        if not endpoint_allowed(named.s3.endpoint, settings):
+            refused = EndpointNotAllowed(named.s3.endpoint)
+            return Problem("EndpointNotAllowed", refused.message("bootstrap.recovery.repository.s3.endpoint"))
         return Repository(named.s3, namespace, default=False)
     if source is not None:
         spec = _source_spec(source)
@@ -80,6 +83,9 @@ def resolve(recovery: Recovery, source: Obj | None, namespace: str, settings: Ba
         if found is None:
             return Problem("SourceHasNoBackups", f"the source PostgresCluster {recovery.source} has no spec.backup: "
                            "it has no backups to restore")  # fmt: skip
+        if isinstance(found, EndpointNotAllowed):
+            where = f"the source PostgresCluster {recovery.source}'s repository endpoint"
+            return Problem("EndpointNotAllowed", found.message(where))
         if isinstance(found, str):
             return Problem("SourceHasNoRepository", f"the source PostgresCluster {recovery.source} has no usable "
                            f"repository ({found}); name one in bootstrap.recovery.repository")  # fmt: skip
