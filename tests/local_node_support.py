@@ -14,7 +14,7 @@ import yaml
 
 from kanri.local.node import LocalNode, NodeHost, NodeOptions
 from kanri.runtime import ApiError, Client
-from kanri.runtime.kinds import NODE, PERSISTENT_VOLUME
+from kanri.runtime.kinds import NAMESPACE, NODE, PERSISTENT_VOLUME
 from tests.support import eventually
 
 
@@ -83,6 +83,14 @@ async def _delete_node(client: Client, options: NodeOptions) -> None:
             await client.delete(PERSISTENT_VOLUME, volume["metadata"]["name"])
     with contextlib.suppress(ApiError):  # a test may have deleted it already
         await client.delete(NODE, options.name)
+
+
+async def allow_privileged_pods(client: Client, namespace: str) -> None:
+    """Opt ``namespace`` into Pod Security ``privileged``, as a platform admin would. The local cluster enforces
+    ``baseline`` on namespaces without a level (docs/local.md), which refuses ``hostPath``: node tests that share a
+    directory of the host with their pods need this; a tenant cannot set it (namespaces are cluster-scoped)."""
+    labels = {"pod-security.kubernetes.io/enforce": "privileged"}
+    await client.patch(NAMESPACE, namespace, {"metadata": {"labels": labels}})
 
 
 async def untainted(client: Client, name: str) -> bool:

@@ -20,7 +20,7 @@ from kanri.local.node import LocalNode, NodeOptions, log_path
 from kanri.local.node.kinds import PERSISTENT_VOLUME
 from kanri.runtime import Client, get_condition
 from kanri.runtime.kinds import DEPLOYMENT, ENDPOINT_SLICE, POD, PVC, SERVICE, STATEFUL_SET
-from tests.local_node_support import running_node, with_test_network
+from tests.local_node_support import allow_privileged_pods, running_node, with_test_network
 from tests.support import eventually
 
 Obj = dict[str, Any]
@@ -34,6 +34,15 @@ IMAGES = [
     {"image": HTTP, "command": [PYTHON, "-m", "http.server", "8080", "--directory", "/etc"]},
     {"image": SHELL, "command": ["/bin/sh", "-c"]},
 ]
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def namespace(namespace: str, client: Client) -> str:
+    """The test's namespace, opted into Pod Security ``privileged`` by the cluster admin: the web pods share a
+    host directory (``hostPath``) through which the test flips their readiness, which the local cluster's default
+    level (``baseline``) refuses."""
+    await allow_privileged_pods(client, namespace)
+    return namespace
 
 
 @pytest_asyncio.fixture(loop_scope="session")

@@ -22,7 +22,7 @@ from kanri.local.node import LocalNode, NodeOptions
 from kanri.local.node.cgroups import leftover_cgroups
 from kanri.runtime import ApiError, Client, get_condition
 from kanri.runtime.kinds import EVENT, POD, SECRET
-from tests.local_node_support import init_pid, running_nodes, with_test_network
+from tests.local_node_support import allow_privileged_pods, init_pid, running_nodes, with_test_network
 from tests.support import eventually
 
 Obj = dict[str, Any]
@@ -33,6 +33,15 @@ IMAGES = [
     {"image": SLEEPER, "command": ["/usr/bin/sleep"], "args": ["3600"]},
     {"image": "kanri.dev/test/sh:*", "command": ["/bin/sh", "-c"]},
 ]
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def namespace(namespace: str, client: Client) -> str:
+    """The test's namespace, opted into Pod Security ``privileged`` by the cluster admin: these tests share host
+    directories with their pods (``hostPath``: the scripts' output, files bound over ``/etc``), which the local
+    cluster's default level (``baseline``) refuses."""
+    await allow_privileged_pods(client, namespace)
+    return namespace
 
 
 @pytest_asyncio.fixture(loop_scope="session")

@@ -28,7 +28,7 @@ from kanri.local import Endpoint
 from kanri.local.node import LocalNode, NodeOptions
 from kanri.runtime import ApiError, Client
 from kanri.runtime.kinds import CLUSTER_ROLE, CLUSTER_ROLE_BINDING, NODE, POD, SERVICE_ACCOUNT
-from tests.local_node_support import running_node, with_test_network
+from tests.local_node_support import allow_privileged_pods, running_node, with_test_network
 from tests.support import eventually
 
 Obj = dict[str, Any]
@@ -36,6 +36,15 @@ Obj = dict[str, Any]
 SHELL = "kanri.dev/test/sh:1"
 IMAGES = [{"image": "kanri.dev/test/sh:*", "command": ["/bin/sh", "-c"]}]
 KUBECTL = str(Path(sys.executable).parent / "kubectl")
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def namespace(namespace: str, client: Client) -> str:
+    """The test's namespace, opted into Pod Security ``privileged`` by the cluster admin: the log tests share a
+    host directory with their pods (``hostPath``) to tell a script when to go on, which the local cluster's default
+    level (``baseline``) refuses."""
+    await allow_privileged_pods(client, namespace)
+    return namespace
 
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module")
