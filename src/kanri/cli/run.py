@@ -44,6 +44,13 @@ def run(
     health_host: Annotated[
         str, typer.Option(help="Address /healthz, /readyz and /metrics listen on; 0.0.0.0 in a pod (kubelet probes).")
     ] = "127.0.0.1",
+    metrics_auth: Annotated[
+        bool,
+        typer.Option(
+            help="Serve /metrics only to bearer tokens the API server authenticates and allows get on /metrics "
+            "(TokenReview + SubjectAccessReview); /healthz and /readyz stay open."
+        ),
+    ] = True,
     leader_election: Annotated[
         bool, typer.Option(help="Run only while holding the Lease, so replicas of the operator can stand by.")
     ] = True,
@@ -85,7 +92,7 @@ def run(
         leader_election_namespace=leader_election_namespace or home,
         operator_namespace=home,
         health_port=health_port,
-        manager={"health_host": health_host},
+        manager={"health_host": health_host, "metrics_auth": metrics_auth},
         backup_now=offset_clock(backup_clock_offset_file) if backup_clock_offset_file else utc_now,
     )
     asyncio.run(_run(str(kubeconfig) if kubeconfig else None, options))

@@ -1,4 +1,5 @@
-"""The Manager runs controllers: shared cache, leader election, health and metrics endpoints, graceful shutdown."""
+"""The Manager runs controllers: shared cache, leader election, health and metrics endpoints (metrics optionally
+behind the API server's authentication and authorization), graceful shutdown."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from kanri.runtime._controller_metrics import ControllerMetrics
 from kanri.runtime._events import EventRecorder
 from kanri.runtime._informer import WatchTiming
 from kanri.runtime._leader import LeaderElector, default_identity
+from kanri.runtime._metrics_auth import MetricsAuthorizer
 from kanri.runtime._queue_metrics import WorkQueueMetrics
 
 log = structlog.get_logger("kanri.manager")
@@ -43,6 +45,11 @@ class ManagerOptions:
     pod's IP: pass ``"0.0.0.0"`` (what ``kanri run --health-host`` and deploy/operator/operator.yaml do)."""
     health_port: int | None = 8081
     """Serves /healthz, /readyz and /metrics; 0 picks a free port (see ``Manager.health_port``), None disables."""
+    metrics_auth: bool = False
+    """Serve /metrics only to a bearer token the API server authenticates (TokenReview) and allows ``get`` on the
+    non-resource URL /metrics (SubjectAccessReview), as controller-runtime's WithAuthenticationAndAuthorization;
+    the client's identity then needs ``create`` on tokenreviews and subjectaccessreviews. /healthz and /readyz
+    stay open (the kubelet's probes carry no token)."""
     graceful_shutdown_timeout: float = 30.0
     """How long reconciles in flight may take to finish after a stop is requested."""
     namespace: str | None = None
@@ -97,6 +104,7 @@ class Manager:
         self._leading = False
         self.health_port: int | None = None
         self.identity = options.identity or default_identity()
+        self._metrics_auth = MetricsAuthorizer(client) if options.metrics_auth else None
 
     def add(self, controller: Controller) -> None:
         """Register a controller (before ``run``)."""
@@ -223,7 +231,12 @@ class Manager:
             return web.Response(text="ok")
         return web.Response(status=503, text="caches not synced")
 
-    async def _metrics(self, _: web.Request) -> web.Response:
+    async def _metrics(self, request: web.Request) -> web.Response:
+        if self._metrics_auth is not None:
+            verdict = await self._metrics_auth.check(request.headers.get("Authorization"))
+            if not verdict.allowed:
+                headers = {"WWW-Authenticate": "Bearer"} if verdict.status == 401 else None
+                return web.Response(status=verdict.status, text=verdict.reason, headers=headers)
         return web.Response(body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
