@@ -21,8 +21,12 @@ a lone primary: restore a backup into a new cluster |
 line: peer authentication, the socket directory, no connection slot left) | docs/runbooks/PostgresUnreachable.md |
 | ``ChildRejected`` | the API server refused a write of a child | fix what the message names (often a spec field) |
 | ``ChildConflict`` | a child's name is taken by an object another owner controls | rename or delete one of them |
+| ``ForeignPod`` | the operator: a pod it did not create holds a one-shot pod's name (``kanri.postgres.oneshot``) |
+delete that pod |
 | ``StorageClassNotFound`` | ``spec.storage.storageClassName`` does not exist | create the class or fix the name |
 | ``InvalidSecret`` | the operator or an instance: a credential Secret is unusable | fix the key named |
+| ``InvalidServerSecret``, ``InvalidCASecret`` | the operator: a TLS Secret it reads is unusable
+(``kanri.postgres.tls_step``) | fix the key named |
 | ``OwnerMismatch`` | the adopted ``<cluster>-app`` Secret's user is not ``bootstrap.initdb.owner`` | align them |
 | ``InvalidParameter`` | an instance: PostgreSQL refused a parameter | fix ``spec.postgresql.parameters`` |
 | ``InvalidConfig``, ``InstanceProblem`` | an instance | see its message |
@@ -80,8 +84,11 @@ SEVERITY = (
     "PostgresUnreachable",
     "ChildRejected",
     "ChildConflict",
+    "ForeignPod",
     "StorageClassNotFound",
     "InvalidSecret",
+    "InvalidServerSecret",
+    "InvalidCASecret",
     "OwnerMismatch",
     "InvalidParameter",
     "InvalidConfig",

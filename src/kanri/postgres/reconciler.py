@@ -21,6 +21,7 @@ from kanri.postgres import (
     backup,
     backup_schedule,
     names,
+    oneshot,
     primary_update,
     recovery,
     restore_test,
@@ -262,7 +263,8 @@ class ClusterPass:
 
     async def run(self) -> Result:
         await self.credentials()  # before any pod that mounts them
-        await ensure_tls(self, self.spec.replicas, self.r.instances, self.r.metrics)  # CA, server certificate
+        # CA, server certificate; a TLS Secret that is wrong is named (InvalidServerSecret), never trusted
+        self.problems.extend(await ensure_tls(self, self.spec.replicas, self.r.instances, self.r.metrics))
         # Where WAL goes (the cluster's repository or the platform's), its key pair copied before pods mount it.
         repository = backup.resolve(self.spec, self.namespace, self.r.backup)
         credentials_problem = await backup.ensure_credentials(self, repository)
@@ -317,6 +319,7 @@ class ClusterPass:
             step = self.switching
             self.cluster, self.status = step.cluster, step.cluster.get("status") or {}
         self.check_secrets()
+        self.problems.extend(oneshot.foreign_in(self))  # a pod someone else made under a one-shot pod's name
         if (split := split_brain_problem(split_brain)) is not None:
             self.problems.append(split)
         known = {p.subject for p in self.problems if p.subject is not None}

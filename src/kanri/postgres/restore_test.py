@@ -6,6 +6,11 @@ annotation ``kanri.dev/restore-test`` carries a value no rehearsal has answered 
 ``status.backup.lastRestoreTest.request``, so each new value runs once). One rehearsal at a time per cluster: the
 pod's name is fixed (``<cluster>-restore-test``, :mod:`kanri.postgres.children.rehearsal`).
 
+Trusted (:mod:`kanri.postgres.oneshot`): only the pod the operator created — its uid recorded in
+``status.oneShotPods`` and its controller the cluster — is read and deleted. A pod someone else made under the name
+(a forged verdict) is never read nor deleted; the pass reports it as ``ForeignPod`` and the rehearsal waits until it
+is gone.
+
 Done (:func:`outcome`): the pod ended (phase Succeeded or Failed); its termination message is the verdict
 :mod:`kanri.instance.rehearsal` wrote — or, when there is none (killed, evicted, the image failed), the reason the
 kubelet gives. The operator records ``status.backup.lastRestoreTest {time, durationSeconds, result, recoveredTo,
@@ -23,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from cronsim import CronSim, CronSimError
 
-from kanri.postgres import names
+from kanri.postgres import names, oneshot
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.children.rehearsal import REHEARSAL, REQUEST, rehearsal_pod
 from kanri.postgres.kinds import POSTGRES_CLUSTER
@@ -159,11 +164,14 @@ def outcome(pod: Obj, now: datetime) -> Outcome | None:
 
 async def run(step: ClusterPass, major: int, archiving: bool) -> None:
     """One pass: record and remove a finished rehearsal, or start a due one (``archiving``: the cluster has a
-    repository, i.e. something to restore from)."""
+    repository, i.e. something to restore from). Only the pod the operator created is read or deleted
+    (:mod:`kanri.postgres.oneshot`); a foreign pod of that name (reported by the pass) holds the rehearsal back."""
     now = datetime.now(UTC)
     name = names.restore_test_pod(step.name)
     _metrics(step, last_record(step.status))
     pod = step.cache.get(POD, name, step.namespace)
+    if pod is not None and not oneshot.trusted(pod, step.cluster, step.status):
+        return  # someone else's pod under our name: its "verdict" is never read, the pod never deleted
     if pod is not None and not pod["metadata"].get("deletionTimestamp"):
         finished = outcome(pod, now)
         if finished is not None:
@@ -178,12 +186,9 @@ async def run(step: ClusterPass, major: int, archiving: bool) -> None:
         return
     request = due(step.spec, step.cluster, now)
     if request is None:
+        await oneshot.forget(step, name)  # answered and gone: the uid record goes too
         return
-    try:
-        await step.client.create(POD, rehearsal_pod(step.cluster, major, request))
-    except ApiError as exc:
-        if exc.status != 409:  # 409: created by an earlier pass the cache has not seen yet
-            step.rejected(POD, name, exc)
+    if not await oneshot.create(step, rehearsal_pod(step.cluster, major, request)):
         return
     kind = "on request" if request != SCHEDULE else "on schedule"
     log.info("restore rehearsal started", cluster=step.name, namespace=step.namespace, request=request)

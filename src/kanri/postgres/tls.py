@@ -14,6 +14,11 @@ marks what it made with :data:`MANAGED`; a Secret without the mark (a user's, e.
 ``<cluster>-server`` with ``ca.crt``) is adopted and never overwritten — its renewal is its owner's business. A
 managed server certificate is reissued when a third of its lifetime remains, when its names no longer cover the
 cluster's, or when it is not signed by the current CA; the instances pick the new files up and reload PostgreSQL.
+
+Whatever the operator reads from these Secrets is checked first (:func:`server_problems`, :func:`ca_problems`,
+:func:`ca_key_problems`): every key parses as PEM, the private key belongs to the certificate, ``ca.crt`` issues
+``tls.crt`` (the operator verifies the instances with it), the certificate has not expired. A problem names the key
+and what is wrong, never a value.
 """
 
 from __future__ import annotations
@@ -21,14 +26,19 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import ipaddress
+import itertools
+import ssl
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from kanri.contract.secrets import SecretProblem
 from kanri.postgres import names
 from kanri.postgres.labels import cluster_labels
 
@@ -39,11 +49,14 @@ __all__ = [
     "Issued",
     "build_ca",
     "build_server",
+    "ca_key_problems",
     "ca_key_secret",
+    "ca_problems",
     "ca_secret",
     "dns_names",
     "expiry",
     "needs_renewal",
+    "server_problems",
     "server_secret",
 ]
 
@@ -212,3 +225,103 @@ def server_secret(cluster: str, namespace: str, server: Issued, ca_cert: bytes) 
     """``<cluster>-server``: what the pods mount (cert-manager's layout)."""
     data = {"tls.crt": server.cert, "tls.key": server.key, "ca.crt": ca_cert}
     return _secret(cluster, namespace, names.server_secret(cluster), "kubernetes.io/tls", data)
+
+
+# --- validation of what the operator reads (pure) ----------------------------------------------------------------
+
+
+def _certificates(data: Mapping[str, bytes], key: str) -> tuple[list[x509.Certificate], SecretProblem | None]:
+    raw = data.get(key)
+    if not raw:
+        return [], SecretProblem(key, "is missing")
+    try:
+        found = x509.load_pem_x509_certificates(raw)
+    except ValueError:
+        return [], SecretProblem(key, "is not a PEM certificate")
+    return found, None
+
+
+def _private_key(data: Mapping[str, bytes], key: str) -> tuple[Any, SecretProblem | None]:
+    raw = data.get(key)
+    if not raw:
+        return None, SecretProblem(key, "is missing")
+    try:
+        return serialization.load_pem_private_key(raw, password=None), None
+    except TypeError:
+        return None, SecretProblem(key, "is an encrypted private key (PostgreSQL cannot ask for its passphrase)")
+    except (ValueError, UnsupportedAlgorithm):
+        return None, SecretProblem(key, "is not a PEM private key")
+
+
+def _public(value: Any) -> bytes:
+    return bytes(value.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo))
+
+
+def _issued_by(chain: list[x509.Certificate], authorities: list[x509.Certificate]) -> bool:
+    """``chain`` (leaf first, then intermediates) links up to one of ``authorities``."""
+
+    def signs(issuer: x509.Certificate, cert: x509.Certificate) -> bool:
+        try:
+            cert.verify_directly_issued_by(issuer)
+        except Exception:  # InvalidSignature, ValueError, TypeError: not this issuer
+            return False
+        return True
+
+    for cert, parent in itertools.pairwise(chain):
+        if not signs(parent, cert):
+            return False
+    top = chain[-1]
+    return any(top == ca or signs(ca, top) for ca in authorities)
+
+
+def _ca_loads(raw: bytes) -> bool:
+    """``ca.crt`` is what the operator's TLS context accepts (``cadata``: the instance client verifies with it)."""
+    try:
+        ssl.create_default_context(cadata=raw.decode("ascii"))
+    except (ssl.SSLError, ValueError, UnicodeDecodeError):
+        return False
+    return True
+
+
+def ca_problems(data: Mapping[str, bytes]) -> list[SecretProblem]:
+    """What is wrong with a CA certificate Secret's ``data`` (``<cluster>-ca``: key ``ca.crt``)."""
+    _, problem = _certificates(data, "ca.crt")
+    if problem is None and not _ca_loads(data["ca.crt"]):
+        problem = SecretProblem("ca.crt", "is not a PEM certificate OpenSSL loads")
+    return [problem] if problem is not None else []
+
+
+def ca_key_problems(data: Mapping[str, bytes]) -> list[SecretProblem]:
+    """What is wrong with the CA key pair the operator signs with (``<cluster>-ca-key``: ``ca.crt``, ``ca.key``)."""
+    certs, problem = _certificates(data, "ca.crt")
+    key, key_problem = _private_key(data, "ca.key")
+    found = [p for p in (problem, key_problem) if p is not None]
+    if found:
+        return found
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        return [SecretProblem("ca.key", "is not an EC private key (the operator signs with P-256)")]
+    if _public(key.public_key()) != _public(certs[0].public_key()):
+        return [SecretProblem("ca.key", "does not belong to ca.crt")]
+    return []
+
+
+def server_problems(data: Mapping[str, bytes], now: dt.datetime) -> list[SecretProblem]:
+    """What is wrong with a server Secret's ``data`` (``<cluster>-server``, kubernetes.io/tls: ``tls.crt`` with its
+    chain, ``tls.key``, ``ca.crt``); empty when the instances can serve it and the operator can verify them."""
+    chain, cert_problem = _certificates(data, "tls.crt")
+    key, key_problem = _private_key(data, "tls.key")
+    authorities, ca_problem = _certificates(data, "ca.crt")
+    if ca_problem is None and not _ca_loads(data["ca.crt"]):
+        ca_problem = SecretProblem("ca.crt", "is not a PEM certificate OpenSSL loads")
+    found = [p for p in (cert_problem, key_problem, ca_problem) if p is not None]
+    if cert_problem is None:
+        leaf = chain[0]
+        if leaf.not_valid_after_utc <= now:
+            found.append(SecretProblem("tls.crt", f"expired at {leaf.not_valid_after_utc.isoformat()}"))
+        if key_problem is None and _public(key.public_key()) != _public(leaf.public_key()):
+            found.append(SecretProblem("tls.key", "does not belong to the certificate in tls.crt"))
+        if ca_problem is None and not _issued_by(chain, authorities):
+            found.append(
+                SecretProblem("ca.crt", "does not issue tls.crt (the operator verifies the instances with it)")
+            )
+    return found

@@ -18,6 +18,10 @@ resumes from the record; the upgrade pod itself refuses to run pg_upgrade twice 
 - ``Starting``: the instances start; the ConfigMap's ``upgrade`` note lets replicas of the old major clone again
   from the upgraded primary. ``servingAt`` is the first pass that sees the primary ready on the new major; once
   every instance is, ``Succeeded`` with the downtime.
+
+Both pods are trusted only as the operator's own (:mod:`kanri.postgres.oneshot`: uid recorded in
+``status.oneShotPods``, the cluster its controller): a pod someone else made under either name is never read nor
+deleted; the pass reports it as ``ForeignPod`` and the step waits until it is gone.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from kanri.postgres import names
+from kanri.postgres import names, oneshot
 from kanri.postgres.backup import upgraded_server_name
 from kanri.postgres.children.upgrade import check_pod, upgrade_pod
 from kanri.postgres.kinds import POSTGRES_CLUSTER
@@ -140,27 +144,17 @@ async def _delete(step: ClusterPass, name: str) -> None:
             raise
 
 
-async def _create(step: ClusterPass, pod: Obj) -> bool:
-    try:
-        await step.client.create(POD, pod)
-    except ApiError as exc:
-        if exc.status != 409:  # 409: an earlier pass created it and the cache has not seen it yet
-            step.rejected(POD, pod["metadata"]["name"], exc)
-        return False
-    return True
-
-
 async def check(step: ClusterPass, record: Obj, primary: str | None) -> None:
     """Phase Checking: start the check pod, or record what it found."""
     name = names.upgrade_check_pod(step.name)
     pod = step.cache.get(POD, name, step.namespace)
     now = datetime.now(UTC)
     if pod is None:
-        if await _create(step, check_pod(step.cluster, int(record["from"]), int(record["to"]))):
+        if await oneshot.create(step, check_pod(step.cluster, int(record["from"]), int(record["to"]))):
             log.info("upgrade check started", cluster=step.name, namespace=step.namespace)
         return
-    if pod["metadata"].get("deletionTimestamp"):
-        return
+    if pod["metadata"].get("deletionTimestamp") or not oneshot.trusted(pod, step.cluster, step.status):
+        return  # going, or someone else's pod under our name (reported as ForeignPod): never read
     found = _verdict(pod, CHECK_TIMEOUT, now)
     if found is None:
         return
@@ -188,7 +182,8 @@ async def sweep(step: ClusterPass, record: Obj | None) -> None:
 
     Each step deletes its pod right after writing the record that moves past it; an operator killed between the two
     writes leaves the finished pod behind, and nothing else would ever remove it (it would hold its address and
-    carry the cluster's label)."""
+    carry the cluster's label). Only a pod the operator created is deleted (:mod:`kanri.postgres.oneshot`); the
+    record of one seen gone is dropped."""
     phase = (record or {}).get("phase")
     wanted = {
         names.upgrade_check_pod(step.name): phase == "Checking",
@@ -196,7 +191,11 @@ async def sweep(step: ClusterPass, record: Obj | None) -> None:
     }
     for name, needed in wanted.items():
         pod = step.cache.get(POD, name, step.namespace)
-        if pod is not None and not needed and not pod["metadata"].get("deletionTimestamp"):
+        if pod is None and not needed:
+            await oneshot.forget(step, name)
+        if pod is None or not oneshot.trusted(pod, step.cluster, step.status):
+            continue
+        if not needed and not pod["metadata"].get("deletionTimestamp"):
             log.info("leftover upgrade pod deleted", cluster=step.name, namespace=step.namespace, pod=name,
                      phase=phase)  # fmt: skip
             await _delete(step, name)
@@ -240,11 +239,11 @@ async def _run_upgrade_pod(step: ClusterPass, record: Obj, primary: str, now: da
     pod = step.cache.get(POD, name, step.namespace)
     old, to = int(record["from"]), int(record["to"])
     if pod is None:
-        if await _create(step, upgrade_pod(step.cluster, step.spec, primary, old, to)):
+        if await oneshot.create(step, upgrade_pod(step.cluster, step.spec, primary, old, to)):
             log.info("upgrade pod started", cluster=step.name, namespace=step.namespace, instance=primary)
         return
-    if pod["metadata"].get("deletionTimestamp"):
-        return
+    if pod["metadata"].get("deletionTimestamp") or not oneshot.trusted(pod, step.cluster, step.status):
+        return  # going, or someone else's pod under our name (reported as ForeignPod): never read
     found = _verdict(pod, UPGRADE_TIMEOUT, now)
     if found is None:
         return
