@@ -65,6 +65,15 @@ def run(
             "its credentialsSecret in the operator's namespace), used by clusters that name none."
         ),
     ] = None,
+    allowed_backup_endpoint: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="An S3 endpoint clusters may name in spec.backup.repository or bootstrap.recovery.repository: a URL "
+            "(scheme, host and port must match) or a host[:port]; repeat it for several. Without any: every endpoint "
+            "(the operator then sends signed requests wherever a tenant points it). The default repository's "
+            "endpoint is always allowed."
+        ),
+    ] = None,
     backup_clock_offset_file: Annotated[
         Path | None,
         typer.Option(
@@ -94,6 +103,7 @@ def run(
         health_port=health_port,
         manager={"health_host": health_host, "metrics_auth": metrics_auth},
         backup_now=offset_clock(backup_clock_offset_file) if backup_clock_offset_file else utc_now,
+        allowed_backup_endpoints=tuple(e.strip() for e in allowed_backup_endpoint or () if e.strip()),
     )
     asyncio.run(_run(str(kubeconfig) if kubeconfig else None, options))
 

@@ -6,10 +6,13 @@
   into it again (a new timeline, so nothing is overwritten).
 - ``Delete``: once no pod of the cluster is left (a primary that is shutting down still archives its last segment;
   deleting before that would leave it behind), every object under that prefix is deleted with the operator's own
-  S3 client (:mod:`kanri.postgres.s3`); Event ``BackupsDeleted``. While it waits or fails, condition
-  ``BackupsDeleted=False`` says why (reasons ``WaitingForPods``, ``DeleteFailing``) and the finalizer stays; a
-  failure is retried with exponential backoff (2 s doubling up to 5 min), never in a hot loop. The manual escape of
-  the finalizer (docs/postgres-operator.md) leaves the backups where they are, as ``Retain`` does.
+  S3 client (:mod:`kanri.postgres.s3`), as a background job outside the reconcile workers (one at a time per
+  namespace: :mod:`kanri.postgres.repository_work`); then the cluster's PostgresBackup objects; Event
+  ``BackupsDeleted``. While it waits, runs or fails, condition ``BackupsDeleted=False`` says why (reasons
+  ``WaitingForPods``, ``Deleting``, ``DeleteFailing``) and the finalizer stays; a failure is retried with exponential
+  backoff (2 s doubling up to 5 min), never in a hot loop. The manual escape of the finalizer
+  (docs/postgres-operator.md) leaves the backups where they are, as ``Retain`` does. A repository whose endpoint the
+  operator's allow-list refuses is never called: Event ``BackupsNotDeleted``, and the finalizer goes.
 
 Only the cluster's own prefix is touched, with a trailing ``/``: ``orders`` never deletes ``orders2``'s objects.
 A cluster without ``spec.backup``, or whose repository cannot be resolved, has nothing to delete.
@@ -28,10 +31,11 @@ import structlog
 from pydantic import ValidationError
 
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
-from kanri.postgres.backup import BackupSettings, Repository, resolve
-from kanri.postgres.kinds import POSTGRES_CLUSTER
+from kanri.postgres.backup import BackupSettings, EndpointNotAllowed, Repository, resolve
+from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
 from kanri.postgres.labels import CLUSTER
-from kanri.postgres.s3 import S3Client, S3Error, S3Keys
+from kanri.postgres.repository_work import RepositoryWork, backoff
+from kanri.postgres.s3 import S3Client, S3Keys
 from kanri.runtime import ApiError, Cache, Client, EventRecorder, Result, get_condition, set_condition
 from kanri.runtime.kinds import POD, SECRET
 
@@ -55,29 +59,29 @@ def is_upgraded_system_key(key: str, repository: Repository, cluster: str) -> bo
     return re.match(re.escape(folder) + r"\.pg[0-9]{2}/", key) is not None
 
 
-def backoff(failures: int, base: float = 2.0, limit: float = 300.0) -> float:
-    """Seconds before the next try after ``failures`` failed ones in a row."""
-    return float(min(limit, base * 2 ** max(0, failures - 1)))
-
-
 @dataclass
 class BackupCleanup:
-    """The backup step of the finalizer (one per reconciler); consecutive failures are counted per cluster in memory
-    for the backoff (an operator restart starts the backoff over: one early retry, harmless)."""
+    """The backup step of the finalizer (one per reconciler). The listing and deleting run as background jobs
+    (:mod:`kanri.postgres.repository_work`), never inside the pass: a slow or hostile store cannot hold a reconcile
+    worker."""
 
     settings: Callable[[], BackupSettings]
-    failures: dict[tuple[str, str], int] = field(default_factory=dict)
+    work: RepositoryWork = field(default_factory=RepositoryWork)
 
     async def run(self, client: Client, cache: Cache, events: EventRecorder, cluster: Obj) -> Result | None:
         """Carry out the backups' part of ``deletionPolicy``; None when done (the finalizer may go), else when to
         look again."""
         meta = cluster["metadata"]
-        name, namespace = meta["name"], meta["namespace"]
+        name, namespace, uid = meta["name"], meta["namespace"], meta.get("uid", "")
+        self.work.sweep({c["metadata"].get("uid") for c in cache.list(POSTGRES_CLUSTER)} | {uid})
         try:
             spec = PostgresClusterSpec.model_validate(cluster.get("spec") or {})
         except ValidationError:
             return None  # never ran with a valid spec, so never archived
         repository = resolve(spec, namespace, self.settings())
+        if isinstance(repository, EndpointNotAllowed) and spec.deletion_policy == "Delete":
+            await events.warning(cluster, "BackupsNotDeleted", "deletionPolicy Delete: the backups were not deleted: "
+                                 + repository.message("spec.backup.repository.s3.endpoint"))  # fmt: skip
         if not isinstance(repository, Repository):
             return None
         where = f"{repository.destination}/{name}/"
@@ -88,25 +92,35 @@ class BackupCleanup:
             await self._waiting(client, cluster, "WaitingForPods", f"deletes the backups under {where} once the "
                                 f"pods are gone (still there: {', '.join(sorted(pods))})")  # fmt: skip
             return Result(requeue_after=WAIT_FOR_PODS)
-        key = (namespace, name)
-        try:
-            keys = await _keys(client, cache, repository)
-            async with S3Client(repository.s3.endpoint, keys, repository.s3.region or "us-east-1") as s3:
-                found = await s3.list_keys(repository.s3.bucket, prefix(repository, name))
-                # and the folders of the systems major upgrades made (never a neighbour's: "<name>.pg<NN>/" only)
-                later = await s3.list_keys(repository.s3.bucket, prefix(repository, name)[:-1] + ".pg")
-                found += [k for k in later if is_upgraded_system_key(k, repository, name)]
-                deleted = await s3.delete_keys(repository.s3.bucket, found)
-        except (S3Error, _KeysMissing) as exc:
-            failures = self.failures[key] = self.failures.get(key, 0) + 1
-            delay = backoff(failures)
-            log.warning("deleting backups failed", cluster=name, namespace=namespace, error=str(exc), retry_in=delay)
-            await self._waiting(client, cluster, "DeleteFailing", f"cannot delete the backups under {where} "
-                                f"(attempt {failures}, next in {delay:.0f}s): {exc}")  # fmt: skip
-            return Result(requeue_after=delay)
-        self.failures.pop(key, None)
+        step = self.work.step(uid, namespace)
+        memory = self.work.memory.get(uid)
+        failures = memory.failures if memory is not None else 0
+        last = f" (attempt {failures + 1}; the last failed: {memory.last_error})" if memory and failures else ""
+        # a job that failed before keeps the reason DeleteFailing while it is retried: it is not known to work yet
+        reason = "DeleteFailing" if failures else "Deleting"
+        match step.action:
+            case "start":
+                self.work.start(uid, namespace, name, lambda: _delete_all(client, cache, repository, name))
+                await self._waiting(client, cluster, reason, f"deleting the backups under {where}{last}")
+                return Result(requeue_after=step.after or 2.0)
+            case "wait" if step.blocker is not None:
+                queued = f"once those of {step.blocker} are deleted (one deletion at a time per namespace)"
+                await self._waiting(client, cluster, reason, f"deletes the backups under {where} {queued}{last}")
+                return Result(requeue_after=step.after)
+            case "wait":
+                return Result(requeue_after=step.after)
+            case "failed":
+                error = self.work.claim(uid).error
+                failures = self.work.memory[uid].failures
+                delay = backoff(failures)
+                await self._waiting(client, cluster, "DeleteFailing", f"cannot delete the backups under {where} "
+                                    f"(attempt {failures}, next in {delay:.0f}s): {error}")  # fmt: skip
+                return Result(requeue_after=delay)
+        # done: the store holds nothing of the cluster any more; the records of its backups go too
+        await _delete_backup_objects(client, cache, namespace, name)
+        deleted = self.work.claim(uid).deleted
         await events.normal(cluster, "BackupsDeleted", f"deletionPolicy Delete: deleted {deleted} objects under "
-                            f"{where}")  # fmt: skip
+                            f"{where} and the cluster's PostgresBackups")  # fmt: skip
         return None
 
     async def _waiting(self, client: Client, cluster: Obj, reason: str, message: str) -> None:
@@ -123,6 +137,31 @@ class BackupCleanup:
                           observed_generation=int(meta.get("generation", 0)))  # fmt: skip
             await client.patch_status(POSTGRES_CLUSTER, meta["name"], {"status": {"conditions": conditions}},
                                       meta["namespace"])  # fmt: skip
+        except ApiError as exc:
+            if not exc.not_found:
+                raise
+
+
+async def _delete_all(client: Client, cache: Cache, repository: Repository, name: str) -> int:
+    """The job: every object of the cluster (and of the systems its major upgrades made) deleted; how many."""
+    keys = await _keys(client, cache, repository)
+    async with S3Client(repository.s3.endpoint, keys, repository.s3.region or "us-east-1") as s3:
+        found = await s3.list_keys(repository.s3.bucket, prefix(repository, name))
+        # and the folders of the systems major upgrades made (never a neighbour's: "<name>.pg<NN>/" only)
+        later = await s3.list_keys(repository.s3.bucket, prefix(repository, name)[:-1] + ".pg")
+        found += [k for k in later if is_upgraded_system_key(k, repository, name)]
+        return await s3.delete_keys(repository.s3.bucket, found)
+
+
+async def _delete_backup_objects(client: Client, cache: Cache, namespace: str, cluster: str) -> None:
+    """Delete the cluster's PostgresBackups: they describe backups that no longer exist. Those the operator made
+    under Delete have an owner reference (the garbage collector would follow), but those a user made, or made
+    while the policy was Retain, do not."""
+    for backup in cache.list(POSTGRES_BACKUP, namespace):
+        if (backup.get("spec") or {}).get("cluster") != cluster:
+            continue
+        try:
+            await client.delete(POSTGRES_BACKUP, backup["metadata"]["name"], namespace)
         except ApiError as exc:
             if not exc.not_found:
                 raise

@@ -14,7 +14,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from kanri.postgres.api.v1alpha1.backup import S3Repository
-from kanri.postgres.backup import BackupMetrics, BackupSettings, utc_now
+from kanri.postgres.backup import BackupMetrics, BackupSettings, identities_for, utc_now
 from kanri.postgres.backup_controller import BackupClient, PostgresBackupReconciler
 from kanri.postgres.instances import HttpInstanceClient, InstanceClient
 from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
@@ -136,6 +136,10 @@ class OperatorOptions:
     default_backup_repository: S3Repository | None = None
     """The platform's default backup repository, its credentials Secret in ``leader_election_namespace`` (the
     operator's own namespace); see docs/backups.md."""
+    allowed_backup_endpoints: tuple[str, ...] = ()
+    """The S3 endpoints clusters may name in their own repositories (``kanri run --allowed-backup-endpoint``): URLs
+    or hosts (``host[:port]``); empty: any. The default repository's endpoint is always allowed (docs/backups.md,
+    "Untrusted endpoints")."""
     backup_now: Callable[[], datetime] = utc_now
     """"Now" for base backups' schedule and retention: a test hook (``kanri run --backup-clock-offset-file``, tests) to
     age backups without skewing the clock the object store checks requests against."""
@@ -207,6 +211,8 @@ def build_manager(
         own_namespace,
         BackupMetrics(manager.registry),
         now=options.backup_now,
+        allowed_endpoints=options.allowed_backup_endpoints,
+        identities=identities_for(options.default_backup_repository, own_namespace),
     )
     controller = Controller(
         "postgrescluster",

@@ -5,10 +5,16 @@ Why not boto3 or aiobotocore: both (1.44.5 and 3.10.0) need ``python-dateutil<3`
 operator needs nothing else of them; the archiving and base backups stay with Barman Cloud in the pods. Path-style
 addressing (``<endpoint>/<bucket>/<key>``), as barman is told to use. Keys never appear in a URL, a log or an
 exception: only the signature derived from them travels, in the ``Authorization`` header.
+
+The endpoint may be a tenant's (``spec.backup.repository.s3.endpoint``), so nothing it answers is trusted to end
+(issue 33): every request has a connect and a total deadline, an answer's body is read up to :data:`MAX_BODY` and
+refused beyond, and :meth:`S3Client.list_keys` stops after ``max_pages`` pages or ``deadline`` seconds. Each limit
+fails with an :class:`S3Error` naming the limit (never a key).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
@@ -21,12 +27,27 @@ from xml.etree import ElementTree
 import aiohttp
 from yarl import URL
 
-__all__ = ["S3Client", "S3Error", "S3Keys", "canonical_request", "signing_key"]
+__all__ = [
+    "LIST_DEADLINE",
+    "MAX_BODY",
+    "MAX_PAGES",
+    "S3Client",
+    "S3Error",
+    "S3Keys",
+    "canonical_request",
+    "signing_key",
+]
 
 _NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
 _EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 _BATCH = 1000
 """DeleteObjects takes at most 1000 keys per request."""
+MAX_BODY = 8 * 1024 * 1024
+"""The largest answer read (bytes): a ListObjectsV2 page of 1000 keys of 1 KiB each is about 1.2 MiB."""
+MAX_PAGES = 1000
+"""ListObjectsV2 pages one listing may take (a million keys: 16 TB of WAL segments)."""
+LIST_DEADLINE = 300.0
+"""Seconds one listing may take, all pages together."""
 
 
 class S3Error(Exception):
@@ -67,11 +88,15 @@ def signing_key(secret: str, date: str, region: str, service: str = "s3") -> byt
 class S3Client:
     """List and delete objects of one bucket; use as ``async with S3Client(...) as s3``."""
 
-    def __init__(self, endpoint: str, keys: S3Keys, region: str = "us-east-1", timeout: float = 30) -> None:
+    def __init__(self, endpoint: str, keys: S3Keys, region: str = "us-east-1", timeout: float = 30,
+                 connect_timeout: float = 10, max_body: int = MAX_BODY) -> None:  # fmt: skip
         self.endpoint = endpoint.rstrip("/")
         self.keys = keys
         self.region = region
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout))
+        self.max_body = max_body
+        # total: the whole request, body included (a server that trickles a byte a second is cut off too)
+        deadline = aiohttp.ClientTimeout(total=timeout, connect=connect_timeout, sock_connect=connect_timeout)
+        self._session = aiohttp.ClientSession(timeout=deadline)
 
     async def __aenter__(self) -> S3Client:
         return self
@@ -101,31 +126,55 @@ class S3Client:
         encoded_query = "&".join(f"{_encode(k, '-_.~')}={_encode(v, '-_.~')}" for k, v in sorted(query.items()))
         url = URL(f"{self.endpoint}{path}" + (f"?{encoded_query}" if encoded_query else ""), encoded=True)
         try:
-            async with self._session.request(method, url, headers=headers, data=body or None) as response:
-                content = await response.read()
+            async with self._session.request(method, url, headers=headers, data=body or None,
+                                             allow_redirects=False) as response:  # fmt: skip
+                content = await self._bounded(operation, bucket, response)
                 if response.status >= 300:
                     raise S3Error(f"{operation} on bucket {bucket}: HTTP {response.status} {_error_code(content)}")
                 return content
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise S3Error(f"{operation} on bucket {bucket}: {type(exc).__name__}: {exc}") from None
 
+    async def _bounded(self, operation: str, bucket: str, response: aiohttp.ClientResponse) -> bytes:
+        """The body, refused once it exceeds ``max_body`` (read in chunks: never more than that in memory)."""
+        too_big = S3Error(f"{operation} on bucket {bucket}: the answer exceeds the limit of {self.max_body} bytes")
+        if response.content_length is not None and response.content_length > self.max_body:
+            raise too_big
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in response.content.iter_chunked(64 * 1024):
+            size += len(chunk)
+            if size > self.max_body:
+                raise too_big
+            chunks.append(chunk)
+        return b"".join(chunks)
+
     async def put(self, bucket: str, key: str, body: bytes) -> None:
         """PutObject (the tests' way to fill a bucket)."""
         await self._request("PutObject", "PUT", bucket, {}, body, key=key)
 
-    async def list_keys(self, bucket: str, prefix: str, page_size: int = 1000) -> list[str]:
-        """Every key under ``prefix`` (ListObjectsV2, ``page_size`` keys a page)."""
+    async def list_keys(self, bucket: str, prefix: str, page_size: int = 1000, max_pages: int = MAX_PAGES,
+                        deadline: float = LIST_DEADLINE) -> list[str]:  # fmt: skip
+        """Every key under ``prefix`` (ListObjectsV2, ``page_size`` keys a page). S3Error when the listing would
+        take more than ``max_pages`` pages or ``deadline`` seconds (a server may answer "more" forever)."""
         keys: list[str] = []
         token: str | None = None
-        while True:
-            query = {"list-type": "2", "prefix": prefix, "max-keys": str(page_size)}
-            if token:
-                query["continuation-token"] = token
-            root = ElementTree.fromstring(await self._request("ListObjectsV2", "GET", bucket, query))
-            keys += [key.text or "" for key in root.iter(f"{_NS}Key")]
-            token = root.findtext(f"{_NS}NextContinuationToken")
-            if root.findtext(f"{_NS}IsTruncated") != "true" or not token:
-                return keys
+        try:
+            async with asyncio.timeout(deadline):
+                for _ in range(max_pages):
+                    query = {"list-type": "2", "prefix": prefix, "max-keys": str(page_size)}
+                    if token:
+                        query["continuation-token"] = token
+                    root = _xml("ListObjectsV2", bucket, await self._request("ListObjectsV2", "GET", bucket, query))
+                    keys += [key.text or "" for key in root.iter(f"{_NS}Key")]
+                    token = root.findtext(f"{_NS}NextContinuationToken")
+                    if root.findtext(f"{_NS}IsTruncated") != "true" or not token:
+                        return keys
+        except TimeoutError:
+            raise S3Error(f"ListObjectsV2 on bucket {bucket}: not done within the deadline of {deadline:g}s "
+                          f"({len(keys)} keys so far)") from None  # fmt: skip
+        raise S3Error(f"ListObjectsV2 on bucket {bucket}: still truncated after the limit of {max_pages} pages "
+                      f"({len(keys)} keys so far)")  # fmt: skip
 
     async def delete_keys(self, bucket: str, keys: Iterable[str]) -> int:
         """Delete ``keys`` (DeleteObjects, 1000 at a time); how many were deleted. Raises S3Error naming the first
@@ -136,8 +185,8 @@ class S3Client:
             body = delete_body(batch)
             md5 = base64.b64encode(hashlib.md5(body, usedforsecurity=False).digest()).decode()
             extra = {"content-md5": md5, "content-type": "application/xml"}
-            answer = ElementTree.fromstring(await self._request("DeleteObjects", "POST", bucket, {"delete": ""}, body,
-                                                                extra))  # fmt: skip
+            answer = _xml("DeleteObjects", bucket, await self._request("DeleteObjects", "POST", bucket,
+                                                                     {"delete": ""}, body, extra))  # fmt: skip
             error = answer.find(f"{_NS}Error")
             if error is not None:
                 raise S3Error(f"DeleteObjects on bucket {bucket}: {error.findtext(f'{_NS}Code')} for "
@@ -153,6 +202,13 @@ def delete_body(keys: list[str]) -> bytes:
         ElementTree.SubElement(ElementTree.SubElement(root, "Object"), "Key").text = key
     body: bytes = ElementTree.tostring(root, encoding="utf-8", xml_declaration=True)
     return body
+
+
+def _xml(operation: str, bucket: str, content: bytes) -> ElementTree.Element:
+    try:
+        return ElementTree.fromstring(content)
+    except ElementTree.ParseError as exc:
+        raise S3Error(f"{operation} on bucket {bucket}: the answer is not XML ({exc})") from None
 
 
 def _error_code(content: bytes) -> str:
