@@ -11,7 +11,13 @@ import pytest
 from kanri.instance.conf import render_postgresql_conf
 from kanri.instance.config import ClusterConfig, Credentials, Settings
 from kanri.instance.demote import parse_controldata
-from kanri.instance.isolation import ISOLATION_WINDOW, IsolationSettings, IsolationWatch
+from kanri.instance.isolation import (
+    ISOLATION_WINDOW,
+    MAX_STARVED_CREDIT,
+    IsolationSettings,
+    IsolationWatch,
+    run_queue_wait,
+)
 from kanri.instance.rejoin import aside_path, restore_interrupted
 from kanri.instance.replication_pause import clear_pause, marker_path, read_pause, write_pause
 
@@ -65,6 +71,38 @@ def test_a_gap_between_two_passes_longer_than_the_window_is_a_freeze_whatever_th
     assert watch.frozen(16.5) == pytest.approx(5.5)
     # a gap within the window is a slow pass, not a freeze
     assert watch.frozen(20.0) is None
+
+
+def test_a_starved_manager_is_not_frozen_its_run_queue_wait_does_not_count_as_a_gap() -> None:
+    watch = IsolationWatch(4.0)
+    assert watch.frozen(10.0, waited=1.0) is None
+    assert watch.observe(10.1, "apiserver", WALL, waited=1.0) is None
+    # 9 s between passes, 8 of them runnable but waiting for a CPU: starved, not stopped
+    assert watch.frozen(19.0, waited=9.0) is None
+    # 9 s between passes and no run-queue wait: it did not run at all (SIGSTOP, the freezer)
+    assert watch.frozen(28.0, waited=9.0) == pytest.approx(9.0)
+
+
+def test_failed_checks_while_starved_are_credited_at_most_the_cap_then_it_fences() -> None:
+    watch = IsolationWatch(4.0)
+    assert watch.frozen(0.0) is None
+    assert watch.observe(0.0, "apiserver", WALL, waited=0.0) is None
+    # no check answered for 4.5 s, 3 s of which it waited for a CPU: only the cap is credited
+    assert watch.observe(4.5, None, WALL, waited=3.0) is None
+    assert watch.observe(4.0 + MAX_STARVED_CREDIT, None, WALL, waited=3.0) == pytest.approx(4.0)
+    # a primary cut off but not starved fences at the plain window, as before
+    plain = IsolationWatch(4.0)
+    assert plain.observe(0.0, "standby", WALL, waited=7.0) is None
+    assert plain.observe(3.9, None, WALL, waited=7.05) is None
+    assert plain.observe(4.05, None, WALL, waited=7.05) == pytest.approx(4.0)
+
+
+def test_the_run_queue_wait_is_read_from_schedstat_and_is_zero_where_there_is_none(tmp_path: Path) -> None:
+    stat = tmp_path / "schedstat"
+    stat.write_text("894638 2500000000 2\n")
+    assert run_queue_wait(stat) == pytest.approx(2.5)
+    assert run_queue_wait(tmp_path / "missing") == 0.0
+    assert run_queue_wait() >= 0.0  # this kernel's own
 
 
 def test_an_instance_that_was_not_a_running_primary_starts_a_fresh_window() -> None:

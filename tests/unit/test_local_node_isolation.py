@@ -66,9 +66,11 @@ def test_cgroups_on_a_fake_tree_are_recorded_and_removed(tmp_path: Path) -> None
     assert (base / "memory/kanri/node-a/podu1/main/memory.limit_in_bytes").read_text() == str(1 << 20)
     assert (base / "cpu/kanri/node-a/podu1/main/cpu.cfs_quota_us").read_text() == "50000"
     assert (base / "cpu/kanri/node-a/podu1/main/cpu.shares").read_text() == "512"
+    # the pod's weight against its sibling pods is the sum of its containers' (a BestEffort pod's is 2, not 1024)
+    assert (base / "cpu/kanri/node-a/podu1/cpu.shares").read_text() == "512"
     assert str(base / "memory/kanri/node-a") in leftover_cgroups(tmp_path / "data")
-    for directory in group.dirs.values():  # what the kernel would show once they are empty
-        for file in directory.iterdir():
+    for directory in [*group.dirs.values(), base / "cpu/kanri/node-a/podu1"]:  # as the kernel shows empty ones
+        for file in [f for f in directory.iterdir() if f.is_file()]:
             file.unlink()
     assert groups.close() == []
     assert leftover_cgroups(tmp_path / "data") == []

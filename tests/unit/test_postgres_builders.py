@@ -334,3 +334,24 @@ def test_the_restart_annotation_reaches_every_pod_template_so_a_new_value_rolls_
     assert "annotations" not in plain["spec"]["template"]["metadata"]
     assert restarted["spec"]["template"]["metadata"]["annotations"] == {RESTART: "2026-12-02T07:30:00Z"}
     assert not is_subset(restarted["spec"]["template"], plain["spec"]["template"]), "the template differs: it rolls"
+
+
+@pytest.mark.parametrize(
+    ("resources", "expected"),
+    [
+        (None, {"requests": {"cpu": "100m", "memory": "256Mi"}}),
+        ({"requests": {"cpu": "2"}}, {"requests": {"cpu": "2", "memory": "256Mi"}}),
+        # a limit alone is the request too (Kubernetes defaults it): a default request could exceed it
+        ({"limits": {"cpu": "50m"}}, {"requests": {"memory": "256Mi"}, "limits": {"cpu": "50m"}}),
+        (
+            {"requests": {"memory": "1Gi"}, "limits": {"cpu": "1"}},
+            {"requests": {"memory": "1Gi"}, "limits": {"cpu": "1"}},
+        ),
+    ],
+    ids=["nothing-named", "cpu-named", "cpu-limit-only", "both-named"],
+)
+def test_an_instance_is_never_best_effort_it_requests_the_defaults_the_spec_does_not_name(
+    resources: Obj | None, expected: Obj
+) -> None:
+    spec: dict[str, Any] = {} if resources is None else {"resources": resources}
+    assert build(**spec)["spec"]["template"]["spec"]["containers"][0]["resources"] == expected

@@ -7,13 +7,16 @@ from typing import Any
 import pytest
 
 from kanri.postgres.failover import (
+    LATE_PROBES,
     NOT_RUNNING_WINDOW,
+    SUSPECT_INTERVAL,
     UNREACHABLE_WINDOW,
     Candidate,
     best_candidate,
     failure_of,
     gap_bytes,
     guard,
+    heard,
     sync_quorum_heard,
     window,
 )
@@ -159,3 +162,25 @@ def test_a_former_primary_never_counts_as_primary_until_it_rejoined() -> None:
     assert not withheld["pg-2"].fenced
     as_replica = withhold_rejoining({"pg-1": report("replica")}, marked)
     assert not as_replica["pg-1"].fenced
+
+
+def test_a_late_answer_moves_the_suspicion_to_when_its_probe_was_sent() -> None:
+    # starved, not dead: the manager ran after the probe was sent, so the silence is counted from then
+    assert heard(("pg-1", 100.0), "pg-1", 103.5) == ("pg-1", 103.5)
+
+
+@pytest.mark.parametrize(
+    "suspect",
+    [None, ("pg-2", 100.0), ("pg-1", 104.0)],
+    ids=["recovered-or-failover-begun", "another-primary", "suspected-after-the-probe"],
+)
+def test_a_late_answer_moves_nothing_when_there_is_no_older_suspicion_of_that_primary(
+    suspect: tuple[str, float] | None,
+) -> None:
+    assert heard(suspect, "pg-1", 103.5) is None
+
+
+def test_a_late_probe_may_take_the_whole_window_so_a_frozen_primary_still_fails_over_on_time() -> None:
+    # A probe sent after a freeze is never answered: the suspicion keeps its start, the window is unchanged.
+    assert window("PrimaryUnreachable", 0) == UNREACHABLE_WINDOW
+    assert LATE_PROBES * SUSPECT_INTERVAL >= UNREACHABLE_WINDOW  # one probe a pass is in flight over the window

@@ -14,6 +14,13 @@ If neither has succeeded for the window (:data:`ISOLATION_WINDOW`), the primary 
 And if two passes of the check are further apart than the window, the manager itself did not run (SIGSTOP, a cgroup
 freezer, a VM pause): a failover has probably happened meanwhile, so it fences itself at once, before it checks
 anything. The decisions are :class:`IsolationWatch` (pure, fed with times); :class:`Probe` does the I/O.
+
+A starved manager is not a frozen one (issue 33: another tenant's pods saturating the CPU). Time the manager spent
+runnable but waiting for a CPU (the kernel's run-queue delay, ``/proc/self/schedstat``'s second field:
+:func:`run_queue_wait`) does not count as a gap between passes: a frozen or stopped process is not on a run queue, so
+its gap stays whole. While checks fail, that wait is credited too (a check's 0.5 s timeout fires late and wrongly
+when the event loop itself waits for a CPU), but at most :data:`MAX_STARVED_CREDIT`: a primary both starved and cut
+off still stops itself within ``window + MAX_STARVED_CREDIT`` (5.5 s), before the operator's detection window (6 s).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Literal
 
 import psycopg
@@ -32,7 +40,15 @@ from psycopg.rows import DictRow
 from kanri.instance.config import Settings
 from kanri.instance.db import connect, fetch_one
 
-__all__ = ["ISOLATION_WINDOW", "IsolationSettings", "IsolationWatch", "Probe", "Via"]
+__all__ = [
+    "ISOLATION_WINDOW",
+    "MAX_STARVED_CREDIT",
+    "IsolationSettings",
+    "IsolationWatch",
+    "Probe",
+    "Via",
+    "run_queue_wait",
+]
 
 ISOLATION_WINDOW = 4.0
 """Seconds without contact after which a primary fences itself (``KANRI_ISOLATION_WINDOW`` overrides it)."""
@@ -42,6 +58,22 @@ INTERVAL = 1.0
 
 CONNECT_TIMEOUT = 0.5
 """The API server's TCP connect must succeed within this."""
+
+MAX_STARVED_CREDIT = 1.5
+"""Seconds of run-queue wait that may extend the no-contact window: ``ISOLATION_WINDOW + MAX_STARVED_CREDIT`` stays
+below the operator's ``UNREACHABLE_WINDOW`` (6 s), so an isolated primary has stopped before a replica is promoted."""
+
+SCHEDSTAT = Path("/proc/self/schedstat")
+
+
+def run_queue_wait(path: Path = SCHEDSTAT) -> float:
+    """Seconds this process's main thread (the event loop's) has spent runnable but waiting for a CPU since it
+    started; 0.0 where the kernel does not report it (then nothing is credited: the windows are wall time)."""
+    try:
+        return int(path.read_text().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
 
 Via = Literal["apiserver", "standby"]
 
@@ -81,41 +113,53 @@ class IsolationSettings:
 
 
 class IsolationWatch:
-    """The decisions, on monotonic times the caller passes in: when was the last contact, was the process frozen."""
+    """The decisions, on monotonic times the caller passes in: when was the last contact, was the process frozen.
+
+    ``waited`` (every method's last argument) is :func:`run_queue_wait` read at ``now``: a cumulative count, so only
+    its differences matter; leaving it 0.0 makes every window plain wall time."""
 
     def __init__(self, window: float) -> None:
         self.window = window
         self._last_ok: float | None = None
         self._last_pass: float | None = None
+        self._waited_ok = 0.0
+        self._waited_pass = 0.0
         self.last_contact: datetime | None = None
         self.via: Via | None = None
 
-    def idle(self, now: float) -> None:
+    def idle(self, now: float, waited: float = 0.0) -> None:
         """Not a running primary at ``now``: nothing to check. The window starts anew when it becomes one."""
         self._last_ok = now
         self._last_pass = now
+        self._waited_ok = self._waited_pass = waited
 
-    def frozen(self, now: float) -> float | None:
-        """At the start of a pass: the gap since the previous pass when it exceeds the window (the process did not
-        run; fence at once), else None."""
+    def frozen(self, now: float, waited: float = 0.0) -> float | None:
+        """At the start of a pass: the time since the previous pass that the process neither ran nor waited for a
+        CPU, when it exceeds the window (the process was stopped; fence at once), else None."""
         previous, self._last_pass = self._last_pass, now
+        starved, self._waited_pass = max(waited - self._waited_pass, 0.0), waited
         if self._last_ok is None:
             self._last_ok = now
-        if previous is not None and now - previous > self.window:
-            return now - previous
+            self._waited_ok = waited
+        if previous is not None and now - previous - starved > self.window:
+            return now - previous - starved
         return None
 
-    def observe(self, now: float, via: Via | None, wall: datetime) -> float | None:
-        """After the checks: ``via`` is what answered (None: nothing). Returns the seconds without contact when they
-        reach the window (fence), else None."""
+    def observe(self, now: float, via: Via | None, wall: datetime, waited: float = 0.0) -> float | None:
+        """After the checks: ``via`` is what answered (None: nothing). Returns the seconds without contact (less the
+        run-queue wait meanwhile, at most :data:`MAX_STARVED_CREDIT`) when they reach the window (fence), else None."""
         if via is not None:
             self._last_ok = now
+            self._waited_ok = waited
             self.last_contact = wall
             self.via = via
             return None
-        last = now if self._last_ok is None else self._last_ok
-        self._last_ok = last
-        return now - last if now - last >= self.window else None
+        if self._last_ok is None:
+            self._last_ok = now
+            self._waited_ok = waited
+        credit = min(max(waited - self._waited_ok, 0.0), MAX_STARVED_CREDIT)
+        silent = now - self._last_ok - credit
+        return silent if silent >= self.window else None
 
     def as_json(self) -> dict[str, Any]:
         """``/status``'s ``isolation``."""

@@ -47,7 +47,7 @@ from kanri.instance.exporter import InstanceExporter, ManagerState, metrics_port
 from kanri.instance.fence import FenceRecord, lift, marker_path, read_fence, write_fence
 from kanri.instance.http_api import Accepted, ActionError, build_app
 from kanri.instance.identity import binary_version, data_version, start_problems
-from kanri.instance.isolation import INTERVAL, IsolationSettings, IsolationWatch, Probe
+from kanri.instance.isolation import INTERVAL, IsolationSettings, IsolationWatch, Probe, run_queue_wait
 from kanri.instance.postgres_process import PostgresProcess
 from kanri.instance.problems import UNREACHABLE, Problem, ProblemBoard, Reachability, one_line
 from kanri.instance.rejoin import RejoinStatus, move_aside, restore_interrupted, rewind, source_label
@@ -1057,18 +1057,19 @@ class InstanceManager:
             await probe.close()
 
     async def _isolation_pass(self, probe: Probe) -> None:
+        # run_queue_wait(): time spent waiting for a CPU is starvation, not a freeze nor isolation (issue 33)
         if not self._running_primary():
-            self.watch.idle(time.monotonic())
+            self.watch.idle(time.monotonic(), run_queue_wait())
             await probe.close()
             return
-        if (gap := self.watch.frozen(time.monotonic())) is not None:
+        if (gap := self.watch.frozen(time.monotonic(), run_queue_wait())) is not None:
             await self._self_fence(f"isolated: the manager did not run for {gap:.1f} s (frozen); not checking")
             return
         via = await probe.check()
-        if (gap := self.watch.frozen(time.monotonic())) is not None:  # frozen while it was checking
+        if (gap := self.watch.frozen(time.monotonic(), run_queue_wait())) is not None:  # frozen while it was checking
             await self._self_fence(f"isolated: the manager did not run for {gap:.1f} s (frozen); not checking")
             return
-        silent = self.watch.observe(time.monotonic(), via, datetime.now(UTC))
+        silent = self.watch.observe(time.monotonic(), via, datetime.now(UTC), run_queue_wait())
         if silent is not None and self._running_primary():
             await self._self_fence(f"isolated: neither the API server nor a standby answered for {silent:.1f} s")
 

@@ -3,7 +3,11 @@
 Pure decisions; ``failover_step.py`` carries them out. The state machine is ``status.failover.phase``:
 
 - (none): the primary is probed every pass (every :data:`PROBE_INTERVAL` s while it has replicas); once it stayed
-  failed for the detection window (:func:`window`) plus ``failover.delaySeconds`` → ``Fencing``.
+  failed for the detection window (:func:`window`) plus ``failover.delaySeconds`` → ``Fencing``. A starved primary
+  is not a dead one (issue 33): while it does not answer in time, each pass also sends a probe that may take the
+  whole window to answer; an answer, however late, proves its manager ran after that probe was sent, so the window
+  starts again from then (:func:`heard`). A frozen, stopped or cut-off primary answers no probe sent after the fault:
+  it fails over exactly as before.
 - ``Fencing``: the old primary's pod is labelled ``fenced`` (no Service routes to it) and asked to fence itself (stop
   PostgreSQL) if it answers; every reachable replica's WAL receiver is paused, so positions stop moving → ``Electing``.
 - ``Electing``: the replica with the highest received (then replayed) LSN is chosen and :func:`guard` decides →
@@ -32,6 +36,7 @@ from kanri.postgres.metrics import lsn_bytes
 
 __all__ = [
     "APPROVE",
+    "LATE_PROBES",
     "NOT_RUNNING_WINDOW",
     "PROBE_INTERVAL",
     "REJOIN",
@@ -46,6 +51,7 @@ __all__ = [
     "failure_of",
     "gap_bytes",
     "guard",
+    "heard",
     "window",
 ]
 
@@ -70,6 +76,9 @@ PROBE_INTERVAL = 2.0
 """How often a cluster with replicas is looked at (its primary probed) when nothing is happening."""
 SUSPECT_INTERVAL = 1.0
 """How often while the primary does not answer, and while a failover or switchover runs."""
+
+LATE_PROBES = 6
+"""At most this many late probes (a ``/status`` with the whole window to answer) in flight per cluster: one a pass."""
 
 Failure = Literal["PrimaryUnreachable", "PrimaryNotRunning", "PrimaryRestarting"]
 BlockedReason = Literal["ManualPolicy", "DataLossAboveLimit", "DataLossUnknown", "NoSynchronousStandby",
@@ -99,6 +108,15 @@ def window(failure: Failure, delay_seconds: int) -> float:
     """How long ``failure`` must last before the failover starts."""
     base = UNREACHABLE_WINDOW if failure == "PrimaryUnreachable" else NOT_RUNNING_WINDOW
     return base + delay_seconds
+
+
+def heard(suspect: tuple[str, float] | None, primary: str, sent: float) -> tuple[str, float] | None:
+    """The suspicion once ``primary`` answered a probe sent at ``sent`` (late: after the pass gave up on it): its
+    manager ran after ``sent``, so the primary counts as silent only from then. None when there is nothing to move:
+    no suspicion of that primary any more (it recovered, or a failover began) or one that began after ``sent``."""
+    if suspect is None or suspect[0] != primary or suspect[1] >= sent:
+        return None
+    return primary, sent
 
 
 @dataclass(frozen=True)

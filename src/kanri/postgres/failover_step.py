@@ -23,6 +23,7 @@ from kanri.postgres import names
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.failover import (
     APPROVE,
+    LATE_PROBES,
     PROBE_INTERVAL,
     REJOIN,
     SUSPECT_INTERVAL,
@@ -31,6 +32,7 @@ from kanri.postgres.failover import (
     Decision,
     failure_of,
     guard,
+    heard,
     window,
 )
 from kanri.postgres.instances import Demoted, InstanceReport
@@ -263,7 +265,10 @@ class FailoverStep:
             log.warning("primary not healthy; watching", cluster=self.name, namespace=self.namespace,
                         primary=primary, failure=failure)  # fmt: skip
         elapsed = clock - since[1]
-        if elapsed < window(failure, self.spec.failover.delay_seconds):
+        limit = window(failure, self.spec.failover.delay_seconds)
+        if elapsed < limit:
+            if failure == "PrimaryUnreachable":
+                self.probe_late(primary, limit)
             return StepResult(requeue=SUSPECT_INTERVAL)
         self.r.suspects.pop(self.key, None)
         lsn, timeline = (seen[1], seen[2]) if seen is not None and seen[0] == primary else (None, None)
@@ -277,6 +282,26 @@ class FailoverStep:
         await self.r.events.warning(self.cluster, "FailoverStarted", f"primary {primary} failed ({failure} for "
                                     f"{elapsed:.0f} s): fencing it, pausing the replicas' WAL receivers")  # fmt: skip
         return await self.resume(progress)
+
+    def probe_late(self, primary: str, limit: float) -> None:
+        """Ask the silent primary's ``/status`` once more in the background with ``limit`` (the whole window) to
+        answer in, at most :data:`LATE_PROBES` at once: a starved manager answers late, a dead one never."""
+        address = self.address(primary)
+        tag = f"late-status {self.namespace}/{self.name}"
+        if address is None or sum(t.get_name() == tag for t in self.r.background) >= LATE_PROBES:
+            return
+        task = asyncio.create_task(self._late_status(primary, address, self.r.clock(), limit), name=tag)
+        self.r.background.add(task)
+        task.add_done_callback(self.r.background.discard)
+
+    async def _late_status(self, primary: str, address: str, sent: float, limit: float) -> None:
+        if await self.r.instances.status(address, timeout=limit) is None:
+            return
+        moved = heard(self.r.suspects.get(self.key), primary, sent)
+        if moved is not None:
+            self.r.suspects[self.key] = moved
+            log.info("primary answered late: starved, not failed", cluster=self.name, namespace=self.namespace,
+                     primary=primary, seconds=round(self.r.clock() - sent, 1))  # fmt: skip
 
     async def resume(self, progress: Obj) -> StepResult:
         """Carry the failover or switchover on from its recorded phase."""

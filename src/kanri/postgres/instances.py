@@ -258,8 +258,9 @@ class Demoted:
 class InstanceClient(Protocol):
     """The operator's view of the instance managers' API."""
 
-    async def status(self, address: str) -> InstanceReport | None:
-        """The instance's report, or None when it cannot be reached or answers nonsense."""
+    async def status(self, address: str, timeout: float | None = None) -> InstanceReport | None:
+        """The instance's report, or None when it cannot be reached or answers nonsense (within ``timeout`` seconds
+        when given, else the client's own)."""
         ...
 
     async def restart(self, address: str, token: str) -> bool:
@@ -356,9 +357,10 @@ class HttpInstanceClient:
         scheme = "https" if address in self._trusted else "http"
         return f"{scheme}://{host}:{self.port}{path}"
 
-    async def status(self, address: str) -> InstanceReport | None:
+    async def status(self, address: str, timeout: float | None = None) -> InstanceReport | None:
+        extra: dict[str, Any] = {} if timeout is None else {"timeout": aiohttp.ClientTimeout(total=timeout)}
         try:
-            async with self._http().get(self._url(address, "/status"), **self._tls(address)) as response:
+            async with self._http().get(self._url(address, "/status"), **self._tls(address), **extra) as response:
                 if response.status != 200:
                     return None
                 return parse_report(await response.json(content_type=None))

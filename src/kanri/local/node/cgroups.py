@@ -187,6 +187,14 @@ class ContainerCgroup:
         return all([_remove_tree(d) for d in self.dirs.values()])
 
 
+def _pod_shares(pod: Path) -> None:
+    """The pod's ``cpu.shares``: the sum of its containers' (as the kubelet's pod cgroup has). The pods of a node are
+    siblings, so only the pod level weighs one pod against another: left at the default 1024, a BestEffort pod would
+    weigh as much as one that requests a whole CPU."""
+    total = sum(int((c / "cpu.shares").read_text()) for c in pod.iterdir() if (c / "cpu.shares").is_file())
+    _write(pod / "cpu.shares", str(max(total, _MIN_SHARES)))
+
+
 class Cgroups:
     """The node's cgroup tree. Unavailable (no v1 controllers mounted, or not writable): every method is a no-op
     and containers run without limits (logged once)."""
@@ -238,6 +246,7 @@ class Cgroups:
             _write(group.dirs["memory"] / "memory.limit_in_bytes", str(limits.memory_bytes))
         if "cpu" in group.dirs:
             _write(group.dirs["cpu"] / "cpu.shares", str(limits.cpu_shares))
+            _pod_shares(group.dirs["cpu"].parent)
             if limits.cpu_quota_us is not None:
                 _write(group.dirs["cpu"] / "cpu.cfs_period_us", str(limits.cpu_period_us))
                 _write(group.dirs["cpu"] / "cpu.cfs_quota_us", str(limits.cpu_quota_us))

@@ -14,6 +14,7 @@ from typing import Any
 
 from kanri.postgres import names
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
+from kanri.postgres.api.v1alpha1.storage import container_resources
 from kanri.postgres.children import child_meta, owned
 from kanri.postgres.labels import CLUSTER, INSTANCE, PRIMARY, REPLICA, Role, instance_labels
 
@@ -173,12 +174,8 @@ def _container(cluster: str, instance: str, role: Role, image: str, spec: Postgr
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": _container_security(),
     }
-    if spec.resources and (spec.resources.requests or spec.resources.limits):
-        container["resources"] = {
-            key: dict(value)
-            for key, value in (("requests", spec.resources.requests), ("limits", spec.resources.limits))
-            if value
-        }
+    # Never BestEffort: default requests where the spec names none (issue 33, DEFAULT_REQUESTS says why)
+    container["resources"] = container_resources(spec.resources)
     return container
 
 

@@ -11,7 +11,7 @@ from pydantic_core import CoreSchema
 from kanri.postgres.api.v1alpha1._base import ApiModel
 from kanri.runtime import Quantity, cel
 
-__all__ = ["DNS_SUBDOMAIN", "Resources", "Volume"]
+__all__ = ["DEFAULT_REQUESTS", "DNS_SUBDOMAIN", "Resources", "Volume", "container_resources"]
 
 # A DNS-1123 subdomain: the names of StorageClasses, Secrets and PriorityClasses.
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -124,3 +124,21 @@ class Resources(
     limits: ResourceList = Field(default_factory=dict)
     """Upper bounds for each instance, e.g. memory: 1Gi; each must be at least the matching request. Changing them
     restarts the instances one at a time, like requests."""
+
+
+DEFAULT_REQUESTS: dict[str, str] = {"cpu": "100m", "memory": "256Mi"}
+"""What an instance requests when ``spec.resources`` names neither a request nor a limit of that resource (issue 33):
+a request makes the pod Burstable, never BestEffort, so the kernel's CPU weights (``cpu.shares`` 102 against a
+BestEffort container's 2) keep its PostgreSQL and instance manager running when other pods saturate the CPUs, and
+the scheduler no longer places it on a node whose CPU is all promised. Small enough for several instances per core."""
+
+
+def container_resources(resources: Resources | None) -> dict[str, dict[str, str]]:
+    """The container's ``resources``: the user's requests and limits, and :data:`DEFAULT_REQUESTS` for each resource
+    the user names neither a request nor a limit of (a limit alone is the request too, as Kubernetes defaults it)."""
+    requests = dict(resources.requests) if resources else {}
+    limits = dict(resources.limits) if resources else {}
+    for name, quantity in DEFAULT_REQUESTS.items():
+        if name not in requests and name not in limits:
+            requests[name] = quantity
+    return {key: value for key, value in (("requests", requests), ("limits", limits)) if value}
