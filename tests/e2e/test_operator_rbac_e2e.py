@@ -37,7 +37,7 @@ from kanri.local.node import LocalNode
 from kanri.local.seaweedfs import backup_tools_bin
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.runtime import Client
-from kanri.runtime.kinds import EVENT, POD, PVC, SECRET
+from kanri.runtime.kinds import EVENT, POD, PVC, ROLE_BINDING, SECRET, SERVICE_ACCOUNT
 from tests.e2e.postgres_helpers import cluster, every_instance_has, gone, names, ready, ready_with_row, write_row
 from tests.e2e.test_backup_archiving_e2e import archiving, start_store
 from tests.e2e.test_base_backup_e2e import phase_is
@@ -261,5 +261,66 @@ async def test_the_operator_works_under_its_service_account_and_is_denied_what_i
             assert await can_i(control_plane, identity, *args) == "no", args
         # Namespaced mode: nothing at all in a namespace it does not watch.
         assert await can_i(control_plane, identity, "list", "secrets", "-n", "default") == "no"
+    finally:
+        await helm_async("uninstall", release, *kubeconfig, "--wait", "--timeout", "120s", home=home)
+
+
+# kanri's kinds for namespace users (issue 33): the chart's ClusterRoles aggregated into admin, edit and view.
+ADMIN_MAY = [
+    ["create", "postgresclusters.kanri.dev"],
+    ["delete", "postgresclusters.kanri.dev"],
+    ["create", "postgresbackups.kanri.dev"],
+    ["get", "postgresclusters.kanri.dev", "--subresource=status"],
+]
+VIEW_MAY = [["get", "postgresclusters.kanri.dev"], ["list", "postgresclusters.kanri.dev"],
+            ["list", "postgresbackups.kanri.dev"]]  # fmt: skip
+VIEW_MAY_NOT = [["create", "postgresclusters.kanri.dev"], ["patch", "postgresclusters.kanri.dev"],
+                ["delete", "postgresbackups.kanri.dev"], ["create", "postgresbackups.kanri.dev"]]  # fmt: skip
+
+
+async def test_namespace_admins_manage_and_viewers_read_kanris_kinds_through_the_built_in_roles(
+    client: Client, control_plane: Endpoint, namespace: str, tmp_path: Path
+) -> None:
+    """A ServiceAccount bound (RoleBinding, this namespace only) to the built-in ``admin`` may create PostgresClusters
+    and PostgresBackups here, one bound to ``view`` may only read them, and neither may do anything in another
+    namespace. Before the chart shipped its aggregated roles ``admin`` held no right on kanri's kinds."""
+    release = f"kanri-{secrets.token_hex(3)}"
+    kubeconfig = ["--kubeconfig", str(control_plane.kubeconfig), "--namespace", namespace]
+    home = tmp_path / "helm"
+    # Namespaced mode (the control plane is shared); no --wait: only the RBAC objects matter here.
+    await helm_async("install", release, str(CHART), *kubeconfig, "--set", f"watchNamespaces={{{namespace}}}",
+                     "--set", "replicaCount=0", home=home)  # fmt: skip
+    try:
+        identities = {}
+        for role in ("admin", "view"):
+            account = f"tenant-{role}"
+            await client.create(SERVICE_ACCOUNT, {"metadata": {"name": account, "namespace": namespace}})
+            await client.create(ROLE_BINDING, {
+                "metadata": {"name": account, "namespace": namespace},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+            })  # fmt: skip
+            identities[role] = f"system:serviceaccount:{namespace}:{account}"
+
+        # The aggregation controller copies the rules into admin/edit/view asynchronously: wait, with a deadline.
+        answers: dict[str, str] = {}
+
+        async def aggregated() -> bool:
+            for args in ADMIN_MAY:
+                answers[" ".join(args)] = await can_i(control_plane, identities["admin"], *args, "-n", namespace)
+            for args in VIEW_MAY:
+                answers["view " + " ".join(args)] = await can_i(control_plane, identities["view"], *args,
+                                                                "-n", namespace)  # fmt: skip
+            return all(answer == "yes" for answer in answers.values())
+
+        try:
+            await eventually(aggregated, timeout=60, interval=1)
+        except TimeoutError:
+            pytest.fail(f"admin/view did not gain kanri's kinds within 60 s; last answers: {answers}")
+        for args in VIEW_MAY_NOT:
+            assert await can_i(control_plane, identities["view"], *args, "-n", namespace) == "no", args
+        for role, identity in identities.items():
+            for args in [*ADMIN_MAY, *VIEW_MAY]:
+                assert await can_i(control_plane, identity, *args, "-n", "default") == "no", (role, args)
     finally:
         await helm_async("uninstall", release, *kubeconfig, "--wait", "--timeout", "120s", home=home)

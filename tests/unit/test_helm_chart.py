@@ -38,6 +38,25 @@ def namespaced(group: str, resource: str) -> bool:
     return NAMESPACED[(group, base)]
 
 
+METRICS_AUTH: set[Grant] = {
+    ("authentication.k8s.io", "tokenreviews", "create"),
+    ("authorization.k8s.io", "subjectaccessreviews", "create"),
+}
+
+
+def operator_cluster_roles(objects: list[Obj]) -> list[Obj]:
+    """The ClusterRoles bound to the operator for its work: neither the users' aggregated roles (bound by the
+    built-in admin/edit/view), the scrapers' role (bound by the platform), nor the metrics' review rights."""
+    bound = {b["roleRef"]["name"] for b in of_kind(objects, "ClusterRoleBinding")}
+    return [r for r in of_kind(objects, "ClusterRole")
+            if r["metadata"]["name"] in bound and not r["metadata"]["name"].endswith("-metrics-auth")]  # fmt: skip
+
+
+def named(objects: list[Obj], kind: str, name: str) -> Obj:
+    (found,) = [o for o in of_kind(objects, kind) if o["metadata"]["name"] == name]
+    return found
+
+
 def deployment_args(objects: list[Obj]) -> list[str]:
     (deployment,) = of_kind(objects, "Deployment")
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
@@ -68,8 +87,8 @@ def test_chart_crds_are_deploy_crds() -> None:
 
 def test_default_mode_is_cluster_wide() -> None:
     objects = template()
-    (role,) = of_kind(objects, "ClusterRole")
-    (binding,) = of_kind(objects, "ClusterRoleBinding")
+    (role,) = operator_cluster_roles(objects)
+    binding = named(objects, "ClusterRoleBinding", "kanri-operator")
     assert binding["roleRef"]["name"] == role["metadata"]["name"] == "kanri-operator"
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kanri-operator", "namespace": "kanri-system"}]
     # The only Role is the Lease's, in the operator's own namespace.
@@ -82,11 +101,11 @@ def test_default_mode_is_cluster_wide() -> None:
 
 def test_namespaced_mode_grants_namespaced_resources_through_roles_only() -> None:
     objects = template("watchNamespaces={team-a}", namespace="kanri-ops")
-    for cluster_role in of_kind(objects, "ClusterRole"):
+    for cluster_role in operator_cluster_roles(objects):
         scoped = sorted({(g, r) for g, r, _ in grants(cluster_role["rules"]) if namespaced(g, r)})
         assert scoped == [], f"ClusterRole {cluster_role['metadata']['name']} grants namespaced resources: {scoped}"
     # The cluster-scoped remainder is read-only.
-    cluster_grants = {g for c in of_kind(objects, "ClusterRole") for g in grants(c["rules"])}
+    cluster_grants = {g for c in operator_cluster_roles(objects) for g in grants(c["rules"])}
     assert {verb for _, _, verb in cluster_grants} <= {"get", "list", "watch"}
     roles = {(r["metadata"]["namespace"], r["metadata"]["name"]): r for r in of_kind(objects, "Role")}
     assert set(roles) == {("team-a", "kanri-operator"), ("kanri-ops", "kanri-operator-leader-election")}
@@ -99,16 +118,16 @@ def test_namespaced_mode_grants_namespaced_resources_through_roles_only() -> Non
 
 def test_both_modes_grant_the_same_rights() -> None:
     """Namespaced mode moves the cluster-wide rules into a Role; it neither drops nor adds a right."""
-    (cluster_wide,) = of_kind(template(), "ClusterRole")
+    (cluster_wide,) = operator_cluster_roles(template())
     namespaced_objects = template("watchNamespaces={team-a}")
     roles = [r for r in of_kind(namespaced_objects, "Role") if r["metadata"]["namespace"] == "team-a"]
-    split = {g for o in [*roles, *of_kind(namespaced_objects, "ClusterRole")] for g in grants(o["rules"])}
+    split = {g for o in [*roles, *operator_cluster_roles(namespaced_objects)] for g in grants(o["rules"])}
     assert split == grants(cluster_wide["rules"])
 
 
 def test_several_watched_namespaces_get_a_role_each_and_one_watch_flag_each() -> None:
     objects = template("watchNamespaces={team-a,team-b}", namespace="kanri-ops")
-    (cluster_wide,) = of_kind(template(), "ClusterRole")
+    (cluster_wide,) = operator_cluster_roles(template())
     for namespace in ("team-a", "team-b"):
         (role,) = [r for r in of_kind(objects, "Role") if r["metadata"]["namespace"] == namespace]
         assert role["rules"] == [r for r in cluster_wide["rules"] if namespaced(r["apiGroups"][0], r["resources"][0])]
@@ -212,6 +231,67 @@ def test_monitoring_toggles() -> None:
     assert annotated["spec"]["template"]["metadata"]["annotations"] == {
         "prometheus.io/scrape": "true", "prometheus.io/port": "8081", "prometheus.io/path": "/metrics",
     }  # fmt: skip
+
+
+KANRI_KINDS = ["postgresclusters", "postgresbackups"]
+ALL_VERBS = {"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
+AGGREGATE = "rbac.authorization.k8s.io/aggregate-to-"
+
+
+@pytest.mark.parametrize("values", [(), ("watchNamespaces={team-a}",)], ids=["cluster-wide", "namespaced"])
+def test_the_users_roles_aggregate_kanris_kinds_into_admin_edit_and_view(values: tuple[str, ...]) -> None:
+    objects = template(*values, release="pg")
+    edit, view = named(objects, "ClusterRole", "pg-edit"), named(objects, "ClusterRole", "pg-view")
+    assert {k for k, v in edit["metadata"]["labels"].items() if v == "true"} == {
+        f"{AGGREGATE}admin",
+        f"{AGGREGATE}edit",
+    }
+    assert {k for k, v in view["metadata"]["labels"].items() if v == "true"} == {
+        f"{AGGREGATE}admin", f"{AGGREGATE}edit", f"{AGGREGATE}view"
+    }  # fmt: skip
+    assert grants(edit["rules"]) == {("kanri.dev", kind, verb) for kind in KANRI_KINDS for verb in ALL_VERBS} | {
+        ("kanri.dev", f"{kind}/status", verb) for kind in KANRI_KINDS for verb in ("get", "list", "watch")
+    }, "admin and edit manage both kinds; status stays the operator's"
+    assert grants(view["rules"]) == {
+        ("kanri.dev", kind, verb) for kind in [*KANRI_KINDS, *(f"{k}/status" for k in KANRI_KINDS)]
+        for verb in ("get", "list", "watch")
+    }, "view reads, and writes nothing"  # fmt: skip
+    bound = {b["roleRef"]["name"] for b in of_kind(objects, "ClusterRoleBinding") + of_kind(objects, "RoleBinding")}
+    assert not bound & {"pg-edit", "pg-view", "pg-metrics-reader"}, "the built-in roles' bindings decide who"
+
+
+def test_metrics_are_authenticated_by_default_and_the_scrapers_role_ships() -> None:
+    objects = template("monitoring.serviceMonitor.enabled=true")
+    assert "--no-metrics-auth" not in deployment_args(objects)
+    review = named(objects, "ClusterRole", "kanri-operator-metrics-auth")
+    assert grants(review["rules"]) == METRICS_AUTH
+    binding = named(objects, "ClusterRoleBinding", "kanri-operator-metrics-auth")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kanri-operator", "namespace": "kanri-system"}]
+    reader = named(objects, "ClusterRole", "kanri-metrics-reader")
+    assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    (monitor,) = of_kind(objects, "ServiceMonitor")
+    assert monitor["spec"]["endpoints"][0]["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+    opted_out = template("monitoring.authenticateMetrics=false", "monitoring.serviceMonitor.enabled=true")
+    assert "--no-metrics-auth" in deployment_args(opted_out)
+    assert not [r for r in of_kind(opted_out, "ClusterRole") if r["metadata"]["name"].endswith("-metrics-auth")]
+    assert "bearerTokenFile" not in of_kind(opted_out, "ServiceMonitor")[0]["spec"]["endpoints"][0]
+
+
+def test_the_operators_pod_admits_only_the_named_scrapers() -> None:
+    (policy,) = of_kind(template(), "NetworkPolicy")
+    (deployment,) = of_kind(template(), "Deployment")
+    assert policy["metadata"]["namespace"] == "kanri-system"
+    assert policy["spec"]["podSelector"]["matchLabels"] == deployment["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["ingress"] == [], "by default nothing may connect (the kubelet's probes come from the node)"
+    monitoring = "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=monitoring"
+    (scraped,) = of_kind(template(monitoring), "NetworkPolicy")
+    assert scraped["spec"]["ingress"] == [{
+        "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
+        "ports": [{"protocol": "TCP", "port": 8081}],
+    }]  # fmt: skip
+    assert of_kind(template("networkPolicy.enabled=false"), "NetworkPolicy") == []
 
 
 @pytest.mark.parametrize("path", sorted((CHART / "templates").glob("*.yaml")), ids=lambda p: Path(p).name)

@@ -41,6 +41,7 @@ from kanri.runtime.kinds import (
     CRD,
     DEPLOYMENT,
     NAMESPACE,
+    NETWORK_POLICY,
     ROLE,
     ROLE_BINDING,
     SECRET,
@@ -67,6 +68,7 @@ _KINDS = {
         CONFIG_MAP,
         SERVICE,
         STATEFUL_SET,
+        NETWORK_POLICY,
     )
 }
 SYSTEM_NAMESPACE = "kanri-system"
