@@ -11,7 +11,15 @@ from kanri.instance.archive import ArchiveTarget, archive_parameters, credential
 from kanri.instance.config import ClusterConfig
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.api.v1alpha1.backup import S3Repository
-from kanri.postgres.backup import BackupSettings, Repository, archive_target, decide, load_repository, resolve
+from kanri.postgres.backup import (
+    BackupSettings,
+    KeysProblem,
+    Repository,
+    archive_target,
+    decide,
+    load_repository,
+    resolve,
+)
 from kanri.postgres.instances import ArchiverReport, InstanceReport
 
 DEFAULT = S3Repository.model_validate(
@@ -82,7 +90,20 @@ T1, T2 = "2026-12-02T04:00:00+00:00", "2026-12-02T04:01:00+00:00"
     ("report", "credentials", "ok", "reason", "wal"),
     [
         (None, None, False, "WaitingForPrimary", None),
-        (primary(), "Secret kanri-system/keys does not exist", False, "CredentialsMissing", None),
+        (
+            primary(),
+            KeysProblem("CredentialsMissing", "Secret kanri-system/keys does not exist"),
+            False,
+            "CredentialsMissing",
+            None,
+        ),
+        (
+            primary(),
+            KeysProblem("TenantIdentityFailing", "IAM CreateUser: AccessDenied"),
+            False,
+            "TenantIdentityFailing",
+            None,
+        ),
         (primary(mode="off"), None, False, "Starting", None),
         (primary(), None, True, "Archiving", None),
         (primary(last_archived_wal="A", last_archived_time=T1), None, True, "Archiving", "A"),
@@ -108,7 +129,7 @@ T1, T2 = "2026-12-02T04:00:00+00:00", "2026-12-02T04:01:00+00:00"
     ],
 )
 def test_the_verdict_follows_the_primarys_archiver(
-    report: InstanceReport | None, credentials: str | None, ok: bool, reason: str, wal: str | None
+    report: InstanceReport | None, credentials: KeysProblem | None, ok: bool, reason: str, wal: str | None
 ) -> None:
     verdict = decide(REPO, "orders", report, credentials)
     assert verdict is not None

@@ -8,7 +8,7 @@ from typing import Any
 from kanri.instance.recovery_plan import RecoveryPlan
 from kanri.postgres.api.v1alpha1.backup import S3Repository
 from kanri.postgres.api.v1alpha1.bootstrap import Recovery
-from kanri.postgres.backup import BackupSettings, Repository
+from kanri.postgres.backup import BackupSettings, KeysProblem, Repository, identities_for
 from kanri.postgres.recovery import Problem, entry, resolve, same_path, verdict
 
 S3 = {"endpoint": "http://s3:8333", "bucket": "team-backups", "credentialsSecret": {"name": "team-keys"}}
@@ -95,8 +95,13 @@ def test_the_condition_follows_the_restore() -> None:
     )
     done = verdict(wanted, repository, initialised=True, credentials=None)
     assert (done.ok, done.reason) == (True, "Restored")
-    keys = verdict(wanted, repository, initialised=False, credentials="Secret kanri-system/x does not exist")
+    keys = verdict(wanted, repository, initialised=False,
+                   credentials=KeysProblem("CredentialsMissing", "Secret kanri-system/x does not exist"))  # fmt: skip
     assert (keys.ok, keys.reason) == (False, "CredentialsMissing")
+    assert keys.message.endswith("Secret kanri-system/x does not exist")
+    identity = verdict(wanted, repository, initialised=False,
+                       credentials=KeysProblem("TenantIdentityFailing", "IAM CreateUser: AccessDenied"))  # fmt: skip
+    assert (identity.ok, identity.reason) == (False, "TenantIdentityFailing")
     missing = verdict(wanted, Problem("SourceNotFound", "nowhere"), initialised=False, credentials=None)
     assert (missing.ok, missing.reason, missing.message) == (False, "SourceNotFound", "nowhere")
 
@@ -110,3 +115,16 @@ def test_a_source_in_another_namespace_cannot_be_reached_through_the_shared_defa
     assert isinstance(stranger, Repository)
     assert stranger.destination == "s3://kanri-backups/dev/intruder"
     assert stranger.destination != shop.destination
+
+
+def test_a_recovery_naming_another_namespaces_folder_of_the_default_repository_is_refused_with_the_reason() -> None:
+    isolated = BackupSettings(DEFAULT, "kanri-system", identities=identities_for(DEFAULT, "kanri-system"))
+    where = {"endpoint": DEFAULT.endpoint, "bucket": DEFAULT.bucket, "credentialsSecret": {"name": "mine"}}
+    named = recovery(repository={"s3": where | {"path": f"{DEFAULT.path}/shop"}})
+    refused = resolve(named, None, "intruder", isolated)
+    assert isinstance(refused, Problem), refused
+    assert refused.reason == "ForeignRepositoryFolder", refused
+    assert f"'{DEFAULT.path}/intruder'" in refused.message
+    # its own folder is fine
+    own = recovery(repository={"s3": where | {"path": f"{DEFAULT.path}/intruder"}})
+    assert isinstance(resolve(own, None, "intruder", isolated), Repository)

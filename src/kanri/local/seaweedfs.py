@@ -89,7 +89,8 @@ def s3_config(keys: S3Keys) -> str:
 def weed_argv(weed: str, data_dir: Path, config_file: Path, s3_port: int, ip: str = "127.0.0.1",
               bind: str | None = None) -> list[str]:  # fmt: skip
     """``weed mini`` listening on ``bind`` (default ``ip``) only, known to its own parts as ``ip`` (an address or a
-    name), its data under ``data_dir``, S3 on ``s3_port``, no telemetry. The other ports (master, volume, filer) are
+    name), its data under ``data_dir``, S3 (and IAM, writable) on ``s3_port``, no telemetry. The other ports
+    (master, volume, filer) are
     weed's defaults."""
     return [
         weed,
@@ -100,6 +101,9 @@ def weed_argv(weed: str, data_dir: Path, config_file: Path, s3_port: int, ip: st
         "-master.telemetry=false",
         f"-s3.config={config_file}",
         f"-s3.port={s3_port}",
+        # the IAM API on the S3 port takes writes: the operator gives each namespace its own identity through it
+        # (kanri.postgres.tenant_identity); only the identity file's admin key may call it
+        "-s3.iam.readOnly=false",
     ]
 
 
@@ -164,6 +168,8 @@ class SeaweedFS:
     s3_port: int = field(default_factory=free_port)
     weed: str = field(default_factory=lambda: str(backup_tools_bin() / "weed"))
     process: subprocess.Popen[bytes] | None = None
+    extra_args: list[str] = field(default_factory=list)
+    """More of weed's flags (a later one wins over the same flag of :func:`weed_argv`)."""
 
     @property
     def endpoint(self) -> str:
@@ -178,7 +184,7 @@ class SeaweedFS:
             handle.write(s3_config(self.keys))
         with open(self.root / "weed.log", "ab") as log:
             self.process = subprocess.Popen(
-                weed_argv(self.weed, data, config, self.s3_port),
+                [*weed_argv(self.weed, data, config, self.s3_port), *self.extra_args],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,

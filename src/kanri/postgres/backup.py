@@ -36,9 +36,12 @@ from kanri.postgres import names
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.api.v1alpha1.backup import S3Repository
 from kanri.postgres.children import child_meta, owned
+from kanri.postgres.iam import IamError
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.labels import cluster_labels
-from kanri.runtime import ApiError, get_condition, remove_condition, set_condition
+from kanri.postgres.s3 import S3Keys
+from kanri.postgres.tenant_identity import TenantIdentities, folder, inside
+from kanri.runtime import ApiError, Cache, Client, get_condition, remove_condition, set_condition
 from kanri.runtime.kinds import SECRET
 
 if TYPE_CHECKING:
@@ -50,14 +53,20 @@ __all__ = [
     "Archiving",
     "BackupMetrics",
     "BackupSettings",
+    "DefaultRepository",
     "EndpointNotAllowed",
+    "ForeignFolder",
+    "KeysProblem",
     "Repository",
     "archive_target",
     "decide",
     "endpoint_allowed",
     "ensure_credentials",
+    "foreign_folder",
+    "identities_for",
     "load_repository",
     "report",
+    "repository_keys",
     "resolve",
     "server_name",
     "upgraded_server_name",
@@ -97,6 +106,10 @@ class BackupSettings:
     allowed_endpoints: tuple[str, ...] = ()
     """The S3 endpoints a cluster may name (``kanri run --allowed-backup-endpoint``): a URL (scheme, host and port
     must match) or a host / ``host:port``; empty: any. The default repository's endpoint is always allowed."""
+    identities: TenantIdentities | None = None
+    """Each namespace's own identity in the default repository (:mod:`kanri.postgres.tenant_identity`): what pods
+    get instead of the platform's keys. None only with ``tenantIsolation: Shared`` (one tenant: every namespace gets
+    the platform's keys)."""
 
 
 @dataclass(frozen=True)
@@ -120,11 +133,33 @@ class Repository:
         return f"{self.destination}/{cluster}" + (" (default)" if self.default else "")
 
 
-def load_repository(path: Path) -> S3Repository:
-    """The platform's default repository from a YAML file holding the fields of ``backup.repository.s3``;
-    ValueError with a short reason."""
+class DefaultRepository(S3Repository):
+    """The platform's default repository: the fields of ``backup.repository.s3`` and how namespaces are kept apart in
+    it."""
+
+    tenant_isolation: Literal["IAMUser", "Shared"] = "IAMUser"
+    """``IAMUser`` (default): each namespace gets an identity of its own, confined by the store to its folder
+    (:mod:`kanri.postgres.tenant_identity`); the platform's keys never leave the operator's namespace. ``Shared``:
+    every cluster gets the platform's keys — only for a platform with one tenant."""
+    iam_endpoint: str | None = None
+    """Where the store's IAM API answers; default the S3 endpoint (SeaweedFS, Ceph RGW). AWS:
+    ``https://iam.amazonaws.com``."""
+
+
+def identities_for(repository: S3Repository | None, operator_namespace: str) -> TenantIdentities | None:
+    """The namespace identities of the default repository, unless it is declared ``Shared`` (or there is none)."""
+    if repository is None or getattr(repository, "tenant_isolation", "IAMUser") == "Shared":
+        return None
+    endpoint = getattr(repository, "iam_endpoint", None) or repository.endpoint
+    return TenantIdentities(endpoint, repository.bucket, repository.path, operator_namespace,
+                            repository.region or "us-east-1")  # fmt: skip
+
+
+def load_repository(path: Path) -> DefaultRepository:
+    """The platform's default repository from a YAML file holding the fields of ``backup.repository.s3`` (plus
+    ``tenantIsolation``, ``iamEndpoint``); ValueError with a short reason."""
     try:
-        return S3Repository.model_validate(yaml.safe_load(path.read_text()) or {})
+        return DefaultRepository.model_validate(yaml.safe_load(path.read_text()) or {})
     except yaml.YAMLError as exc:
         raise ValueError(f"{path} is not YAML: {exc}") from None
     except ValidationError as exc:
@@ -150,7 +185,39 @@ class EndpointNotAllowed(str):
                 "backup.allowedEndpoints); name one of them, or ask the platform team to add this one")  # fmt: skip
 
 
-Unresolved = Literal["NoRepository", "VolumeRepositoryNotSupported"] | EndpointNotAllowed
+class ForeignFolder(str):
+    """Why a repository cannot be used: it names the platform's default repository outside the namespace's own folder
+    (another namespace's backups). A ``str`` equal to the reason, as :class:`EndpointNotAllowed`."""
+
+    path: str
+    own: str
+
+    def __new__(cls, path: str, own: str) -> ForeignFolder:
+        reason = super().__new__(cls, "ForeignRepositoryFolder")
+        reason.path, reason.own = path, own
+        return reason
+
+    def message(self, field_path: str) -> str:
+        return (f"{field_path} names the platform's default repository at path {self.path or '/'!r}, outside this "
+                f"namespace's folder {self.own!r}: a namespace may use only its own folder of the default repository "
+                "(and the store refuses its keys anywhere else); name a path under it, or leave the repository out "
+                "to use the default")  # fmt: skip
+
+
+Unresolved = Literal["NoRepository", "VolumeRepositoryNotSupported"] | EndpointNotAllowed | ForeignFolder
+
+
+def foreign_folder(named: S3Repository, namespace: str, settings: BackupSettings) -> ForeignFolder | None:
+    """A repository a cluster names itself that is the platform's default repository (same endpoint and bucket) but
+    outside ``namespace``'s folder: refused with a clear reason before the store refuses the keys. (A different
+    spelling of the same endpoint passes this check and is then refused by the store's access control.)"""
+    default = settings.default_repository
+    if default is None or settings.identities is None:
+        return None
+    if _origin(named.endpoint) != _origin(default.endpoint) or named.bucket != default.bucket:
+        return None
+    own = folder(default.path, namespace)
+    return None if inside(own, named.path) else ForeignFolder((named.path or "").strip("/"), own)
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:
@@ -200,6 +267,8 @@ def resolve(spec: PostgresClusterSpec, namespace: str, settings: BackupSettings)
             return "VolumeRepositoryNotSupported"
         if not endpoint_allowed(own.s3.endpoint, settings):
             return EndpointNotAllowed(own.s3.endpoint)
+        if foreign := foreign_folder(own.s3, namespace, settings):
+            return foreign
         return Repository(own.s3, namespace, default=False)
     if settings.default_repository is None:
         return "NoRepository"
@@ -254,7 +323,10 @@ def _newer(failed: str | None, archived: str | None) -> bool:
 
 
 def decide(
-    repository: Repository | Unresolved | None, cluster: str, primary: InstanceReport | None, credentials: str | None
+    repository: Repository | Unresolved | None,
+    cluster: str,
+    primary: InstanceReport | None,
+    credentials: KeysProblem | None,
 ) -> Archiving | None:
     """The ContinuousArchiving condition from the repository, the primary's report and the credentials problem
     (None: the key Secret was copied). None when the cluster asks for no backups (no condition at all)."""
@@ -270,8 +342,11 @@ def decide(
     if isinstance(repository, EndpointNotAllowed):
         return Archiving(False, "EndpointNotAllowed", repository.message("spec.backup.repository.s3.endpoint") +
                          "; no WAL is archived")  # fmt: skip
+    if isinstance(repository, ForeignFolder):
+        return Archiving(False, "ForeignRepositoryFolder", repository.message("spec.backup.repository.s3") +
+                         "; no WAL is archived")  # fmt: skip
     if credentials is not None:
-        return Archiving(False, "CredentialsMissing", credentials)
+        return Archiving(False, credentials.reason, credentials.message)
     where = repository.describe(cluster)
     archiver = primary.archiver if primary is not None else None
     if primary is None or archiver is None:
@@ -301,28 +376,58 @@ def _value(secret: Obj, key: str) -> str | None:
     return base64.b64decode(raw).decode() if isinstance(raw, str) and raw else None
 
 
-async def ensure_credentials(step: ClusterPass, repository: Repository | Unresolved | None) -> str | None:
-    """Copy the repository's key pair into ``<cluster>-backup-credentials``; the problem (for the condition's
-    message: names only, never a value) or None when copied or not needed."""
-    if not isinstance(repository, Repository):
-        return None
+@dataclass(frozen=True)
+class KeysProblem:
+    """Why a cluster's pods cannot get a key pair for its repository (names only, never a value)."""
+
+    reason: str
+    message: str
+
+
+async def repository_keys(client: Client, cache: Cache, repository: Repository, identities: TenantIdentities | None,
+                          namespace: str) -> S3Keys | KeysProblem:  # fmt: skip
+    """The key pair the pods of a cluster in ``namespace`` get for ``repository``: for the platform's default
+    repository its namespace's own identity (the platform's keys never leave the operator's namespace), else the
+    repository's own Secret's; or the problem."""
     ref = repository.s3.credentials_secret
     where = f"Secret {repository.secret_namespace}/{ref.name}"
-    source = step.cache.get(SECRET, ref.name, repository.secret_namespace)
+    source = cache.get(SECRET, ref.name, repository.secret_namespace)
     if source is None:
         try:
-            source = await step.client.get(SECRET, ref.name, repository.secret_namespace)
+            source = await client.get(SECRET, ref.name, repository.secret_namespace)
         except ApiError as exc:
             if exc.not_found:
-                return f"{where} (the repository's credentials) does not exist"
-            return f"{where} cannot be read: {exc.status}"
+                return KeysProblem("CredentialsMissing", f"{where} (the repository's credentials) does not exist")
+            return KeysProblem("CredentialsMissing", f"{where} cannot be read: {exc.status}")
     access, secret = _value(source, ref.access_key_id_key), _value(source, ref.secret_access_key_key)
     if access is None or secret is None:
         missing = ref.access_key_id_key if access is None else ref.secret_access_key_key
-        return f"{where} has no key {missing!r}"
+        return KeysProblem("CredentialsMissing", f"{where} has no key {missing!r}")
+    keys = S3Keys(access, secret)
+    if not repository.default or identities is None:
+        return keys
+    try:
+        return await identities.keys(client, cache, keys, namespace)
+    except IamError as exc:
+        return KeysProblem("TenantIdentityFailing", f"cannot give namespace {namespace} its own identity in the "
+                           f"default repository through the store's IAM API ({exc}); its pods get no keys until "
+                           "then (the platform's keys are never handed out)")  # fmt: skip
+    except ApiError as exc:
+        return KeysProblem("TenantIdentityFailing", f"cannot keep namespace {namespace}'s backup identity in the "
+                           f"operator's namespace: {exc.status} {exc.reason}")  # fmt: skip
+
+
+async def ensure_credentials(step: ClusterPass, repository: Repository | Unresolved | None) -> KeysProblem | None:
+    """Put the key pair the cluster's pods use (:func:`repository_keys`) into ``<cluster>-backup-credentials``; the
+    problem or None when written or not needed."""
+    if not isinstance(repository, Repository):
+        return None
+    keys = await repository_keys(step.client, step.cache, repository, step.r.backup.identities, step.namespace)
+    if isinstance(keys, KeysProblem):
+        return keys
     meta = child_meta(step.cluster, names.backup_secret(step.name), cluster_labels(step.name))
-    desired = owned("v1", "Secret", meta, type="Opaque", data={ACCESS_KEY_FILE: _b64(access),
-                                                               SECRET_KEY_FILE: _b64(secret)})  # fmt: skip
+    data = {ACCESS_KEY_FILE: _b64(keys.access_key_id), SECRET_KEY_FILE: _b64(keys.secret_access_key)}
+    desired = owned("v1", "Secret", meta, type="Opaque", data=data)
     await step.apply(SECRET, desired)
     return None
 

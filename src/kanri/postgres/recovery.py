@@ -27,12 +27,22 @@ from kanri.contract.backup import ACCESS_KEY_FILE, SECRET_KEY_FILE
 from kanri.postgres import names
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.api.v1alpha1.bootstrap import Recovery
-from kanri.postgres.backup import BackupSettings, EndpointNotAllowed, Repository, _b64, _value, endpoint_allowed
+from kanri.postgres.backup import (
+    BackupSettings,
+    EndpointNotAllowed,
+    ForeignFolder,
+    KeysProblem,
+    Repository,
+    _b64,
+    endpoint_allowed,
+    foreign_folder,
+    repository_keys,
+)
 from kanri.postgres.backup import resolve as resolve_own
 from kanri.postgres.children import child_meta, owned
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.labels import cluster_labels
-from kanri.runtime import ApiError, get_condition, set_condition
+from kanri.runtime import get_condition, set_condition
 from kanri.runtime.kinds import SECRET
 
 if TYPE_CHECKING:
@@ -73,6 +83,8 @@ def resolve(recovery: Recovery, source: Obj | None, namespace: str, settings: Ba
         if not endpoint_allowed(named.s3.endpoint, settings):
             refused = EndpointNotAllowed(named.s3.endpoint)
             return Problem("EndpointNotAllowed", refused.message("bootstrap.recovery.repository.s3.endpoint"))
+        if foreign := foreign_folder(named.s3, namespace, settings):
+            return Problem("ForeignRepositoryFolder", foreign.message("bootstrap.recovery.repository.s3"))
         return Repository(named.s3, namespace, default=False)
     if source is not None:
         spec = _source_spec(source)
@@ -86,6 +98,9 @@ def resolve(recovery: Recovery, source: Obj | None, namespace: str, settings: Ba
         if isinstance(found, EndpointNotAllowed):
             where = f"the source PostgresCluster {recovery.source}'s repository endpoint"
             return Problem("EndpointNotAllowed", found.message(where))
+        if isinstance(found, ForeignFolder):
+            return Problem("ForeignRepositoryFolder", found.message(f"the source PostgresCluster {recovery.source}'s "
+                           "spec.backup.repository.s3"))  # fmt: skip
         if isinstance(found, str):
             return Problem("SourceHasNoRepository", f"the source PostgresCluster {recovery.source} has no usable "
                            f"repository ({found}); name one in bootstrap.recovery.repository")  # fmt: skip
@@ -147,13 +162,15 @@ class Verdict:
     message: str
 
 
-def verdict(recovery: Recovery, resolved: Repository | Problem, initialised: bool, credentials: str | None) -> Verdict:
+def verdict(
+    recovery: Recovery, resolved: Repository | Problem, initialised: bool, credentials: KeysProblem | None
+) -> Verdict:
     """The condition from the resolution, the key pair copy and whether the primary has reported its data."""
     if isinstance(resolved, Problem):
         return Verdict(False, resolved.reason, resolved.message)
     what = describe(recovery, resolved)
     if credentials is not None:
-        return Verdict(False, "CredentialsMissing", f"cannot restore {what}: {credentials}")
+        return Verdict(False, credentials.reason, f"cannot restore {what}: {credentials.message}")
     if initialised:
         return Verdict(True, "Restored", f"restored {what}")
     return Verdict(False, "Restoring", f"restoring {what}; the primary promotes itself at the end and reports "
@@ -191,24 +208,15 @@ async def prepare(step: ClusterPass, settings: BackupSettings, own_archive: Obj 
                    verdict=verdict(recovery, resolved, initialised, credentials))  # fmt: skip
 
 
-async def copy_credentials(step: ClusterPass, repository: Repository) -> str | None:
-    """The source repository's key pair into ``<cluster>-recovery-credentials``; the problem (names only) or None."""
-    ref = repository.s3.credentials_secret
-    where = f"Secret {repository.secret_namespace}/{ref.name}"
-    found = step.cache.get(SECRET, ref.name, repository.secret_namespace)
-    if found is None:
-        try:
-            found = await step.client.get(SECRET, ref.name, repository.secret_namespace)
-        except ApiError as exc:
-            if exc.not_found:
-                return f"{where} (the source repository's credentials) does not exist"
-            return f"{where} cannot be read: {exc.status}"
-    access, secret = _value(found, ref.access_key_id_key), _value(found, ref.secret_access_key_key)
-    if access is None or secret is None:
-        return f"{where} has no key {ref.access_key_id_key if access is None else ref.secret_access_key_key!r}"
+async def copy_credentials(step: ClusterPass, repository: Repository) -> KeysProblem | None:
+    """The key pair for the source repository (:func:`kanri.postgres.backup.repository_keys`: the namespace's own
+    identity for the default repository) into ``<cluster>-recovery-credentials``; the problem or None."""
+    keys = await repository_keys(step.client, step.cache, repository, step.r.backup.identities, step.namespace)
+    if isinstance(keys, KeysProblem):
+        return keys
     meta = child_meta(step.cluster, names.recovery_secret(step.name), cluster_labels(step.name))
-    desired = owned("v1", "Secret", meta, type="Opaque", data={ACCESS_KEY_FILE: _b64(access),
-                                                               SECRET_KEY_FILE: _b64(secret)})  # fmt: skip
+    data = {ACCESS_KEY_FILE: _b64(keys.access_key_id), SECRET_KEY_FILE: _b64(keys.secret_access_key)}
+    desired = owned("v1", "Secret", meta, type="Opaque", data=data)
     await step.apply(SECRET, desired)
     return None
 
