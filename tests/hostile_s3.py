@@ -1,5 +1,6 @@
 """A hostile "S3" server a tenant could name as its repository endpoint (issue 33), served by the test process on
-127.0.0.1: it pages forever, streams a body without end, or never answers; it counts every request it gets."""
+127.0.0.1: it pages forever, streams a body without end, or never answers (or, ``empty``, answers honestly that it
+holds nothing); it counts every request it gets."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Literal
 
 from aiohttp import web
 
-Mode = Literal["pages", "huge", "silent"]
+Mode = Literal["pages", "huge", "silent", "empty"]
 NS = "http://s3.amazonaws.com/doc/2006-03-01/"
 
 
@@ -36,6 +37,9 @@ class HostileS3:
                 for _ in range(16 * 1024):  # 1 GiB if nobody stops reading
                     await response.write(chunk)
             return response
+        if self.mode == "empty":  # an honest store holding nothing under the prefix
+            empty = f'<ListBucketResult xmlns="{NS}"><IsTruncated>false</IsTruncated></ListBucketResult>'
+            return web.Response(body=empty.encode(), content_type="application/xml")
         # pages: always "more", always a fresh token, one key a page
         page = len(self.requests)
         body = (f'<?xml version="1.0" encoding="UTF-8"?><ListBucketResult xmlns="{NS}"><IsTruncated>true'

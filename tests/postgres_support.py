@@ -51,8 +51,14 @@ class Operator:
         instances: HttpInstanceClient | None = None,
         default_backup_repository: S3Repository | None = None,
         backup_now: Callable[[], datetime] | None = None,
+        also_watch: tuple[str, ...] = (),
+        allowed_backup_endpoints: tuple[str, ...] = (),
     ) -> None:
         self.backup_now = backup_now
+        self.also_watch = also_watch
+        """Further namespaces the operator watches (a second tenant's)."""
+        self.allowed_backup_endpoints = allowed_backup_endpoints
+        """``kanri run --allowed-backup-endpoint`` (empty: any endpoint)."""
         self.control_plane = control_plane
         self.namespace = namespace
         self.instances = instances
@@ -69,7 +75,8 @@ class Operator:
             options = OperatorOptions(namespace=self.namespace, leader_election=False, health_port=None,
                                       refresh=refresh, leader_election_namespace=self.namespace,
                                       default_backup_repository=self.default_backup_repository,
-                                      backup_now=self.backup_now or utc_now)  # fmt: skip
+                                      backup_now=self.backup_now or utc_now, namespaces=self.also_watch,
+                                      allowed_backup_endpoints=self.allowed_backup_endpoints)  # fmt: skip
             manager = build_manager(own, options, instances=self.instances, registry=self.registry)
             task = asyncio.create_task(manager.run(handle_signals=False))
             try:

@@ -5,10 +5,20 @@ keyed by uid and dropped)."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import time
+from typing import Any, cast
 
 import pytest
 
+from kanri.postgres.backup import BackupSettings
+from kanri.postgres.backup_cleanup import BackupCleanup
 from kanri.postgres.repository_work import POLL, Job, Memory, RepositoryWork, backoff, next_step
+from kanri.postgres.s3 import MAX_PAGES
+from kanri.runtime import Cache, Client, EventRecorder, Kind, Result
+from tests.hostile_s3 import hostile_s3
+
+Obj = dict[str, Any]
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -117,3 +127,131 @@ async def _ended(work: RepositoryWork, uid: str) -> None:
     assert job is not None
     assert job.task is not None
     await asyncio.wait_for(job.task, 5)
+
+
+# --- the finalizer step (BackupCleanup) over a real S3 stand-in, with the API at the client boundary faked ----------
+
+
+class _Api:
+    """The cache, client and event recorder in one: the objects the step reads, what it writes."""
+
+    def __init__(self, objects: list[Obj]) -> None:
+        self.objects = objects
+        self.deleted: list[tuple[str, str]] = []
+        self.conditions: list[tuple[str, str]] = []
+        self.events: list[str] = []
+
+    def list(self, kind: Kind, namespace: str | None = None, labels: dict[str, str] | None = None) -> list[Obj]:
+        wanted = (labels or {}).items()
+        return [o for o in self.objects if o["kind"] == kind.kind
+                and namespace in (None, o["metadata"].get("namespace"))
+                and all((o["metadata"].get("labels") or {}).get(k) == v for k, v in wanted)]  # fmt: skip
+
+    def get(self, kind: Kind, name: str, namespace: str = "") -> Obj | None:
+        return next((o for o in self.list(kind, namespace) if o["metadata"]["name"] == name), None)
+
+    async def patch_status(self, kind: Kind, name: str, patch: Obj, namespace: str) -> Obj:
+        for condition in patch["status"]["conditions"]:
+            self.conditions.append((condition["reason"], condition["message"]))
+        return {}
+
+    async def delete(self, kind: Kind, name: str, namespace: str) -> None:
+        self.deleted.append((kind.kind, name))
+
+    async def normal(self, obj: Obj, reason: str, message: str) -> None:
+        self.events.append(reason)
+
+    async def warning(self, obj: Obj, reason: str, message: str) -> None:
+        self.events.append(reason)
+
+
+class _Client:
+    """The writes, at the client boundary (reads of the cluster answer from the same objects)."""
+
+    def __init__(self, api: _Api) -> None:
+        self.api = api
+
+    async def get(self, kind: Kind, name: str, namespace: str) -> Obj:
+        found = self.api.get(kind, name, namespace)
+        assert found is not None
+        return found
+
+    async def patch_status(self, kind: Kind, name: str, patch: Obj, namespace: str) -> Obj:
+        return await self.api.patch_status(kind, name, patch, namespace)
+
+    async def delete(self, kind: Kind, name: str, namespace: str) -> None:
+        await self.api.delete(kind, name, namespace)
+
+
+def _deleted_cluster(endpoint: str) -> Obj:
+    repository = {"s3": {"endpoint": endpoint, "bucket": "backups", "credentialsSecret": {"name": "keys"}}}
+    return {"kind": "PostgresCluster", "metadata": {"name": "orders", "namespace": "a", "uid": "uid-orders"},
+            "spec": {"version": 15, "replicas": 1, "storage": {"size": "1Gi"}, "deletionPolicy": "Delete",
+                     "backup": {"repository": repository}}}  # fmt: skip
+
+
+def _objects(cluster: Obj) -> list[Obj]:
+    keys = {"accessKeyId": base64.b64encode(b"id").decode(), "secretAccessKey": base64.b64encode(b"s").decode()}
+    backups = [{"kind": "PostgresBackup", "metadata": {"name": n, "namespace": "a"}, "spec": {"cluster": c}}
+               for n, c in (("orders-1", "orders"), ("orders-2", "orders"), ("billing-1", "billing"))]  # fmt: skip
+    return [cluster, {"kind": "Secret", "metadata": {"name": "keys", "namespace": "a"}, "data": keys}, *backups]
+
+
+async def _passes_until_done(cleanup: BackupCleanup, api: _Api, cluster: Obj) -> list[Result | None]:
+    """Finalizer passes, as the controller would run them (each returns at once), until the step lets go."""
+    results: list[Result | None] = []
+    async with asyncio.timeout(10):
+        while True:
+            started = time.monotonic()
+            result = await cleanup.run(cast(Client, _Client(api)), cast(Cache, api), cast(EventRecorder, api), cluster)
+            assert time.monotonic() - started < 1.0, "a pass waited on the repository"
+            results.append(result)
+            if result is None:
+                return results
+            await asyncio.sleep(0.05)  # stands in for requeue_after
+
+
+async def test_delete_policy_deletes_the_store_objects_then_the_clusters_postgresbackups_only() -> None:
+    async with hostile_s3("empty") as server:
+        cluster = _deleted_cluster(server.endpoint)
+        api = _Api(_objects(cluster))
+        cleanup = BackupCleanup(BackupSettings)
+        results = await _passes_until_done(cleanup, api, cluster)
+    assert isinstance(results[0], Result)  # the first pass only started the job
+    assert api.conditions[0][0] == "Deleting"
+    assert sorted(api.deleted) == [("PostgresBackup", "orders-1"), ("PostgresBackup", "orders-2")]
+    assert "BackupsDeleted" in api.events
+    assert cleanup.work.memory == {}  # forgotten once done
+    assert [m for m, _ in server.requests] == ["GET", "GET"]  # the two listings; nothing to delete
+
+
+async def test_a_store_that_pages_forever_fails_the_job_and_the_condition_names_the_limit() -> None:
+    async with hostile_s3("pages") as server:
+        cluster = _deleted_cluster(server.endpoint)
+        api = _Api(_objects(cluster))
+        cleanup = BackupCleanup(BackupSettings)
+        async with asyncio.timeout(20):
+            while not any(reason == "DeleteFailing" for reason, _ in api.conditions):
+                result = await cleanup.run(
+                    cast(Client, _Client(api)), cast(Cache, api), cast(EventRecorder, api), cluster
+                )
+                assert isinstance(result, Result)
+                await asyncio.sleep(0.05)
+    reason, message = api.conditions[-1]
+    assert reason == "DeleteFailing"
+    assert f"limit of {MAX_PAGES} pages" in message
+    assert "attempt 1, next in 2s" in message
+    assert len(server.requests) == MAX_PAGES
+    assert api.deleted == []  # the records stay while the backups are not known to be gone
+
+
+async def test_an_endpoint_outside_the_allow_list_is_never_called_and_the_finalizer_lets_go() -> None:
+    async with hostile_s3("pages") as server:
+        cluster = _deleted_cluster(server.endpoint)
+        api = _Api(_objects(cluster))
+        cleanup = BackupCleanup(lambda: BackupSettings(allowed_endpoints=("minio.storage:9000",)))
+        assert (
+            await cleanup.run(cast(Client, _Client(api)), cast(Cache, api), cast(EventRecorder, api), cluster) is None
+        )
+    assert api.events == ["BackupsNotDeleted"]
+    assert server.requests == []
