@@ -301,3 +301,12 @@ def test_every_template_renders_in_some_mode(path: Path) -> None:
         "watchNamespaces={team-a}", *REPOSITORY
     )
     assert f"# Source: kanri/templates/{path.name}" in everything
+
+
+def test_allowed_backup_endpoints_reach_the_operator_as_one_flag_each() -> None:
+    assert not [a for a in deployment_args(template()) if a.startswith("--allowed-backup-endpoint")]
+    objects = template("backup.allowedEndpoints={https://s3.eu-west-1.amazonaws.com,minio.storage.svc:9000}")
+    assert [a for a in deployment_args(objects) if a.startswith("--allowed-backup-endpoint")] == [
+        "--allowed-backup-endpoint=https://s3.eu-west-1.amazonaws.com",
+        "--allowed-backup-endpoint=minio.storage.svc:9000",
+    ]
