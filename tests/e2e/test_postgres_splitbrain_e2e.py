@@ -77,9 +77,13 @@ async def refuses_connections(host: str, user: str, password: str) -> bool:
         return True
 
 
-async def instance_status(host: str) -> Obj:
-    # the instance API serves TLS (the operator verifies it with the cluster's CA; this look needs no proof)
-    async with aiohttp.ClientSession() as http, http.get(f"https://{host}:8008/status", ssl=False) as response:
+async def instance_status(client: Client, namespace: str, host: str) -> Obj:
+    # the instance API serves TLS (the operator verifies it with the cluster's CA; this look needs no proof); /status
+    # needs the cluster's API token, as the operator sends it
+    secret = await client.get(SECRET, f"{NAME}-api", namespace)
+    headers = {"Authorization": f"Bearer {base64.b64decode(secret['data']['token']).decode()}"}
+    async with aiohttp.ClientSession() as http, http.get(f"https://{host}:8008/status", ssl=False,
+                                                         headers=headers) as response:  # fmt: skip
         body: Obj = await response.json()
         return body
 
@@ -148,7 +152,7 @@ async def test_a_replica_promoted_by_hand_is_fenced_and_rw_keeps_only_the_record
         assert (status["currentPrimary"], status["phase"]) == (primary, "Degraded")
         roles = {i["name"]: i["role"] for i in status["instances"]}
         assert roles == {primary: "Primary", rogue: "Fenced", other: "Replica"}
-        reported = await instance_status(rogue_ip)
+        reported = await instance_status(client, namespace, rogue_ip)
         assert (reported["fenced"], reported["running"], reported["ready"]) == (True, False, False)
         assert [p["reason"] for p in reported["problems"]] == ["Fenced"]
         # the record stays on the primary's claim: a restarted operator keeps the same primary

@@ -236,7 +236,9 @@ class Instance:
         return [json.loads(line) for line in (self.root / "out.log").read_text().splitlines() if line.strip()]
 
     async def get(self, path: str) -> tuple[int, dict[str, Any]]:
-        async with aiohttp.ClientSession() as http, http.get(self.url + path) as response:
+        """GET with the API token, as the operator asks (only /healthz and /readyz would answer without it)."""
+        headers = {"Authorization": f"Bearer {self.workspace.token}"}
+        async with aiohttp.ClientSession() as http, http.get(self.url + path, headers=headers) as response:
             return response.status, await response.json()
 
     async def post(self, path: str, token: str | None) -> tuple[int, dict[str, Any]]:

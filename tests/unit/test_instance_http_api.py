@@ -80,7 +80,22 @@ async def test_readyz_is_503_with_the_reason_until_the_backend_is_ready(
     response = await client.get("/readyz")
     assert (response.status, await response.json()) == (200, {"ready": True})
     assert (await client.get("/healthz")).status == 200
-    assert await (await client.get("/status")).json() == {"name": "orders-2", "role": "replica"}
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("header", [None, "Bearer wrong", "t0ken", "Basic t0ken"])
+async def test_status_needs_the_bearer_token_and_the_probes_do_not(
+    api: tuple[TestClient[Any, Any], FakeBackend], header: str | None
+) -> None:
+    client, _ = api
+    headers = {} if header is None else {"Authorization": header}
+    refused = await client.get("/status", headers=headers)
+    assert refused.status == 401
+    assert await refused.json() == {"error": "a valid bearer token is required"}, "nothing of the status leaks"
+    for probe in ("/healthz", "/readyz"):
+        assert (await client.get(probe, headers=headers)).status in (200, 503), f"{probe} stays open"
+    answered = await client.get("/status", headers={"Authorization": "Bearer t0ken"})
+    assert await answered.json() == {"name": "orders-2", "role": "replica"}
 
 
 @pytest.mark.timeout(10)

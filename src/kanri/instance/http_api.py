@@ -1,9 +1,11 @@
 """The HTTP API the operator (and the kubelet's probes) talk to.
 
-``GET /status``, ``GET /readyz``, ``GET /healthz`` are open (no secret is ever in them); every ``POST`` (``/promote``,
-``/restart``, ``/fence``, ``/unfence``, ``/replication/pause``, ``/replication/resume``, ``/demote``, ``/rejoin``)
-needs ``Authorization: Bearer <token>`` with the token from ``KANRI_API_TOKEN_FILE`` (read on every request, so a
-rotated Secret takes effect without a restart). Base backups (:mod:`kanri.instance.base_backup`), all authenticated:
+``GET /readyz`` and ``GET /healthz`` are open: the kubelet's probes carry no token, and they say only whether the
+instance is alive and ready (with the reason when not). ``GET /status`` (roles, system identifier, LSNs, timelines,
+the backup repository's path: no secret, but more than health) and every ``POST`` (``/promote``, ``/restart``,
+``/fence``, ``/unfence``, ``/replication/pause``, ``/replication/resume``, ``/demote``, ``/rejoin``) need
+``Authorization: Bearer <token>`` with the token from ``KANRI_API_TOKEN_FILE`` (read on every request, so a rotated
+Secret takes effect without a restart). Base backups (:mod:`kanri.instance.base_backup`), all authenticated:
 ``POST /backups {"id"}`` (202 started, 200 known id), ``GET /backups/{id}``, ``POST /backups/expire {"ids"}``,
 ``POST /wal/switch`` (a primary closes its current WAL segment, so a backup's last one is archived now).
 An action's body is empty or a JSON object (``/fence`` reads
@@ -129,7 +131,10 @@ def build_app(backend: Backend, backups: BackupBackend | None = None) -> web.App
 
         return handler
 
-    async def status(_: web.Request) -> web.StreamResponse:
+    async def status(request: web.Request) -> web.StreamResponse:
+        if not authorized(request):
+            log.info("refused unauthorized status request", peer=request.remote)
+            return _error(401, "a valid bearer token is required")
         return web.json_response(await backend.status())
 
     async def readyz(_: web.Request) -> web.StreamResponse:

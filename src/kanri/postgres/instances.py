@@ -1,5 +1,6 @@
 """Talking to the instance managers: ``GET /status``, ``POST /restart``, ``/promote``, ``/fence``, ``/unfence``,
-``/replication/pause``, ``/replication/resume``, ``/demote`` and ``/rejoin`` on port 8008.
+``/replication/pause``, ``/replication/resume``, ``/demote`` and ``/rejoin`` on port 8008, each with the cluster's API
+token (only ``/healthz`` and ``/readyz``, the kubelet's, are open).
 
 The instance's state is not a Kubernetes object, so the controller cannot watch it: the reconciler asks every
 instance on each pass (all at once, with a short timeout) and requeues itself periodically. :class:`InstanceClient`
@@ -258,9 +259,12 @@ class Demoted:
 class InstanceClient(Protocol):
     """The operator's view of the instance managers' API."""
 
-    async def status(self, address: str, timeout: float | None = None) -> InstanceReport | None:
+    async def status(
+        self, address: str, timeout: float | None = None, *, token: str | None = None
+    ) -> InstanceReport | None:
         """The instance's report, or None when it cannot be reached or answers nonsense (within ``timeout`` seconds
-        when given, else the client's own)."""
+        when given, else the client's own). ``GET /status`` needs the cluster's API ``token``; without one, the
+        last token used with this address is sent (a probe in the middle of an action, e.g. during a demotion)."""
         ...
 
     async def restart(self, address: str, token: str) -> bool:
@@ -322,6 +326,9 @@ class HttpInstanceClient:
         self._session: aiohttp.ClientSession | None = None
         self._clusters: dict[str, tuple[frozenset[str], bytes, ssl.SSLContext, str]] = {}  # cluster → pods, CA, ...
         self._trusted: dict[str, tuple[ssl.SSLContext, str]] = {}  # address → (its cluster's context, server name)
+        # address → the API token last used with it, for status reads that name none (failover's probes); replaced at
+        # every pass's gather_reports, which passes the cluster's token for each of its pods' current addresses.
+        self._tokens: dict[str, str] = {}
 
     def trust(self, cluster: str, addresses: Iterable[str], ca_pem: bytes | None, server_name: str) -> None:
         """Speak HTTPS to ``addresses`` (``cluster``'s pods that serve TLS; the set replaces the previous one),
@@ -357,10 +364,21 @@ class HttpInstanceClient:
         scheme = "https" if address in self._trusted else "http"
         return f"{scheme}://{host}:{self.port}{path}"
 
-    async def status(self, address: str, timeout: float | None = None) -> InstanceReport | None:
+    def _bearer(self, address: str, token: str | None) -> dict[str, str]:
+        """The Authorization header for ``address``: ``token``, remembered for the address, or the one remembered."""
+        if token:
+            self._tokens[address] = token
+        known = self._tokens.get(address)
+        return {"Authorization": f"Bearer {known}"} if known else {}
+
+    async def status(
+        self, address: str, timeout: float | None = None, *, token: str | None = None
+    ) -> InstanceReport | None:
         extra: dict[str, Any] = {} if timeout is None else {"timeout": aiohttp.ClientTimeout(total=timeout)}
+        headers = self._bearer(address, token)
         try:
-            async with self._http().get(self._url(address, "/status"), **self._tls(address), **extra) as response:
+            async with self._http().get(self._url(address, "/status"), headers=headers, **self._tls(address),
+                                        **extra) as response:  # fmt: skip
                 if response.status != 200:
                     return None
                 return parse_report(await response.json(content_type=None))
@@ -372,7 +390,7 @@ class HttpInstanceClient:
         self, address: str, path: str, token: str, body: dict[str, Any] | None = None, timeout: float | None = None
     ) -> dict[str, Any] | None:
         """POST an action; its JSON answer when it succeeded (2xx), else None (refused, unreachable, nonsense)."""
-        headers = {"Authorization": f"Bearer {token}"}
+        headers = self._bearer(address, token)
         extra: dict[str, Any] = {} if timeout is None else {"timeout": aiohttp.ClientTimeout(total=timeout)}
         extra |= self._tls(address)
         try:
@@ -472,8 +490,11 @@ class HttpInstanceClient:
         return await self._backup_request("POST", address, "/wal/switch", token, {})
 
 
-async def gather_reports(client: InstanceClient, addresses: dict[str, str]) -> dict[str, InstanceReport]:
-    """Ask every instance (name -> pod IP) at once; instances that do not answer are left out."""
+async def gather_reports(
+    client: InstanceClient, addresses: dict[str, str], token: str | None = None
+) -> dict[str, InstanceReport]:
+    """Ask every instance (name -> pod IP) at once, with the cluster's API ``token`` (``GET /status`` needs it);
+    instances that do not answer are left out."""
     names = list(addresses)
-    answers = await asyncio.gather(*(client.status(addresses[name]) for name in names))
+    answers = await asyncio.gather(*(client.status(addresses[name], token=token) for name in names))
     return {name: report for name, report in zip(names, answers, strict=True) if report is not None}

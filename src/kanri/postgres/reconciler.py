@@ -724,7 +724,8 @@ class ClusterPass:
             for instance, pod in pods.items()
             if (ip := (pod.get("status") or {}).get("podIP")) and not pod["metadata"].get("deletionTimestamp")
         }
-        reports = await gather_reports(self.r.instances, addresses)
+        token = secret_value(self.cache.get(SECRET, names.api_secret(self.name), self.namespace), "token")
+        reports = await gather_reports(self.r.instances, addresses, token)  # GET /status needs the API token
         # An address can be reused by another pod: trust a report only from the instance it names.
         return {name: report for name, report in reports.items() if report.name == name}, pods
 
