@@ -12,6 +12,7 @@ import pytest_asyncio
 
 from kanri.local.controlplane import Endpoint
 from kanri.postgres.api.v1alpha1.backup import S3Repository
+from kanri.postgres.backup import DefaultRepository
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.runtime import ApiError, Client
 from kanri.runtime.kinds import CONFIG_MAP, EVENT, SECRET
@@ -62,28 +63,63 @@ def _b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
 
+async def copied(client: Client, namespace: str, name: str) -> Obj | None:
+    try:
+        return await client.get(SECRET, name, namespace)
+    except ApiError as exc:
+        if exc.not_found:
+            return None
+        raise
+
+
 async def test_the_platform_default_repository_reaches_the_instances_without_its_keys_in_the_config(
     control_plane: Endpoint, client: Client, namespace: str
 ) -> None:
-    # the operator's namespace is the test namespace here: the default's key Secret lives there
+    # the operator's namespace is the test namespace here: the default's key Secret lives there. The store's IAM API
+    # does not answer (nothing listens on its endpoint): the platform's keys must not be handed out instead.
     keys = {"accessKeyId": _b64("AKID"), "secretAccessKey": _b64("very-secret")}
     meta = {"name": "platform-keys", "namespace": namespace}
     await client.create(SECRET, {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "data": keys})
-    default = S3Repository.model_validate({"endpoint": "http://127.0.0.1:8333", "bucket": "platform", "path": "dev",
+    default = S3Repository.model_validate({"endpoint": "http://127.0.0.1:9", "bucket": "platform", "path": "dev",
                                            "credentialsSecret": {"name": "platform-keys"}})  # fmt: skip
     await client.create(POSTGRES_CLUSTER, pgc("shop", namespace, replicas=1, backup={"retentionDays": 14}))
     operator = Operator(control_plane, namespace, default_backup_repository=default)
     async with operator.running(refresh=0.3):
 
-        async def copied() -> Obj | None:
-            try:
-                return await client.get(SECRET, "shop-backup-credentials", namespace)
-            except ApiError as exc:
-                if exc.not_found:
-                    return None
-                raise
+        async def failing() -> Obj | None:
+            found = await condition(client, namespace, "shop", "ContinuousArchiving")
+            return found if found is not None and found["reason"] == "TenantIdentityFailing" else None
 
-        secret = await eventually(copied, timeout=30)
+        found = await eventually(failing, timeout=60)
+        assert found["status"] == "False"
+        assert f"namespace {namespace} its own identity" in found["message"], found
+        assert "very-secret" not in found["message"]
+        assert await copied(client, namespace, "shop-backup-credentials") is None
+    configmap = await client.get(CONFIG_MAP, "shop-config", namespace)
+    document = configmap["data"]["instance.json"]
+    assert json.loads(document)["archive"] == {
+        "destination": f"s3://platform/dev/{namespace}",
+        "endpointURL": "http://127.0.0.1:9",
+        "serverName": "shop",
+    }
+    assert "very-secret" not in document
+    cluster = await client.get(POSTGRES_CLUSTER, "shop", namespace)
+    assert "very-secret" not in json.dumps(cluster)
+
+
+async def test_a_shared_default_repository_hands_out_the_platforms_keys_as_declared(
+    control_plane: Endpoint, client: Client, namespace: str
+) -> None:
+    keys = {"accessKeyId": _b64("AKID"), "secretAccessKey": _b64("very-secret")}
+    meta = {"name": "platform-keys", "namespace": namespace}
+    await client.create(SECRET, {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "data": keys})
+    default = DefaultRepository.model_validate({"endpoint": "http://127.0.0.1:9", "bucket": "platform",
+                                                "credentialsSecret": {"name": "platform-keys"},
+                                                "tenantIsolation": "Shared"})  # fmt: skip
+    await client.create(POSTGRES_CLUSTER, pgc("shop", namespace, replicas=1, backup={"retentionDays": 14}))
+    operator = Operator(control_plane, namespace, default_backup_repository=default)
+    async with operator.running(refresh=0.3):
+        secret = await eventually(lambda: copied(client, namespace, "shop-backup-credentials"), timeout=30)
         assert base64.b64decode(secret["data"]["ACCESS_SECRET_KEY"]).decode() == "very-secret"
         assert secret["metadata"]["ownerReferences"][0]["name"] == "shop"
 
@@ -92,14 +128,4 @@ async def test_the_platform_default_repository_reaches_the_instances_without_its
             return found if found is not None and found["reason"] == "WaitingForPrimary" else None
 
         found = await eventually(waiting, timeout=30)
-        assert f"s3://platform/dev/{namespace}/shop (default)" in found["message"]  # a folder per namespace
-    configmap = await client.get(CONFIG_MAP, "shop-config", namespace)
-    document = configmap["data"]["instance.json"]
-    assert json.loads(document)["archive"] == {
-        "destination": f"s3://platform/dev/{namespace}",
-        "endpointURL": "http://127.0.0.1:8333",
-        "serverName": "shop",
-    }
-    assert "very-secret" not in document
-    cluster = await client.get(POSTGRES_CLUSTER, "shop", namespace)
-    assert "very-secret" not in json.dumps(cluster)
+        assert f"s3://platform/{namespace}/shop (default)" in found["message"]  # a folder per namespace

@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from kanri.postgres.iam import IamClient
+from kanri.postgres.iam import IamClient, IamError
 from kanri.postgres.s3 import S3Keys
 from kanri.postgres.sync import FIELD_MANAGER
 from kanri.runtime import ApiError, Client, Kind
@@ -123,11 +123,15 @@ class TenantIdentities:
     region: str = "us-east-1"
     clock: Callable[[], float] = time.monotonic
     _verified: dict[str, tuple[str, float]] = field(default_factory=dict)
+    _failed: dict[str, tuple[IamError, float, int]] = field(default_factory=dict)
+    """The last failure per namespace, when, and how many in a row: the store is not asked again before the backoff
+    (2 s doubling to 5 min) has passed, so an unanswering IAM API never holds a reconcile worker pass after pass."""
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
 
     def forget(self, namespace: str) -> None:
         """Drop what is remembered of ``namespace`` (its next use checks with the store again)."""
         self._verified.pop(namespace, None)
+        self._failed.pop(namespace, None)
         self._locks.pop(namespace, None)
 
     async def keys(self, client: Client, cache: Cached, platform: S3Keys, namespace: str) -> S3Keys:
@@ -147,22 +151,40 @@ class TenantIdentities:
             if key_id and secret and remembered and remembered[0] == key_id and \
                     self.clock() - remembered[1] < RECHECK:  # fmt: skip
                 return S3Keys(key_id, secret)
-            user = user_name(self.bucket, self.path, namespace)
-            async with IamClient(self.endpoint, platform, self.region) as iam:
-                if await iam.create_user(user):
-                    log.info("made the namespace's backup identity", namespace=namespace, user=user)
-                await iam.put_user_policy(user, POLICY_NAME, policy(self.bucket, self.path, namespace))
-                existing = await iam.list_access_keys(user)
-                if not (key_id and secret and key_id in existing):
-                    for stale in existing:  # nobody holds these any more (the kept Secret is gone or foreign)
-                        await iam.delete_access_key(user, stale)
-                    made = await iam.create_access_key(user)
-                    key_id, secret = made.access_key_id, made.secret_access_key
-                    await self._keep(client, name, key_id, secret, user)
-                    log.info("new access key for the namespace's backup identity", namespace=namespace, user=user,
-                             access_key_id=key_id)  # fmt: skip
+            failed = self._failed.get(namespace)
+            if failed is not None and self.clock() - failed[1] < min(300.0, 2.0 * 2 ** (failed[2] - 1)):
+                raise failed[0]
+            try:
+                key_id, secret = await self._ensure(client, platform, namespace, key_id, secret)
+            except IamError as exc:
+                count = failed[2] + 1 if failed is not None else 1
+                self._failed[namespace] = (exc, self.clock(), count)
+                log.warning("cannot make the namespace's backup identity", namespace=namespace, error=str(exc),
+                            failures=count)  # fmt: skip
+                raise
+            self._failed.pop(namespace, None)
             self._verified[namespace] = (key_id, self.clock())
             return S3Keys(key_id, secret)
+
+    async def _ensure(self, client: Client, platform: S3Keys, namespace: str, key_id: str | None,
+                      secret: str | None) -> tuple[str, str]:  # fmt: skip
+        """The user, its policy and a key pair the user has (the kept one, or a new one kept now)."""
+        name = keys_secret_name(namespace)
+        user = user_name(self.bucket, self.path, namespace)
+        async with IamClient(self.endpoint, platform, self.region) as iam:
+            if await iam.create_user(user):
+                log.info("made the namespace's backup identity", namespace=namespace, user=user)
+            await iam.put_user_policy(user, POLICY_NAME, policy(self.bucket, self.path, namespace))
+            existing = await iam.list_access_keys(user)
+            if not (key_id and secret and key_id in existing):
+                for stale in existing:  # nobody holds these any more (the kept Secret is gone or foreign)
+                    await iam.delete_access_key(user, stale)
+                made = await iam.create_access_key(user)
+                key_id, secret = made.access_key_id, made.secret_access_key
+                await self._keep(client, name, key_id, secret, user)
+                log.info("new access key for the namespace's backup identity", namespace=namespace, user=user,
+                         access_key_id=key_id)  # fmt: skip
+        return key_id, secret
 
     async def _keep(self, client: Client, name: str, key_id: str, secret: str, user: str) -> None:
         body: Obj = {
