@@ -97,6 +97,4 @@ CLUSTER_ROLE_BINDING = Kind(
 POD_DISRUPTION_BUDGET = Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets")
 CRD = Kind("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", namespaced=False)
 TOKEN_REVIEW = Kind("authentication.k8s.io/v1", "TokenReview", "tokenreviews", namespaced=False)
-SUBJECT_ACCESS_REVIEW = Kind(
-    "authorization.k8s.io/v1", "SubjectAccessReview", "subjectaccessreviews", namespaced=False
-)
+SUBJECT_ACCESS_REVIEW = Kind("authorization.k8s.io/v1", "SubjectAccessReview", "subjectaccessreviews", namespaced=False)
