@@ -11,9 +11,22 @@ import aiohttp
 import pytest
 import pytest_asyncio
 
-from kanri.runtime import ApiError, Client, Manager, ManagerOptions
-from kanri.runtime.kinds import CLUSTER_ROLE, CLUSTER_ROLE_BINDING, SERVICE_ACCOUNT
+from kanri.runtime import ApiError, Client, Controller, Manager, ManagerOptions, Request, Result
+from kanri.runtime.kinds import CLUSTER_ROLE, CLUSTER_ROLE_BINDING, CONFIG_MAP, SERVICE_ACCOUNT
 from tests.support import eventually
+
+
+class Idle:
+    """A reconciler that does nothing: a manager runs only while it has a controller."""
+
+    async def reconcile(self, request: Request) -> Result | None:
+        return None
+
+
+def serving(client: Client, options: ManagerOptions) -> Manager:
+    manager = Manager(client, options)
+    manager.add(Controller("idle", Idle(), for_kind=CONFIG_MAP))
+    return manager
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -21,7 +34,7 @@ async def running(client: Client, namespace: str) -> AsyncIterator[str]:
     """A manager (no controllers) serving its health port with metrics_auth on; yields its base URL."""
     options = ManagerOptions(name="metrics-auth", namespace=namespace, leader_election=False, health_port=0,
                              metrics_auth=True)  # fmt: skip
-    manager = Manager(client, options)
+    manager = serving(client, options)
     task = asyncio.create_task(manager.run(handle_signals=False))
     try:
         await eventually(lambda: asyncio.sleep(0, manager.health_port is not None), timeout=10)
@@ -92,7 +105,7 @@ async def test_metrics_need_a_token_the_api_server_allows_and_health_stays_open(
 
 
 async def test_without_metrics_auth_metrics_are_open(client: Client, namespace: str) -> None:
-    manager = Manager(client, ManagerOptions(name="open", namespace=namespace, leader_election=False, health_port=0))
+    manager = serving(client, ManagerOptions(name="open", namespace=namespace, leader_election=False, health_port=0))
     task = asyncio.create_task(manager.run(handle_signals=False))
     try:
         await eventually(lambda: asyncio.sleep(0, manager.health_port is not None), timeout=10)
