@@ -125,7 +125,9 @@ async def test_a_namespace_admin_cannot_reach_another_namespaces_backups_with_th
                 ):
                     message = await refused(what, attempt)
                     assert "HTTP 403" in message, (what, message)
-                await s3.delete_keys(S3_BUCKET, victims[:1])  # refused quietly: the object stays (below)
+                    assert given.secret_access_key not in message
+                message = await refused("delete another namespace's backup", s3.delete_keys(S3_BUCKET, victims[:1]))
+                assert "AccessDenied" in message, message
                 await s3.put(S3_BUCKET, own + "probe", b"the own folder works")
                 assert own + "probe" in await s3.list_keys(S3_BUCKET, own)
                 await s3.delete_keys(S3_BUCKET, [own + "probe"])
