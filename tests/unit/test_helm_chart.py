@@ -177,14 +177,24 @@ def test_the_default_backup_repository_reaches_the_operator_as_the_file_it_parse
     )
 
 
-def test_namespaced_mode_may_read_the_repository_key_secret_and_nothing_else_in_its_own_namespace() -> None:
-    objects = template(*REPOSITORY, "watchNamespaces={team-a}", namespace="kanri-ops")
+def test_namespaced_mode_may_read_the_repository_key_secret_and_keep_the_watched_namespaces_identities_only() -> None:
+    objects = template(*REPOSITORY, "watchNamespaces={team-a,team-b}", namespace="kanri-ops")
     (role,) = [r for r in of_kind(objects, "Role") if r["metadata"]["name"].endswith("-backup-repository")]
     assert role["metadata"]["namespace"] == "kanri-ops"
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["backup-keys"],
-                              "verbs": ["get"]}]  # fmt: skip
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["backup-keys"], "verbs": ["get"]},
+        # each watched namespace's own identity in the default repository (kanri.postgres.tenant_identity)
+        {"apiGroups": [""], "resources": ["secrets"],
+         "resourceNames": ["kanri-backup-tenant-team-a", "kanri-backup-tenant-team-b"],
+         "verbs": ["get", "create", "patch"]},
+    ]  # fmt: skip
     (binding,) = [b for b in of_kind(objects, "RoleBinding") if b["roleRef"]["name"] == role["metadata"]["name"]]
     assert binding["metadata"]["namespace"] == "kanri-ops"
+    shared = template(*REPOSITORY, "backup.defaultRepository.tenantIsolation=Shared", "watchNamespaces={team-a}",
+                      namespace="kanri-ops")  # fmt: skip
+    (role,) = [r for r in of_kind(shared, "Role") if r["metadata"]["name"].endswith("-backup-repository")]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["backup-keys"],
+                              "verbs": ["get"]}]  # fmt: skip
 
 
 def test_no_default_repository_renders_nothing_for_it_and_a_bad_one_is_refused() -> None:
