@@ -15,7 +15,7 @@ import (
 
 // apiserverArgs are the kube-apiserver flags for a loopback-only, certificate-authenticated, RBAC-authorized server.
 func apiserverArgs(c config, p pki) []string {
-	return []string{
+	args := []string{
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
 		fmt.Sprintf("--secure-port=%d", c.APIServerPort),
@@ -44,6 +44,11 @@ func apiserverArgs(c config, p pki) []string {
 		"--default-unreachable-toleration-seconds=30",
 		fmt.Sprintf("--v=%d", c.Verbosity),
 	}
+	if c.AdmissionConfigFile != "" {
+		// Per-plugin configuration, e.g. PodSecurity's defaults for namespaces that choose no level (issue 33).
+		args = append(args, "--admission-control-config-file="+c.AdmissionConfigFile)
+	}
+	return args
 }
 
 // runAPIServer runs kube-apiserver until ctx is cancelled, following the steps of its cobra command but with our

@@ -20,6 +20,9 @@ type config struct {
 	Controllers    string `json:"-"`
 	Verbosity      int    `json:"-"`
 	Scheduler      bool   `json:"-"`
+	// AdmissionConfigFile is the caller's, given on every start (kanri.local.controlplane writes the Pod Security
+	// defaults there), so it is not remembered.
+	AdmissionConfigFile string `json:"-"`
 }
 
 // loadConfig merges flags with what the data dir remembers: an explicit flag wins, then the remembered value, then

@@ -55,6 +55,8 @@ func run() error {
 		verbosity   = flag.Int("v", 0, "klog verbosity of the API server and controllers")
 		parentPID   = flag.Int("parent-pid", 0, "stop when this process exits (0: run until signalled)")
 		withSched   = flag.Bool("scheduler", true, "run kube-scheduler (false: something else binds pods to nodes)")
+		admission   = flag.String("admission-control-config-file", "",
+			"kube-apiserver --admission-control-config-file (empty: the plugins' own defaults)")
 	)
 	flag.Parse()
 	if *dataDir == "" {
@@ -73,6 +75,7 @@ func run() error {
 	cfg, err := loadConfig(*dataDir, config{
 		APIServerPort: *apiPort, EtcdClientPort: *etcdPort, EtcdPeerPort: *peerPort,
 		ServiceCIDR: defaultServiceCIDR, Controllers: *controllers, Verbosity: *verbosity, Scheduler: *withSched,
+		AdmissionConfigFile: *admission,
 	})
 	if err != nil {
 		return err

@@ -5,6 +5,10 @@ can return while it keeps running; ``exit_with_parent`` ties its life to the cal
 session wants. Readiness comes from the binary's own ``{"event": "ready"}`` line, which it prints only after
 ``/readyz`` passes, the controllers have created the ``default`` ServiceAccount and the scheduler's informers have
 synced.
+
+Every start (re)writes the API server's admission configuration into the data dir: Pod Security ``baseline`` is
+enforced on namespaces that set no level of their own, ``restricted`` is warned about and audited (issue 33: without
+it a namespace admin could run a privileged pod with the data dir as a ``hostPath`` and read the admin kubeconfig).
 """
 
 from __future__ import annotations
@@ -13,12 +17,46 @@ import http.client
 import json
 import os
 import ssl
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Final
 
 from kanri.local.build import BINARY_NAME, controlplane_binary
 from kanri.local.detached import DetachedProcess, DetachedProcessError
+
+#: The Pod Security levels of a namespace that sets none (its ``pod-security.kubernetes.io/<mode>`` labels win).
+#: ``baseline`` refuses what reaches the node (privileged, host namespaces, ports and paths, added capabilities);
+#: ``restricted`` is what every pod kanri makes meets, so asking for it in warnings costs kanri nothing and tells a
+#: tenant where their pod falls short. Nothing is exempt: no pod in ``kube-system`` (or anywhere else) needs more,
+#: and a namespace that does is labelled by a cluster admin (namespaces are cluster-scoped: a namespace ``admin``
+#: cannot label its own).
+POD_SECURITY_DEFAULTS: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "enforce": "baseline",
+        "enforce-version": "latest",
+        "warn": "restricted",
+        "warn-version": "latest",
+        "audit": "restricted",
+        "audit-version": "latest",
+    }
+)
+
+
+def admission_configuration() -> dict[str, Any]:
+    """The kube-apiserver's ``AdmissionConfiguration``: the PodSecurity plugin with :data:`POD_SECURITY_DEFAULTS`."""
+    pod_security = {
+        "apiVersion": "pod-security.admission.config.k8s.io/v1",
+        "kind": "PodSecurityConfiguration",
+        "defaults": dict(POD_SECURITY_DEFAULTS),
+        "exemptions": {"usernames": [], "runtimeClasses": [], "namespaces": []},
+    }
+    return {
+        "apiVersion": "apiserver.config.k8s.io/v1",
+        "kind": "AdmissionConfiguration",
+        "plugins": [{"name": "PodSecurity", "configuration": pod_security}],
+    }
 
 
 class ControlPlaneError(DetachedProcessError):
@@ -50,6 +88,11 @@ class ControlPlane(DetachedProcess):
         return self.data_dir / "admin.kubeconfig"
 
     @property
+    def admission_config(self) -> Path:
+        """The admission configuration the API server reads (written by :meth:`start`)."""
+        return self.data_dir / "admission.json"
+
+    @property
     def events_file(self) -> Path:
         return self.data_dir / "events.jsonl"
 
@@ -74,7 +117,8 @@ class ControlPlane(DetachedProcess):
         if (pid := self.running_pid()) is not None:
             return Endpoint(server=self._server_url(), kubeconfig=self.kubeconfig, pid=pid)
         binary = self._binary or controlplane_binary()
-        args = [str(binary), f"--data-dir={self.data_dir}"]
+        admission = self.write_admission_config()
+        args = [str(binary), f"--data-dir={self.data_dir}", f"--admission-control-config-file={admission}"]
         if exit_with_parent:
             args.append(f"--parent-pid={os.getpid()}")
         ready = self.launch(args, timeout)
@@ -103,6 +147,18 @@ class ControlPlane(DetachedProcess):
         if config is None:
             raise ControlPlaneError(f"{self.data_dir} has no config.json; the control plane never started there")
         return int(config["apiserverPort"])
+
+    def write_admission_config(self) -> Path:
+        """Write :func:`admission_configuration` to :attr:`admission_config` (replaced whole) and return its path.
+
+        :meth:`start` calls it every time, so a data dir made by an older kanri gets today's defaults on its next
+        start. The file is JSON, which the API server reads as the YAML it expects.
+        """
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.admission_config.with_suffix(".tmp")
+        tmp.write_text(json.dumps(admission_configuration(), indent=2) + "\n")
+        tmp.replace(self.admission_config)
+        return self.admission_config
 
     def _server_url(self) -> str:
         return f"https://127.0.0.1:{self.apiserver_port()}"
