@@ -295,7 +295,7 @@ class FailoverStep:
         task.add_done_callback(self.r.background.discard)
 
     async def _late_status(self, primary: str, address: str, sent: float, limit: float) -> None:
-        if await self.r.instances.status(address, timeout=limit) is None:
+        if await self.r.instances.status(address, timeout=limit, token=self.token) is None:
             return
         moved = heard(self.r.suspects.get(self.key), primary, sent)
         if moved is not None:
@@ -647,7 +647,7 @@ class FailoverStep:
                 if done:
                     return request.result(), None
                 asked = self.r.clock()
-                answered = await self.r.instances.status(address) is not None
+                answered = await self.r.instances.status(address, token=self.token) is not None
                 if request.done():
                     return request.result(), None
                 if answered:

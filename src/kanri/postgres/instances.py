@@ -379,6 +379,11 @@ class HttpInstanceClient:
         try:
             async with self._http().get(self._url(address, "/status"), headers=headers, **self._tls(address),
                                         **extra) as response:  # fmt: skip
+                if response.status in (401, 403):
+                    # alive, but it refuses the cluster's API token (a recreated <cluster>-api Secret not yet
+                    # remounted): say so, this is no network fault
+                    log.warning("instance refused the API token for /status", address=address,
+                                status=response.status)  # fmt: skip
                 if response.status != 200:
                     return None
                 return parse_report(await response.json(content_type=None))
