@@ -12,7 +12,9 @@ kanri.local.controlplane and docs/security.md):
   patch them (RBAC refuses the label); once the platform sets that label, the same privileged pod is admitted, so the
   refusal above was the level and nothing else;
 - a ``restricted``-compliant pod is admitted without a word; a ``baseline``-but-not-``restricted`` pod is admitted
-  and kubectl prints the ``restricted`` warning.
+  and kubectl prints the ``restricted`` warning;
+- every pod kanri runs (instance, rehearsal, upgrade check and upgrade pods, the operator as the chart renders it,
+  the local object store ``kanri-s3``) passes the default without even a warning.
 
 Only the control plane takes part (admission decides before a node sees a pod; the admitted pods carry a scheduling
 gate, so nothing runs), which makes this an integration test.
@@ -29,8 +31,10 @@ from typing import Any
 import pytest
 
 from kanri.local import Endpoint
+from kanri.local.seaweedfs import object_store
 from kanri.runtime import ApiError, Client
 from kanri.runtime.kinds import NAMESPACE, POD, ROLE_BINDING, SERVICE_ACCOUNT
+from tests.integration.test_pod_security import operator_pods
 
 Obj = dict[str, Any]
 KUBECTL = Path(sys.executable).parent / "kubectl"
@@ -175,3 +179,34 @@ async def test_a_restricted_pod_is_admitted_quietly_and_a_baseline_pod_with_a_wa
         assert check in err, err
     for name in ("compliant", "plain"):  # stored, as admitted
         assert (await client.get(POD, name, namespace))["metadata"]["name"] == name
+
+
+def kanri_pods(namespace: str) -> dict[str, Obj]:
+    """Every pod kanri runs: the operator's (tests/integration/test_pod_security.py) and the object store's."""
+    (store,) = [doc for doc in object_store(namespace) if doc["kind"] == "StatefulSet"]
+    template = store["spec"]["template"]
+    # what the StatefulSet controller makes: the template, plus a claim volume per volumeClaimTemplate
+    claims = [
+        {"name": c["metadata"]["name"], "persistentVolumeClaim": {"claimName": f"{c['metadata']['name']}-0"}}
+        for c in store["spec"].get("volumeClaimTemplates", [])
+    ]
+    store_pod = {"apiVersion": "v1", "kind": "Pod",
+                 "metadata": {**template["metadata"], "name": "kanri-s3-0", "namespace": namespace},
+                 "spec": {**template["spec"], "volumes": [*template["spec"].get("volumes", []), *claims]}}  # fmt: skip
+    return {**operator_pods(namespace), "object store (kanri-s3)": store_pod}
+
+
+async def test_every_pod_kanri_runs_passes_the_default_without_a_warning(
+    client: Client, control_plane: Endpoint, namespace: str
+) -> None:
+    await make_tenant(client, namespace)
+    for account in ("orders-instance", "kanri-operator"):  # so that nothing but Pod Security could refuse a pod
+        await client.create(SERVICE_ACCOUNT, {"metadata": {"name": account, "namespace": namespace}})
+    pods = kanri_pods(namespace)
+    assert len(pods) == 8, list(pods)
+    for which, manifest in pods.items():
+        code, out, err = await as_tenant(control_plane, namespace, "create", "--dry-run=server", "-f", "-",
+                                         stdin=json.dumps(manifest))  # fmt: skip
+        assert code == 0, f"{which}: {err}"
+        assert "created (server dry run)" in out, f"{which}: {out}"
+        assert "Warning" not in err, f"{which}: {err}"
