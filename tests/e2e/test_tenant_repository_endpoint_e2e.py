@@ -65,7 +65,12 @@ async def _time_to_status(client: Client, namespace: str, name: str, deadline: f
     """Seconds from creating a cluster to its first status (phase or a condition); fails after ``deadline``."""
     started = time.monotonic()
     await client.create(POSTGRES_CLUSTER, cluster(name, namespace, 1))
-    await eventually(lambda: _status_seen(client, namespace, name), timeout=deadline, interval=0.1)
+    try:
+        await eventually(lambda: _status_seen(client, namespace, name), timeout=deadline, interval=0.1)
+    except TimeoutError:
+        last = (await client.get(POSTGRES_CLUSTER, name, namespace)).get("status")
+        raise AssertionError(f"{namespace}/{name} had no status {deadline:.0f}s after it was created (its status: "
+                             f"{last!r}): the operator's workers were busy elsewhere") from None  # fmt: skip
     return time.monotonic() - started
 
 
@@ -100,7 +105,12 @@ async def test_a_tenant_store_that_pages_forever_delays_no_other_tenants_cluster
     try:
         async with hostile_s3("pages") as server:
             operator = Operator(control_plane, namespace, instances=instances, also_watch=(other,))
-            async with operator.running():
+            async with operator.running() as manager:
+
+                async def synced() -> bool:
+                    return manager.ready()
+
+                await eventually(synced, timeout=60)
                 # The usual time, measured here: another tenant's new cluster, nothing else going on.
                 baseline = await _time_to_status(client, other, "baseline", deadline=120)
                 bound = 3 * baseline + 10
