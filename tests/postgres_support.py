@@ -53,7 +53,10 @@ class Operator:
         backup_now: Callable[[], datetime] | None = None,
         also_watch: tuple[str, ...] = (),
         allowed_backup_endpoints: tuple[str, ...] = (),
+        allowed_priority_classes: tuple[str, ...] = (),
     ) -> None:
+        self.allowed_priority_classes = allowed_priority_classes
+        """``kanri run --allowed-priority-class`` (empty: any class the API accepts)."""
         self.backup_now = backup_now
         self.also_watch = also_watch
         """Further namespaces the operator watches (a second tenant's)."""
@@ -76,7 +79,8 @@ class Operator:
                                       refresh=refresh, leader_election_namespace=self.namespace,
                                       default_backup_repository=self.default_backup_repository,
                                       backup_now=self.backup_now or utc_now, namespaces=self.also_watch,
-                                      allowed_backup_endpoints=self.allowed_backup_endpoints)  # fmt: skip
+                                      allowed_backup_endpoints=self.allowed_backup_endpoints,
+                                      allowed_priority_classes=self.allowed_priority_classes)  # fmt: skip
             manager = build_manager(own, options, instances=self.instances, registry=self.registry)
             task = asyncio.create_task(manager.run(handle_signals=False))
             try:

@@ -320,3 +320,12 @@ def test_allowed_backup_endpoints_reach_the_operator_as_one_flag_each() -> None:
         "--allowed-backup-endpoint=https://s3.eu-west-1.amazonaws.com",
         "--allowed-backup-endpoint=minio.storage.svc:9000",
     ]
+
+
+def test_allowed_priority_classes_reach_the_operator_as_one_flag_each() -> None:
+    assert not [a for a in deployment_args(template()) if a.startswith("--allowed-priority-class")]
+    objects = template("allowedPriorityClasses={database-high,database-normal}")
+    assert [a for a in deployment_args(objects) if a.startswith("--allowed-priority-class")] == [
+        "--allowed-priority-class=database-high",
+        "--allowed-priority-class=database-normal",
+    ]

@@ -74,6 +74,14 @@ def run(
             "endpoint is always allowed."
         ),
     ] = None,
+    allowed_priority_class: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A PriorityClass a cluster's spec.podTemplate.priorityClassName may name; repeat it for several. "
+            "Without any: every class the API accepts (the system- ones never). A cluster naming another runs "
+            "without it and says PriorityClassNotAllowed."
+        ),
+    ] = None,
     backup_clock_offset_file: Annotated[
         Path | None,
         typer.Option(
@@ -104,6 +112,7 @@ def run(
         manager={"health_host": health_host, "metrics_auth": metrics_auth},
         backup_now=offset_clock(backup_clock_offset_file) if backup_clock_offset_file else utc_now,
         allowed_backup_endpoints=tuple(e.strip() for e in allowed_backup_endpoint or () if e.strip()),
+        allowed_priority_classes=tuple(c.strip() for c in allowed_priority_class or () if c.strip()),
     )
     asyncio.run(_run(str(kubeconfig) if kubeconfig else None, options))
 

@@ -140,6 +140,9 @@ class OperatorOptions:
     """The S3 endpoints clusters may name in their own repositories (``kanri run --allowed-backup-endpoint``): URLs
     or hosts (``host[:port]``); empty: any. The default repository's endpoint is always allowed (docs/backups.md,
     "Untrusted endpoints")."""
+    allowed_priority_classes: tuple[str, ...] = ()
+    """The PriorityClasses a cluster's pod template may name (``kanri run --allowed-priority-class``); empty: any the
+    API accepts (never the system- ones). See :mod:`kanri.postgres.pod_policy`."""
     backup_now: Callable[[], datetime] = utc_now
     """"Now" for base backups' schedule and retention: a test hook (``kanri run --backup-clock-offset-file``, tests) to
     age backups without skewing the clock the object store checks requests against."""
@@ -206,6 +209,7 @@ def build_manager(
         metrics=PostgresMetrics(manager.registry),
         operator_namespace=own_namespace,
     )
+    reconciler.allowed_priority_classes = options.allowed_priority_classes
     reconciler.backup = BackupSettings(
         options.default_backup_repository,
         own_namespace,

@@ -24,6 +24,8 @@ line: peer authentication, the socket directory, no connection slot left) | docs
 | ``ForeignPod`` | the operator: a pod it did not create holds a one-shot pod's name (``kanri.postgres.oneshot``) |
 delete that pod |
 | ``StorageClassNotFound`` | ``spec.storage.storageClassName`` does not exist | create the class or fix the name |
+| ``PriorityClassNotAllowed`` | the operator: ``spec.podTemplate.priorityClassName`` is outside the platform's list
+(``kanri.postgres.pod_policy``) | name an allowed class, or none |
 | ``InvalidSecret`` | the operator or an instance: a credential Secret is unusable | fix the key named |
 | ``InvalidServerSecret``, ``InvalidCASecret`` | the operator: a TLS Secret it reads is unusable
 (``kanri.postgres.tls_step``) | fix the key named |
@@ -86,6 +88,7 @@ SEVERITY = (
     "ChildConflict",
     "ForeignPod",
     "StorageClassNotFound",
+    "PriorityClassNotAllowed",
     "InvalidSecret",
     "InvalidServerSecret",
     "InvalidCASecret",

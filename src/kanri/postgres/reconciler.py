@@ -22,6 +22,7 @@ from kanri.postgres import (
     backup_schedule,
     names,
     oneshot,
+    pod_policy,
     primary_update,
     recovery,
     restore_test,
@@ -153,6 +154,8 @@ class PostgresClusterReconciler:
         self.backup = BackupSettings()
         """The platform's default backup repository and the backup metrics (set by build_manager)."""
         self.backup_cleanup = BackupCleanup(lambda: self.backup)
+        self.allowed_priority_classes: tuple[str, ...] = ()
+        """The priority classes a pod template may name (``kanri run --allowed-priority-class``; empty: any)."""
         self.cache = cache
         self.client = client
         self.instances = instances
@@ -243,6 +246,10 @@ class ClusterPass:
         self.blocked: list[str] = []
         """Children a deleted owner still controls (the garbage collector is about to remove them)."""
         self.problems: list[Problem] = []
+        # the platform's pod policy: a priority class it does not hand out is left out of the pods, and said
+        self.spec, refused = pod_policy.allowed_spec(spec, reconciler.allowed_priority_classes)
+        if refused is not None:
+            self.problems.append(refused)
         self.rolling: str | None = None
         self.waiting_to_roll: list[str] = []
         self.failover: FailoverStep | None = None
