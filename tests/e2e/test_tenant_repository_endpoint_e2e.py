@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import json
 import re
 import secrets
 import time
@@ -28,8 +29,9 @@ from kanri.postgres.instances import HttpInstanceClient
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.s3 import MAX_PAGES
 from kanri.runtime import ApiError, Client, get_condition
-from kanri.runtime.kinds import EVENT, NAMESPACE, SECRET
+from kanri.runtime.kinds import EVENT, NAMESPACE
 from tests.e2e.postgres_helpers import cluster, gone
+from tests.e2e.test_tenant_forged_pods_e2e import kubectl, tenant
 from tests.hostile_s3 import HostileS3, hostile_s3
 from tests.postgres_support import Operator
 from tests.support import eventually
@@ -44,11 +46,11 @@ def _b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
 
-async def _tenant_keys(client: Client, namespace: str) -> None:
-    await client.create(SECRET, {"apiVersion": "v1", "kind": "Secret",
-                                 "metadata": {"name": "own-store-keys", "namespace": namespace},
-                                 "data": {"accessKeyId": _b64("tenantkey"),
-                                          "secretAccessKey": _b64(secrets.token_hex(16))}})  # fmt: skip
+async def _tenant_keys(control_plane: Endpoint, namespace: str, who: str) -> None:
+    """The tenant's key Secret for its own store, made by the tenant (a namespace admin)."""
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "own-store-keys", "namespace": namespace},
+              "data": {"accessKeyId": _b64("tenantkey"), "secretAccessKey": _b64(secrets.token_hex(16))}}  # fmt: skip
+    await kubectl(control_plane, namespace, "create", "-f", "-", stdin=json.dumps(secret), who=who)
 
 
 def _own_repository(server: HostileS3, bucket: str) -> Obj:
@@ -115,16 +117,19 @@ async def test_a_tenant_store_that_pages_forever_delays_no_other_tenants_cluster
                 baseline = await _time_to_status(client, other, "baseline", deadline=120)
                 bound = 3 * baseline + 10
 
-                # Tenant A: clusters archiving to its own server, deleted with deletionPolicy Delete.
-                await _tenant_keys(client, namespace)
+                # Tenant A, a namespace admin: clusters archiving to its own server, deleted with deletionPolicy
+                # Delete, every write through kubectl --as the tenant.
+                who = await tenant(control_plane, namespace)
+                await _tenant_keys(control_plane, namespace, who)
                 for i, name in enumerate(hostile):
-                    await client.create(POSTGRES_CLUSTER, cluster(name, namespace, 0, deletionPolicy="Delete",
-                                                                  backup={"repository": _own_repository(
-                                                                      server, f"bucket-{i}")}))  # fmt: skip
+                    body = cluster(name, namespace, 0, deletionPolicy="Delete",
+                                   backup={"repository": _own_repository(server, f"bucket-{i}")})  # fmt: skip
+                    await kubectl(control_plane, namespace, "create", "-f", "-", stdin=json.dumps(body), who=who)
                 for name in hostile:
                     await eventually(functools.partial(_status_seen, client, namespace, name), timeout=120)
                 for name in hostile:
-                    await client.delete(POSTGRES_CLUSTER, name, namespace)
+                    await kubectl(control_plane, namespace, "delete", "postgrescluster", name, "--wait=false",
+                                  who=who)  # fmt: skip
 
                 # the finalizer's deletion is under way against the hostile server
                 async def paging() -> bool:
@@ -186,10 +191,11 @@ async def test_an_endpoint_outside_the_allow_list_is_refused_and_never_called(
             operator = Operator(control_plane, namespace, instances=instances,
                                 allowed_backup_endpoints=("minio.storage.svc:9000",))  # fmt: skip
             async with operator.running():
-                await _tenant_keys(client, namespace)
-                await client.create(POSTGRES_CLUSTER, cluster("refused", namespace, 1, deletionPolicy="Delete",
-                                                              backup={"repository": _own_repository(
-                                                                  server, "tenant-bucket")}))  # fmt: skip
+                who = await tenant(control_plane, namespace)
+                await _tenant_keys(control_plane, namespace, who)
+                body = cluster("refused", namespace, 1, deletionPolicy="Delete",
+                               backup={"repository": _own_repository(server, "tenant-bucket")})  # fmt: skip
+                await kubectl(control_plane, namespace, "create", "-f", "-", stdin=json.dumps(body), who=who)
 
                 async def refused() -> Obj | None:
                     found = await _condition(client, namespace, "refused", "ContinuousArchiving")
@@ -200,7 +206,8 @@ async def test_an_endpoint_outside_the_allow_list_is_refused_and_never_called(
                 assert server.endpoint in condition["message"]
                 assert "--allowed-backup-endpoint" in condition["message"]
                 # deleted with deletionPolicy Delete: the finalizer calls nothing there either, and lets go
-                await client.delete(POSTGRES_CLUSTER, "refused", namespace)
+                await kubectl(control_plane, namespace, "delete", "postgrescluster", "refused", "--wait=false",
+                              who=who)  # fmt: skip
                 await eventually(lambda: gone(client, namespace, "refused"), timeout=120)
 
                 async def told() -> list[Obj]:
