@@ -341,3 +341,43 @@ async def test_every_change_by_someone_else_is_seen_even_when_our_no_op_write_re
                 await other.patch(CONFIG_MAP, "watched-greeting", {"metadata": {"labels": {"touch": str(touch)}}},
                                   namespace)  # fmt: skip
         await eventually(lambda: asyncio.sleep(0, observer.seen.get("watched") == "30"), timeout=30)
+
+
+async def test_runnables_run_only_while_leading_and_are_cancelled_once_the_controllers_stopped(
+    control_plane: Endpoint, client: Client, namespace: str
+) -> None:
+    events: list[str] = []
+
+    def owner(name: str) -> Any:
+        async def run() -> None:
+            events.append(f"{name} started")
+            try:
+                await asyncio.Event().wait()
+            finally:
+                events.append(f"{name} cancelled")
+
+        return run
+
+    async def broken() -> None:
+        raise RuntimeError("a runnable's own failure ends only itself")
+
+    await client.create(GREETING, greeting("first", namespace, "one"))
+    first, _ = new_manager(client, namespace, leader_election=True, name="jobs")
+    first.add_runnable("jobs", owner("first"))
+    first.add_runnable("broken", broken)
+    async with await Client.from_kubeconfig(str(control_plane.kubeconfig)) as other_client:
+        second, _ = new_manager(other_client, namespace, leader_election=True, name="jobs")
+        second.add_runnable("jobs", owner("second"))
+        async with running(first) as first_task:
+            await eventually(lambda: converged(client, namespace, ["first"]), timeout=30)
+            assert events == ["first started"]
+            async with running(second):
+                await eventually(lambda: asyncio.sleep(0, second.ready()), timeout=30)
+                assert "second started" not in events, "a standby's runnable must not run"
+                await client.create(GREETING, greeting("second", namespace, "two"))  # the broken one changed nothing
+                await eventually(lambda: converged(client, namespace, ["first", "second"]), timeout=30)
+                first.stop()
+                await asyncio.wait_for(first_task, 20)
+                assert "first cancelled" in events, events
+                await eventually(lambda: asyncio.sleep(0, "second started" in events), timeout=30)
+            assert events[-1] == "second cancelled", events

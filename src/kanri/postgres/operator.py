@@ -232,6 +232,7 @@ def build_manager(
         controller.watches(kind, _every_cluster(manager.cache))
     controller.watches(POSTGRES_BACKUP, _backup_cluster)
     manager.add(controller)
+    manager.add_runnable("postgres-background", reconciler.own_background)
     if isinstance(reconciler.instances, BackupClient):  # a test's stand-in without the backup endpoints: none
         backups = PostgresBackupReconciler(
             manager.cache, client, instances=reconciler.instances, events=reconciler.events,

@@ -178,6 +178,16 @@ class PostgresClusterReconciler:
         """(namespace, instance) -> when a restart was last requested (kept in memory: losing it costs one more
         request after an operator restart, which the instance answers harmlessly)."""
 
+    async def own_background(self) -> None:
+        """The manager's leader-only runnable for what passes started and did not wait for (fencing requests, late
+        probes, the deletion of a deleted cluster's backups): waits, and at shutdown cancels them all."""
+        try:
+            await asyncio.Event().wait()
+        finally:
+            for task in list(self.background):
+                task.cancel()
+            await self.backup_cleanup.work.aclose()
+
     async def reconcile(self, request: Request) -> Result | None:
         cluster = self.cache.get(POSTGRES_CLUSTER, request.name, request.namespace)
         if cluster is None:

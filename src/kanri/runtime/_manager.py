@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Generator
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,6 +98,7 @@ class Manager:
         self._controller_metrics = ControllerMetrics(self.registry)
         self._queue_metrics = WorkQueueMetrics(self.registry)
         self._controllers: list[Controller] = []
+        self._runnables: list[tuple[str, Callable[[], Awaitable[None]]]] = []
         self._stop_requested = asyncio.Event()
         self._stopped = asyncio.Event()
         self._running = False
@@ -110,6 +111,14 @@ class Manager:
         """Register a controller (before ``run``)."""
         controller.setup(self.cache, self.client, self._controller_metrics, self._queue_metrics)
         self._controllers.append(controller)
+
+    def add_runnable(self, name: str, run: Callable[[], Awaitable[None]]) -> None:
+        """Register leader-only work that is not a controller (before ``run``): ``run()`` is started when the
+        controllers start and cancelled once they have stopped (a graceful stop lets reconciles in flight finish
+        first), so work it owns — background jobs a reconciler started — ends with the manager, not with the
+        process. It should wait until cancelled and clean up then; returning early or raising ends only itself
+        (logged)."""
+        self._runnables.append((name, run))
 
     @property
     def controllers(self) -> list[Controller]:
@@ -189,10 +198,24 @@ class Manager:
         log.info("starting controllers", manager=self.options.name, identity=self.identity)
         try:
             async with asyncio.TaskGroup() as group:
-                for controller in self._controllers:
-                    group.create_task(controller.run(), name=f"controller {controller.name}")
+                runnables = [group.create_task(self._runnable(name, run), name=f"runnable {name}")
+                             for name, run in self._runnables]  # fmt: skip
+                controllers = [group.create_task(controller.run(), name=f"controller {controller.name}")
+                               for controller in self._controllers]  # fmt: skip
+                if controllers:
+                    await asyncio.wait(controllers)
+                for task in runnables:  # the controllers are done: nothing will hand the runnables more work
+                    task.cancel()
         finally:
             self._leading = False
+
+    async def _runnable(self, name: str, run: Callable[[], Awaitable[None]]) -> None:
+        try:
+            await run()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("runnable failed", manager=self.options.name, runnable=name)
 
     async def _graceful_stop(self, leading: asyncio.Task[None]) -> None:
         log.info("stopping: letting reconciles in flight finish", timeout=self.options.graceful_shutdown_timeout)
