@@ -4,7 +4,6 @@ failures (and WAL is kept), and archiving catches up once the store is back. No 
 
 from __future__ import annotations
 
-import secrets
 import shutil
 import tempfile
 from collections.abc import AsyncIterator
@@ -14,8 +13,9 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from kanri.local.seaweedfs import S3Keys, SeaweedFS, backup_tools_bin, s3_call
+from kanri.local.seaweedfs import SeaweedFS, backup_tools_bin, s3_call
 from tests.integration.test_instance_manager import CLUSTER, PG_BIN, Instance, Workspace, chown_tree
+from tests.seaweedfs_support import bucket_store
 from tests.support import eventually
 
 pytestmark = [
@@ -31,16 +31,8 @@ BUCKET = "kanri-backups"
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def store() -> AsyncIterator[SeaweedFS]:
-    root = Path(tempfile.mkdtemp(prefix="kanri-seaweedfs-"))
-    weed = SeaweedFS(root, S3Keys("kanri-test", secrets.token_hex(16)))
-    async with weed.running():
-        await eventually(lambda: _bucket(weed), timeout=60, interval=0.3)
+    async with bucket_store(BUCKET) as weed:
         yield weed
-    shutil.rmtree(root, ignore_errors=True)
-
-
-async def _bucket(weed: SeaweedFS) -> bool:
-    return s3_call(weed.endpoint, weed.keys, "create-bucket", BUCKET) is not None
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import secrets
 import shutil
 import subprocess
 import tempfile
@@ -33,6 +32,7 @@ from tests.integration.test_instance_manager import (
     python_for_instances,
     run_as,
 )
+from tests.seaweedfs_support import bucket_store
 from tests.support import eventually
 
 pytestmark = [
@@ -50,16 +50,8 @@ RESTORED = "orders-restored"
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def store() -> AsyncIterator[SeaweedFS]:
-    root = Path(tempfile.mkdtemp(prefix="kanri-seaweedfs-"))
-    weed = SeaweedFS(root, S3Keys("kanri-test", secrets.token_hex(16)))
-    async with weed.running():
-        await eventually(lambda: _bucket(weed), timeout=60, interval=0.3)
+    async with bucket_store(BUCKET) as weed:
         yield weed
-    shutil.rmtree(root, ignore_errors=True)
-
-
-async def _bucket(weed: SeaweedFS) -> bool:
-    return s3_call(weed.endpoint, weed.keys, "create-bucket", BUCKET) is not None
 
 
 def key_dir(root: Path, name: str, keys: S3Keys) -> Path:

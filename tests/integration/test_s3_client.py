@@ -5,18 +5,14 @@ showing in the error. No local node: no lock needed."""
 from __future__ import annotations
 
 import secrets
-import shutil
-import tempfile
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 import pytest_asyncio
 
-from kanri.local.seaweedfs import S3Keys as WeedKeys
 from kanri.local.seaweedfs import SeaweedFS, backup_tools_bin, s3_call
 from kanri.postgres.s3 import S3Client, S3Error, S3Keys
-from tests.support import eventually
+from tests.seaweedfs_support import bucket_store
 
 pytestmark = [
     pytest.mark.skipif(not (backup_tools_bin() / "weed").exists(), reason="no backup tools (make backup-tools)"),
@@ -28,16 +24,8 @@ BUCKET = "kanri-s3-client"
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def store() -> AsyncIterator[SeaweedFS]:
-    root = Path(tempfile.mkdtemp(prefix="kanri-s3-client-"))
-    weed = SeaweedFS(root, WeedKeys("kanri-test", secrets.token_hex(16)))
-    async with weed.running():
-        await eventually(lambda: _bucket(weed), timeout=60, interval=0.3)
+    async with bucket_store(BUCKET) as weed:
         yield weed
-    shutil.rmtree(root, ignore_errors=True)
-
-
-async def _bucket(weed: SeaweedFS) -> bool:
-    return s3_call(weed.endpoint, weed.keys, "create-bucket", BUCKET) is not None
 
 
 def _client(weed: SeaweedFS, secret: str | None = None) -> S3Client:

@@ -6,23 +6,19 @@ lost or tampered Secret gets a new key and the old one stops working. No local n
 from __future__ import annotations
 
 import base64
-import secrets
-import shutil
-import tempfile
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
 
-from kanri.local.seaweedfs import S3Keys as WeedKeys
-from kanri.local.seaweedfs import SeaweedFS, backup_tools_bin, s3_call
+from kanri.local.seaweedfs import SeaweedFS, backup_tools_bin
 from kanri.postgres.iam import IamClient, IamError
 from kanri.postgres.s3 import S3Client, S3Error, S3Keys
 from kanri.postgres.tenant_identity import TenantIdentities, keys_secret_name, user_name
 from kanri.runtime import Client, Kind
 from kanri.runtime.kinds import SECRET
+from tests.seaweedfs_support import bucket_store
 from tests.support import eventually
 
 pytestmark = [
@@ -42,16 +38,8 @@ class NoCache:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def store() -> AsyncIterator[SeaweedFS]:
-    root = Path(tempfile.mkdtemp(prefix="kanri-tenant-identity-"))
-    weed = SeaweedFS(root, WeedKeys("kanri-platform", secrets.token_hex(16)))
-    async with weed.running():
-        await eventually(lambda: _bucket(weed), timeout=60, interval=0.3)
+    async with bucket_store(BUCKET) as weed:
         yield weed
-    shutil.rmtree(root, ignore_errors=True)
-
-
-async def _bucket(weed: SeaweedFS) -> bool:
-    return s3_call(weed.endpoint, weed.keys, "create-bucket", BUCKET) is not None
 
 
 def platform(weed: SeaweedFS) -> S3Keys:
@@ -142,11 +130,7 @@ async def test_a_second_call_makes_nothing_and_a_lost_or_tampered_secret_gets_a_
 
 
 async def test_a_store_without_a_writable_iam_api_fails_with_the_stores_reason(client: Client, namespace: str) -> None:
-    root = Path(tempfile.mkdtemp(prefix="kanri-tenant-identity-ro-"))
-    weed = SeaweedFS(root, WeedKeys("kanri-platform", secrets.token_hex(16)))
-    weed.extra_args = ["-s3.iam.readOnly=true"]
-    async with weed.running():
-        await eventually(weed.accepting, timeout=60, interval=0.3)
+    async with bucket_store(BUCKET, "-s3.iam.readOnly=true") as weed:
         identities = TenantIdentities(weed.endpoint, BUCKET, "dev", namespace)
 
         async def failure() -> IamError | None:
@@ -159,4 +143,3 @@ async def test_a_store_without_a_writable_iam_api_fails_with_the_stores_reason(c
         error = await eventually(failure, timeout=60, interval=0.5)
         assert error.code == "AccessDenied", error
         assert weed.keys.secret_access_key not in str(error)
-    shutil.rmtree(root, ignore_errors=True)
