@@ -22,6 +22,7 @@ from aiohttp import web
 
 from kanri.local.controlplane import Endpoint
 from kanri.postgres import failover_step
+from kanri.postgres.api.v1alpha1.storage import DEFAULT_REQUESTS
 from kanri.postgres.instances import HttpInstanceClient
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.runtime import Client, get_condition
@@ -33,6 +34,8 @@ from tests.support import eventually
 
 Obj = dict[str, Any]
 NEW_CPU = {"requests": {"cpu": "150m"}}
+OLD_CPU = DEFAULT_REQUESTS["cpu"]
+"""What an instance requests before the change: the default (the cluster names no resources)."""
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -153,11 +156,11 @@ async def test_a_template_change_rolls_the_replica_then_switches_over_then_rolls
         # The replica first; the primary's turn demotes it (a switchover), it is not rolled in place.
         await eventually(lambda: _value("/demote" in fakes["ru-1"].asked or None), timeout=60)
         assert await cpu_of(client, namespace, "ru-2") == "150m"
-        assert await cpu_of(client, namespace, "ru-1") is None
+        assert await cpu_of(client, namespace, "ru-1") == OLD_CPU  # not rolled yet
         progress = (await status_of(client, namespace, "ru"))["failover"]
         assert (progress["reason"], progress["from"], progress["target"]) == ("RollingUpdate", "ru-1", "ru-2")
         # Not rolled while the target has not received the shutdown checkpoint (never two at once).
-        assert await cpu_of(client, namespace, "ru-1") is None
+        assert await cpu_of(client, namespace, "ru-1") == OLD_CPU  # not rolled yet
         fakes["ru-2"].report.update(receiveLsn="0/3000128", replayLsn="0/3000128")
 
         async def switched() -> Obj | None:
@@ -248,7 +251,7 @@ async def test_an_abandoned_switchover_leaves_the_primary_update_waiting_until_t
         passes = operator.reconciles()
         await eventually(lambda: _value(operator.reconciles() >= passes + 12 or None), timeout=30)
         assert fakes["ab-1"].asked.count("/demote") == 1
-        assert await cpu_of(client, namespace, "ab-1") is None
+        assert await cpu_of(client, namespace, "ab-1") == OLD_CPU  # not rolled yet
         assert "SwitchoverAbandoned" in await event_reasons(client, namespace, "ab")
         # A new spec (here: in place) moves it on; the record goes once the primary is updated.
         await client.patch(POSTGRES_CLUSTER, "ab", {"spec": {"primaryUpdateStrategy": "InPlace"}}, namespace)

@@ -9,15 +9,19 @@ import base64
 import json
 from typing import Any
 
+import pytest
 import pytest_asyncio
 
 from kanri.local.controlplane import Endpoint
+from kanri.local.seaweedfs import SeaweedFS, backup_tools_bin
 from kanri.postgres.api.v1alpha1.backup import S3Repository
 from kanri.postgres.kinds import POSTGRES_CLUSTER
+from kanri.postgres.tenant_identity import keys_secret_name
 from kanri.runtime import ApiError, Client
 from kanri.runtime.kinds import CONFIG_MAP, EVENT, POD, SECRET, STATEFUL_SET
 from tests.integration.test_postgres_reconciler import condition, pgc
 from tests.postgres_support import Operator, install_postgres_crd
+from tests.seaweedfs_support import bucket_store
 from tests.support import eventually
 
 Obj = dict[str, Any]
@@ -34,11 +38,15 @@ def _b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
 
-async def platform(client: Client, namespace: str) -> S3Repository:
-    keys = {"accessKeyId": _b64("AKID"), "secretAccessKey": _b64("very-secret")}
+async def platform(client: Client, namespace: str, store: SeaweedFS | None = None) -> S3Repository:
+    """The platform's default repository, its key Secret in the operator's namespace (the test's): ``store``'s, or
+    a store nobody runs."""
+    access, secret = (store.keys.access_key_id, store.keys.secret_access_key) if store else ("AKID", "very-secret")
+    keys = {"accessKeyId": _b64(access), "secretAccessKey": _b64(secret)}
     meta = {"name": "platform-keys", "namespace": namespace}
     await client.create(SECRET, {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "data": keys})
-    return S3Repository.model_validate({"endpoint": "http://127.0.0.1:8333", "bucket": "platform", "path": "dev",
+    endpoint = store.endpoint if store else "http://127.0.0.1:8333"
+    return S3Repository.model_validate({"endpoint": endpoint, "bucket": "platform", "path": "dev",
                                         "credentialsSecret": {"name": "platform-keys"}})  # fmt: skip
 
 
@@ -51,10 +59,18 @@ async def get_or_none(client: Client, kind: Any, name: str, namespace: str) -> O
         raise
 
 
-async def test_a_recovery_cluster_gets_the_source_keys_the_recovery_entry_and_condition_restoring(
+@pytest.mark.skipif(not (backup_tools_bin() / "weed").exists(), reason="no backup tools (make backup-tools)")
+async def test_a_recovery_cluster_gets_the_namespace_keys_the_recovery_entry_and_condition_restoring(
     control_plane: Endpoint, client: Client, namespace: str
 ) -> None:
-    default = await platform(client, namespace)
+    async with bucket_store("platform") as store:
+        await _recovery_of_the_default_repository(control_plane, client, namespace, store)
+
+
+async def _recovery_of_the_default_repository(
+    control_plane: Endpoint, client: Client, namespace: str, store: SeaweedFS
+) -> None:
+    default = await platform(client, namespace, store)
     await client.create(POSTGRES_CLUSTER, pgc("orders", namespace, replicas=1, backup={"retentionDays": 14}))
     bootstrap = {"recovery": {"source": "orders", "targetTime": "2026-12-01T10:00:00Z"}}
     await client.create(POSTGRES_CLUSTER, pgc("copy", namespace, replicas=1, backup={"retentionDays": 14},
@@ -66,10 +82,15 @@ async def test_a_recovery_cluster_gets_the_source_keys_the_recovery_entry_and_co
         assert f"s3://platform/dev/{namespace}/orders (default), up to 2026-12-01T10:00:00+00:00" in restoring[
             "message"]  # fmt: skip
         keys = await eventually(lambda: get_or_none(client, SECRET, "copy-recovery-credentials", namespace))
-        assert base64.b64decode(keys["data"]["ACCESS_SECRET_KEY"]).decode() == "very-secret"
+        # the namespace's own identity in the default repository, never the platform's key pair
+        given = base64.b64decode(keys["data"]["ACCESS_KEY_ID"]).decode()
+        assert given != store.keys.access_key_id
+        assert base64.b64decode(keys["data"]["ACCESS_SECRET_KEY"]).decode() != store.keys.secret_access_key
+        kept = await client.get(SECRET, keys_secret_name(namespace), namespace)
+        assert base64.b64decode(kept["data"]["accessKeyId"]).decode() == given
         document = json.loads((await client.get(CONFIG_MAP, "copy-config", namespace))["data"]["instance.json"])
         assert document["recovery"] == {
-            "source": {"destination": f"s3://platform/dev/{namespace}", "endpointURL": "http://127.0.0.1:8333",
+            "source": {"destination": f"s3://platform/dev/{namespace}", "endpointURL": store.endpoint,
                        "serverName": "orders"},
             "targetTime": "2026-12-01T10:00:00+00:00",
         }  # fmt: skip
