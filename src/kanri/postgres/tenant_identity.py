@@ -36,6 +36,7 @@ import structlog
 
 from kanri.postgres.iam import IamClient, IamError
 from kanri.postgres.s3 import S3Keys
+from kanri.postgres.secrets import secret_value
 from kanri.postgres.sync import FIELD_MANAGER
 from kanri.runtime import ApiError, Client, Kind
 from kanri.runtime.kinds import SECRET
@@ -106,11 +107,6 @@ def policy(bucket: str, path: str | None, namespace: str) -> str:
     return json.dumps(document, sort_keys=True)
 
 
-def _value(secret: Obj | None, key: str) -> str | None:
-    raw = ((secret or {}).get("data") or {}).get(key)
-    return base64.b64decode(raw).decode() if isinstance(raw, str) and raw else None
-
-
 @dataclass
 class TenantIdentities:
     """Makes and keeps the namespace identities of one default repository (one per operator)."""
@@ -146,7 +142,7 @@ class TenantIdentities:
                     if not exc.not_found:
                         raise
                     kept = None
-            key_id, secret = _value(kept, ACCESS_KEY_ID), _value(kept, SECRET_ACCESS_KEY)
+            key_id, secret = secret_value(kept, ACCESS_KEY_ID), secret_value(kept, SECRET_ACCESS_KEY)
             remembered = self._verified.get(namespace)
             if key_id and secret and remembered and remembered[0] == key_id and \
                     self.clock() - remembered[1] < RECHECK:  # fmt: skip
