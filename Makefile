@@ -8,7 +8,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: setup system up down test lint typecheck unit integration controlplane bench helm backup-tools pg-binaries
 
-setup: system $(VENV)/.installed controlplane helm sbom backup-tools pg-binaries
+setup: system $(VENV)/.installed controlplane helm sbom backup-tools pg-binaries registry-tools
 
 # Debian packages the local cluster uses: nft (kube-proxy's nftables mode, the node chaos verbs' partition rules),
 # openssl (each node signs its kubelet serving certificate); and prometheus for its promtool (the alert rules' checks
@@ -88,6 +88,25 @@ helm:
 			$(HELM_MODULE)/cmd/helm@$(HELM_VERSION) && \
 		echo $(HELM_VERSION) > $(HELM).version; \
 	fi
+
+# The image registry tools, built from their Go modules like helm: distribution's `registry` (the local cluster's
+# OCI registry, with TLS: src/kanri/local/registry.py) and `oras` (`kanri images push`: copies an image with its
+# referrers, the SBOM and signature, keeping every digest; plain-HTTP and private-CA registries included). Each is
+# rebuilt only when missing or its pinned version changes (stamped next to the binary).
+ORAS_VERSION := v1.3.6
+REGISTRY_VERSION := v3.1.2
+.PHONY: registry-tools
+registry-tools:
+	@for tool in "oras oras.land/oras/cmd/oras $(ORAS_VERSION)" \
+		"registry github.com/distribution/distribution/v3/cmd/registry $(REGISTRY_VERSION)"; do \
+		set -- $$tool; \
+		if [ ! -x .build/bin/$$1 ] || [ "$$(cat .build/bin/$$1.version 2>/dev/null)" != "$$3" ]; then \
+			echo "building $$1 $$3 from $$2 (a cold build takes a few minutes)"; \
+			mkdir -p .build/bin && rm -f .build/bin/$$1.version && \
+			CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOBIN=$(CURDIR)/.build/bin go install -trimpath $$2@$$3 && \
+			echo $$3 > .build/bin/$$1.version || exit 1; \
+		fi; \
+	done
 
 # The backup tools, in a venv of their own built from Debian's /usr/bin/python3 (root's pyenv interpreter lives under
 # /root, which the pods' users cannot enter; .build is world-readable): Barman Cloud (barman-cloud-wal-archive,
