@@ -12,20 +12,27 @@ from typing import Any
 import pytest
 import structlog
 import yaml
+from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from kanri.cli.main import app
 from kanri.runtime import (
     ApiError,
     Informer,
+    KubeModel,
     Manager,
     ManagerOptions,
+    Time,
     WatchTiming,
+    creation_time,
+    deletion_time,
     format_time,
+    object_reference,
+    parse_optional_time,
     parse_time,
     update_status,
 )
-from kanri.runtime.kinds import CONFIG_MAP, CRON_JOB, JOB
+from kanri.runtime.kinds import CONFIG_MAP, CRON_JOB, JOB, NAMESPACE
 
 ROOT = Path(__file__).resolve().parents[2]
 Obj = dict[str, Any]
@@ -60,6 +67,47 @@ def test_format_time_is_the_inverse_to_the_second() -> None:
     assert parse_time(format_time(moment)) == moment.replace(microsecond=0)
     with pytest.raises(ValueError, match="timezone-aware"):
         format_time(datetime(2026, 5, 1))
+
+
+def test_metadata_times_are_read_from_a_raw_object() -> None:
+    obj = {"metadata": {"creationTimestamp": "2026-05-01T12:00:00Z", "deletionTimestamp": "2026-05-01T13:00:00Z"}}
+    assert creation_time(obj) == datetime(2026, 5, 1, 12, tzinfo=UTC)
+    assert deletion_time(obj) == datetime(2026, 5, 1, 13, tzinfo=UTC)
+    assert deletion_time({"metadata": {"creationTimestamp": "2026-05-01T12:00:00Z"}}) is None
+    with pytest.raises(ValueError, match="creationTimestamp"):
+        creation_time({"metadata": {"name": "built-in-code"}})
+
+
+def test_an_optional_time_is_none_when_absent_and_refused_when_malformed() -> None:
+    assert parse_optional_time(None) is None
+    assert parse_optional_time("") is None
+    assert parse_optional_time("2026-05-01T12:00:00Z") == datetime(2026, 5, 1, 12, tzinfo=UTC)
+    with pytest.raises(ValueError, match="RFC 3339"):
+        parse_optional_time("2026-05-01T12:00:00")
+
+
+class Schedule(KubeModel):
+    last_schedule_time: Time | None = None
+
+
+def test_a_time_field_is_parsed_by_the_model_into_an_aware_utc_datetime() -> None:
+    parsed = Schedule.model_validate({"lastScheduleTime": "2026-05-01T14:00:00+02:00"})
+    assert parsed.last_schedule_time == datetime(2026, 5, 1, 12, tzinfo=UTC)
+    assert parsed.last_schedule_time is not None
+    assert parsed.last_schedule_time.tzinfo == UTC
+    assert parsed.model_dump(mode="json") == {"lastScheduleTime": "2026-05-01T12:00:00Z"}
+    micro = Schedule.model_validate({"lastScheduleTime": "2026-05-01T12:00:00.250000Z"})
+    assert micro.model_dump(mode="json") == {"lastScheduleTime": "2026-05-01T12:00:00.250000Z"}
+    assert Schedule.model_json_schema()["properties"]["lastScheduleTime"]["anyOf"][0] == {
+        "type": "string",
+        "format": "date-time",
+    }
+
+
+@pytest.mark.parametrize("value", ["2026-05-01T12:00:00", "2026-05-01", 1700000000, datetime(2026, 5, 1)])
+def test_a_time_field_refuses_naive_times_bare_dates_and_numbers(value: object) -> None:
+    with pytest.raises(ValidationError, match=r"RFC 3339|timezone-aware"):
+        Schedule.model_validate({"lastScheduleTime": value})
 
 
 # --- update_status --------------------------------------------------------------------------------------------------
@@ -136,6 +184,42 @@ def test_an_error_without_a_status_body_gets_the_reason_of_its_http_status() -> 
     assert str(error) == "GET /apis/example.kanri.dev/v1/widgets: 404 NotFound: 404 page not found"
     assert ApiError(418).reason == "HTTP418"
     assert ApiError(422, {"reason": "Invalid", "message": "m"}).reason == "Invalid"
+
+
+def test_already_exists_tells_a_taken_name_from_a_stale_write() -> None:
+    taken = ApiError(409, {"reason": "AlreadyExists", "message": 'jobs.batch "backup" already exists'})
+    stale = ApiError(409, {"reason": "Conflict", "message": "the object has been modified"})
+    assert taken.already_exists
+    assert taken.conflict  # still a 409 for code that only asks that
+    assert not stale.already_exists
+    assert stale.conflict
+    assert not ApiError(409).already_exists  # no Status body: nothing says the name was taken
+    assert not ApiError(404, {"reason": "AlreadyExists"}).already_exists
+
+
+def test_object_reference_names_an_object_as_events_and_status_fields_do() -> None:
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "backup-1", "namespace": "ns", "uid": "u-1", "resourceVersion": "7", "labels": {}},
+        "spec": {},
+    }
+    assert object_reference(job) == {"apiVersion": "batch/v1", "kind": "Job", "name": "backup-1",
+                                     "namespace": "ns", "uid": "u-1", "resourceVersion": "7"}  # fmt: skip
+    # Built in code: no uid, resourceVersion or type meta yet; the Kind supplies the last.
+    assert object_reference({"metadata": {"name": "n", "namespace": "ns"}}, CONFIG_MAP) == {
+        "apiVersion": "v1", "kind": "ConfigMap", "name": "n", "namespace": "ns"}  # fmt: skip
+    assert object_reference({"metadata": {"name": "prod"}}, NAMESPACE) == {
+        "apiVersion": "v1", "kind": "Namespace", "name": "prod"}  # fmt: skip
+
+
+def test_object_reference_refuses_what_it_cannot_name() -> None:
+    with pytest.raises(ValueError, match="pass its Kind"):
+        object_reference({"metadata": {"name": "n"}})
+    with pytest.raises(ValueError, match=r"metadata\.name"):
+        object_reference({"metadata": {}}, JOB)
+    with pytest.raises(ValueError, match="not a Job"):
+        object_reference({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "n"}}, JOB)
 
 
 def test_a_watch_of_a_kind_not_served_says_to_install_its_crd() -> None:

@@ -6,7 +6,7 @@ The public API is this module's names; everything else is private. See docs/runt
 from kanri.runtime._cache import Cache, NotWatchedError
 from kanri.runtime._client import Client, ClientMetrics, RetryPolicy, Unlimited
 from kanri.runtime._clock import Clock, FakeClock, SystemClock
-from kanri.runtime._conditions import format_time, get_condition, is_true, parse_time, remove_condition, set_condition
+from kanri.runtime._conditions import get_condition, is_true, remove_condition, set_condition
 from kanri.runtime._controller import Controller, ControllerOptions, Reconciler, Result
 from kanri.runtime._crd import CustomResource, PrinterColumn, Scale, SchemaError, crd_for, crd_yaml
 from kanri.runtime._errors import ApiError, PermanentError, ReconcileError, TransientError
@@ -25,6 +25,7 @@ from kanri.runtime._model import (
     KubeModel,
     Quantity,
     Rule,
+    Time,
     cel,
     list_map,
     list_set,
@@ -32,7 +33,9 @@ from kanri.runtime._model import (
 )
 from kanri.runtime._ownership import child_name, controller_of, is_controlled_by, owner_reference, set_owner
 from kanri.runtime._queue import Priority, Request, WorkQueue
+from kanri.runtime._references import object_reference
 from kanri.runtime._status import update_status
+from kanri.runtime._time import creation_time, deletion_time, format_time, parse_optional_time, parse_time
 
 __all__ = [
     "ApiError",
@@ -70,6 +73,7 @@ __all__ = [
     "Scale",
     "SchemaError",
     "SystemClock",
+    "Time",
     "TransientError",
     "Unlimited",
     "WatchTiming",
@@ -81,6 +85,8 @@ __all__ = [
     "controller_of",
     "crd_for",
     "crd_yaml",
+    "creation_time",
+    "deletion_time",
     "finalizer_step",
     "format_time",
     "get_condition",
@@ -90,7 +96,9 @@ __all__ = [
     "is_true",
     "list_map",
     "list_set",
+    "object_reference",
     "owner_reference",
+    "parse_optional_time",
     "parse_quantity",
     "parse_time",
     "remove_condition",

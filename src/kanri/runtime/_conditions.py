@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 
+from kanri.runtime._time import format_time, parse_time
+
 __all__ = [
     "ConditionStatus",
     "format_time",
@@ -31,26 +33,8 @@ _TYPE = re.compile(
 )
 _REASON = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
 _STATUSES = ("True", "False", "Unknown")
-_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
 
 M = TypeVar("M", bound=Mapping[str, Any])
-
-
-def format_time(moment: datetime) -> str:
-    """RFC 3339 in UTC with second precision and a ``Z``, as metav1.Time serialises (``2026-05-01T12:00:00Z``).
-
-    The inverse of :func:`parse_time` (to the second). A naive datetime raises ``ValueError``."""
-    if moment.tzinfo is None:
-        raise ValueError("times must be timezone-aware (use datetime.now(UTC) or the injected clock)")
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(text: str) -> datetime:
-    """An RFC 3339 time as the API server writes it (``creationTimestamp``, ``lastTransitionTime``, a MicroTime's
-    ``2026-05-01T12:00:00.123456Z``, or with an offset) as an aware datetime in UTC. Raises ``ValueError`` otherwise."""
-    if not isinstance(text, str) or not _RFC3339.fullmatch(text):
-        raise ValueError(f"not an RFC 3339 time: {text!r}")
-    return datetime.fromisoformat(text.replace("z", "Z")).astimezone(UTC)
 
 
 def set_condition(

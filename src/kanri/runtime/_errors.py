@@ -62,7 +62,16 @@ class ApiError(Exception):
 
     @property
     def conflict(self) -> bool:
+        """409: a write met a newer resourceVersion (``Conflict``) or a create met an existing name
+        (``AlreadyExists``); :attr:`already_exists` tells the second apart."""
         return self.status == 409
+
+    @property
+    def already_exists(self) -> bool:
+        """A create named an object that exists (409 ``AlreadyExists``; apimachinery's ``IsAlreadyExists``).
+
+        Usually harmless in a reconcile that creates a child the cache has not shown yet: read it and go on."""
+        return self.status == 409 and self.reason == "AlreadyExists"
 
     @property
     def gone(self) -> bool:

@@ -39,6 +39,7 @@ from kanri.runtime._client import Client
 from kanri.runtime._clock import Clock, SystemClock
 from kanri.runtime._errors import ApiError
 from kanri.runtime._kinds import EVENT
+from kanri.runtime._references import object_reference
 
 __all__ = ["EventRecorder", "EventType"]
 
@@ -180,7 +181,7 @@ class EventRecorder:
         returns within about ``timeout`` seconds.
         """
         try:
-            involved = _involved_object(obj)
+            involved = object_reference(obj)
             key = (*_object_key(involved), event_type, reason, message)
             if not self._take_token(_object_key(involved), reason):
                 self.dropped += 1
@@ -301,19 +302,6 @@ class EventRecorder:
         # A merge patch with the absolute count: retrying it, or racing an earlier one, cannot over-count.
         patch = {"count": series.count, "lastTimestamp": last}
         await self._client.patch(EVENT, series.name, patch, namespace, patch_type="merge")
-
-
-def _involved_object(obj: Obj) -> Obj:
-    meta = obj["metadata"]
-    involved = {
-        "apiVersion": obj["apiVersion"],
-        "kind": obj["kind"],
-        "name": meta["name"],
-        "namespace": meta.get("namespace") or "",
-        "uid": meta.get("uid") or "",
-        "resourceVersion": meta.get("resourceVersion") or "",
-    }
-    return {k: v for k, v in involved.items() if v}
 
 
 def _object_key(involved: Obj) -> tuple[str, ...]:

@@ -10,14 +10,25 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal, localcontext
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, GetJsonSchemaHandler
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    GetJsonSchemaHandler,
+    PlainSerializer,
+    WithJsonSchema,
+)
 from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
+
+from kanri.runtime._time import parse_time
 
 __all__ = [
     "Condition",
@@ -27,6 +38,7 @@ __all__ = [
     "ListType",
     "Quantity",
     "Rule",
+    "Time",
     "cel",
     "list_map",
     "list_set",
@@ -240,6 +252,39 @@ IntOrString = Annotated[int | str, _IntOrStringSchema()]
 """An int-or-string value (``x-kubernetes-int-or-string``), e.g. a port number or name, or ``1`` vs ``"25%"``."""
 
 
+# --- times ------------------------------------------------------------------------------------------------------
+
+
+def _aware_time(value: object) -> datetime:
+    # Only what the API writes: an RFC 3339 string with a zone, or an aware datetime from code. pydantic alone also
+    # takes naive times, bare dates and Unix numbers, and a naive datetime breaks the first comparison with an
+    # aware one (TypeError) far from where it came in.
+    if isinstance(value, str):
+        return parse_time(value)
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ValueError("times must be timezone-aware (use datetime.now(UTC) or the injected clock)")
+        return value.astimezone(UTC)
+    raise ValueError(f"not an RFC 3339 time: {value!r}")
+
+
+def _time_text(moment: datetime) -> str:
+    # metav1.Time's form (whole seconds, "Z"); a MicroTime's sub-second part is kept when there is one.
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+Time = Annotated[
+    datetime,
+    BeforeValidator(_aware_time),
+    PlainSerializer(_time_text, return_type=str, when_used="json"),
+    WithJsonSchema({"type": "string", "format": "date-time"}),
+]
+"""A point in time (metav1.Time): RFC 3339 on the wire, an aware ``datetime`` in UTC in Python.
+
+Validation accepts only RFC 3339 with a zone (``2026-05-01T12:00:00Z``, ``...+02:00``) or an aware datetime, so a
+model never holds a naive time; JSON output is UTC with a ``Z``. Prefer it to a bare ``datetime`` field."""
+
+
 # --- conditions -------------------------------------------------------------------------------------------------
 
 
@@ -258,7 +303,7 @@ class Condition(KubeModel):
     """Status of the condition: True, False or Unknown."""
     observed_generation: Annotated[int, Field(ge=0)] | None = None
     """The .metadata.generation the condition was set from; older than the object's means the condition is stale."""
-    last_transition_time: datetime
+    last_transition_time: Time
     """When the condition last changed from one status to another."""
     reason: Annotated[str, Field(min_length=1, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")]
     """A programmatic identifier (CamelCase) for the condition's last transition."""
