@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' ledge
 from kanri.local import ControlPlane
 from kanri.local.imagemap import default_image_map
 from kanri.local.node import NodeHost, NodeOptions
-from kanri.postgres.failover import SWITCHOVER
-from kanri.postgres.instances import HttpInstanceClient
+from kanri.postgres.cluster.instances import HttpInstanceClient
+from kanri.postgres.ha.failover import SWITCHOVER
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.runtime import Client
 from kanri.runtime.kinds import NAMESPACE

@@ -13,8 +13,8 @@ from prometheus_client import CollectorRegistry
 from kanri.local.controlplane import Endpoint
 from kanri.postgres.api.v1alpha1 import PostgresBackup, PostgresCluster
 from kanri.postgres.api.v1alpha1.backup import S3Repository
-from kanri.postgres.backup import utc_now
-from kanri.postgres.instances import HttpInstanceClient
+from kanri.postgres.backup.archiving import utc_now
+from kanri.postgres.cluster.instances import HttpInstanceClient
 from kanri.postgres.operator import OperatorOptions, build_manager
 from kanri.runtime import Client, ClientMetrics, Manager, crd_for, get_condition
 from kanri.runtime.kinds import CRD

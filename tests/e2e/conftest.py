@@ -15,7 +15,7 @@ import pytest_asyncio
 from kanri.local import Endpoint
 from kanri.local.imagemap import default_image_map
 from kanri.local.node import LocalNode, NodeOptions
-from kanri.postgres.instances import HttpInstanceClient
+from kanri.postgres.cluster.instances import HttpInstanceClient
 from kanri.runtime import Client
 from kanri.runtime.kinds import EVENT
 from tests.e2e.secret_scan import SecretScan

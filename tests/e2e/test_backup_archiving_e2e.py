@@ -30,10 +30,10 @@ from kanri.local.node import LocalNode, NodeOptions
 from kanri.local.seaweedfs import S3_BUCKET, S3_PORT, S3_SERVICE, backup_tools_bin, keys_secret, new_keys, object_store
 from kanri.postgres import names
 from kanri.postgres.api.v1alpha1.backup import S3Repository
-from kanri.postgres.failover import SWITCHOVER
-from kanri.postgres.instances import HttpInstanceClient
+from kanri.postgres.backup.s3 import S3Client, S3Keys
+from kanri.postgres.cluster.instances import HttpInstanceClient
+from kanri.postgres.ha.failover import SWITCHOVER
 from kanri.postgres.kinds import POSTGRES_CLUSTER
-from kanri.postgres.s3 import S3Client, S3Keys
 from kanri.runtime import Client, get_condition
 from kanri.runtime.kinds import EVENT, POD, SECRET, SERVICE, STATEFUL_SET
 from tests.e2e.postgres_helpers import cluster, cluster_ip, gone, ready, write_row

@@ -24,8 +24,8 @@ from kanri.local import Endpoint
 from kanri.local.imagemap import default_image_map
 from kanri.local.node import NodeHost, NodeOptions
 from kanri.local.seaweedfs import S3_SERVICE, backup_tools_bin
-from kanri.postgres.failover import SWITCHOVER
-from kanri.postgres.instances import HttpInstanceClient
+from kanri.postgres.cluster.instances import HttpInstanceClient
+from kanri.postgres.ha.failover import SWITCHOVER
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.runtime import Client
 from kanri.runtime.kinds import POD, STATEFUL_SET

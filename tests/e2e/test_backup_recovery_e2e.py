@@ -26,9 +26,9 @@ import pytest
 from kanri.local import Endpoint
 from kanri.local.node import LocalNode
 from kanri.local.seaweedfs import backup_tools_bin
-from kanri.postgres.instances import HttpInstanceClient
+from kanri.postgres.cluster.instances import HttpInstanceClient
 from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
-from kanri.postgres.restore_test import ANNOTATION
+from kanri.postgres.recovery.rehearsal import ANNOTATION
 from kanri.runtime import Client
 from kanri.runtime.kinds import EVENT, POD
 from tests.e2e.postgres_helpers import cluster, cluster_ip, credentials, gone, ready, rows_through, write_row

@@ -24,7 +24,7 @@ from kanri.cli.main import app
 from kanri.local import Endpoint
 from kanri.local.seaweedfs import S3_BUCKET, S3_SERVICE, backup_tools_bin
 from kanri.postgres.api.v1alpha1.backup import S3Repository
-from kanri.postgres.instances import HttpInstanceClient
+from kanri.postgres.cluster.instances import HttpInstanceClient
 from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
 from kanri.runtime import ApiError, Client, get_condition
 from kanri.runtime.kinds import EVENT

@@ -35,8 +35,8 @@ import pytest_asyncio
 from kanri.local import Endpoint
 from kanri.local.imagemap import default_image_map
 from kanri.local.node import NodeHost, NodeOptions
-from kanri.postgres.failover import APPROVE, REJOIN, SWITCHOVER
-from kanri.postgres.instances import HttpInstanceClient
+from kanri.postgres.cluster.instances import HttpInstanceClient
+from kanri.postgres.ha.failover import APPROVE, REJOIN, SWITCHOVER
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.runtime import Client, get_condition
 from kanri.runtime.kinds import EVENT, POD, PVC

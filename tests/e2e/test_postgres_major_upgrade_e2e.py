@@ -33,7 +33,7 @@ from kanri.local.pg_binaries import installed, newest_per_major
 from kanri.local.seaweedfs import S3_BUCKET, S3_SERVICE, backup_tools_bin
 from kanri.postgres import names
 from kanri.postgres.api.v1alpha1.backup import S3Repository
-from kanri.postgres.instances import HttpInstanceClient
+from kanri.postgres.cluster.instances import HttpInstanceClient
 from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
 from kanri.runtime import ApiError, Client
 from kanri.runtime.kinds import EVENT, POD, SECRET, STATEFUL_SET

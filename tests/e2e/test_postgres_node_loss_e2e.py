@@ -20,7 +20,7 @@ import pytest_asyncio
 from kanri.local import Endpoint
 from kanri.local.imagemap import default_image_map
 from kanri.local.node import NodeHost, NodeOptions
-from kanri.postgres.instances import HttpInstanceClient
+from kanri.postgres.cluster.instances import HttpInstanceClient
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.runtime import ApiError, Client, get_condition
 from kanri.runtime.kinds import NODE, POD, PVC

@@ -24,8 +24,8 @@ import psycopg
 from cryptography import x509
 
 from kanri.local.node import LocalNode
-from kanri.postgres import tls
 from kanri.postgres.kinds import POSTGRES_CLUSTER
+from kanri.postgres.tls import certificates as tls
 from kanri.runtime import Client
 from kanri.runtime.kinds import SECRET
 from tests.e2e.postgres_helpers import cluster, cluster_ip, ready_with_row

@@ -33,9 +33,9 @@ from kanri.local import Endpoint
 from kanri.local.node import LocalNode
 from kanri.local.seaweedfs import S3_BUCKET, backup_tools_bin
 from kanri.postgres import names
-from kanri.postgres.instances import HttpInstanceClient
+from kanri.postgres.backup.s3 import S3Client, S3Error, S3Keys
+from kanri.postgres.cluster.instances import HttpInstanceClient
 from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
-from kanri.postgres.s3 import S3Client, S3Error, S3Keys
 from kanri.runtime import Client, get_condition
 from kanri.runtime.kinds import POD
 from tests.e2e.postgres_helpers import cluster, ready, write_row

@@ -31,11 +31,12 @@ import yaml
 from kanri.local import Endpoint
 from kanri.local.node import LocalNode
 from kanri.local.seaweedfs import backup_tools_bin
-from kanri.postgres import names, tls
+from kanri.postgres import names
 from kanri.postgres.children.rehearsal import REHEARSAL, REQUEST
-from kanri.postgres.instances import HttpInstanceClient
+from kanri.postgres.cluster.instances import HttpInstanceClient
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.labels import cluster_labels
+from kanri.postgres.tls import certificates as tls
 from kanri.runtime import Client, get_condition
 from kanri.runtime.kinds import EVENT, POD
 from tests.e2e.postgres_helpers import cluster, gone, ready

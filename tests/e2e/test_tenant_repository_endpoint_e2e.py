@@ -25,9 +25,9 @@ from typing import Any
 import pytest
 
 from kanri.local import Endpoint
-from kanri.postgres.instances import HttpInstanceClient
+from kanri.postgres.backup.s3 import MAX_PAGES
+from kanri.postgres.cluster.instances import HttpInstanceClient
 from kanri.postgres.kinds import POSTGRES_CLUSTER
-from kanri.postgres.s3 import MAX_PAGES
 from kanri.runtime import ApiError, Client, get_condition
 from kanri.runtime.kinds import EVENT, NAMESPACE
 from tests.e2e.postgres_helpers import cluster, gone

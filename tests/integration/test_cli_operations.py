@@ -12,7 +12,7 @@ from kanri.cli.main import app
 from kanri.cli.operations import HIBERNATED_REPLICAS, RESTORE_TEST
 from kanri.local.controlplane import Endpoint
 from kanri.postgres.children.statefulset import RESTART
-from kanri.postgres.failover import APPROVE, SWITCHOVER
+from kanri.postgres.ha.failover import APPROVE, SWITCHOVER
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.runtime import Client
 from tests.integration.test_cli_status import installed  # noqa: F401  (the CRD fixture)

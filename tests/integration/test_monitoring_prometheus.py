@@ -29,8 +29,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import MetricsHandler
 
 from kanri.instance.exporter import METRICS, Snapshot, SnapshotCollector
-from kanri.postgres.backup import BackupMetrics
-from kanri.postgres.instances import InstanceReport
+from kanri.postgres.backup.archiving import BackupMetrics
+from kanri.postgres.cluster.instances import InstanceReport
 from kanri.postgres.metrics import PostgresMetrics
 from kanri.runtime import Client, FakeClock, LeaderElector
 from kanri.runtime._client import ClientMetrics

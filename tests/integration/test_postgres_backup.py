@@ -12,7 +12,7 @@ import pytest_asyncio
 
 from kanri.local.controlplane import Endpoint
 from kanri.postgres.api.v1alpha1.backup import S3Repository
-from kanri.postgres.backup import DefaultRepository
+from kanri.postgres.backup.archiving import DefaultRepository
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.runtime import ApiError, Client
 from kanri.runtime.kinds import CONFIG_MAP, EVENT, SECRET

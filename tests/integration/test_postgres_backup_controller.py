@@ -21,10 +21,10 @@ import pytest_asyncio
 from aiohttp import web
 
 from kanri.local.controlplane import Endpoint
-from kanri.postgres import backup_plan
-from kanri.postgres.backup import BackupSettings
-from kanri.postgres.backup_controller import PostgresBackupReconciler
-from kanri.postgres.instances import HttpInstanceClient
+from kanri.postgres.backup import plan as backup_plan
+from kanri.postgres.backup.archiving import BackupSettings
+from kanri.postgres.backup.controller import PostgresBackupReconciler
+from kanri.postgres.cluster.instances import HttpInstanceClient
 from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
 from kanri.runtime import ApiError, Cache, Client, EventRecorder
 from tests.integration.test_postgres_failover import HaFake, event_reasons, pods_running, ready, status_of

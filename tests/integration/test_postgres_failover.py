@@ -18,8 +18,8 @@ import pytest_asyncio
 from aiohttp import web
 
 from kanri.local.controlplane import Endpoint
-from kanri.postgres.failover import APPROVE, REJOIN, SWITCHOVER
-from kanri.postgres.instances import HttpInstanceClient
+from kanri.postgres.cluster.instances import HttpInstanceClient
+from kanri.postgres.ha.failover import APPROVE, REJOIN, SWITCHOVER
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.operator import OperatorOptions, build_manager
 from kanri.runtime import Client

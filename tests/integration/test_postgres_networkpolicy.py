@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest_asyncio
 
-from kanri.postgres.instances import HttpInstanceClient
+from kanri.postgres.cluster.instances import HttpInstanceClient
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.operator import OperatorOptions, build_manager
 from kanri.runtime import ApiError, Client

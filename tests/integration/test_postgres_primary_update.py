@@ -21,9 +21,9 @@ import pytest_asyncio
 from aiohttp import web
 
 from kanri.local.controlplane import Endpoint
-from kanri.postgres import failover_step
 from kanri.postgres.api.v1alpha1.storage import DEFAULT_REQUESTS
-from kanri.postgres.instances import HttpInstanceClient
+from kanri.postgres.cluster.instances import HttpInstanceClient
+from kanri.postgres.ha import failover_step
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.runtime import Client, get_condition
 from kanri.runtime.kinds import POD, STATEFUL_SET

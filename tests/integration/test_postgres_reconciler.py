@@ -20,11 +20,11 @@ from kanri.local.node.options import NodeOptions
 from kanri.local.node.provisioner import VolumeProvisioner, VolumeReclaimer, storage_class
 from kanri.postgres.children.pvc import claim
 from kanri.postgres.children.statefulset import statefulset
-from kanri.postgres.instances import HttpInstanceClient
+from kanri.postgres.cluster.instances import HttpInstanceClient
+from kanri.postgres.cluster.reconciler import validated_spec
+from kanri.postgres.cluster.sync import FIELD_MANAGER
+from kanri.postgres.credentials.secrets import desired_secrets
 from kanri.postgres.kinds import POSTGRES_CLUSTER
-from kanri.postgres.reconciler import validated_spec
-from kanri.postgres.secrets import desired_secrets
-from kanri.postgres.sync import FIELD_MANAGER
 from kanri.runtime import ApiError, Client, Kind, Manager, ManagerOptions
 from kanri.runtime.kinds import (
     CONFIG_MAP,

@@ -15,8 +15,8 @@ import pytest_asyncio
 from kanri.local.controlplane import Endpoint
 from kanri.local.seaweedfs import SeaweedFS, backup_tools_bin
 from kanri.postgres.api.v1alpha1.backup import S3Repository
+from kanri.postgres.backup.tenant_identity import keys_secret_name
 from kanri.postgres.kinds import POSTGRES_CLUSTER
-from kanri.postgres.tenant_identity import keys_secret_name
 from kanri.runtime import ApiError, Client
 from kanri.runtime.kinds import CONFIG_MAP, EVENT, POD, SECRET, STATEFUL_SET
 from tests.integration.test_postgres_reconciler import condition, pgc

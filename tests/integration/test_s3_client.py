@@ -1,4 +1,5 @@
-"""The operator's own S3 calls (kanri.postgres.s3) against a real SeaweedFS: signed requests are accepted, keys are
+"""The operator's own S3 calls (kanri.postgres.backup.s3) against a real SeaweedFS: signed requests are accepted, keys
+are
 listed across pages and under a prefix only, deleted in batches, and a wrong secret is refused without the secret
 showing in the error. No local node: no lock needed."""
 
@@ -11,7 +12,7 @@ import pytest
 import pytest_asyncio
 
 from kanri.local.seaweedfs import SeaweedFS, backup_tools_bin, s3_call
-from kanri.postgres.s3 import S3Client, S3Error, S3Keys
+from kanri.postgres.backup.s3 import S3Client, S3Error, S3Keys
 from tests.seaweedfs_support import bucket_store
 
 pytestmark = [

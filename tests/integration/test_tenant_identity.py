@@ -1,5 +1,6 @@
 """Each namespace's own identity in the default repository, made by the operator through a real SeaweedFS's IAM API
-(kanri.postgres.tenant_identity), its key pair kept in a Secret of the real API server: the store itself confines the
+(kanri.postgres.backup.tenant_identity), its key pair kept in a Secret of the real API server: the store itself confines
+the
 keys to the namespace's folder (list, read, write, delete elsewhere are refused), a second call makes nothing new, a
 lost or tampered Secret gets a new key and the old one stops working. No local node: no lock needed."""
 
@@ -13,9 +14,9 @@ import pytest
 import pytest_asyncio
 
 from kanri.local.seaweedfs import SeaweedFS, backup_tools_bin
-from kanri.postgres.iam import IamClient, IamError
-from kanri.postgres.s3 import S3Client, S3Error, S3Keys
-from kanri.postgres.tenant_identity import TenantIdentities, keys_secret_name, user_name
+from kanri.postgres.backup.iam import IamClient, IamError
+from kanri.postgres.backup.s3 import S3Client, S3Error, S3Keys
+from kanri.postgres.backup.tenant_identity import TenantIdentities, keys_secret_name, user_name
 from kanri.runtime import Client, Kind
 from kanri.runtime.kinds import SECRET
 from tests.seaweedfs_support import bucket_store

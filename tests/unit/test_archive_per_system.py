@@ -22,9 +22,9 @@ from kanri.instance.restore import (
     restore_wal,
     systems,
 )
-from kanri.postgres import backup_plan
-from kanri.postgres.backup import server_name, upgraded_server_name
-from kanri.postgres.backup_schedule import due
+from kanri.postgres.backup import plan as backup_plan
+from kanri.postgres.backup.archiving import server_name, upgraded_server_name
+from kanri.postgres.backup.schedule import due
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 SOURCE = ArchiveTarget(destination="s3://bk/p", endpointURL="http://s3:8333", serverName="up")

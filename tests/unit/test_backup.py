@@ -11,7 +11,7 @@ from kanri.instance.archive import ArchiveTarget, archive_parameters, credential
 from kanri.instance.config import ClusterConfig
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.api.v1alpha1.backup import S3Repository
-from kanri.postgres.backup import (
+from kanri.postgres.backup.archiving import (
     BackupSettings,
     KeysProblem,
     Repository,
@@ -20,7 +20,7 @@ from kanri.postgres.backup import (
     load_repository,
     resolve,
 )
-from kanri.postgres.instances import ArchiverReport, InstanceReport
+from kanri.postgres.cluster.instances import ArchiverReport, InstanceReport
 
 DEFAULT = S3Repository.model_validate(
     {"endpoint": "http://127.0.0.1:8333", "bucket": "platform", "path": "dev", "credentialsSecret": {"name": "keys"}}

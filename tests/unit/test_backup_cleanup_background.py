@@ -1,4 +1,4 @@
-"""Deleting a deleted cluster's backups runs as a background job (kanri.postgres.repository_work), never in the
+"""Deleting a deleted cluster's backups runs as a background job (kanri.postgres.backup.repository_work), never in the
 reconcile pass: the pure decision over every state, and the jobs' executor (one per namespace, backoff, memory
 keyed by uid and dropped)."""
 
@@ -11,10 +11,10 @@ from typing import Any, cast
 
 import pytest
 
-from kanri.postgres.backup import BackupSettings
-from kanri.postgres.backup_cleanup import BackupCleanup
-from kanri.postgres.repository_work import POLL, Job, Memory, RepositoryWork, backoff, next_step
-from kanri.postgres.s3 import MAX_PAGES
+from kanri.postgres.backup.archiving import BackupSettings
+from kanri.postgres.backup.cleanup import BackupCleanup
+from kanri.postgres.backup.repository_work import POLL, Job, Memory, RepositoryWork, backoff, next_step
+from kanri.postgres.backup.s3 import MAX_PAGES
 from kanri.runtime import Cache, Client, EventRecorder, Kind, Result
 from tests.hostile_s3 import hostile_s3
 

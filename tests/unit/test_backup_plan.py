@@ -1,4 +1,4 @@
-"""The pure part of base backups (kanri.postgres.backup_plan): names, schedule slots, the one-at-a-time rule, the
+"""The pure part of base backups (kanri.postgres.backup.plan): names, schedule slots, the one-at-a-time rule, the
 choice of instance, the recovery window, and the summary behind status.backup and LastBackupSucceeded."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from kanri.cli.run import offset_clock
-from kanri.postgres import backup_plan
-from kanri.postgres.backup_plan import Done
+from kanri.postgres.backup import plan as backup_plan
+from kanri.postgres.backup.plan import Done
 
 Obj = dict[str, Any]
 NOW = datetime(2026, 12, 2, 15, 0, tzinfo=UTC)

@@ -20,7 +20,7 @@ from kanri.cli.operations import (
     wake,
 )
 from kanri.postgres.children.statefulset import RESTART
-from kanri.postgres.failover import APPROVE, SWITCHOVER
+from kanri.postgres.ha.failover import APPROVE, SWITCHOVER
 
 NOW = datetime(2026, 12, 2, 7, 30, tzinfo=UTC)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kanri.postgres.backup import load_repository
+from kanri.postgres.backup.archiving import load_repository
 from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
 from kanri.runtime import Kind
 from kanri.runtime import kinds as builtin_kinds
@@ -183,7 +183,7 @@ def test_namespaced_mode_may_read_the_repository_key_secret_and_keep_the_watched
     assert role["metadata"]["namespace"] == "kanri-ops"
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["backup-keys"], "verbs": ["get"]},
-        # each watched namespace's own identity in the default repository (kanri.postgres.tenant_identity)
+        # each watched namespace's own identity in the default repository (kanri.postgres.backup.tenant_identity)
         {"apiGroups": [""], "resources": ["secrets"],
          "resourceNames": ["kanri-backup-tenant-team-a", "kanri-backup-tenant-team-b"],
          "verbs": ["get", "create", "patch"]},

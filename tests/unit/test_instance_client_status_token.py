@@ -12,7 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from kanri.instance.http_api import build_app
-from kanri.postgres.instances import HttpInstanceClient, gather_reports
+from kanri.postgres.cluster.instances import HttpInstanceClient, gather_reports
 from tests.unit.test_instance_http_api import FakeBackend
 
 STATUS = {"name": "orders-1", "role": "primary", "ready": True, "running": True, "timeline": 1}

@@ -1,7 +1,7 @@
 """The operator's instance client refuses an instance API that cannot prove it belongs to the cluster.
 
 A real HTTPS server (aiohttp, on 127.0.0.1) stands in for an instance manager's API on port 8008; its certificate
-is made the way kanri makes them (``kanri.postgres.tls``). The client, told to trust the cluster's CA for
+is made the way kanri makes them (``kanri.postgres.tls.certificates``). The client, told to trust the cluster's CA for
 ``<cluster>-rw`` (as ``ensure_tls`` tells it), must talk to a server whose certificate that CA signed, and must refuse
 one signed by another CA, one that does not name ``<cluster>-rw``, and plain HTTP — before it sends anything, so
 the bearer token never reaches an impostor.
@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from kanri.postgres import tls
-from kanri.postgres.instances import HttpInstanceClient
+from kanri.postgres.cluster.instances import HttpInstanceClient
+from kanri.postgres.tls import certificates as tls
 
 NOW = dt.datetime.now(dt.UTC)
 CLUSTER, NAMESPACE = "orders", "shop"

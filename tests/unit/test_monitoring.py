@@ -21,9 +21,9 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from kanri.instance import exporter
-from kanri.postgres.backup import BackupMetrics
+from kanri.postgres.backup.archiving import BackupMetrics
+from kanri.postgres.cluster.problems import SEVERITY
 from kanri.postgres.metrics import PostgresMetrics
-from kanri.postgres.problems import SEVERITY
 from kanri.runtime import Client, LeaderElector
 from kanri.runtime._client import ClientMetrics
 from kanri.runtime._connection import Connection
@@ -169,7 +169,7 @@ def test_alert_has_severity_summary_and_an_existing_runbook(rule: dict[str, Any]
 
 
 def test_no_runbook_without_an_alert_or_a_condition_reason() -> None:
-    # A runbook is for an alert, or for a Degraded reason the status links to (kanri.postgres.problems.runbook).
+    # A runbook is for an alert, or for a Degraded reason the status links to (kanri.postgres.cluster.problems.runbook).
     names = {rule["alert"] for rule in alert_rules()} | set(SEVERITY)
     orphans = sorted(path.stem for path in RUNBOOKS.glob("*.md") if path.stem not in names | {"README"})
     assert orphans == []

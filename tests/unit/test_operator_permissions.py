@@ -115,9 +115,10 @@ def test_the_write_table_is_exactly_the_writes_the_code_sends() -> None:
     found, generic = writes_in_code()
     # The only calls with a variable kind are the generic helpers every applied kind goes through (sync.ensure and
     # the reconciler's apply wrapper); the kinds reach them through ``self.apply(KIND, …)``, counted above.
-    assert {g.split(":")[0] for g in generic} <= {"src/kanri/postgres/sync.py", "src/kanri/postgres/reconciler.py"}, (
-        generic
-    )
+    assert {g.split(":")[0] for g in generic} <= {
+        "src/kanri/postgres/cluster/sync.py",
+        "src/kanri/postgres/cluster/reconciler.py",
+    }, generic
     in_code = found | {k: found.get(k, frozenset()) | v for k, v in RUNTIME_WRITES.items()}
     table = listed()
     missing = {k: v - table.get(k, frozenset()) for k, v in in_code.items() if v - table.get(k, frozenset())}

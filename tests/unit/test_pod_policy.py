@@ -1,11 +1,11 @@
-"""The platform's priority-class list (kanri.postgres.pod_policy): a class outside it is left out and said."""
+"""The platform's priority-class list (kanri.postgres.pods.policy): a class outside it is left out and said."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
-from kanri.postgres.pod_policy import REASON, allowed_spec
+from kanri.postgres.pods.policy import REASON, allowed_spec
 
 
 def spec(**template: Any) -> PostgresClusterSpec:

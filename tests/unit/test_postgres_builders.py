@@ -22,7 +22,7 @@ from kanri.postgres.children.statefulset import (
     statefulset,
     tag_major,
 )
-from kanri.postgres.diff import HASH_ANNOTATION, is_subset, needs_apply
+from kanri.postgres.cluster.diff import HASH_ANNOTATION, is_subset, needs_apply
 
 Obj = dict[str, Any]
 UID = "0d3c5a4e-0000-4000-8000-000000000001"

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from kanri.postgres.failover import (
+from kanri.postgres.cluster.instances import InstanceReport
+from kanri.postgres.ha.failover import (
     LATE_PROBES,
     NOT_RUNNING_WINDOW,
     SUSPECT_INTERVAL,
@@ -20,8 +21,7 @@ from kanri.postgres.failover import (
     sync_quorum_heard,
     window,
 )
-from kanri.postgres.failover_step import rejoining, withhold_rejoining
-from kanri.postgres.instances import InstanceReport
+from kanri.postgres.ha.failover_step import rejoining, withhold_rejoining
 
 MIB = 1 << 20
 

@@ -9,8 +9,10 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from kanri.postgres import oneshot, restore_test, upgrade_step
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
+from kanri.postgres.pods import oneshot
+from kanri.postgres.recovery import rehearsal as restore_test
+from kanri.postgres.upgrade import step as upgrade_step
 from kanri.runtime import ApiError, Kind
 
 Obj = dict[str, Any]

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from kanri.postgres.pod_problems import CRASHES, PENDING_GRACE, RESIZE_GRACE, UNSCHEDULABLE_GRACE, pod_problems
-from kanri.postgres.problems import SEVERITY, Problem, ordered, runbook
-from kanri.postgres.status import Observation, compute_status
-from kanri.postgres.storage import StoragePlan
-from kanri.postgres.topology import plan_instances
+from kanri.postgres.cluster.pod_problems import CRASHES, PENDING_GRACE, RESIZE_GRACE, UNSCHEDULABLE_GRACE, pod_problems
+from kanri.postgres.cluster.problems import SEVERITY, Problem, ordered, runbook
+from kanri.postgres.cluster.status import Observation, compute_status
+from kanri.postgres.topology.plan import plan_instances
+from kanri.postgres.topology.storage import StoragePlan
 
 Obj = dict[str, Any]
 NOW = datetime(2026, 12, 2, 4, 0, tzinfo=UTC)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kanri.postgres.instances import InstanceReport
-from kanri.postgres.primary import choose_primary, gate_removals, removal_blocker
-from kanri.postgres.topology import plan_instances
+from kanri.postgres.cluster.instances import InstanceReport
+from kanri.postgres.ha.primary import choose_primary, gate_removals, removal_blocker
+from kanri.postgres.topology.plan import plan_instances
 
 INSTANCES = ["db-1", "db-2", "db-3"]
 

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from kanri.contract.problems import REASONS
-from kanri.postgres.instances import InstanceProblem, InstanceReport, parse_report
-from kanri.postgres.problems import (
+from kanri.postgres.cluster.instances import InstanceProblem, InstanceReport, parse_report
+from kanri.postgres.cluster.problems import (
     SEVERITY,
     Problem,
     child_rejected,
@@ -21,10 +21,10 @@ from kanri.postgres.problems import (
     storage_class_missing,
     volume_lost,
 )
-from kanri.postgres.status import Observation, compute_status
-from kanri.postgres.storage import StoragePlan
-from kanri.postgres.topology import plan_instances
-from kanri.postgres.versions import upgrade_verdict
+from kanri.postgres.cluster.status import Observation, compute_status
+from kanri.postgres.topology.plan import plan_instances
+from kanri.postgres.topology.storage import StoragePlan
+from kanri.postgres.upgrade.versions import upgrade_verdict
 from kanri.runtime import ApiError
 
 Obj = dict[str, Any]

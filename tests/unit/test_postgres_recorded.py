@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kanri.postgres.instances import InstanceReport
-from kanri.postgres.recorded import (
+from kanri.postgres.cluster.instances import InstanceReport
+from kanri.postgres.cluster.recorded import (
     LAST_PRIMARY,
     PG_MAJOR,
     SYSTEM_IDENTIFIER,

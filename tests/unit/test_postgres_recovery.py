@@ -8,8 +8,8 @@ from typing import Any
 from kanri.instance.recovery_plan import RecoveryPlan
 from kanri.postgres.api.v1alpha1.backup import S3Repository
 from kanri.postgres.api.v1alpha1.bootstrap import Recovery
-from kanri.postgres.backup import BackupSettings, KeysProblem, Repository, identities_for
-from kanri.postgres.recovery import Problem, entry, resolve, same_path, verdict
+from kanri.postgres.backup.archiving import BackupSettings, KeysProblem, Repository, identities_for
+from kanri.postgres.recovery.bootstrap import Problem, entry, resolve, same_path, verdict
 
 S3 = {"endpoint": "http://s3:8333", "bucket": "team-backups", "credentialsSecret": {"name": "team-keys"}}
 DEFAULT = S3Repository.model_validate({"endpoint": "http://weed:8333", "bucket": "kanri-backups", "path": "dev",

@@ -8,7 +8,7 @@ from typing import Any
 
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.children.rehearsal import REQUEST, rehearsal_pod
-from kanri.postgres.restore_test import SCHEDULE, TIMEOUT, due, next_scheduled, outcome
+from kanri.postgres.recovery.rehearsal import SCHEDULE, TIMEOUT, due, next_scheduled, outcome
 
 NOW = datetime(2026, 12, 6, 6, 0, tzinfo=UTC)  # a Sunday, after the default 05:00 rehearsal time
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 
-from kanri.postgres.secrets import desired_secrets, secret_value
+from kanri.postgres.credentials.secrets import desired_secrets, secret_value
 
 
 def test_four_secrets_with_the_contracts_names_types_and_users() -> None:

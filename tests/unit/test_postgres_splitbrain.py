@@ -6,10 +6,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kanri.postgres.api.v1alpha1 import PostgresClusterStatus
-from kanri.postgres.instances import InstanceReport, parse_report
-from kanri.postgres.problems import ordered
-from kanri.postgres.recorded import annotation_patches
-from kanri.postgres.splitbrain import (
+from kanri.postgres.cluster.instances import InstanceReport, parse_report
+from kanri.postgres.cluster.problems import ordered
+from kanri.postgres.cluster.recorded import annotation_patches
+from kanri.postgres.cluster.status import Observation, compute_status
+from kanri.postgres.ha.splitbrain import (
     Position,
     Verdict,
     decide,
@@ -18,9 +19,8 @@ from kanri.postgres.splitbrain import (
     routed,
     split_brain_problem,
 )
-from kanri.postgres.status import Observation, compute_status
-from kanri.postgres.storage import StoragePlan
-from kanri.postgres.topology import plan_instances
+from kanri.postgres.topology.plan import plan_instances
+from kanri.postgres.topology.storage import StoragePlan
 
 Obj = dict[str, Any]
 INSTANCES = ["db-1", "db-2", "db-3"]
@@ -227,7 +227,7 @@ def test_the_problem_names_both_sides_their_timelines_lsns_why_and_what_to_do() 
     assert highest is not None
     assert "no record names either of them" in highest.message
     # the most serious problem: it is the Degraded reason whatever else is wrong
-    from kanri.postgres.problems import Problem
+    from kanri.postgres.cluster.problems import Problem
 
     assert ordered([Problem("DataDirectoryLost", "x"), problem])[0] is problem
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from kanri.postgres.instances import InstanceReport, parse_report
-from kanri.postgres.problems import report_problems, runbook
-from kanri.postgres.restarts import next_restart
-from kanri.postgres.status import Observation, compute_status, condition_flipped, status_patch
-from kanri.postgres.storage import StoragePlan, plan_storage
-from kanri.postgres.topology import plan_instances
+from kanri.postgres.cluster.instances import InstanceReport, parse_report
+from kanri.postgres.cluster.problems import report_problems, runbook
+from kanri.postgres.cluster.status import Observation, compute_status, condition_flipped, status_patch
+from kanri.postgres.topology.plan import plan_instances
+from kanri.postgres.topology.restarts import next_restart
+from kanri.postgres.topology.storage import StoragePlan, plan_storage
 
 Obj = dict[str, Any]
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)

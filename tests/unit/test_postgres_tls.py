@@ -19,10 +19,10 @@ from kanri.cli.up import connect_commands
 from kanri.instance import tls as instance_tls
 from kanri.instance.conf import render_hba, render_postgresql_conf
 from kanri.instance.config import ClusterConfig, Credentials, Settings
-from kanri.postgres import tls
-from kanri.postgres.instances import HttpInstanceClient
+from kanri.postgres.cluster.instances import HttpInstanceClient
 from kanri.postgres.metrics import PostgresMetrics
-from kanri.postgres.tls_step import ensure_tls
+from kanri.postgres.tls import certificates as tls
+from kanri.postgres.tls.step import ensure_tls
 from kanri.runtime import ApiError, Kind
 from kanri.runtime.kinds import POD, SECRET
 

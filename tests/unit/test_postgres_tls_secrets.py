@@ -11,9 +11,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from kanri.contract.secrets import SecretProblem
-from kanri.postgres import tls
-from kanri.postgres.instances import HttpInstanceClient
-from kanri.postgres.tls_step import ensure_tls
+from kanri.postgres.cluster.instances import HttpInstanceClient
+from kanri.postgres.tls import certificates as tls
+from kanri.postgres.tls.step import ensure_tls
 from tests.unit.test_postgres_tls import NOW, Obj, Step, Store
 
 NOT_PEM = b"certainly not a certificate"

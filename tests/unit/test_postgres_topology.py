@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kanri.postgres.topology import plan_instances
+from kanri.postgres.topology.plan import plan_instances
 
 
 def names(*numbers: int) -> list[str]:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kanri.postgres.instances import InstanceReport
-from kanri.postgres.versions import running_major, upgrade_verdict
+from kanri.postgres.cluster.instances import InstanceReport
+from kanri.postgres.upgrade.versions import running_major, upgrade_verdict
 
 
 def report(name: str, data_version: int | None) -> InstanceReport:

@@ -8,9 +8,16 @@ from typing import Any
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.api.v1alpha1.backup import S3Repository
 from kanri.postgres.api.v1alpha1.bootstrap import Recovery
-from kanri.postgres.backup import BackupSettings, EndpointNotAllowed, Repository, decide, endpoint_allowed, resolve
-from kanri.postgres.recovery import Problem
-from kanri.postgres.recovery import resolve as resolve_recovery
+from kanri.postgres.backup.archiving import (
+    BackupSettings,
+    EndpointNotAllowed,
+    Repository,
+    decide,
+    endpoint_allowed,
+    resolve,
+)
+from kanri.postgres.recovery.bootstrap import Problem
+from kanri.postgres.recovery.bootstrap import resolve as resolve_recovery
 
 DEFAULT = S3Repository.model_validate({"endpoint": "http://store.kanri-system.svc:8333", "bucket": "backups",
                                        "credentialsSecret": {"name": "keys"}})  # fmt: skip

@@ -8,9 +8,9 @@ import hmac
 from xml.etree import ElementTree
 
 from kanri.postgres.api.v1alpha1.backup import S3Repository
-from kanri.postgres.backup import Repository
-from kanri.postgres.backup_cleanup import backoff, is_upgraded_system_key, prefix
-from kanri.postgres.s3 import canonical_request, delete_body, signing_key
+from kanri.postgres.backup.archiving import Repository
+from kanri.postgres.backup.cleanup import backoff, is_upgraded_system_key, prefix
+from kanri.postgres.backup.s3 import canonical_request, delete_body, signing_key
 
 EMPTY = hashlib.sha256(b"").hexdigest()
 

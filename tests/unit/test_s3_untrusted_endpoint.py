@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from kanri.postgres.s3 import S3Client, S3Error, S3Keys
+from kanri.postgres.backup.s3 import S3Client, S3Error, S3Keys
 from tests.hostile_s3 import hostile_s3
 
 KEYS = S3Keys("AKIDEXAMPLE", "do-not-leak-this-secret")

@@ -1,4 +1,5 @@
-"""The pure parts of the tenant boundary in the default repository (kanri.postgres.tenant_identity, backup.resolve):
+"""The pure parts of the tenant boundary in the default repository (kanri.postgres.backup.tenant_identity,
+backup.resolve):
 names, the policy, which paths are a namespace's own, and the refusal of another namespace's folder."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import pytest
 
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.api.v1alpha1.backup import S3Repository
-from kanri.postgres.backup import (
+from kanri.postgres.backup.archiving import (
     BackupSettings,
     DefaultRepository,
     ForeignFolder,
@@ -21,7 +22,7 @@ from kanri.postgres.backup import (
     load_repository,
     resolve,
 )
-from kanri.postgres.tenant_identity import folder, inside, keys_secret_name, policy, user_name
+from kanri.postgres.backup.tenant_identity import folder, inside, keys_secret_name, policy, user_name
 
 DEFAULT = S3Repository.model_validate(
     {

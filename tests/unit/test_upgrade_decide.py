@@ -1,11 +1,12 @@
-"""The major-upgrade decider (kanri.postgres.upgrade.decide): every phase against the observations that move it."""
+"""The major-upgrade decider (kanri.postgres.upgrade.machine.decide): every phase against the observations that move
+it."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from kanri.postgres.upgrade import Observed, decide, failed
+from kanri.postgres.upgrade.machine import Observed, decide, failed
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 BASE = Observed(running=14, version=15, approved=None, generation=3, ready=True, last_backup=None, record=None,

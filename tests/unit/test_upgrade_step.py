@@ -1,11 +1,11 @@
-"""The major upgrade executor's pure parts (kanri.postgres.upgrade_step): when the instances are kept stopped, the
+"""The major upgrade executor's pure parts (kanri.postgres.upgrade.step): when the instances are kept stopped, the
 ConfigMap's note for the replicas, and how a one-off pod's verdict is read."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from kanri.postgres.upgrade_step import _verdict, config_note, in_progress, stops_instances
+from kanri.postgres.upgrade.step import _verdict, config_note, in_progress, stops_instances
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 

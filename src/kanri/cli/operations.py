@@ -25,7 +25,7 @@ from typing import Annotated, Any
 import typer
 
 from kanri.postgres.children.statefulset import RESTART
-from kanri.postgres.failover import APPROVE, SWITCHOVER
+from kanri.postgres.ha.failover import APPROVE, SWITCHOVER
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.runtime import ApiError, Client
 from kanri.runtime._connection import ConfigError  # not re-exported by kanri.runtime; raised by from_kubeconfig

@@ -12,8 +12,8 @@ from typing import Annotated
 import typer
 from prometheus_client import CollectorRegistry
 
-from kanri.postgres.backup import load_repository, utc_now
-from kanri.postgres.instances import HttpInstanceClient
+from kanri.postgres.backup.archiving import load_repository, utc_now
+from kanri.postgres.cluster.instances import HttpInstanceClient
 from kanri.postgres.operator import OperatorOptions, build_manager
 from kanri.runtime import Client, ClientMetrics, configure_logging
 

@@ -273,7 +273,7 @@ def up(
     if cluster["spec"].get("backup") is not None:
         archiving = get_condition((cluster.get("status") or {}).get("conditions"), "ContinuousArchiving")
         state = f"{archiving['status']} ({archiving.get('reason', '')})" if archiving else "not reported yet"
-        # the platform's default repository keeps a folder per namespace (kanri.postgres.backup.Repository)
+        # the platform's default repository keeps a folder per namespace (kanri.postgres.backup.archiving.Repository)
         folder = f"{cluster_name}/" if cluster["spec"]["backup"].get("repository") else f"{namespace}/{cluster_name}/"
         err.print(f"  backups: WAL is archived to {where} under {folder} (ContinuousArchiving={state});")
         err.print(f"  watch it: {kubectl} get pgc {cluster_name} -n {namespace} -o jsonpath="

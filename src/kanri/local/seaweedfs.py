@@ -102,7 +102,7 @@ def weed_argv(weed: str, data_dir: Path, config_file: Path, s3_port: int, ip: st
         f"-s3.config={config_file}",
         f"-s3.port={s3_port}",
         # the IAM API on the S3 port takes writes: the operator gives each namespace its own identity through it
-        # (kanri.postgres.tenant_identity); only the identity file's admin key may call it
+        # (kanri.postgres.backup.tenant_identity); only the identity file's admin key may call it
         "-s3.iam.readOnly=false",
     ]
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from kanri.postgres.instances import InstanceReport
+from kanri.postgres.cluster.instances import InstanceReport
 
 __all__ = ["PostgresMetrics", "lsn_bytes"]
 

@@ -100,17 +100,17 @@ def app_secret(cluster: str) -> str:
 
 
 def backup_secret(cluster: str) -> str:
-    """The backup repository's key pair, copied by the operator for the instances (see postgres/backup.py)."""
+    """The backup repository's key pair, copied by the operator for the instances (see postgres/backup/archiving.py)."""
     return f"{cluster}-backup-credentials"
 
 
 def recovery_secret(cluster: str) -> str:
-    """bootstrap.recovery's source repository key pair, copied for the instances (see postgres/recovery.py)."""
+    """bootstrap.recovery's source repository key pair, copied for the instances (postgres/recovery/bootstrap.py)."""
     return f"{cluster}-recovery-credentials"
 
 
 def restore_test_pod(cluster: str) -> str:
-    """The throwaway pod of a restore rehearsal (see postgres/restore_test.py)."""
+    """The throwaway pod of a restore rehearsal (see postgres/recovery/rehearsal.py)."""
     return f"{cluster}-restore-test"
 
 
@@ -143,10 +143,10 @@ def legacy_replica_pdb(cluster: str) -> str:
 
 
 def upgrade_check_pod(cluster: str) -> str:
-    """The one-off pod of a major upgrade's ``pg_upgrade --check`` (see postgres/upgrade_step.py)."""
+    """The one-off pod of a major upgrade's ``pg_upgrade --check`` (see postgres/upgrade/step.py)."""
     return f"{cluster}-upgrade-check"
 
 
 def upgrade_pod(cluster: str) -> str:
-    """The one-off pod that runs ``pg_upgrade --link`` on the primary's volume (see postgres/upgrade_step.py)."""
+    """The one-off pod that runs ``pg_upgrade --link`` on the primary's volume (see postgres/upgrade/step.py)."""
     return f"{cluster}-upgrade"

@@ -14,13 +14,13 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from kanri.postgres.api.v1alpha1.backup import S3Repository
-from kanri.postgres.backup import BackupMetrics, BackupSettings, identities_for, utc_now
-from kanri.postgres.backup_controller import BackupClient, PostgresBackupReconciler
-from kanri.postgres.instances import HttpInstanceClient, InstanceClient
+from kanri.postgres.backup.archiving import BackupMetrics, BackupSettings, identities_for, utc_now
+from kanri.postgres.backup.controller import BackupClient, PostgresBackupReconciler
+from kanri.postgres.cluster.instances import HttpInstanceClient, InstanceClient
+from kanri.postgres.cluster.reconciler import PostgresClusterReconciler
 from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
 from kanri.postgres.labels import CLUSTER
 from kanri.postgres.metrics import PostgresMetrics
-from kanri.postgres.reconciler import PostgresClusterReconciler
 from kanri.runtime import (
     Cache,
     Client,
@@ -142,7 +142,7 @@ class OperatorOptions:
     "Untrusted endpoints")."""
     allowed_priority_classes: tuple[str, ...] = ()
     """The PriorityClasses a cluster's pod template may name (``kanri run --allowed-priority-class``); empty: any the
-    API accepts (never the system- ones). See :mod:`kanri.postgres.pod_policy`."""
+    API accepts (never the system- ones). See :mod:`kanri.postgres.pods.policy`."""
     backup_now: Callable[[], datetime] = utc_now
     """"Now" for base backups' schedule and retention: a test hook (``kanri run --backup-clock-offset-file``, tests) to
     age backups without skewing the clock the object store checks requests against."""

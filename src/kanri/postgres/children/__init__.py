@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kanri.postgres.diff import with_hash
+from kanri.postgres.cluster.diff import with_hash
 from kanri.runtime import owner_reference
 
 __all__ = ["child_meta", "owned"]
@@ -24,5 +24,5 @@ def child_meta(cluster: Obj, name: str, labels: dict[str, str]) -> Obj:
 
 
 def owned(api_version: str, kind: str, metadata: Obj, **body: Any) -> Obj:
-    """A complete child object, with the hash of itself recorded (see :mod:`kanri.postgres.diff`)."""
+    """A complete child object, with the hash of itself recorded (see :mod:`kanri.postgres.cluster.diff`)."""
     return with_hash({"apiVersion": api_version, "kind": kind, "metadata": metadata, **body})

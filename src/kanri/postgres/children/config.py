@@ -38,8 +38,10 @@ def instance_config(
     upgrade: Obj | None = None,
 ) -> str:
     """The JSON document at ``/etc/kanri/config/instance.json`` (keys sorted: same input, same bytes); ``archive``
-    is where WAL goes (:func:`kanri.postgres.backup.archive_target`), absent without a repository; ``recovery`` the
-    backups a new cluster restores (:func:`kanri.postgres.recovery.entry`), absent once restored or with initdb."""
+    is where WAL goes (:func:`kanri.postgres.backup.archiving.archive_target`), absent without a repository;
+    ``recovery`` the
+    backups a new cluster restores (:func:`kanri.postgres.recovery.bootstrap.entry`), absent once restored or with
+    initdb."""
     parameters = dict(spec.postgresql.parameters) if spec.postgresql else {}
     document: Obj = {
         "parameters": parameters,

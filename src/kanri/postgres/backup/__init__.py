@@ -1,0 +1,2 @@
+"""Backups: repositories, continuous archiving, base backups (PostgresBackup), schedules, clean-up, S3 and tenant
+identities."""

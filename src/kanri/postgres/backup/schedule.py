@@ -1,0 +1,139 @@
+"""The cluster's side of base backups, one step of each PostgresCluster pass: ask for the backups that are due, and
+say in the cluster's status how its backups stand.
+
+- Due: the first backup as soon as the cluster is Ready (``<cluster>-initial``: recoverable from minute one; after a
+  major upgrade ``<cluster>-pg<major>-initial``, the new system's first, for which the upgrade clears the slot), then
+  one per slot of ``spec.backup.schedule`` (cron, UTC; ``<cluster>-<yyyymmddhhmm>``). The slot asked for last is
+  ``status.backup.lastScheduled``, written after the object is created; an operator that stops in between finds the
+  object on its next pass (409, the name is the slot's) and records the slot then, so no slot gets two backups.
+  The PostgresBackup controller (:mod:`kanri.postgres.backup.controller`) takes them one at a time.
+- Told: ``status.backup.{lastSuccessful, lastFailed, firstRecoverabilityPoint}``, condition ``LastBackupSucceeded``
+  (True ``Completed`` / False with the failed backup's reason) and the backup metrics, all from the cluster's
+  PostgresBackups (:func:`kanri.postgres.backup.plan.summary`). Nothing is written on a converged cluster.
+"""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from kanri.postgres.backup import plan as backup_plan
+from kanri.postgres.backup.archiving import Repository, Unresolved, server_name
+from kanri.postgres.backup.controller import siblings
+from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
+from kanri.postgres.labels import CLUSTER, MANAGED_BY
+from kanri.runtime import ApiError, owner_reference, set_condition
+
+if TYPE_CHECKING:
+    from kanri.postgres.cluster.reconciler import ClusterPass
+
+__all__ = ["CONDITION", "SLOT_ANNOTATION", "due", "iso", "run"]
+
+log = structlog.get_logger("kanri.postgres.backup.schedule")
+Obj = dict[str, Any]
+CONDITION = "LastBackupSucceeded"
+SLOT_ANNOTATION = "kanri.dev/backup-slot"
+"""On a backup the operator asked for: the schedule slot (or the moment the first backup was asked) it stands for."""
+
+
+def iso(moment: datetime | None) -> str | None:
+    """The form every time this step writes takes (compared as strings with what it wrote before)."""
+    return None if moment is None else moment.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def due(cluster: Obj, schedule: str, now: datetime) -> tuple[str, datetime, str] | None:
+    """The backup to ask for now: (name, slot, trigger), or None. The cluster must be Ready (checked by the caller
+    only for the first one: later slots wait for a cluster that is, say, failing over, in the controller)."""
+    status = cluster.get("status") or {}
+    name = cluster["metadata"]["name"]
+    last = backup_plan.parse_time((status.get("backup") or {}).get("lastScheduled"))
+    if last is None:
+        if status.get("phase") != "Ready":
+            return None
+        return backup_plan.initial_name(name, server_name(cluster)), now, backup_plan.INITIAL
+    slot = backup_plan.latest_slot(schedule, last, now)
+    if slot is None:
+        return None
+    return backup_plan.scheduled_name(name, slot), slot, "schedule"
+
+
+def _backup_object(step: ClusterPass, name: str, slot: datetime, trigger: str) -> Obj:
+    meta: Obj = {
+        "name": name,
+        "namespace": step.namespace,
+        "labels": {CLUSTER: step.name, MANAGED_BY: "kanri", backup_plan.TRIGGER_LABEL: trigger},
+        "annotations": {SLOT_ANNOTATION: str(iso(slot))},
+    }
+    if step.spec.deletion_policy == "Delete":
+        # Delete: the records go with the cluster, as the repository's content does; Retain: they outlive it.
+        meta["ownerReferences"] = [owner_reference(step.cluster, controller=False, block_owner_deletion=False)]
+    return {"apiVersion": POSTGRES_BACKUP.api_version, "kind": POSTGRES_BACKUP.kind, "metadata": meta,
+            "spec": {"cluster": step.name}}  # fmt: skip
+
+
+async def run(step: ClusterPass, repository: Repository | Unresolved | None) -> None:
+    """Ask for a due backup, then write the summary (status, condition, metrics) when it changed."""
+    backup = step.spec.backup
+    if backup is None:
+        if step.r.metrics is not None:
+            step.r.metrics.backups(step.namespace, step.name, {})
+        return
+    now = step.r.backup.now()
+    scheduled = (step.status.get("backup") or {}).get("lastScheduled")
+    if isinstance(repository, Repository) and step.running and (wanted := due(step.cluster, backup.schedule, now)):
+        name, slot, trigger = wanted
+        try:
+            await step.client.create(POSTGRES_BACKUP, _backup_object(step, name, slot, trigger))
+            log.info("base backup asked", cluster=step.name, namespace=step.namespace, backup=name, trigger=trigger)
+            kind = "the first backup" if trigger == backup_plan.INITIAL else f"the schedule's {iso(slot)} slot"
+            await step.r.events.normal(step.cluster, "BackupScheduled", f"created PostgresBackup {name} for {kind}")
+        except ApiError as exc:
+            if exc.status != 409:  # 409: created before an operator restart; record its slot now
+                raise
+        scheduled = iso(slot)
+    summary = backup_plan.summary(siblings(step.cache, step.namespace, step.name))
+    fields = {
+        "lastSuccessful": iso(summary.last_successful),
+        "lastFailed": iso(summary.last_failed),
+        "firstRecoverabilityPoint": iso(summary.first_recoverability_point),
+        "lastScheduled": scheduled,
+    }
+    _metrics(step, summary)
+    current = step.status.get("backup") or {}
+    changed = {k: v for k, v in fields.items() if v is not None and current.get(k) != v}
+    generation = int(step.cluster["metadata"].get("generation", 0))
+    conditions = copy.deepcopy(step.status.get("conditions") or [])
+    flipped = summary.condition is not None and _set(conditions, summary.condition, generation)
+    if not changed and not flipped:
+        return  # converged: no write
+    patch: Obj = {"backup": changed} if changed else {}
+    if flipped:
+        # A merge patch replaces the whole conditions list: start from the object as it is now.
+        fresh = await step.client.get(POSTGRES_CLUSTER, step.name, step.namespace)
+        conditions = copy.deepcopy((fresh.get("status") or {}).get("conditions") or [])
+        assert summary.condition is not None
+        _set(conditions, summary.condition, generation)
+        patch["conditions"] = conditions
+    await step.client.patch_status(POSTGRES_CLUSTER, step.name, {"status": patch}, step.namespace)
+
+
+def _set(conditions: list[Obj], condition: tuple[bool, str, str], generation: int) -> bool:
+    ok, reason, message = condition
+    return set_condition(conditions, type=CONDITION, status=ok, reason=reason, message=message,
+                         observed_generation=generation)  # fmt: skip
+
+
+def _metrics(step: ClusterPass, summary: backup_plan.Summary) -> None:
+    if step.r.metrics is None:
+        return
+
+    def stamp(moment: datetime | None) -> float | None:
+        return None if moment is None else moment.timestamp()
+
+    succeeded = None if summary.condition is None else float(summary.condition[0])
+    step.r.metrics.backups(step.namespace, step.name, {
+        "success": stamp(summary.last_successful), "failure": stamp(summary.last_failed),
+        "succeeded": succeeded, "recoverability": stamp(summary.first_recoverability_point)})  # fmt: skip

@@ -1,0 +1,79 @@
+"""What deleting a PostgresCluster does to its data (the finalizer ``kanri.dev/cleanup``).
+
+Children with an owner reference (StatefulSets, Services, ConfigMap, RBAC, budgets) go with the cluster through
+garbage collection either way. The data does not have one — volumes and credentials — so its fate is decided here,
+by ``spec.deletionPolicy`` as it is when the object is deleted:
+
+- ``Retain`` (default): claims and Secrets stay; an Event names them. A new PostgresCluster of the same name finds
+  them by name and label and adopts them: same data, same passwords.
+- ``Delete``: the StatefulSets are deleted first (so the pods go and the claims' protection lets them go), then the
+  claims and the Secrets. The finalizer is removed once the deletes are *accepted*: a claim stays until its pod is
+  gone, and waiting for that here would only delay the garbage collector that removes the pod.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kanri.postgres import names
+from kanri.postgres.labels import CLUSTER
+from kanri.runtime import Cache, Client, EventRecorder
+from kanri.runtime.kinds import PVC, SECRET, STATEFUL_SET
+
+__all__ = ["FINALIZER", "cleanup", "data_of"]
+
+Obj = dict[str, Any]
+FINALIZER = "kanri.dev/cleanup"
+
+
+def data_of(cache: Cache, cluster: Obj) -> tuple[list[str], list[str]]:
+    """Names of the cluster's claims and credential Secrets present in the cache."""
+    meta = cluster["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    claims = sorted(c["metadata"]["name"] for c in cache.list(PVC, namespace, {CLUSTER: name}))
+    # the credentials, then TLS (kanri.postgres.tls.certificates): a retained CA keeps a recreated cluster's clients
+    # trusting it
+    wanted = [names.superuser_secret(name), names.replication_secret(name), names.app_secret(name),
+              names.api_secret(name), names.ca_secret(name), names.ca_key_secret(name),
+              names.server_secret(name)]  # fmt: skip
+    secrets = [s for s in wanted if cache.get(SECRET, s, namespace) is not None]
+    return claims, secrets
+
+
+async def cleanup(client: Client, cache: Cache, events: EventRecorder, cluster: Obj) -> None:
+    """Carry out ``deletionPolicy`` for a cluster being deleted. Idempotent: deleting what is gone is a no-op."""
+    meta = cluster["metadata"]
+    namespace = meta["namespace"]
+    policy = (cluster.get("spec") or {}).get("deletionPolicy") or "Retain"
+    claims, secrets = data_of(cache, cluster)
+    if policy == "Delete":
+        for sts in cache.owned_by(STATEFUL_SET, meta["uid"]):
+            await client.delete(STATEFUL_SET, sts["metadata"]["name"], namespace, propagation_policy="Background")
+        for claim in claims:
+            await client.delete(PVC, claim, namespace)
+        for secret in secrets:
+            await client.delete(SECRET, secret, namespace)
+        await events.normal(cluster, "DataDeleted", f"deletionPolicy Delete: deleted PersistentVolumeClaims "
+                            f"{_list(claims)} and Secrets {_list(secrets)}")  # fmt: skip
+        return
+    for secret in secrets:
+        await _release(client, cache.get(SECRET, secret, namespace), meta["uid"])
+    kept = f"kept PersistentVolumeClaims {_list(claims)} and Secrets {_list(secrets)}"
+    await events.normal(cluster, "DataRetained", f"deletionPolicy Retain: {kept}; a new PostgresCluster named "
+                        f"{meta['name']} adopts them")  # fmt: skip
+
+
+async def _release(client: Client, secret: Obj | None, owner_uid: str) -> None:
+    """Drop an owner reference to the cluster from a Secret (the operator sets none; one added by hand would let
+    the garbage collector delete the credentials of retained data)."""
+    if secret is None:
+        return
+    refs = secret["metadata"].get("ownerReferences") or []
+    kept = [ref for ref in refs if ref.get("uid") != owner_uid]
+    if len(kept) != len(refs):
+        body = {"metadata": {"ownerReferences": kept or None, "resourceVersion": secret["metadata"]["resourceVersion"]}}
+        await client.patch(SECRET, secret["metadata"]["name"], body, secret["metadata"]["namespace"])
+
+
+def _list(items: list[str]) -> str:
+    return ", ".join(items) if items else "(none)"

@@ -1,0 +1,506 @@
+"""Talking to the instance managers: ``GET /status``, ``POST /restart``, ``/promote``, ``/fence``, ``/unfence``,
+``/replication/pause``, ``/replication/resume``, ``/demote`` and ``/rejoin`` on port 8008, each with the cluster's API
+token (only ``/healthz`` and ``/readyz``, the kubelet's, are open).
+
+The instance's state is not a Kubernetes object, so the controller cannot watch it: the reconciler asks every
+instance on each pass (all at once, with a short timeout) and requeues itself periodically. :class:`InstanceClient`
+is a Protocol so tests (and other transports) can stand in; :class:`HttpInstanceClient` is the real one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import ssl
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import aiohttp
+import structlog
+
+from kanri.contract.problems import MAX_MESSAGE, REASONS
+
+__all__ = [
+    "PROBLEM_REASONS",
+    "BackupAnswer",
+    "Demoted",
+    "HttpInstanceClient",
+    "InstanceClient",
+    "InstanceProblem",
+    "InstanceReport",
+    "Paused",
+    "Promoted",
+    "gather_reports",
+    "parse_report",
+]
+
+log = structlog.get_logger("kanri.postgres.cluster.instances")
+FENCE_TIMEOUT = 20.0
+PAUSE_TIMEOUT = 12.0
+"""The instance waits up to 10 s for its WAL receiver to stop."""
+PROMOTE_TIMEOUT = 70.0
+"""The instance waits up to 60 s for the end of recovery."""
+DEMOTE_TIMEOUT = 60.0
+"""A checkpoint and a clean shutdown of a busy primary."""
+BACKUP_REQUEST_TIMEOUT = 10.0
+"""Starting or reading a backup answers at once (the backup runs in the background)."""
+EXPIRE_TIMEOUT = 330.0
+"""Expiring deletes objects one backup after the other (the instance allows each deletion 300 s)."""
+
+
+PROBLEM_REASONS = REASONS
+"""The reasons an instance may report a problem with (kanri.contract.problems); anything else is read as
+``InstanceProblem``."""
+_MAX_TEXT = MAX_MESSAGE  # the instance manager keeps messages to one line of this length; a longer one is cut
+
+
+@dataclass(frozen=True)
+class InstanceProblem:
+    """Something the user must fix that the instance found (``problems[]`` in ``GET /status``). The message never
+    holds a Secret's or a file's content (the instance manager's side of the contract)."""
+
+    reason: str
+    message: str
+    secret: str | None = None
+    """The credential's purpose (``superuser``, ``replication``, ``app``, ``api``) for InvalidSecret."""
+    key: str | None = None
+    parameter: str | None = None
+    """The ``postgresql.conf`` key for InvalidParameter."""
+
+
+@dataclass(frozen=True)
+class ArchiverReport:
+    """The primary's ``pg_stat_archiver`` (times ISO 8601), read by :mod:`kanri.postgres.backup.archiving`."""
+
+    mode: str | None
+    last_archived_wal: str | None
+    last_archived_time: str | None
+    failed_count: int
+    last_failed_wal: str | None
+    last_failed_time: str | None
+
+
+@dataclass(frozen=True)
+class InstanceReport:
+    """What one instance manager says about itself (``GET /status``)."""
+
+    name: str
+    role: str
+    """``primary`` or ``replica`` as reported (PostgreSQL in recovery or not); the reconciler reads a fenced instance
+    as ``fenced`` (``splitbrain.routed``)."""
+    ready: bool
+    running: bool
+    timeline: int | None = None
+    write_lsn: str | None = None
+    receive_lsn: str | None = None
+    replay_lsn: str | None = None
+    lag_bytes: int | None = None
+    pending_restart: bool = False
+    pending_lowers: tuple[str, ...] = ()
+    """Standby limits (``max_connections``, ...) waiting for a restart with a lower value: the primary goes first."""
+    last_error: str | None = None
+    system_identifier: str | None = None
+    """The data directory's ``pg_control`` system identifier (a decimal string): one per cluster, kept by clones."""
+    data_version: int | None = None
+    """The major of the data directory (``PG_VERSION``), reported even when PostgreSQL cannot start."""
+    binary_version: int | None = None
+    """The major of the PostgreSQL binaries the pod runs."""
+    problems: tuple[InstanceProblem, ...] = ()
+    fenced: bool = False
+    """The instance holds a fence marker: its PostgreSQL is kept stopped (``POST /fence``)."""
+    fence_reason: str | None = None
+    replication_paused: bool = False
+    """Its WAL receiver is paused for a failover's election (``POST /replication/pause``)."""
+    rejoin_state: str | None = None
+    """``running``, ``done`` or ``failed`` once ``POST /rejoin`` was asked (None: never)."""
+    rejoin_method: str | None = None
+    """``rewind`` or ``clone``."""
+    rejoin_message: str | None = None
+    rejoin_diverged_bytes: int | None = None
+    """WAL this former primary had written past the new timeline's switchpoint, measured before its rewind or clone
+    (None: not measured)."""
+    rejoin_switchpoint: str | None = None
+    """That switchpoint (an LSN)."""
+    archiver: ArchiverReport | None = None
+    """``pg_stat_archiver`` as reported (read by :mod:`kanri.postgres.backup.archiving`); None when PostgreSQL is
+    down."""
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    """A short list of parameter names (anything else in it is ignored)."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(v for v in value[:16] if isinstance(v, str) and 0 < len(v) <= 63)
+
+
+def _text(value: Any) -> str | None:
+    """A short one-line string from an instance (it is shown in status and Events)."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    flat = " ".join(value.split())
+    return flat if len(flat) <= _MAX_TEXT else flat[: _MAX_TEXT - 1] + "…"
+
+
+def _system_identifier(value: Any) -> str | None:
+    # A uint64 printed in decimal; JSON numbers lose precision above 2**53, hence a string.
+    return value if isinstance(value, str) and value.isdigit() and len(value) <= 20 else None
+
+
+def _problems(value: Any) -> tuple[InstanceProblem, ...]:
+    if not isinstance(value, list):
+        return ()
+    found: list[InstanceProblem] = []
+    for item in value[:16]:  # a misbehaving instance must not fill status
+        if not isinstance(item, dict) or (message := _text(item.get("message"))) is None:
+            continue
+        reason = item.get("reason")
+        found.append(
+            InstanceProblem(
+                reason=reason if reason in PROBLEM_REASONS else "InstanceProblem",
+                message=message,
+                secret=_text(item.get("secret")),
+                key=_text(item.get("key")),
+                parameter=_text(item.get("parameter")),
+            )
+        )
+    return tuple(found)
+
+
+def _archiver(value: Any) -> ArchiverReport | None:
+    if not isinstance(value, dict):
+        return None
+    return ArchiverReport(
+        mode=_text(value.get("mode")),
+        last_archived_wal=_text(value.get("lastArchivedWal")),
+        last_archived_time=_text(value.get("lastArchivedTime")),
+        failed_count=_int(value.get("failedCount")) or 0,
+        last_failed_wal=_text(value.get("lastFailedWal")),
+        last_failed_time=_text(value.get("lastFailedTime")),
+    )
+
+
+def parse_report(body: Any) -> InstanceReport | None:
+    """An :class:`InstanceReport` from the JSON body, or None when it is not one (a wrong answer is no answer)."""
+    if not isinstance(body, dict) or body.get("role") not in ("primary", "replica") or not _str(body.get("name")):
+        return None
+    return InstanceReport(
+        name=str(body["name"]),
+        role=str(body["role"]),
+        ready=body.get("ready") is True,
+        running=body.get("running") is True,
+        timeline=_int(body.get("timeline")),
+        write_lsn=_str(body.get("writeLsn")),
+        receive_lsn=_str(body.get("receiveLsn")),
+        replay_lsn=_str(body.get("replayLsn")),
+        lag_bytes=_int(body.get("lagBytes")),
+        pending_restart=body.get("pendingRestart") is True,
+        pending_lowers=_names(body.get("pendingRestartLowers")),
+        last_error=_str(body.get("lastError")),
+        system_identifier=_system_identifier(body.get("systemIdentifier")),
+        data_version=_int(body.get("dataVersion")),
+        binary_version=_int(body.get("binaryVersion")),
+        problems=_problems(body.get("problems")),
+        fenced=body.get("fenced") is True,
+        fence_reason=_text(body.get("fenceReason")),
+        replication_paused=body.get("replicationPaused") is True,
+        archiver=_archiver(body.get("archiver")),
+        **_rejoin(body.get("rejoin")),
+    )
+
+
+_LSN = re.compile(r"[0-9A-F]{1,8}/[0-9A-F]{1,8}")
+
+
+def _rejoin(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict) or value.get("state") not in ("running", "done", "failed"):
+        return {}
+    method = value.get("method")
+    found = value.get("divergence")
+    divergence: dict[str, Any] = found if isinstance(found, dict) else {}
+    switchpoint = _text(divergence.get("switchpoint"))
+    return {"rejoin_state": str(value["state"]), "rejoin_method": method if method in ("rewind", "clone") else None,
+            "rejoin_message": _text(value.get("message")), "rejoin_diverged_bytes": _int(divergence.get("bytes")),
+            "rejoin_switchpoint": switchpoint if switchpoint and _LSN.fullmatch(switchpoint) else None}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Paused:
+    """Where a replica's WAL receiver stopped (``POST /replication/pause``)."""
+
+    receive_lsn: str | None
+    replay_lsn: str | None
+    timeline: int | None
+
+
+@dataclass(frozen=True)
+class Promoted:
+    """A replica promoted (``POST /promote``): the timeline it started and its write position then."""
+
+    timeline: int | None
+    lsn: str | None
+
+
+@dataclass(frozen=True)
+class Demoted:
+    """A primary shut down cleanly and restarting as a replica (``POST /demote``)."""
+
+    checkpoint_lsn: str | None
+    timeline: int | None
+
+
+class InstanceClient(Protocol):
+    """The operator's view of the instance managers' API."""
+
+    async def status(
+        self, address: str, timeout: float | None = None, *, token: str | None = None
+    ) -> InstanceReport | None:
+        """The instance's report, or None when it cannot be reached or answers nonsense (within ``timeout`` seconds
+        when given, else the client's own). ``GET /status`` needs the cluster's API ``token``; without one, the
+        last token used with this address is sent (a probe in the middle of an action, e.g. during a demotion)."""
+        ...
+
+    async def restart(self, address: str, token: str) -> bool:
+        """Ask the instance to restart PostgreSQL; True when it accepted."""
+        ...
+
+    async def promote(self, address: str, token: str) -> Promoted | None:
+        """Ask a replica to promote itself (it answers once promoted); None when it refused or did not answer."""
+        ...
+
+    async def fence(self, address: str, token: str, reason: str) -> bool:
+        """Ask the instance to stop PostgreSQL and keep it stopped; True once it is fenced."""
+        ...
+
+    async def unfence(self, address: str, token: str) -> bool:
+        """Lift the fence: the instance starts PostgreSQL again."""
+        ...
+
+    async def pause_replication(self, address: str, token: str) -> Paused | None:
+        """Stop the replica's WAL receiver and keep it stopped; where it stopped, or None (refused, unreachable)."""
+        ...
+
+    async def resume_replication(self, address: str, token: str) -> bool:
+        """Let the replica stream again."""
+        ...
+
+    async def demote(self, address: str, token: str) -> Demoted | None:
+        """Shut the primary down cleanly and start it as a replica (a switchover's first step)."""
+        ...
+
+    async def rejoin(self, address: str, token: str) -> bool:
+        """Start the rejoin of a former primary (pg_rewind or a fresh clone) in the background; True when accepted."""
+        ...
+
+
+@dataclass(frozen=True)
+class BackupAnswer:
+    """The instance's answer to a backup request (``POST /backups``, ``GET /backups/{id}``, ``POST
+    /backups/expire``): the HTTP status (0: no answer at all), its JSON body, and its error message."""
+
+    status: int
+    body: dict[str, Any]
+    error: str | None = None
+
+
+class HttpInstanceClient:
+    """:class:`InstanceClient` over HTTP to ``http://<pod IP>:<port>``, or HTTPS with the cluster's CA verified for
+    the pods :meth:`trust` named.
+
+    ``timeout`` bounds each request: a reconcile must not wait on a hung instance (the next pass asks again).
+    The token is sent as a bearer header only, and never logged.
+    """
+
+    def __init__(self, *, port: int = 8008, timeout: float = 2.0, plain: bool = False) -> None:
+        self.port = port
+        self.timeout = timeout
+        self.plain = plain
+        """Plain HTTP to every address, :meth:`trust` or not (for fake instance managers in tests)."""
+        self._session: aiohttp.ClientSession | None = None
+        self._clusters: dict[str, tuple[frozenset[str], bytes, ssl.SSLContext, str]] = {}  # cluster → pods, CA, ...
+        self._trusted: dict[str, tuple[ssl.SSLContext, str]] = {}  # address → (its cluster's context, server name)
+        # address → the API token last used with it, for status reads that name none (failover's probes); replaced at
+        # every pass's gather_reports, which passes the cluster's token for each of its pods' current addresses.
+        self._tokens: dict[str, str] = {}
+
+    def trust(self, cluster: str, addresses: Iterable[str], ca_pem: bytes | None, server_name: str) -> None:
+        """Speak HTTPS to ``addresses`` (``cluster``'s pods that serve TLS; the set replaces the previous one),
+        verifying the certificate against ``ca_pem`` for ``server_name`` (a name every instance's certificate
+        carries: pods are reached by IP). Any other address is spoken to in plain HTTP (an instance manager without
+        a certificate). ``ca_pem`` None forgets the cluster."""
+        if ca_pem is None or self.plain:
+            self._clusters.pop(cluster, None)
+        else:
+            known = self._clusters.get(cluster)
+            if known is not None and known[1] == ca_pem:
+                context = known[2]
+            else:  # a new CA (or a first look): a new context
+                context = ssl.create_default_context(cadata=ca_pem.decode())
+            self._clusters[cluster] = (frozenset(addresses), ca_pem, context, server_name)
+        self._trusted = {a: (c, n) for pods, _, c, n in self._clusters.values() for a in pods}
+
+    def _tls(self, address: str) -> dict[str, Any]:
+        trusted = self._trusted.get(address)
+        return {} if trusted is None else {"ssl": trusted[0], "server_hostname": trusted[1]}
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    def _url(self, address: str, path: str) -> str:
+        host = f"[{address}]" if ":" in address else address
+        scheme = "https" if address in self._trusted else "http"
+        return f"{scheme}://{host}:{self.port}{path}"
+
+    def _bearer(self, address: str, token: str | None) -> dict[str, str]:
+        """The Authorization header for ``address``: ``token``, remembered for the address, or the one remembered."""
+        if token:
+            self._tokens[address] = token
+        known = self._tokens.get(address)
+        return {"Authorization": f"Bearer {known}"} if known else {}
+
+    async def status(
+        self, address: str, timeout: float | None = None, *, token: str | None = None
+    ) -> InstanceReport | None:
+        extra: dict[str, Any] = {} if timeout is None else {"timeout": aiohttp.ClientTimeout(total=timeout)}
+        headers = self._bearer(address, token)
+        try:
+            async with self._http().get(self._url(address, "/status"), headers=headers, **self._tls(address),
+                                        **extra) as response:  # fmt: skip
+                if response.status in (401, 403):
+                    # alive, but it refuses the cluster's API token (a recreated <cluster>-api Secret not yet
+                    # remounted): say so, this is no network fault
+                    log.warning("instance refused the API token for /status", address=address,
+                                status=response.status)  # fmt: skip
+                if response.status != 200:
+                    return None
+                return parse_report(await response.json(content_type=None))
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            log.debug("instance status unavailable", address=address, error=type(exc).__name__)
+            return None
+
+    async def _call(
+        self, address: str, path: str, token: str, body: dict[str, Any] | None = None, timeout: float | None = None
+    ) -> dict[str, Any] | None:
+        """POST an action; its JSON answer when it succeeded (2xx), else None (refused, unreachable, nonsense)."""
+        headers = self._bearer(address, token)
+        extra: dict[str, Any] = {} if timeout is None else {"timeout": aiohttp.ClientTimeout(total=timeout)}
+        extra |= self._tls(address)
+        try:
+            async with self._http().post(self._url(address, path), headers=headers, json=body, **extra) as response:
+                if not 200 <= response.status < 300:
+                    log.info("instance refused", address=address, path=path, status=response.status,
+                             reason=_text((await response.json(content_type=None) or {}).get("error")))  # fmt: skip
+                    return None
+                answer = await response.json(content_type=None)
+                return answer if isinstance(answer, dict) else {}
+        except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError) as exc:
+            log.info("instance request failed", address=address, path=path, error=type(exc).__name__)
+            return None
+
+    async def _post(
+        self, address: str, path: str, token: str, body: dict[str, Any] | None = None, timeout: float | None = None
+    ) -> bool:
+        return await self._call(address, path, token, body, timeout) is not None
+
+    async def restart(self, address: str, token: str) -> bool:
+        return await self._post(address, "/restart", token)
+
+    async def promote(self, address: str, token: str) -> Promoted | None:
+        answer = await self._call(address, "/promote", token, timeout=PROMOTE_TIMEOUT)
+        if answer is None or answer.get("promoted") is not True:
+            return None
+        return Promoted(_int(answer.get("timeline")), _str(answer.get("lsn")))
+
+    async def fence(self, address: str, token: str, reason: str) -> bool:
+        # PostgreSQL's fast shutdown takes a checkpoint: allow it longer than a status read (the marker is written
+        # first, and the instance finishes the shutdown even if this request gives up).
+        return await self._post(address, "/fence", token, {"reason": reason}, timeout=FENCE_TIMEOUT)
+
+    async def unfence(self, address: str, token: str) -> bool:
+        return await self._post(address, "/unfence", token)
+
+    async def pause_replication(self, address: str, token: str) -> Paused | None:
+        answer = await self._call(address, "/replication/pause", token, timeout=PAUSE_TIMEOUT)
+        if answer is None or answer.get("paused") is not True:
+            return None
+        return Paused(_str(answer.get("receiveLsn")), _str(answer.get("replayLsn")), _int(answer.get("timeline")))
+
+    async def resume_replication(self, address: str, token: str) -> bool:
+        return await self._post(address, "/replication/resume", token)
+
+    async def demote(self, address: str, token: str) -> Demoted | None:
+        answer = await self._call(address, "/demote", token, timeout=DEMOTE_TIMEOUT)
+        if answer is None or answer.get("demoted") is not True:
+            return None
+        return Demoted(_str(answer.get("checkpointLsn")), _int(answer.get("timeline")))
+
+    async def rejoin(self, address: str, token: str) -> bool:
+        return await self._post(address, "/rejoin", token)
+
+    # Base backups (kanri.postgres.backup.controller): the answer's status matters (404 unknown id, 409 busy), so
+    # these return it rather than a bool.
+
+    async def _backup_request(
+        self,
+        method: str,
+        address: str,
+        path: str,
+        token: str,
+        body: dict[str, Any] | None = None,
+        timeout: float = BACKUP_REQUEST_TIMEOUT,
+    ) -> BackupAnswer:
+        headers = {"Authorization": f"Bearer {token}"}
+        extra = {"timeout": aiohttp.ClientTimeout(total=timeout)} | self._tls(address)
+        try:
+            async with self._http().request(method, self._url(address, path), headers=headers, json=body,
+                                            **extra) as response:  # fmt: skip
+                answer = await response.json(content_type=None)
+                answer = answer if isinstance(answer, dict) else {}
+                error = None if 200 <= response.status < 300 else (_text(answer.get("error")) or "refused")
+                return BackupAnswer(response.status, answer, error)
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            log.info("instance backup request failed", address=address, path=path, error=type(exc).__name__)
+            return BackupAnswer(0, {}, f"no answer ({type(exc).__name__})")
+
+    async def start_backup(self, address: str, token: str, backup: str) -> BackupAnswer:
+        """``POST /backups {"id"}``: 202 started, 200 the id is known (its record), 409 another one runs."""
+        return await self._backup_request("POST", address, "/backups", token, {"id": backup})
+
+    async def backup_record(self, address: str, token: str, backup: str) -> BackupAnswer:
+        """``GET /backups/{id}``: 200 the record, 404 an id the instance never saw."""
+        return await self._backup_request("GET", address, f"/backups/{backup}", token)
+
+    async def expire_backups(self, address: str, token: str, ids: list[str], server: str | None = None) -> BackupAnswer:
+        """``POST /backups/expire {"ids", "serverName"?}``: barman backup ids deleted (and the WAL only they needed),
+        of the instance's own system or of the earlier one of this cluster ``server`` names."""
+        body: dict[str, Any] = {"ids": ids} if server is None else {"ids": ids, "serverName": server}
+        return await self._backup_request("POST", address, "/backups/expire", token, body,
+                                          timeout=EXPIRE_TIMEOUT)  # fmt: skip
+
+    async def switch_wal(self, address: str, token: str) -> BackupAnswer:
+        """``POST /wal/switch`` on the primary: its current WAL segment closed, so it is archived now."""
+        return await self._backup_request("POST", address, "/wal/switch", token, {})
+
+
+async def gather_reports(
+    client: InstanceClient, addresses: dict[str, str], token: str | None = None
+) -> dict[str, InstanceReport]:
+    """Ask every instance (name -> pod IP) at once, with the cluster's API ``token`` (``GET /status`` needs it);
+    instances that do not answer are left out."""
+    names = list(addresses)
+    answers = await asyncio.gather(*(client.status(addresses[name], token=token) for name in names))
+    return {name: report for name, report in zip(names, answers, strict=True) if report is not None}

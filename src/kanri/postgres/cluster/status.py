@@ -1,0 +1,277 @@
+"""The cluster's status from what the operator observed: pure, so every reason is unit-tested.
+
+Conditions (``Ready``, ``Progressing``, ``Degraded``, ``StorageResizing``, ``MajorUpgrade``) carry specific reasons:
+
+| condition | status | reasons |
+|---|---|---|
+| Ready | True | ``InstancesReady`` |
+| Ready | False | ``PrimaryNotReady``, ``ReplicasNotReady``, ``Hibernated`` |
+| Progressing | True | ``Provisioning``, ``Scaling``, ``ScaleDownWaiting``, ``ResizingStorage``,
+``PrimaryUpdateWaiting`` (a switchover to update the primary failed: ``status.primaryUpdate``), ``RollingUpdate``,
+``RestartingInstances``, ``WaitingForInstances`` |
+| Progressing | False | ``Converged``, ``Hibernated`` |
+| Degraded | True | a problem's reason (``kanri.postgres.cluster.problems.SEVERITY``, most serious first:
+``SplitBrain``,
+``Fenced``, ``DataDirectoryLost``,
+``SystemIdentifierMismatch``, ``DataVersionMismatch``, ``VolumeLost``, ``PostgresUnreachable``, ``ChildRejected``,
+``ChildConflict``,
+``StorageClassNotFound``, ``InvalidSecret``, ``OwnerMismatch``, ``InvalidParameter``, ``InvalidConfig``,
+``InstanceProblem``), else ``InstanceErrors``, ``ReplicasNotReady`` (the primary serves, a replica does not) |
+| Degraded | False | ``AsExpected`` |
+| StorageResizing | True | ``Resizing`` (a claim's capacity is below its request) |
+| StorageResizing | False | ``Resized``, ``ExpansionNotSupported`` (the class cannot grow volumes: the user must act) |
+| MajorUpgrade | False | ``NotRequested``, ``UpgradeNotApproved``, ``UpgradeApproved``, ``DowngradeNotSupported`` |
+| FailoverBlocked | True | ``ManualPolicy``, ``DataLossAboveLimit``, ``DataLossUnknown``, ``NoSynchronousStandby``,
+``NoCandidate`` (the failover waits for ``kanri.dev/approve-failover``) |
+| FailoverBlocked | False | ``NotBlocked`` (present once a failover was blocked) |
+
+Messages name instances, claims, Secrets' keys and parameters, never credentials; an instance's ``lastError`` text
+stays out of status (it may quote SQL), only the fact that there is one. An instance's ``problems`` do reach
+``Degraded`` (their messages are made for it: ``PostgresUnreachable`` carries libpq's first line, never SQL), even
+while the cluster is created: only ``lastError`` of a replica still cloning is left out then.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from kanri.postgres.cluster.instances import InstanceReport
+from kanri.postgres.cluster.problems import Problem, ordered
+from kanri.postgres.ha.splitbrain import fenced_names
+from kanri.postgres.labels import FENCED
+from kanri.postgres.topology.plan import InstancePlan
+from kanri.postgres.topology.storage import StoragePlan
+from kanri.postgres.upgrade.versions import UpgradeVerdict
+from kanri.runtime import get_condition, set_condition
+
+__all__ = ["MANAGED_FIELDS", "Observation", "compute_status", "condition_flipped", "status_patch"]
+
+Obj = dict[str, Any]
+_MIB = 1 << 20
+MANAGED_FIELDS = ("phase", "conditions", "observedGeneration", "currentPrimary", "timeline", "instances",
+                  "readyReplicas", "postgresMajor", "systemIdentifier", "splitBrain")  # fmt: skip
+"""The status fields this reconciler writes (others, such as ``backup``, belong to other steps)."""
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Everything one reconcile saw and did that the status reports."""
+
+    plan: InstancePlan
+    hibernated: bool
+    generation: int
+    reports: Mapping[str, InstanceReport]
+    pods: Mapping[str, Obj]
+    """Instance name -> its pod, for those that have one."""
+    storage: StoragePlan
+    scaled: bool = False
+    """This pass added or removed instances."""
+    restarting: str | None = None
+    rolling: str | None = None
+    """The instance whose pod template is being updated now (one at a time, replicas first)."""
+    waiting_to_roll: tuple[str, ...] = ()
+    """Instances whose new pod template waits for the rollout to reach them."""
+    problems: tuple[Problem, ...] = ()
+    """What the user must fix (Degraded, most serious first)."""
+    removal_waiting: Mapping[str, str] = field(default_factory=dict)
+    """Replicas the scale-down would remove, each with why it may not be removed yet."""
+    major: int | None = None
+    """The major the data has (the image runs it)."""
+    upgrade: UpgradeVerdict | None = None
+    system_identifier: str | None = None
+    """The cluster's system identifier, once a primary reported it."""
+    split_brain: Obj | None = None
+    """``status.splitBrain`` (``splitbrain.next_record``): kept while a fenced instance is unresolved."""
+    failover: Obj | None = None
+    """``status.failover`` while a failover or switchover runs (``failover_step.py`` writes it itself)."""
+    primary_waiting: str | None = None
+    """Why the primary's update (rollout or restart) waits: a switchover for this spec failed (``primary_update``)."""
+    upgrading: str | None = None
+    """A major upgrade under way (``upgrade_step.in_progress``): what it does now."""
+
+
+def _instance(name: str, obs: Observation, primary: str | None) -> Obj:
+    report = obs.reports.get(name)
+    if report is not None:
+        role = report.role
+    elif name in fenced_names(obs.split_brain):
+        role = FENCED
+    else:
+        role = "primary" if name == primary else "replica"
+    entry: Obj = {"name": name, "role": role.capitalize(), "ready": bool(report and report.ready)}
+    if report is not None and report.role == "replica" and report.lag_bytes is not None:
+        # Whole MiB only: a replica a few bytes behind a busy primary would otherwise rewrite the status on every
+        # pass. WAL positions and the exact lag are metrics (kanri.postgres.metrics), not status.
+        entry["lagBytes"] = report.lag_bytes - report.lag_bytes % _MIB
+    return entry
+
+
+def _why_not_ready(name: str, obs: Observation) -> str:
+    pod = obs.pods.get(name)
+    report = obs.reports.get(name)
+    if report is not None and report.role == FENCED:
+        return f"{name}: fenced (PostgreSQL kept stopped)"
+    if report is not None and any(p.reason == "PostgresUnreachable" for p in report.problems):
+        return f"{name}: PostgreSQL running but its instance manager cannot connect (see Degraded)"
+    if report is not None:
+        return f"{name}: PostgreSQL not ready" + (" (instance reports an error)" if report.last_error else "")
+    if pod is None:
+        return f"{name}: no pod yet"
+    phase = (pod.get("status") or {}).get("phase") or "Pending"
+    if phase != "Running":
+        return f"{name}: pod {phase}"
+    return f"{name}: instance manager not answering"
+
+
+def _current_primary(obs: Observation) -> str | None:
+    reported = [name for name in obs.plan.instances if (r := obs.reports.get(name)) and r.role == "primary"]
+    if obs.plan.primary in reported or not reported:
+        return obs.plan.primary
+    return reported[0]
+
+
+def compute_status(old: Obj, obs: Observation, now: datetime) -> Obj:
+    """The status the operator should write: the managed fields of ``old`` recomputed (``old`` is not changed)."""
+    primary = _current_primary(obs)
+    instances = [] if obs.hibernated else obs.plan.instances
+    ready = [name for name in instances if (r := obs.reports.get(name)) is not None and r.ready]
+    not_ready = [name for name in instances if name not in ready]
+    primary_ready = primary in ready
+    previous_phase = old.get("phase")
+    conditions = copy.deepcopy(old.get("conditions") or [])
+
+    def condition(kind: str, status: bool, reason: str, message: str) -> None:
+        set_condition(conditions, type=kind, status=status, reason=reason, message=message,
+                      observed_generation=obs.generation, now=now)  # fmt: skip
+
+    summary = f"{len(ready)}/{len(instances)} instances ready"
+    details = "; ".join(_why_not_ready(name, obs) for name in not_ready)
+    # Ready
+    if obs.upgrading and (obs.hibernated or not_ready or not primary_ready):
+        condition("Ready", False, "MajorUpgrade", obs.upgrading)
+    elif obs.hibernated:
+        kept = ", ".join(obs.plan.instances) or "none"
+        condition("Ready", False, "Hibernated", f"replicas is 0: every instance is stopped; volumes kept: {kept}")
+    elif not not_ready and primary_ready:
+        condition("Ready", True, "InstancesReady", f"{summary}, primary {primary}")
+    else:
+        reason = "ReplicasNotReady" if primary_ready else "PrimaryNotReady"
+        condition("Ready", False, reason, f"{summary}: {details}" if details else summary)
+    # Progressing
+    never_ready = previous_phase in (None, "Pending", "Provisioning") and not (primary_ready and not not_ready)
+    scaling = obs.scaled or (previous_phase == "Scaling" and bool(not_ready))
+    problems = ordered(obs.problems)
+    if obs.upgrading:
+        progressing = (True, "MajorUpgrade", obs.upgrading)
+    elif obs.hibernated:
+        progressing = (False, "Hibernated", "every instance is stopped")
+    elif obs.removal_waiting:
+        why = "; ".join(f"{name}: {reason}" for name, reason in sorted(obs.removal_waiting.items()))
+        progressing = (True, "ScaleDownWaiting", f"a replica is removed only once it reported itself replica "
+                       f"behind a reporting primary; waiting: {why}")  # fmt: skip
+    elif scaling:
+        progressing = (True, "Scaling", f"{summary}; instances: {', '.join(instances)}")
+    elif never_ready:
+        progressing = (True, "Provisioning", f"creating the cluster: {summary}")
+    elif obs.storage.resizing:
+        progressing = (True, "ResizingStorage", f"volumes growing: {', '.join(obs.storage.resizing)}")
+    elif obs.primary_waiting:
+        progressing = (True, "PrimaryUpdateWaiting", obs.primary_waiting)
+    elif obs.rolling or obs.waiting_to_roll:
+        waiting = f"; next: {', '.join(obs.waiting_to_roll)}" if obs.waiting_to_roll else ""
+        doing = f"updating {obs.rolling}" if obs.rolling else "waiting for every instance to be ready"
+        progressing = (True, "RollingUpdate", f"pod template changed: {doing}{waiting}")
+    elif obs.restarting:
+        progressing = (True, "RestartingInstances", f"restarting {obs.restarting} to apply parameters")
+    elif not_ready:
+        progressing = (True, "WaitingForInstances", summary)
+    else:
+        progressing = (False, "Converged", "the cluster matches its spec")
+    condition("Progressing", *progressing)
+    # Degraded
+    # A replica being created (the cluster provisioning or scaling up) whose first clone ran before its primary or
+    # slot was there reports that as its lastError; that is the creation still in progress, not a degradation.
+    creating = never_ready or scaling
+    errors = [
+        name
+        for name in instances
+        if (r := obs.reports.get(name)) is not None
+        and r.last_error
+        and not (creating and r.role == "replica" and not r.ready)
+    ]
+    if problems:
+        condition("Degraded", True, problems[0].reason, "; ".join(p.message for p in problems))
+    elif errors:
+        condition("Degraded", True, "InstanceErrors", f"instances report errors: {', '.join(errors)}")
+    elif primary_ready and not_ready and not creating:
+        condition("Degraded", True, "ReplicasNotReady", f"the primary serves; {details}")
+    else:
+        condition("Degraded", False, "AsExpected", "no instance reports a problem")
+    # StorageResizing
+    if obs.storage.blocked:
+        condition("StorageResizing", False, "ExpansionNotSupported",
+                  f"StorageClass {obs.storage.blocked_class} does not allow volume expansion; claims kept at their "
+                  f"size: {', '.join(obs.storage.blocked)}")  # fmt: skip
+    elif obs.storage.resizing or obs.storage.grow:
+        growing = sorted({*obs.storage.resizing, *obs.storage.grow})
+        condition("StorageResizing", True, "Resizing", f"volumes growing: {', '.join(growing)}")
+    else:
+        condition("StorageResizing", False, "Resized", "every volume has its requested size")
+
+    if obs.upgrade is not None:
+        condition("MajorUpgrade", False, obs.upgrade.reason, obs.upgrade.message)
+    failover = obs.failover or {}
+    if failover.get("phase") == "Blocked":
+        condition("FailoverBlocked", True, str(failover.get("blockedReason") or "Blocked"),
+                  str(failover.get("message") or "the failover waits for approval"))  # fmt: skip
+    elif get_condition(conditions, "FailoverBlocked") is not None:
+        condition("FailoverBlocked", False, "NotBlocked", "no failover waits for approval")
+
+    if obs.upgrading:
+        phase = "Upgrading"
+    elif obs.hibernated:
+        phase = "Hibernated"
+    elif failover:
+        phase = "FailingOver"
+    elif primary_ready and not not_ready and not problems and not obs.removal_waiting:
+        phase = "Ready"
+    elif scaling or obs.removal_waiting:
+        phase = "Scaling"
+    elif never_ready:
+        phase = "Provisioning"
+    else:
+        phase = "Degraded"
+    primary_report = obs.reports.get(primary) if primary else None
+    return {
+        "phase": phase,
+        "conditions": conditions,
+        "observedGeneration": obs.generation,
+        "currentPrimary": primary,
+        "timeline": primary_report.timeline if primary_report and primary_report.timeline else old.get("timeline"),
+        "instances": [_instance(name, obs, primary) for name in obs.plan.instances],
+        "readyReplicas": len(ready),
+        "postgresMajor": obs.major if obs.major is not None else old.get("postgresMajor"),
+        "systemIdentifier": obs.system_identifier or old.get("systemIdentifier"),
+        "splitBrain": obs.split_brain,
+    }
+
+
+def status_patch(old: Obj, new: Obj) -> Obj | None:
+    """The merge patch turning ``old`` into ``new`` on the managed fields, or None when nothing changed."""
+    patch = {key: new.get(key) for key in MANAGED_FIELDS if old.get(key) != new.get(key)}
+    return patch or None
+
+
+def condition_flipped(old: Obj, new: Obj, kind: str) -> Obj | None:
+    """The new condition of ``kind`` when its status or reason changed since ``old``, else None."""
+    before = get_condition(old.get("conditions") or [], kind)
+    after = get_condition(new.get("conditions") or [], kind)
+    if after is None:
+        return None
+    if before is None or (before.get("status"), before.get("reason")) != (after.get("status"), after.get("reason")):
+        return dict(after)
+    return None

@@ -1,0 +1,1 @@
+"""Credentials: the cluster's Secrets, generated once and never overwritten."""

@@ -1,0 +1,1 @@
+"""High availability: failover, switchover and the primary update, split brain."""

@@ -1,0 +1,1 @@
+"""Recovery: bootstrapping a cluster from backups, and restore rehearsals."""

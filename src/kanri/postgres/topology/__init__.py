@@ -1,0 +1,1 @@
+"""Topology: which instances a cluster has, their storage, and restarts."""

@@ -1,0 +1,1 @@
+"""Major-version upgrades: the version gate, the state machine and its step."""

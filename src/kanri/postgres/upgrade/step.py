@@ -1,0 +1,306 @@
+"""The major upgrade's executor: the check pod, the downtime, pg_upgrade on the primary's volume, the restart.
+
+:mod:`kanri.postgres.upgrade.machine` decides the phase up to ``Checking``; this module carries ``Checking`` and
+``Upgrading`` out, one pass at a time, every step written to ``status.upgrade`` before it acts (a restarted operator
+resumes from the record; the upgrade pod itself refuses to run pg_upgrade twice on one data directory):
+
+- ``Checking``: pod ``<cluster>-upgrade-check`` (:mod:`kanri.postgres.children.upgrade`) runs ``pg_upgrade --check``
+  against a schema copy while the cluster serves. Failed → phase ``Failed`` with the check's output; the cluster
+  keeps its major and nothing is retried until the spec changes. Passed → ``Upgrading``/``Stopping``, naming the
+  primary whose data is upgraded and the time the downtime begins.
+- ``Stopping``: every instance's StatefulSet goes to 0 (PostgreSQL shuts down cleanly); the step waits until no
+  instance pod is left. No failover is started while the record is ``Upgrading``.
+- ``Upgrading``: pod ``<cluster>-upgrade`` on the primary's claim runs ``pg_upgrade --link``. Failed → ``Failed``
+  (the message says whether the old data directory is intact; the instances start again on the old major).
+  Succeeded → ``status.backup.serverName`` becomes ``<cluster>.pg<to>`` (the new system archives apart from the old
+  one, whose backups stay restorable to before the upgrade) and the claim records the new major, so every
+  StatefulSet gets the new image.
+- ``Starting``: the instances start; the ConfigMap's ``upgrade`` note lets replicas of the old major clone again
+  from the upgraded primary. ``servingAt`` is the first pass that sees the primary ready on the new major; once
+  every instance is, ``Succeeded`` with the downtime.
+
+Both pods are trusted only as the operator's own (:mod:`kanri.postgres.pods.oneshot`: uid recorded in
+``status.oneShotPods``, the cluster its controller): a pod someone else made under either name is never read nor
+deleted; the pass reports it as ``ForeignPod`` and the step waits until it is gone.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from kanri.postgres import names
+from kanri.postgres.backup.archiving import upgraded_server_name
+from kanri.postgres.children.upgrade import check_pod, upgrade_pod
+from kanri.postgres.cluster.recorded import PG_MAJOR, SYSTEM_IDENTIFIER
+from kanri.postgres.kinds import POSTGRES_CLUSTER
+from kanri.postgres.pods import oneshot
+from kanri.postgres.upgrade.machine import failed
+from kanri.runtime import ApiError
+from kanri.runtime.kinds import POD, PVC
+
+if TYPE_CHECKING:
+    from kanri.postgres.cluster.instances import InstanceReport
+    from kanri.postgres.cluster.reconciler import ClusterPass
+    from kanri.postgres.topology.plan import InstancePlan
+
+__all__ = [
+    "CHECK_TIMEOUT",
+    "UPGRADE_TIMEOUT",
+    "advance",
+    "check",
+    "config_note",
+    "in_progress",
+    "stops_instances",
+    "sweep",
+]
+
+log = structlog.get_logger("kanri.postgres.upgrade.step")
+Obj = dict[str, Any]
+CHECK_TIMEOUT = timedelta(hours=1)
+UPGRADE_TIMEOUT = timedelta(hours=6)
+
+
+def _stamp(moment: datetime) -> str:
+    return moment.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def _time(value: object) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def stops_instances(status: Obj) -> bool:
+    """The instances must be stopped: the upgrade is stopping them or upgrading the primary's data."""
+    record = status.get("upgrade") or {}
+    return record.get("phase") == "Upgrading" and record.get("step") in ("Stopping", "Upgrading")
+
+
+def in_progress(status: Obj) -> str | None:
+    """What the upgrade under way is doing (its message), or None when none is (the cluster's phase Upgrading)."""
+    record = status.get("upgrade") or {}
+    if record.get("phase") != "Upgrading":
+        return None
+    return f"major upgrade {record.get('from')} -> {record.get('to')}, step {record.get('step')}: " + str(
+        record.get("message") or ""
+    )
+
+
+def config_note(status: Obj) -> Obj | None:
+    """instance.json's ``upgrade`` note (:class:`kanri.instance.config.UpgradeNote`) once the primary's data is of
+    the new major: replicas of an older major clone again from it."""
+    record = status.get("upgrade") or {}
+    started = record.get("phase") == "Upgrading" and record.get("step") == "Starting"
+    if (started or record.get("phase") == "Succeeded") and record.get("primary"):
+        return {"to": record["to"], "primary": record["primary"]}
+    return None
+
+
+def _verdict(pod: Obj, timeout: timedelta, now: datetime) -> Obj | None:
+    """The pod's verdict ({result, message, ...}) once it ended (or ran past ``timeout``); None while it runs."""
+    status = pod.get("status") or {}
+    phase = status.get("phase")
+    if phase not in ("Succeeded", "Failed"):
+        created = _time(pod["metadata"].get("creationTimestamp")) or now
+        if now - created < timeout:
+            return None
+        return {"result": "Failed", "message": f"the pod did not finish within {timeout} (phase {phase})"}
+    terminated: Obj = {}
+    for container in status.get("containerStatuses") or ():
+        terminated = (container.get("state") or {}).get("terminated") or terminated
+    raw = str(terminated.get("message") or "").strip()
+    for line in reversed(raw.splitlines()):
+        try:
+            found = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(found, dict) and found.get("result") in ("Succeeded", "Failed"):
+            return found
+    why = terminated.get("reason") or status.get("reason") or phase
+    tail = " ".join(raw.splitlines()[-5:])[-1500:]
+    return {"result": "Failed", "message": f"the pod ended without a verdict ({why}, exit code "
+            f"{terminated.get('exitCode')})" + (f": {tail}" if tail else "")}  # fmt: skip
+
+
+async def _write(step: ClusterPass, old: Obj, new: Obj) -> None:
+    patch = {**{key: None for key in old if key not in new}, **new}
+    updated = await step.client.patch_status(POSTGRES_CLUSTER, step.name, {"status": {"upgrade": patch}},
+                                             step.namespace)  # fmt: skip
+    step.status = updated.get("status") or {}
+    step.cluster = {**step.cluster, "status": step.status}
+
+
+async def _delete(step: ClusterPass, name: str) -> None:
+    try:
+        await step.client.delete(POD, name, step.namespace)
+    except ApiError as exc:
+        if not exc.not_found:
+            raise
+
+
+async def check(step: ClusterPass, record: Obj, primary: str | None) -> None:
+    """Phase Checking: start the check pod, or record what it found."""
+    name = names.upgrade_check_pod(step.name)
+    pod = step.cache.get(POD, name, step.namespace)
+    now = datetime.now(UTC)
+    if pod is None:
+        if await oneshot.create(step, check_pod(step.cluster, int(record["from"]), int(record["to"]))):
+            log.info("upgrade check started", cluster=step.name, namespace=step.namespace)
+        return
+    if pod["metadata"].get("deletionTimestamp") or not oneshot.trusted(pod, step.cluster, step.status):
+        return  # going, or someone else's pod under our name (reported as ForeignPod): never read
+    found = _verdict(pod, CHECK_TIMEOUT, now)
+    if found is None:
+        return
+    generation = int(step.cluster["metadata"].get("generation", 0))
+    if found["result"] != "Succeeded" or primary is None:
+        why = str(found.get("message") or "") if primary is not None else "no primary to upgrade"
+        await _write(step, record, failed(record, why, generation))
+        await step.r.events.warning(step.cluster, "UpgradeCheckFailed", f"upgrade {record['from']} -> "
+                                    f"{record['to']} refused by pg_upgrade --check: {why}"[:1000])  # fmt: skip
+        await _delete(step, name)
+        return
+    message = (f"{found.get('message')}; stopping every instance to upgrade {primary}'s data directory with "
+               f"pg_upgrade --link (the downtime begins)")  # fmt: skip
+    new = {**record, "phase": "Upgrading", "step": "Stopping", "primary": primary, "stoppedAt": _stamp(now),
+           "message": message}  # fmt: skip
+    await _write(step, record, new)
+    await step.r.events.normal(step.cluster, "UpgradeCheckPassed", str(found.get("message"))[:1000])
+    await step.r.events.normal(step.cluster, "UpgradeStopping", f"stopping every instance for the upgrade "
+                               f"{record['from']} -> {record['to']} of {primary}")  # fmt: skip
+    await _delete(step, name)
+
+
+async def sweep(step: ClusterPass, record: Obj | None) -> None:
+    """Delete the check and upgrade pods once the record is past the step that runs them.
+
+    Each step deletes its pod right after writing the record that moves past it; an operator killed between the two
+    writes leaves the finished pod behind, and nothing else would ever remove it (it would hold its address and
+    carry the cluster's label). Only a pod the operator created is deleted (:mod:`kanri.postgres.pods.oneshot`); the
+    record of one seen gone is dropped."""
+    phase = (record or {}).get("phase")
+    wanted = {
+        names.upgrade_check_pod(step.name): phase == "Checking",
+        names.upgrade_pod(step.name): phase == "Upgrading" and (record or {}).get("step") == "Upgrading",
+    }
+    for name, needed in wanted.items():
+        pod = step.cache.get(POD, name, step.namespace)
+        if pod is None and not needed:
+            await oneshot.forget(step, name)
+        if pod is None or not oneshot.trusted(pod, step.cluster, step.status):
+            continue
+        if not needed and not pod["metadata"].get("deletionTimestamp"):
+            log.info("leftover upgrade pod deleted", cluster=step.name, namespace=step.namespace, pod=name,
+                     phase=phase)  # fmt: skip
+            await _delete(step, name)
+
+
+def _instance_pods(step: ClusterPass, instances: list[str]) -> list[str]:
+    return sorted(i for i in instances if step.cache.get(POD, names.pod_name(i), step.namespace) is not None)
+
+
+async def advance(step: ClusterPass, record: Obj, plan: InstancePlan, reports: dict[str, InstanceReport]) -> None:
+    """Phase Upgrading: one step forward when the current one is done (see the module docstring)."""
+    now = datetime.now(UTC)
+    primary = str(record.get("primary") or plan.primary or "")
+    current = record.get("step")
+    if current == "Stopping":
+        left = _instance_pods(step, plan.instances)
+        if left:
+            message = f"stopping every instance for the upgrade; waiting for: {', '.join(left)}"
+            if record.get("message") != message:
+                await _write(step, record, {**record, "message": message})
+            return
+        new = {
+            **record,
+            "step": "Upgrading",
+            "message": f"every instance stopped; pg_upgrade --link "
+            f"{record['from']} -> {record['to']} runs on {primary}'s volume (pod {names.upgrade_pod(step.name)})",
+        }
+        await _write(step, record, new)  # fmt: skip
+        await step.r.events.normal(step.cluster, "UpgradeRunning", new["message"])
+        record = new
+        current = "Upgrading"
+    if current == "Upgrading":
+        await _run_upgrade_pod(step, record, primary, now)
+        return
+    if current == "Starting":
+        await _starting(step, record, plan, reports, primary, now)
+
+
+async def _run_upgrade_pod(step: ClusterPass, record: Obj, primary: str, now: datetime) -> None:
+    name = names.upgrade_pod(step.name)
+    pod = step.cache.get(POD, name, step.namespace)
+    old, to = int(record["from"]), int(record["to"])
+    if pod is None:
+        if await oneshot.create(step, upgrade_pod(step.cluster, step.spec, primary, old, to)):
+            log.info("upgrade pod started", cluster=step.name, namespace=step.namespace, instance=primary)
+        return
+    if pod["metadata"].get("deletionTimestamp") or not oneshot.trusted(pod, step.cluster, step.status):
+        return  # going, or someone else's pod under our name (reported as ForeignPod): never read
+    found = _verdict(pod, UPGRADE_TIMEOUT, now)
+    if found is None:
+        return
+    if found["result"] != "Succeeded":
+        why = str(found.get("message") or "")
+        generation = int(step.cluster["metadata"].get("generation", 0))
+        await _write(step, record, {**failed(record, why, generation), "step": None})
+        await step.r.events.warning(step.cluster, "UpgradeFailed", f"upgrade {old} -> {to} failed: {why}"[:1000])
+        await _delete(step, name)
+        return
+    # the claim records the new major first: from this write on every StatefulSet gets the new image
+    annotations = {PG_MAJOR: str(to)}
+    # A new PostgreSQL system archives into a folder of its own (see upgraded_server_name), from its first segment:
+    # the next pass writes it into the ConfigMap before any StatefulSet gets the new image. Its first base backup
+    # is asked for at once (lastScheduled cleared: the schedule starts again with "<cluster>-pg<to>-initial").
+    fields: Obj = {"backup": {"serverName": upgraded_server_name(step.name, to), "lastScheduled": None}}
+    identifier = str(found.get("systemIdentifier") or "")
+    if identifier.isdigit():
+        # pg_upgrade's new cluster has a system identifier of its own: from now on it is the cluster's
+        annotations[SYSTEM_IDENTIFIER] = identifier
+        fields["systemIdentifier"] = identifier
+    updated = await step.client.patch_status(POSTGRES_CLUSTER, step.name, {"status": fields}, step.namespace)
+    step.status = updated.get("status") or {}
+    step.cluster = {**step.cluster, "status": step.status}
+    await step.client.patch(PVC, primary, {"metadata": {"annotations": annotations}}, step.namespace)
+    seconds = found.get("pgUpgradeSeconds")
+    new = {**record, "step": "Starting", "message": f"{primary}'s data directory is PostgreSQL {to}; starting the "
+           f"instances (replicas are cloned again from {primary})"}  # fmt: skip
+    if isinstance(seconds, int | float):
+        new["pgUpgradeSeconds"] = float(seconds)
+    await _write(step, record, new)
+    await step.r.events.normal(step.cluster, "UpgradeDataUpgraded", f"pg_upgrade --link {old} -> {to} finished on "
+                               f"{primary}" + (f" in {seconds} s" if seconds is not None else ""))  # fmt: skip
+    await _delete(step, name)
+
+
+async def _starting(step: ClusterPass, record: Obj, plan: InstancePlan, reports: dict[str, InstanceReport],
+                    primary: str, now: datetime) -> None:  # fmt: skip
+    to = int(record["to"])
+    head = reports.get(primary)
+    new = dict(record)
+    if "servingAt" not in new and head is not None and head.ready and head.data_version == to:
+        new["servingAt"] = _stamp(now)
+        stopped = _time(record.get("stoppedAt"))
+        if stopped is not None:
+            new["downtimeSeconds"] = round((now - stopped).total_seconds(), 1)
+        new["message"] = f"{primary} serves on PostgreSQL {to}; waiting for the replicas to be cloned again"
+    waiting = [i for i in plan.instances if (r := reports.get(i)) is None or not r.ready or r.data_version != to]
+    if "servingAt" in new and not waiting:
+        new.update({"phase": "Succeeded", "step": None, "finishedAt": _stamp(now),
+                    "message": f"upgraded from PostgreSQL {record['from']} to {to}: every instance runs {to}; "
+                    f"downtime {new.get('downtimeSeconds')} s"})  # fmt: skip
+        await _write(step, record, new)
+        await step.r.events.normal(step.cluster, "UpgradeSucceeded", new["message"])
+        log.info("major upgrade succeeded", cluster=step.name, namespace=step.namespace, downtime=new.get(
+            "downtimeSeconds"))  # fmt: skip
+        return
+    if new != record:
+        await _write(step, record, new)
