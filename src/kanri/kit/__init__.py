@@ -1,0 +1,64 @@
+"""kanri.kit: what every stateful operator on kanri.runtime shares.
+
+A pass context and step outcomes, a status ledger, problems, a child writer, finalizer + deletionPolicy, acknowledged
+requests and approvals, one-shot job pods, an in-pod agent client, per-object memory, the metric naming rule and
+per-operator label sets. It imports kanri.runtime only. See docs/kit.md.
+"""
+
+from kanri.kit._agents import AgentAnswer, AgentClient, gather, pod_addresses, secret_token
+from kanri.kit._children import ChildWriter, WriteOutcome
+from kanri.kit._diff import is_subset, needs_apply, spec_hash, with_hash
+from kanri.kit._finalizer import DeletionPolicy, carry_out, data_of, deletion_policy, finalize
+from kanri.kit._labels import APP_INSTANCE, APP_NAME, MANAGED_BY, LabelSet
+from kanri.kit._ledger import StatusLedger, merge_patch
+from kanri.kit._memory import ObjectMemory
+from kanri.kit._metrics import metric_name
+from kanri.kit._oneshot import OneShotPods, Verdict, one_shot, read_verdict, write_verdict
+from kanri.kit._pass import ObjectPass, PassContext, Step, soonest
+from kanri.kit._problems import Problem, Problems, child_conflict, child_rejected
+from kanri.kit._requests import Acknowledgement, acknowledge, acknowledged, approved, pending
+
+__all__ = [
+    "APP_INSTANCE",
+    "APP_NAME",
+    "MANAGED_BY",
+    "Acknowledgement",
+    "AgentAnswer",
+    "AgentClient",
+    "ChildWriter",
+    "DeletionPolicy",
+    "LabelSet",
+    "ObjectMemory",
+    "ObjectPass",
+    "OneShotPods",
+    "PassContext",
+    "Problem",
+    "Problems",
+    "StatusLedger",
+    "Step",
+    "Verdict",
+    "WriteOutcome",
+    "acknowledge",
+    "acknowledged",
+    "approved",
+    "carry_out",
+    "child_conflict",
+    "child_rejected",
+    "data_of",
+    "deletion_policy",
+    "finalize",
+    "gather",
+    "is_subset",
+    "merge_patch",
+    "metric_name",
+    "needs_apply",
+    "one_shot",
+    "pending",
+    "pod_addresses",
+    "read_verdict",
+    "secret_token",
+    "soonest",
+    "spec_hash",
+    "with_hash",
+    "write_verdict",
+]
