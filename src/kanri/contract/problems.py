@@ -7,7 +7,7 @@ into a condition of its own (an unknown reason is read as ``InstanceProblem``).
 
 from __future__ import annotations
 
-__all__ = ["MAX_MESSAGE", "REASONS"]
+__all__ = ["MAX_MESSAGE", "REASONS", "one_line"]
 
 REASONS: tuple[str, ...] = (
     "InvalidSecret",
@@ -24,3 +24,9 @@ REASONS: tuple[str, ...] = (
 message is the first line of libpq's connection error (a connection error never quotes SQL)."""
 
 MAX_MESSAGE = 300
+
+
+def one_line(text: str) -> str:
+    """``text`` as one line of at most :data:`MAX_MESSAGE` characters (the form of every problem message)."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= MAX_MESSAGE else flat[: MAX_MESSAGE - 1] + "…"
