@@ -10,6 +10,9 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from kanri.images.catalog import built_images, catalog_file
+from kanri.images.push import PushError, push_images
+from kanri.images.registry import Destination, Oras, RegistryClientError
 from kanri.local import BuildError, ControlPlane, controlplane_binary, paths
 from kanri.local.access import AccessError, container_log_file, forward, read_pod, resolve_target
 from kanri.local.detached import DetachedProcessError
@@ -18,6 +21,7 @@ from kanri.local.leftovers import find_leftovers, undo_chaos
 from kanri.local.node import NodeOptions
 from kanri.local.node.control import ControlError, call
 from kanri.local.nodeprocess import NodeProcess
+from kanri.local.registry import LocalRegistry, registry_binary
 from kanri.runtime import Client
 
 app = typer.Typer(
@@ -66,7 +70,30 @@ def start_cluster(name: str, image_map: Path | None = None, nodes: int = 3) -> C
         pid = node.start(endpoint.kubeconfig, cp.apiserver_port(), generated, image_map, nodes=nodes)
     state = "already running (with the nodes it has)" if node_running else f"ready with {nodes} node(s)"
     err.print(f"[green]local nodes {state}[/green] (pid {pid})")
+    start_registry(name)
     return cp
+
+
+def start_registry(name: str) -> None:
+    """Start the cluster's image registry and push what `make images` built to it (nothing is copied twice); a
+    checkout without `make registry-tools` runs on without one, and says so."""
+    registry = LocalRegistry(paths.cluster_dir(name))
+    if not registry_binary().is_file():
+        err.print("[yellow]no image registry[/yellow]: run `make registry-tools` to build it")
+        return
+    with err.status("starting the image registry"):
+        endpoint = registry.start()
+    err.print(f"[green]image registry ready[/green] at {endpoint.address} (CA {endpoint.ca_file})")
+    if not catalog_file().is_file():
+        return
+    dest = Destination(endpoint.address, "kanri", ca_file=endpoint.ca_file)
+    try:
+        with err.status("pushing the built images to it"):
+            pushed = push_images(Oras(), built_images(), dest)
+    except (PushError, RegistryClientError) as exc:
+        err.print(f"[yellow]the built images were not pushed:[/yellow] {exc}")
+        return
+    err.print(f"  {len(pushed)} image(s) under {endpoint.address}/kanri")
 
 
 @app.command()
@@ -97,6 +124,8 @@ def down(name: ClusterOption = "default") -> None:
         node_stopped = _node(name).stop()
         undo_chaos(_node_options(name))
         err.print("local node stopped" if node_stopped else "local node was not running")
+        if LocalRegistry(paths.cluster_dir(name)).stop():
+            err.print("image registry stopped")
         stopped = _control_plane(name).stop()
     except DetachedProcessError as exc:
         err.print(f"[red]error:[/red] {exc}")
