@@ -31,7 +31,7 @@ import structlog
 
 from kanri.runtime._cache import Cache
 from kanri.runtime._client import Client, Write, recorded_writes
-from kanri.runtime._conditions import set_condition
+from kanri.runtime._conditions import get_condition, set_condition
 from kanri.runtime._controller_metrics import ControllerMetrics
 from kanri.runtime._echo import Echoes
 from kanri.runtime._errors import ApiError, PermanentError
@@ -40,12 +40,14 @@ from kanri.runtime._kinds import Kind
 from kanri.runtime._queue import Priority, QueueShutDown, Request, WorkQueue
 from kanri.runtime._queue_metrics import WorkQueueMetrics
 from kanri.runtime._ratelimit import ExponentialBackoff, MaxOfRateLimiter, TokenBucket
+from kanri.runtime._status_schema import read_conditions_problem
 
 Obj = dict[str, Any]
 log = structlog.get_logger("kanri.controller")
 
 _PERMANENT_REPORT_ATTEMPTS = 3  # a fresh read usually wins the next try; more only under heavy write traffic
 _INVALID = 422  # the API server refused an object as invalid: retrying the same object cannot succeed
+_SCHEMA_CHECK_TIMEOUT = 10.0  # the start-up check of the CRD is advice: never hold the workers back for long
 
 
 @dataclass(frozen=True)
@@ -223,6 +225,7 @@ class Controller:
         manager's other controllers declared, and must not find them empty because their first list is not in yet."""
         await self._cache.wait_for_sync(self.kinds)
         await self._cache.wait_for_sync()
+        await self._check_status_schema()
         log.info("controller started", controller=self.name, workers=self.options.max_concurrent_reconciles)
         async with asyncio.TaskGroup() as group:
             resync = group.create_task(self._resync_loop(), name=f"{self.name} resync")
@@ -233,6 +236,21 @@ class Controller:
             await asyncio.gather(*workers)
             resync.cancel()
         log.info("controller stopped", controller=self.name)
+
+    async def _check_status_schema(self) -> None:
+        """Warn (once per start) when the primary kind's CRD would prune the permanent-error condition: the reason a
+        user must read would otherwise vanish without a trace (see kanri.runtime._status_schema for why a warning)."""
+        if self.options.permanent_error_condition is None:
+            return
+        try:
+            async with asyncio.timeout(_SCHEMA_CHECK_TIMEOUT):
+                problem = await read_conditions_problem(self._client, self.for_kind)
+        except Exception as exc:  # advice only: a failed check must not stop the controller
+            log.debug("could not check the status schema", controller=self.name, error=str(exc))
+            return
+        if problem is not None:
+            log.warning("permanent errors will not show in status", controller=self.name,
+                        condition=self.options.permanent_error_condition, problem=problem)  # fmt: skip
 
     def stop(self) -> None:
         """Stop handing out keys; reconciles in flight finish, then :meth:`run` returns."""
@@ -419,13 +437,23 @@ class Controller:
                 "status": {"conditions": conditions},
             }
             try:
-                await self._client.patch_status(self.for_kind, name, patch, namespace, field_manager=self.field_manager)
-                return
+                written = await self._client.patch_status(
+                    self.for_kind, name, patch, namespace, field_manager=self.field_manager
+                )
             except ApiError as error:
                 if not error.conflict or attempt + 1 == _PERMANENT_REPORT_ATTEMPTS:
+                    gone = "the object is gone, or its kind has no status subresource"
+                    hint = {"hint": gone} if error.not_found else {}
                     log.warning("could not record the permanent error in status", reason=exc.reason,
-                                status=error.status, error=error.message)  # fmt: skip
+                                status=error.status, error=error.message, **hint)  # fmt: skip
                     return
+            else:
+                if get_condition((written.get("status") or {}).get("conditions"), condition_type) is None:
+                    # Accepted, then pruned by the CRD's schema: say so, as nobody will find it in status.
+                    log.warning("the API server dropped the permanent error's condition: the CRD's status has no "
+                                "conditions (see docs/runtime.md)", condition=condition_type, reason=exc.reason,
+                                error=exc.message)  # fmt: skip
+                return
             try:
                 obj = await self._client.get(self.for_kind, name, namespace)
             except ApiError as error:
