@@ -139,6 +139,18 @@ class Pass:
     def client(self) -> Api:
         return self.api
 
+    @property
+    def events(self) -> Events:
+        return self.r.events  # type: ignore[no-any-return]
+
+    @property
+    def metrics(self) -> None:
+        return self.r.metrics  # type: ignore[no-any-return]
+
+    def adopt_status(self, updated: Obj) -> None:
+        self.status = updated.get("status") or {}
+        self.cluster = {**self.cluster, "status": self.status}
+
     def rejected(self, kind: Kind, name: str, exc: ApiError) -> None:
         self.refused.append(name)
 

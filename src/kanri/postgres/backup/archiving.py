@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 from urllib.parse import urlsplit
 
 import structlog
@@ -39,14 +39,14 @@ from kanri.postgres.backup.iam import IamError
 from kanri.postgres.backup.s3 import S3Keys
 from kanri.postgres.backup.tenant_identity import TenantIdentities, folder, inside
 from kanri.postgres.children import child_meta, owned
+from kanri.postgres.context import ClusterStep
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.labels import cluster_labels
-from kanri.runtime import ApiError, Cache, Client, get_condition, remove_condition, set_condition
+from kanri.runtime import ApiError, Cache, Client, Kind, get_condition, remove_condition, set_condition
 from kanri.runtime.kinds import SECRET
 
 if TYPE_CHECKING:
     from kanri.postgres.cluster.instances import InstanceReport
-    from kanri.postgres.cluster.reconciler import ClusterPass
 
 __all__ = [
     "CONDITION",
@@ -74,6 +74,17 @@ __all__ = [
 
 log = structlog.get_logger("kanri.postgres.backup.archiving")
 Obj = dict[str, Any]
+
+
+class Pass(ClusterStep, Protocol):
+    """What archiving needs from the reconcile pass."""
+
+    @property
+    def backup_settings(self) -> BackupSettings: ...
+
+    async def apply(self, kind: Kind, desired: Obj) -> str: ...
+
+
 CONDITION = "ContinuousArchiving"
 
 
@@ -418,12 +429,12 @@ async def repository_keys(client: Client, cache: Cache, repository: Repository, 
                            f"operator's namespace: {exc.status} {exc.reason}")  # fmt: skip
 
 
-async def ensure_credentials(step: ClusterPass, repository: Repository | Unresolved | None) -> KeysProblem | None:
+async def ensure_credentials(step: Pass, repository: Repository | Unresolved | None) -> KeysProblem | None:
     """Put the key pair the cluster's pods use (:func:`repository_keys`) into ``<cluster>-backup-credentials``; the
     problem or None when written or not needed."""
     if not isinstance(repository, Repository):
         return None
-    keys = await repository_keys(step.client, step.cache, repository, step.r.backup.identities, step.namespace)
+    keys = await repository_keys(step.client, step.cache, repository, step.backup_settings.identities, step.namespace)
     if isinstance(keys, KeysProblem):
         return keys
     meta = child_meta(step.cluster, names.backup_secret(step.name), cluster_labels(step.name))
@@ -433,7 +444,7 @@ async def ensure_credentials(step: ClusterPass, repository: Repository | Unresol
     return None
 
 
-async def report(step: ClusterPass, settings: BackupSettings, verdict: Archiving | None) -> None:
+async def report(step: Pass, settings: BackupSettings, verdict: Archiving | None) -> None:
     """Write the condition and ``status.backup``'s archive fields when they changed (re-reading the cluster first:
     the status step of this pass may have written conditions), send an Event when the condition flips, set the
     metrics."""
@@ -472,9 +483,9 @@ async def report(step: ClusterPass, settings: BackupSettings, verdict: Archiving
     log.info("archiving condition changed", cluster=step.name, namespace=step.namespace, ok=verdict.ok,
              reason=verdict.reason)  # fmt: skip
     if verdict.ok:
-        await step.r.events.normal(step.cluster, "ArchivingWorks", verdict.message)
+        await step.events.normal(step.cluster, "ArchivingWorks", verdict.message)
     else:
-        await step.r.events.warning(step.cluster, verdict.reason, verdict.message)
+        await step.events.warning(step.cluster, verdict.reason, verdict.message)
 
 
 def _same(condition: Obj | None, verdict: Archiving | None, generation: int) -> bool:

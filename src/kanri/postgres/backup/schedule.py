@@ -16,24 +16,42 @@ from __future__ import annotations
 
 import copy
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import structlog
 
+from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.backup import plan as backup_plan
-from kanri.postgres.backup.archiving import Repository, Unresolved, server_name
+from kanri.postgres.backup.archiving import BackupSettings, Repository, Unresolved, server_name
 from kanri.postgres.backup.controller import siblings
+from kanri.postgres.context import ClusterStep
 from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
 from kanri.postgres.labels import CLUSTER, MANAGED_BY
+from kanri.postgres.metrics import PostgresMetrics
 from kanri.runtime import ApiError, owner_reference, set_condition
-
-if TYPE_CHECKING:
-    from kanri.postgres.cluster.reconciler import ClusterPass
 
 __all__ = ["CONDITION", "SLOT_ANNOTATION", "due", "iso", "run"]
 
 log = structlog.get_logger("kanri.postgres.backup.schedule")
 Obj = dict[str, Any]
+
+
+class Pass(ClusterStep, Protocol):
+    """What the backup schedule needs from the reconcile pass."""
+
+    @property
+    def spec(self) -> PostgresClusterSpec: ...
+
+    @property
+    def running(self) -> bool: ...
+
+    @property
+    def metrics(self) -> PostgresMetrics | None: ...
+
+    @property
+    def backup_settings(self) -> BackupSettings: ...
+
+
 CONDITION = "LastBackupSucceeded"
 SLOT_ANNOTATION = "kanri.dev/backup-slot"
 """On a backup the operator asked for: the schedule slot (or the moment the first backup was asked) it stands for."""
@@ -60,7 +78,7 @@ def due(cluster: Obj, schedule: str, now: datetime) -> tuple[str, datetime, str]
     return backup_plan.scheduled_name(name, slot), slot, "schedule"
 
 
-def _backup_object(step: ClusterPass, name: str, slot: datetime, trigger: str) -> Obj:
+def _backup_object(step: Pass, name: str, slot: datetime, trigger: str) -> Obj:
     meta: Obj = {
         "name": name,
         "namespace": step.namespace,
@@ -74,14 +92,14 @@ def _backup_object(step: ClusterPass, name: str, slot: datetime, trigger: str) -
             "spec": {"cluster": step.name}}  # fmt: skip
 
 
-async def run(step: ClusterPass, repository: Repository | Unresolved | None) -> None:
+async def run(step: Pass, repository: Repository | Unresolved | None) -> None:
     """Ask for a due backup, then write the summary (status, condition, metrics) when it changed."""
     backup = step.spec.backup
     if backup is None:
-        if step.r.metrics is not None:
-            step.r.metrics.backups(step.namespace, step.name, {})
+        if step.metrics is not None:
+            step.metrics.backups(step.namespace, step.name, {})
         return
-    now = step.r.backup.now()
+    now = step.backup_settings.now()
     scheduled = (step.status.get("backup") or {}).get("lastScheduled")
     if isinstance(repository, Repository) and step.running and (wanted := due(step.cluster, backup.schedule, now)):
         name, slot, trigger = wanted
@@ -89,7 +107,7 @@ async def run(step: ClusterPass, repository: Repository | Unresolved | None) -> 
             await step.client.create(POSTGRES_BACKUP, _backup_object(step, name, slot, trigger))
             log.info("base backup asked", cluster=step.name, namespace=step.namespace, backup=name, trigger=trigger)
             kind = "the first backup" if trigger == backup_plan.INITIAL else f"the schedule's {iso(slot)} slot"
-            await step.r.events.normal(step.cluster, "BackupScheduled", f"created PostgresBackup {name} for {kind}")
+            await step.events.normal(step.cluster, "BackupScheduled", f"created PostgresBackup {name} for {kind}")
         except ApiError as exc:
             if exc.status != 409:  # 409: created before an operator restart; record its slot now
                 raise
@@ -126,14 +144,14 @@ def _set(conditions: list[Obj], condition: tuple[bool, str, str], generation: in
                          observed_generation=generation)  # fmt: skip
 
 
-def _metrics(step: ClusterPass, summary: backup_plan.Summary) -> None:
-    if step.r.metrics is None:
+def _metrics(step: Pass, summary: backup_plan.Summary) -> None:
+    if step.metrics is None:
         return
 
     def stamp(moment: datetime | None) -> float | None:
         return None if moment is None else moment.timestamp()
 
     succeeded = None if summary.condition is None else float(summary.condition[0])
-    step.r.metrics.backups(step.namespace, step.name, {
+    step.metrics.backups(step.namespace, step.name, {
         "success": stamp(summary.last_successful), "failure": stamp(summary.last_failed),
         "succeeded": succeeded, "recoverability": stamp(summary.first_recoverability_point)})  # fmt: skip

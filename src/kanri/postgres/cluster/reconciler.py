@@ -56,6 +56,7 @@ from kanri.postgres.credentials.secrets import desired_secrets, secret_value
 from kanri.postgres.ha import primary_update
 from kanri.postgres.ha.failover import SUSPECT_INTERVAL
 from kanri.postgres.ha.failover_step import FailoverStep, StepResult, rejoining, withhold_rejoining
+from kanri.postgres.ha.memory import HaMemory
 from kanri.postgres.ha.primary import choose_primary, gate_removals
 from kanri.postgres.ha.splitbrain import HELP, Verdict, decide, fenced_names, next_record, routed, split_brain_problem
 from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
@@ -161,14 +162,8 @@ class PostgresClusterReconciler:
         self.refresh = refresh
         self.clock = clock
         self.restart_requests: dict[tuple[str, str], float] = {}
-        # Failover memory (see failover_step.py: losing it only delays a failover, never hastens one).
-        self.primary_seen: dict[tuple[str, str], tuple[str, str | None, int | None, float]] = {}
-        """Per cluster: the primary last seen healthy, its write LSN and timeline, and when."""
-        self.suspects: dict[tuple[str, str], tuple[str, float]] = {}
-        """Per cluster: the primary not healthy, and since when."""
-        self.failover_started: dict[tuple[str, str], float] = {}
-        self.switchover_refused: dict[tuple[str, str], tuple[str, str]] = {}
-        self.rejoin_requests: dict[tuple[str, str], float] = {}
+        self.ha = HaMemory()
+        """Failover memory, per cluster (losing it only delays a failover, never hastens one)."""
         self.background: set[asyncio.Task[None]] = set()
         """Requests that must not hold a pass up (fencing a primary that does not answer)."""
         self.pending_since: dict[tuple[str, str], tuple[frozenset[str], float]] = {}
@@ -191,6 +186,7 @@ class PostgresClusterReconciler:
         if cluster is None:
             if self.metrics is not None:
                 self.metrics.forget(request.namespace, request.name)
+            self.ha.forget(request.namespace, request.name)
             return None  # gone: owned children follow through garbage collection, the data stayed or went already
         # Steps 1-2: a cluster being deleted gets its deletionPolicy carried out, then is let go.
         match finalizer_step(cluster, FINALIZER):
@@ -275,6 +271,23 @@ class ClusterPass:
     @property
     def client(self) -> Client:
         return self.r.client
+
+    @property
+    def events(self) -> EventRecorder:
+        return self.r.events
+
+    @property
+    def metrics(self) -> PostgresMetrics | None:
+        return self.r.metrics
+
+    @property
+    def backup_settings(self) -> BackupSettings:
+        return self.r.backup
+
+    def adopt_status(self, updated: Obj) -> None:
+        """A concern's step wrote status: later steps of this pass read what it returned, not the cache's copy."""
+        self.status = updated.get("status") or {}
+        self.cluster = {**self.cluster, "status": self.status}
 
     async def run(self) -> Result:
         await self.credentials()  # before any pod that mounts them

@@ -15,13 +15,13 @@ import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import structlog
 
 from kanri.postgres import names
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
-from kanri.postgres.cluster.instances import Demoted, InstanceReport
+from kanri.postgres.cluster.instances import Demoted, InstanceClient, InstanceReport
 from kanri.postgres.cluster.problems import Problem
 from kanri.postgres.cluster.recorded import LAST_PRIMARY, TIMELINE
 from kanri.postgres.credentials.secrets import secret_value
@@ -39,20 +39,50 @@ from kanri.postgres.ha.failover import (
     heard,
     window,
 )
+from kanri.postgres.ha.memory import HaMemory
 from kanri.postgres.ha.primary_update import PLANNED, PlannedReason
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.labels import FENCED, PRIMARY, ROLE
-from kanri.postgres.metrics import lsn_bytes
-from kanri.runtime import ApiError
+from kanri.postgres.metrics import PostgresMetrics, lsn_bytes
+from kanri.runtime import ApiError, Cache, Client, EventRecorder
 from kanri.runtime.kinds import POD, PVC, SECRET
-
-if TYPE_CHECKING:
-    from kanri.postgres.cluster.reconciler import PostgresClusterReconciler
 
 __all__ = ["FailoverStep", "StepResult", "rejoining", "withhold_rejoining"]
 
 Obj = dict[str, Any]
 log = structlog.get_logger("kanri.postgres.ha.failover")
+
+
+class Operator(Protocol):
+    """What the step uses of the operator (the PostgresClusterReconciler, which it never imports)."""
+
+    @property
+    def cache(self) -> Cache: ...
+
+    @property
+    def client(self) -> Client: ...
+
+    @property
+    def instances(self) -> InstanceClient: ...
+
+    @property
+    def events(self) -> EventRecorder: ...
+
+    @property
+    def metrics(self) -> PostgresMetrics | None: ...
+
+    @property
+    def ha(self) -> HaMemory:
+        """Per-cluster memory between passes (see :mod:`kanri.postgres.ha.memory`)."""
+        ...
+
+    @property
+    def background(self) -> set[asyncio.Task[None]]:
+        """Requests that must not hold a pass up; the operator cancels what is left at shutdown."""
+        ...
+
+    def clock(self) -> float: ...
+
 
 FENCE_ATTEMPT = 2.0
 """How long the fence request to a failed primary may take: it usually does not answer at all."""
@@ -113,7 +143,7 @@ class FailoverStep:
 
     def __init__(
         self,
-        reconciler: PostgresClusterReconciler,
+        reconciler: Operator,
         cluster: Obj,
         spec: PostgresClusterSpec,
         *,
@@ -138,7 +168,7 @@ class FailoverStep:
         meta = cluster["metadata"]
         self.name: str = meta["name"]
         self.namespace: str = meta["namespace"]
-        self.key = (self.namespace, self.name)
+        self.memory = reconciler.ha.of(cluster)
         self.status: Obj = cluster.get("status") or {}
         self.annotations: dict[str, str] = dict(meta.get("annotations") or {})
         self.token = secret_value(reconciler.cache.get(SECRET, names.api_secret(self.name), self.namespace), "token")
@@ -162,7 +192,7 @@ class FailoverStep:
                         "status": self.status}  # fmt: skip
 
     async def set_progress(self, progress: Obj | None) -> None:
-        began = self.r.failover_started.get(self.key)
+        began = self.memory.failover_started
         elapsed = round(self.r.clock() - began, 3) if began is not None else None
         log.info("failover phase", cluster=self.name, namespace=self.namespace,
                  phase=(progress or {}).get("phase"), elapsed=elapsed)  # fmt: skip
@@ -248,20 +278,20 @@ class FailoverStep:
                                            f"({raw.fence_reason}); no failover happened: it serves again")  # fmt: skip
             return StepResult(requeue=SUSPECT_INTERVAL)
         failure = failure_of(self.reports.get(primary), self.pods.get(primary))
-        seen = self.r.primary_seen.get(self.key)
+        seen = self.memory.primary_seen
         if failure is None:
             report = self.reports[primary]
-            self.r.primary_seen[self.key] = (primary, report.write_lsn, report.timeline, clock)
-            self.r.suspects.pop(self.key, None)
+            self.memory.primary_seen = (primary, report.write_lsn, report.timeline, clock)
+            self.memory.suspect = None
             return StepResult(requeue=PROBE_INTERVAL)
         if self.status.get("phase") in (None, "Pending", "Provisioning"):
             return StepResult()  # never Ready: no replica holds its data yet, there is nothing to fail over to
-        since = self.r.suspects.get(self.key)
+        since = self.memory.suspect
         if since is None or since[0] != primary:
             # From the last good answer when it was recent: the fault happened after it, not at this probe.
             last_good = seen[3] if seen is not None and seen[0] == primary else clock
             since = (primary, min(clock, max(last_good, clock - 2 * PROBE_INTERVAL)))
-            self.r.suspects[self.key] = since
+            self.memory.suspect = since
             log.warning("primary not healthy; watching", cluster=self.name, namespace=self.namespace,
                         primary=primary, failure=failure)  # fmt: skip
         elapsed = clock - since[1]
@@ -270,14 +300,14 @@ class FailoverStep:
             if failure == "PrimaryUnreachable":
                 self.probe_late(primary, limit)
             return StepResult(requeue=SUSPECT_INTERVAL)
-        self.r.suspects.pop(self.key, None)
+        self.memory.suspect = None
         lsn, timeline = (seen[1], seen[2]) if seen is not None and seen[0] == primary else (None, None)
         progress: Obj = {"phase": "Fencing", "from": primary, "reason": failure, "started": _iso(_now())}
         if lsn:
             progress["primaryLSN"] = lsn
         if timeline:
             progress["primaryTimeline"] = timeline
-        self.r.failover_started[self.key] = clock
+        self.memory.failover_started = clock
         await self.set_progress(progress)
         await self.r.events.warning(self.cluster, "FailoverStarted", f"primary {primary} failed ({failure} for "
                                     f"{elapsed:.0f} s): fencing it, pausing the replicas' WAL receivers")  # fmt: skip
@@ -297,9 +327,9 @@ class FailoverStep:
     async def _late_status(self, primary: str, address: str, sent: float, limit: float) -> None:
         if await self.r.instances.status(address, timeout=limit, token=self.token) is None:
             return
-        moved = heard(self.r.suspects.get(self.key), primary, sent)
+        moved = heard(self.memory.suspect, primary, sent)
         if moved is not None:
-            self.r.suspects[self.key] = moved
+            self.memory.suspect = moved
             log.info("primary answered late: starved, not failed", cluster=self.name, namespace=self.namespace,
                      primary=primary, seconds=round(self.r.clock() - sent, 1))  # fmt: skip
 
@@ -519,7 +549,7 @@ class FailoverStep:
         await self.resume_all(target, former=None if switchover else old)
         started = _parse(str(progress["started"]))
         now = _now()
-        began = self.r.failover_started.pop(self.key, None)
+        began, self.memory.failover_started = self.memory.failover_started, None
         duration = self.r.clock() - began if began is not None else (now - started).total_seconds()
         record: Obj = {"time": _iso(now), "from": old, "to": target, "reason": progress.get("reason"),
                        "dataLossPossible": bool(progress.get("dataLossPossible", not switchover)),
@@ -555,7 +585,7 @@ class FailoverStep:
                                         f"after {old} failed ({progress.get('reason')}); {loss}")  # fmt: skip
         if self.r.metrics is not None:
             self.r.metrics.promoted(self.namespace, self.name, str(progress.get("reason")))
-        self.r.primary_seen.pop(self.key, None)
+        self.memory.primary_seen = None
         self.promoted = True
         log.warning("promoted", cluster=self.name, namespace=self.namespace, primary=target, former=old,
                     timeline=timeline, reason=progress.get("reason"))  # fmt: skip
@@ -576,19 +606,19 @@ class FailoverStep:
         elif primary_report is None or failure_of(primary_report, self.pods.get(self.primary)) is not None:
             why = f"the primary {self.primary} is not healthy (a failover, not a switchover, handles that)"
         if why is not None:
-            told = self.r.switchover_refused.get(self.key)
+            told = self.memory.switchover_refused
             if told != (target, why):
-                self.r.switchover_refused[self.key] = (target, why)
+                self.memory.switchover_refused = (target, why)
                 await self.r.events.warning(self.cluster, "SwitchoverRefused", f"switchover to {target}: {why}")
             return None
-        self.r.switchover_refused.pop(self.key, None)
+        self.memory.switchover_refused = None
         progress: Obj = {"phase": "Demoting", "from": self.primary, "reason": reason, "target": target,
                          "started": _iso(_now())}  # fmt: skip
         assert primary_report is not None
         if primary_report.write_lsn:
             progress["primaryLSN"] = primary_report.write_lsn
-        self.r.failover_started[self.key] = self.r.clock()
-        self.r.suspects.pop(self.key, None)  # the primary answered: the window of a failure during it starts afresh
+        self.memory.failover_started = self.r.clock()
+        self.memory.suspect = None  # the primary answered: the window of a failure during it starts afresh
         await self.set_progress(progress)
         why = "" if reason == "Switchover" else f" before updating {self.primary} ({reason})"
         await self.r.events.normal(self.cluster, "SwitchoverStarted", f"handing the primary role from "
@@ -612,13 +642,13 @@ class FailoverStep:
             if demoted is not None:
                 checkpoint = demoted.checkpoint_lsn
             elif unanswered_since is not None:
-                self.r.suspects[self.key] = (old, unanswered_since)
+                self.memory.suspect = (old, unanswered_since)
                 raw = None  # it stopped answering while it was being demoted
         if checkpoint is None:
             if raw is None and (failover := await self.failed_while_demoting(progress)) is not None:
                 return failover
             if raw is not None:
-                self.r.suspects.pop(self.key, None)
+                self.memory.suspect = None
             started = _parse(str(progress["started"]))
             if (_now() - started).total_seconds() > SWITCHOVER_TIMEOUT:
                 await self.label(old, PRIMARY)
@@ -671,14 +701,14 @@ class FailoverStep:
         with writes stopped. None while the window runs."""
         old = str(progress["from"])
         clock = self.r.clock()
-        since = self.r.suspects.get(self.key)
+        since = self.memory.suspect
         if since is None or since[0] != old:
-            self.r.suspects[self.key] = (old, clock)
+            self.memory.suspect = (old, clock)
             return None
         elapsed = clock - since[1]
         if elapsed < window("PrimaryUnreachable", self.spec.failover.delay_seconds):
             return None
-        self.r.suspects.pop(self.key, None)
+        self.memory.suspect = None
         failover: Obj = {"phase": "Fencing", "from": old, "reason": "PrimaryUnreachable", "started": _iso(_now())}
         for key in ("primaryLSN", "primaryTimeline"):  # as last seen when the switchover began
             if progress.get(key):
@@ -739,8 +769,7 @@ class FailoverStep:
             if raw.rejoin_state == "failed":
                 self.problems.append(Problem("RejoinFailed", f"{instance} could not rejoin: "
                                              f"{raw.rejoin_message or 'see its log'}"))  # fmt: skip
-            key = (self.namespace, instance)
-            asked = self.r.rejoin_requests.get(key)
+            asked = self.memory.rejoin_requests.get(instance)
             if asked is not None and self.r.clock() - asked < REJOIN_COOLDOWN:
                 continue
             address = self.address(instance)
@@ -750,7 +779,7 @@ class FailoverStep:
             if raw.role == "primary" and not raw.fenced:
                 await self.r.instances.fence(address, self.token or "", f"failover: {current} is the primary now")
             if await self.r.instances.rejoin(address, self.token or ""):
-                self.r.rejoin_requests[key] = self.r.clock()
+                self.memory.rejoin_requests[instance] = self.r.clock()
                 await self.r.events.normal(self.cluster, "Rejoining", f"{instance} (a former primary) rejoins as "
                                            f"a replica of {current}")  # fmt: skip
 

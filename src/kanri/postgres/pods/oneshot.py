@@ -24,8 +24,9 @@ from typing import Any, Protocol
 
 from kanri.postgres import names
 from kanri.postgres.cluster.problems import Problem
+from kanri.postgres.context import ClusterStep
 from kanri.postgres.kinds import POSTGRES_CLUSTER
-from kanri.runtime import ApiError, Cache, Client, controller_of
+from kanri.runtime import ApiError, controller_of
 from kanri.runtime.kinds import POD
 
 __all__ = ["FIELD", "REASON", "create", "foreign_in", "foreign_problems", "forget", "purposes", "recorded", "trusted"]
@@ -36,19 +37,8 @@ FIELD = "oneShotPods"
 REASON = "ForeignPod"
 
 
-class Pass(Protocol):
-    """What the executor needs from the reconcile pass (:class:`kanri.postgres.cluster.reconciler.ClusterPass`)."""
-
-    name: str
-    namespace: str
-    status: Obj
-    cluster: Obj
-
-    @property
-    def cache(self) -> Cache: ...
-
-    @property
-    def client(self) -> Client: ...
+class Pass(ClusterStep, Protocol):
+    """What the executor needs from the reconcile pass (a write it refuses becomes the pass's problem)."""
 
     def rejected(self, kind: Any, name: str, exc: ApiError) -> None: ...
 
@@ -112,8 +102,7 @@ def foreign_in(step: Pass) -> list[Problem]:
 async def _record(step: Pass, name: str, uid: str | None) -> None:
     patch = {"status": {FIELD: {name: uid}}}
     updated = await step.client.patch_status(POSTGRES_CLUSTER, step.name, patch, step.namespace)
-    step.status = updated.get("status") or {}
-    step.cluster = {**step.cluster, "status": step.status}
+    step.adopt_status(updated)
 
 
 async def create(step: Pass, pod: Obj) -> bool:

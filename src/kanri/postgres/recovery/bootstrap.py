@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import structlog
 from pydantic import ValidationError
@@ -41,18 +41,30 @@ from kanri.postgres.backup.archiving import (
 )
 from kanri.postgres.backup.archiving import resolve as resolve_own
 from kanri.postgres.children import child_meta, owned
+from kanri.postgres.context import ClusterStep
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.labels import cluster_labels
-from kanri.runtime import get_condition, set_condition
+from kanri.runtime import Kind, get_condition, set_condition
 from kanri.runtime.kinds import SECRET
-
-if TYPE_CHECKING:
-    from kanri.postgres.cluster.reconciler import ClusterPass
 
 __all__ = ["CONDITION", "Restore", "entry", "resolve", "verdict"]
 
 log = structlog.get_logger("kanri.postgres.recovery.bootstrap")
 Obj = dict[str, Any]
+
+
+class Pass(ClusterStep, Protocol):
+    """What bootstrap.recovery needs from the reconcile pass."""
+
+    @property
+    def spec(self) -> PostgresClusterSpec: ...
+
+    @property
+    def backup_settings(self) -> BackupSettings: ...
+
+    async def apply(self, kind: Kind, desired: Obj) -> str: ...
+
+
 CONDITION = "Restored"
 
 
@@ -188,7 +200,7 @@ class Restore:
     verdict: Verdict | None = None
 
 
-async def prepare(step: ClusterPass, settings: BackupSettings, own_archive: Obj | None, initialised: bool) -> Restore:
+async def prepare(step: Pass, settings: BackupSettings, own_archive: Obj | None, initialised: bool) -> Restore:
     """Resolve, check, copy the key pair; what the rest of the pass needs (see :class:`Restore`)."""
     recovery = step.spec.bootstrap.recovery
     if recovery is None:
@@ -209,11 +221,11 @@ async def prepare(step: ClusterPass, settings: BackupSettings, own_archive: Obj 
                    verdict=verdict(recovery, resolved, initialised, credentials))  # fmt: skip
 
 
-async def copy_credentials(step: ClusterPass, repository: Repository) -> KeysProblem | None:
+async def copy_credentials(step: Pass, repository: Repository) -> KeysProblem | None:
     """The key pair for the source repository (:func:`kanri.postgres.backup.archiving.repository_keys`: the namespace's
     own
     identity for the default repository) into ``<cluster>-recovery-credentials``; the problem or None."""
-    keys = await repository_keys(step.client, step.cache, repository, step.r.backup.identities, step.namespace)
+    keys = await repository_keys(step.client, step.cache, repository, step.backup_settings.identities, step.namespace)
     if isinstance(keys, KeysProblem):
         return keys
     meta = child_meta(step.cluster, names.recovery_secret(step.name), cluster_labels(step.name))
@@ -223,7 +235,7 @@ async def copy_credentials(step: ClusterPass, repository: Repository) -> KeysPro
     return None
 
 
-async def report(step: ClusterPass, restore: Restore) -> None:
+async def report(step: Pass, restore: Restore) -> None:
     """Write condition ``Restored`` when it changed (re-reading the cluster first, as backup.report does) and send
     an Event when its reason changes."""
     wanted = restore.verdict
@@ -243,6 +255,6 @@ async def report(step: ClusterPass, restore: Restore) -> None:
         return
     log.info("restore condition changed", cluster=step.name, namespace=step.namespace, reason=wanted.reason)
     if wanted.ok or wanted.reason == "Restoring":
-        await step.r.events.normal(step.cluster, wanted.reason, wanted.message)
+        await step.events.normal(step.cluster, wanted.reason, wanted.message)
     else:
-        await step.r.events.warning(step.cluster, wanted.reason, wanted.message)
+        await step.events.warning(step.cluster, wanted.reason, wanted.message)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import structlog
 from cronsim import CronSim, CronSimError
@@ -32,17 +32,29 @@ from kanri.postgres import names
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.children.rehearsal import REHEARSAL, REQUEST, rehearsal_pod
 from kanri.postgres.kinds import POSTGRES_CLUSTER
+from kanri.postgres.metrics import PostgresMetrics
 from kanri.postgres.pods import oneshot
 from kanri.runtime import ApiError
 from kanri.runtime.kinds import POD
-
-if TYPE_CHECKING:
-    from kanri.postgres.cluster.reconciler import ClusterPass
 
 __all__ = ["ANNOTATION", "SCHEDULE", "TIMEOUT", "due", "next_scheduled", "outcome", "run"]
 
 log = structlog.get_logger("kanri.postgres.recovery.rehearsal")
 Obj = dict[str, Any]
+
+
+class Pass(oneshot.Pass, Protocol):
+    """What a restore rehearsal needs from the reconcile pass."""
+
+    @property
+    def spec(self) -> PostgresClusterSpec: ...
+
+    @property
+    def running(self) -> bool: ...
+
+    @property
+    def metrics(self) -> PostgresMetrics | None: ...
+
 
 ANNOTATION = REHEARSAL
 """``kubectl annotate pgc NAME kanri.dev/restore-test=<any new value>``: rehearse now."""
@@ -163,7 +175,7 @@ def outcome(pod: Obj, now: datetime) -> Outcome | None:
 # --- executor ----------------------------------------------------------------------------------------------------
 
 
-async def run(step: ClusterPass, major: int, archiving: bool) -> None:
+async def run(step: Pass, major: int, archiving: bool) -> None:
     """One pass: record and remove a finished rehearsal, or start a due one (``archiving``: the cluster has a
     repository, i.e. something to restore from). Only the pod the operator created is read or deleted
     (:mod:`kanri.postgres.pods.oneshot`); a foreign pod of that name (reported by the pass) holds the rehearsal back."""
@@ -193,11 +205,11 @@ async def run(step: ClusterPass, major: int, archiving: bool) -> None:
         return
     kind = "on request" if request != SCHEDULE else "on schedule"
     log.info("restore rehearsal started", cluster=step.name, namespace=step.namespace, request=request)
-    await step.r.events.normal(step.cluster, "RestoreTestStarted", f"restore rehearsal started {kind}: pod {name} "
+    await step.events.normal(step.cluster, "RestoreTestStarted", f"restore rehearsal started {kind}: pod {name} "
                                "restores the latest backup and checks it")  # fmt: skip
 
 
-async def _record(step: ClusterPass, finished: Outcome) -> None:
+async def _record(step: Pass, finished: Outcome) -> None:
     if last_record(step.status) == finished.record:
         return  # recorded by an earlier pass that did not get to delete the pod
     patch = {"status": {"backup": {"lastRestoreTest": finished.record}}}
@@ -207,12 +219,12 @@ async def _record(step: ClusterPass, finished: Outcome) -> None:
     log.info("restore rehearsal finished", cluster=step.name, namespace=step.namespace,
              result=finished.record["result"])  # fmt: skip
     if finished.succeeded:
-        await step.r.events.normal(step.cluster, "RestoreTestSucceeded", message)
+        await step.events.normal(step.cluster, "RestoreTestSucceeded", message)
     else:
-        await step.r.events.warning(step.cluster, "RestoreTestFailed", message)
+        await step.events.warning(step.cluster, "RestoreTestFailed", message)
 
 
-def _metrics(step: ClusterPass, record: Obj) -> None:
+def _metrics(step: Pass, record: Obj) -> None:
     when = _time(record.get("time"))
-    if step.r.metrics is not None and when is not None:
-        step.r.metrics.restore_tested(step.namespace, step.name, when, record.get("result") == "Succeeded")
+    if step.metrics is not None and when is not None:
+        step.metrics.restore_tested(step.namespace, step.name, when, record.get("result") == "Succeeded")

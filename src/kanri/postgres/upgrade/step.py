@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
 from kanri.postgres import names
+from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.backup.archiving import upgraded_server_name
 from kanri.postgres.children.upgrade import check_pod, upgrade_pod
 from kanri.postgres.cluster.recorded import PG_MAJOR, SYSTEM_IDENTIFIER
@@ -44,7 +45,6 @@ from kanri.runtime.kinds import POD, PVC
 
 if TYPE_CHECKING:
     from kanri.postgres.cluster.instances import InstanceReport
-    from kanri.postgres.cluster.reconciler import ClusterPass
     from kanri.postgres.topology.plan import InstancePlan
 
 __all__ = [
@@ -60,6 +60,15 @@ __all__ = [
 
 log = structlog.get_logger("kanri.postgres.upgrade.step")
 Obj = dict[str, Any]
+
+
+class Pass(oneshot.Pass, Protocol):
+    """What the major upgrade's step needs from the reconcile pass."""
+
+    @property
+    def spec(self) -> PostgresClusterSpec: ...
+
+
 CHECK_TIMEOUT = timedelta(hours=1)
 UPGRADE_TIMEOUT = timedelta(hours=6)
 
@@ -129,15 +138,14 @@ def _verdict(pod: Obj, timeout: timedelta, now: datetime) -> Obj | None:
             f"{terminated.get('exitCode')})" + (f": {tail}" if tail else "")}  # fmt: skip
 
 
-async def _write(step: ClusterPass, old: Obj, new: Obj) -> None:
+async def _write(step: Pass, old: Obj, new: Obj) -> None:
     patch = {**{key: None for key in old if key not in new}, **new}
     updated = await step.client.patch_status(POSTGRES_CLUSTER, step.name, {"status": {"upgrade": patch}},
                                              step.namespace)  # fmt: skip
-    step.status = updated.get("status") or {}
-    step.cluster = {**step.cluster, "status": step.status}
+    step.adopt_status(updated)
 
 
-async def _delete(step: ClusterPass, name: str) -> None:
+async def _delete(step: Pass, name: str) -> None:
     try:
         await step.client.delete(POD, name, step.namespace)
     except ApiError as exc:
@@ -145,7 +153,7 @@ async def _delete(step: ClusterPass, name: str) -> None:
             raise
 
 
-async def check(step: ClusterPass, record: Obj, primary: str | None) -> None:
+async def check(step: Pass, record: Obj, primary: str | None) -> None:
     """Phase Checking: start the check pod, or record what it found."""
     name = names.upgrade_check_pod(step.name)
     pod = step.cache.get(POD, name, step.namespace)
@@ -163,7 +171,7 @@ async def check(step: ClusterPass, record: Obj, primary: str | None) -> None:
     if found["result"] != "Succeeded" or primary is None:
         why = str(found.get("message") or "") if primary is not None else "no primary to upgrade"
         await _write(step, record, failed(record, why, generation))
-        await step.r.events.warning(step.cluster, "UpgradeCheckFailed", f"upgrade {record['from']} -> "
+        await step.events.warning(step.cluster, "UpgradeCheckFailed", f"upgrade {record['from']} -> "
                                     f"{record['to']} refused by pg_upgrade --check: {why}"[:1000])  # fmt: skip
         await _delete(step, name)
         return
@@ -172,13 +180,13 @@ async def check(step: ClusterPass, record: Obj, primary: str | None) -> None:
     new = {**record, "phase": "Upgrading", "step": "Stopping", "primary": primary, "stoppedAt": _stamp(now),
            "message": message}  # fmt: skip
     await _write(step, record, new)
-    await step.r.events.normal(step.cluster, "UpgradeCheckPassed", str(found.get("message"))[:1000])
-    await step.r.events.normal(step.cluster, "UpgradeStopping", f"stopping every instance for the upgrade "
+    await step.events.normal(step.cluster, "UpgradeCheckPassed", str(found.get("message"))[:1000])
+    await step.events.normal(step.cluster, "UpgradeStopping", f"stopping every instance for the upgrade "
                                f"{record['from']} -> {record['to']} of {primary}")  # fmt: skip
     await _delete(step, name)
 
 
-async def sweep(step: ClusterPass, record: Obj | None) -> None:
+async def sweep(step: Pass, record: Obj | None) -> None:
     """Delete the check and upgrade pods once the record is past the step that runs them.
 
     Each step deletes its pod right after writing the record that moves past it; an operator killed between the two
@@ -202,11 +210,11 @@ async def sweep(step: ClusterPass, record: Obj | None) -> None:
             await _delete(step, name)
 
 
-def _instance_pods(step: ClusterPass, instances: list[str]) -> list[str]:
+def _instance_pods(step: Pass, instances: list[str]) -> list[str]:
     return sorted(i for i in instances if step.cache.get(POD, names.pod_name(i), step.namespace) is not None)
 
 
-async def advance(step: ClusterPass, record: Obj, plan: InstancePlan, reports: dict[str, InstanceReport]) -> None:
+async def advance(step: Pass, record: Obj, plan: InstancePlan, reports: dict[str, InstanceReport]) -> None:
     """Phase Upgrading: one step forward when the current one is done (see the module docstring)."""
     now = datetime.now(UTC)
     primary = str(record.get("primary") or plan.primary or "")
@@ -225,7 +233,7 @@ async def advance(step: ClusterPass, record: Obj, plan: InstancePlan, reports: d
             f"{record['from']} -> {record['to']} runs on {primary}'s volume (pod {names.upgrade_pod(step.name)})",
         }
         await _write(step, record, new)  # fmt: skip
-        await step.r.events.normal(step.cluster, "UpgradeRunning", new["message"])
+        await step.events.normal(step.cluster, "UpgradeRunning", new["message"])
         record = new
         current = "Upgrading"
     if current == "Upgrading":
@@ -235,7 +243,7 @@ async def advance(step: ClusterPass, record: Obj, plan: InstancePlan, reports: d
         await _starting(step, record, plan, reports, primary, now)
 
 
-async def _run_upgrade_pod(step: ClusterPass, record: Obj, primary: str, now: datetime) -> None:
+async def _run_upgrade_pod(step: Pass, record: Obj, primary: str, now: datetime) -> None:
     name = names.upgrade_pod(step.name)
     pod = step.cache.get(POD, name, step.namespace)
     old, to = int(record["from"]), int(record["to"])
@@ -252,7 +260,7 @@ async def _run_upgrade_pod(step: ClusterPass, record: Obj, primary: str, now: da
         why = str(found.get("message") or "")
         generation = int(step.cluster["metadata"].get("generation", 0))
         await _write(step, record, {**failed(record, why, generation), "step": None})
-        await step.r.events.warning(step.cluster, "UpgradeFailed", f"upgrade {old} -> {to} failed: {why}"[:1000])
+        await step.events.warning(step.cluster, "UpgradeFailed", f"upgrade {old} -> {to} failed: {why}"[:1000])
         await _delete(step, name)
         return
     # the claim records the new major first: from this write on every StatefulSet gets the new image
@@ -267,8 +275,7 @@ async def _run_upgrade_pod(step: ClusterPass, record: Obj, primary: str, now: da
         annotations[SYSTEM_IDENTIFIER] = identifier
         fields["systemIdentifier"] = identifier
     updated = await step.client.patch_status(POSTGRES_CLUSTER, step.name, {"status": fields}, step.namespace)
-    step.status = updated.get("status") or {}
-    step.cluster = {**step.cluster, "status": step.status}
+    step.adopt_status(updated)
     await step.client.patch(PVC, primary, {"metadata": {"annotations": annotations}}, step.namespace)
     seconds = found.get("pgUpgradeSeconds")
     new = {**record, "step": "Starting", "message": f"{primary}'s data directory is PostgreSQL {to}; starting the "
@@ -276,12 +283,12 @@ async def _run_upgrade_pod(step: ClusterPass, record: Obj, primary: str, now: da
     if isinstance(seconds, int | float):
         new["pgUpgradeSeconds"] = float(seconds)
     await _write(step, record, new)
-    await step.r.events.normal(step.cluster, "UpgradeDataUpgraded", f"pg_upgrade --link {old} -> {to} finished on "
+    await step.events.normal(step.cluster, "UpgradeDataUpgraded", f"pg_upgrade --link {old} -> {to} finished on "
                                f"{primary}" + (f" in {seconds} s" if seconds is not None else ""))  # fmt: skip
     await _delete(step, name)
 
 
-async def _starting(step: ClusterPass, record: Obj, plan: InstancePlan, reports: dict[str, InstanceReport],
+async def _starting(step: Pass, record: Obj, plan: InstancePlan, reports: dict[str, InstanceReport],
                     primary: str, now: datetime) -> None:  # fmt: skip
     to = int(record["to"])
     head = reports.get(primary)
@@ -298,7 +305,7 @@ async def _starting(step: ClusterPass, record: Obj, plan: InstancePlan, reports:
                     "message": f"upgraded from PostgreSQL {record['from']} to {to}: every instance runs {to}; "
                     f"downtime {new.get('downtimeSeconds')} s"})  # fmt: skip
         await _write(step, record, new)
-        await step.r.events.normal(step.cluster, "UpgradeSucceeded", new["message"])
+        await step.events.normal(step.cluster, "UpgradeSucceeded", new["message"])
         log.info("major upgrade succeeded", cluster=step.name, namespace=step.namespace, downtime=new.get(
             "downtimeSeconds"))  # fmt: skip
         return
