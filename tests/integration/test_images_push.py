@@ -4,6 +4,7 @@ SBOM and signature are found again as the image's referrers."""
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import os
 import subprocess
@@ -17,7 +18,7 @@ from typer.testing import CliRunner
 
 from kanri.cli.main import app
 from kanri.images.catalog import built_images
-from kanri.images.push import push_images, push_layout
+from kanri.images.push import PushError, push_images, push_layout
 from kanri.images.registry import Destination, Oras, RegistryClientError
 from kanri.local.registry import LocalRegistry, RegistryEndpoint, registry_binary
 from tests.unit.test_images_push import SBOM_TYPE, SIGNATURE_TYPE, Layout, make_layout, write_catalog
@@ -85,11 +86,16 @@ def plain_registry(tmp_path: Path) -> Iterator[str]:
         process.wait(timeout=30)
 
 
-def _assert_arrived(oras: Oras, dest: Destination, repository: str, layout: Layout) -> None:
+def _assert_arrived(oras: Oras, dest: Destination, repository: str, layout: Layout, *, cosign: bool = False) -> None:
     full = dest.repository(repository)
     assert oras.resolve(f"{full}:{layout.tag}", dest) == layout.digest
     referrers = {r.digest: r.artifact_type for r in oras.referrers(f"{full}@{layout.digest}", dest)}
-    assert referrers == {layout.sbom_digest: SBOM_TYPE, layout.signature_digest: SIGNATURE_TYPE}
+    if cosign:  # the signature where cosign verify looks for it
+        assert referrers == {layout.sbom_digest: SBOM_TYPE}
+        signature_tag = layout.digest.replace(":", "-") + ".sig"
+        assert oras.resolve(f"{full}:{signature_tag}", dest) == layout.signature_digest
+    else:
+        assert referrers == {layout.sbom_digest: SBOM_TYPE, layout.signature_digest: SIGNATURE_TYPE}
 
 
 def test_an_image_reaches_the_local_tls_registry_with_its_sbom_and_signature(
@@ -130,7 +136,7 @@ def test_the_local_registry_keeps_its_port_and_ca_across_restarts(tmp_path: Path
 def test_kanri_images_push_copies_every_image_to_a_plain_http_loopback_registry(
     plain_registry: str, tmp_path: Path
 ) -> None:
-    operator = make_layout(tmp_path / "operator", tag="0.1.0", content=b"operator layer")
+    operator = make_layout(tmp_path / "operator", tag="0.1.0", content=b"operator layer", cosign=True)
     postgres = make_layout(tmp_path / "postgres", tag="17", content=b"postgres layer")
     catalog = tmp_path / "catalog"
     catalog.mkdir()
@@ -143,9 +149,10 @@ def test_kanri_images_push_copies_every_image_to_a_plain_http_loopback_registry(
     pushed = push_images(Oras(), images, dest)
     assert {p.reference for p in pushed} == {
         f"{plain_registry}/platform/kanri-operator@{operator.digest}",
+        f"{plain_registry}/platform/kanri-operator@{operator.signature_digest}",  # under cosign's tag
         f"{plain_registry}/platform/kanri-postgres@{postgres.digest}",
     }
-    _assert_arrived(Oras(), dest, "kanri-operator", operator)
+    _assert_arrived(Oras(), dest, "kanri-operator", operator, cosign=True)
     _assert_arrived(Oras(), dest, "kanri-postgres", postgres)
 
     result = CliRunner().invoke(
@@ -153,4 +160,17 @@ def test_kanri_images_push_copies_every_image_to_a_plain_http_loopback_registry(
     )
     assert result.exit_code == 0, result.output
     assert f"{plain_registry}/cli/kanri-operator@{operator.digest}" in result.output
-    _assert_arrived(Oras(), Destination.parse(f"{plain_registry}/cli", plain_http=True), "kanri-operator", operator)
+    cli_dest = Destination.parse(f"{plain_registry}/cli", plain_http=True)
+    _assert_arrived(Oras(), cli_dest, "kanri-operator", operator, cosign=True)
+
+
+def test_a_push_fails_when_the_catalog_names_a_signature_that_did_not_arrive(
+    plain_registry: str, tmp_path: Path
+) -> None:
+    layout = make_layout(tmp_path / "operator", tag="0.1.0")
+    write_catalog(tmp_path, "kanri-operator", layout)
+    (image,) = built_images(tmp_path)
+    other = "sha256:" + "0" * 64  # a signature the layout does not hold
+    stale = dataclasses.replace(image, signature_digest=other)
+    with pytest.raises((PushError, RegistryClientError), match=other.removeprefix("sha256:")[:12]):
+        push_images(Oras(), [stale], Destination(plain_registry, "p", plain_http=True))

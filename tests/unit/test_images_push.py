@@ -61,9 +61,28 @@ def _referrer(layout: Path, subject: dict[str, Any], artifact_type: str, content
     return {**_manifest(layout, manifest), "artifactType": artifact_type}
 
 
-def make_layout(path: Path, tag: str = "1.0", content: bytes = b"kanri test layer") -> Layout:
-    """An OCI layout at ``path``: one image tagged ``tag`` (a config and one layer holding ``content``) and two
-    untagged referrers of it, an SBOM and a signature."""
+def _cosign_signature(layout: Path, image: dict[str, Any]) -> dict[str, Any]:
+    """A signature as ``cosign save`` lays it out: no ``subject``; the index entry's ``kind`` ties it to the image."""
+    payload = json.dumps({"critical": {"image": {"docker-manifest-digest": image["digest"]}}}).encode()
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", **_put(layout, b'{"rootfs":{}}')},
+        "layers": [
+            {
+                "mediaType": "application/vnd.dev.cosign.simplesigning.v1+json",
+                **_put(layout, payload),
+                "annotations": {"dev.cosignproject.cosign/signature": "MEUCIQ=="},
+            }
+        ],
+    }
+    return {**_manifest(layout, manifest), "annotations": {"kind": "dev.cosignproject.cosign/sigs"}}
+
+
+def make_layout(path: Path, tag: str = "1.0", content: bytes = b"kanri test layer", *, cosign: bool = False) -> Layout:
+    """An OCI layout at ``path``: one image tagged ``tag`` (a config and one layer holding ``content``), an SBOM
+    attached as a referrer and a signature — a referrer too, or with ``cosign`` as ``cosign save`` writes it (what
+    ``make images`` does, docs/images.md "Layout")."""
     (path / "blobs" / "sha256").mkdir(parents=True)
     (path / "oci-layout").write_text('{"imageLayoutVersion":"1.0.0"}')
     config = {
@@ -85,7 +104,7 @@ def make_layout(path: Path, tag: str = "1.0", content: bytes = b"kanri test laye
         },
     )
     sbom = _referrer(path, image, SBOM_TYPE, b'{"bomFormat":"CycloneDX","components":[]}')
-    signature = _referrer(path, image, SIGNATURE_TYPE, b'{"signature":"test"}')
+    signature = _cosign_signature(path, image) if cosign else _referrer(path, image, SIGNATURE_TYPE, b'{"sig":"t"}')
     tagged = {**image, "annotations": {"org.opencontainers.image.ref.name": tag}}
     (path / "index.json").write_text(
         json.dumps(
@@ -152,3 +171,9 @@ def test_an_untagged_manifest_that_refers_to_nothing_is_pushed_by_digest(tmp_pat
     del index["manifests"][0]["annotations"]
     (layout.path / "index.json").write_text(json.dumps(index))
     assert [(r.digest, r.tag) for r in layout_roots(layout.path)] == [(layout.digest, "")]
+
+
+def test_a_cosign_signature_goes_under_the_tag_cosign_looks_for(tmp_path: Path) -> None:
+    layout = make_layout(tmp_path / "layout", tag="0.1.0", cosign=True)
+    roots = [(r.digest, r.tag) for r in layout_roots(layout.path)]
+    assert roots == [(layout.digest, "0.1.0"), (layout.signature_digest, layout.digest.replace(":", "-") + ".sig")]

@@ -3,8 +3,11 @@ keeping every digest (the chart names images by digest, and a signature signs on
 
 What a layout holds is pushed as it is: every manifest its ``index.json`` lists that is not itself a referrer goes
 by its tag (``org.opencontainers.image.ref.name``), or by digest when it has none, and oras carries each one's
-referrers (manifests with a ``subject``: the SBOM, the signature) along. After each copy the registry is asked for
-the digest it now serves under that name; a different one is an error, never a warning.
+referrers (manifests with a ``subject``: the SBOM) along. A cosign signature or attestation in the layout (``cosign
+save``'s annotation ``kind: dev.cosignproject.cosign/sigs`` or ``/atts``, which refer to the layout's image by
+convention, not by ``subject``) goes under the tag cosign looks for: ``sha256-<image digest>.sig`` (``.att``).
+After each copy the registry is asked for the digest it now serves under that name; a different one is an error,
+never a warning.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from kanri.images.catalog import BuiltImage
 from kanri.images.registry import Destination, Oras
 
 REF_NAME = "org.opencontainers.image.ref.name"
+COSIGN_KIND = "kind"
+COSIGN_KINDS = {"dev.cosignproject.cosign/sigs": "sig", "dev.cosignproject.cosign/atts": "att"}
 
 
 class PushError(RuntimeError):
@@ -53,17 +58,26 @@ def _blob(layout: Path, digest: str) -> bytes:
 
 def layout_roots(layout: Path) -> list[LayoutRoot]:
     """The manifests of ``layout``'s ``index.json`` that are not referrers (they travel with their subject), in
-    index order, each once."""
+    index order, each once; cosign's signatures and attestations last, tagged after the image they sign."""
     index: dict[str, Any] = json.loads((layout / "index.json").read_text())
     roots: list[LayoutRoot] = []
+    cosign: list[tuple[str, str]] = []
     for descriptor in index.get("manifests") or []:
         digest = str(descriptor["digest"])
+        annotations = descriptor.get("annotations") or {}
+        if (suffix := COSIGN_KINDS.get(annotations.get(COSIGN_KIND, ""))) is not None:
+            cosign.append((digest, suffix))
+            continue
         manifest: dict[str, Any] = json.loads(_blob(layout, digest))
         if "subject" in manifest:
             continue
-        root = LayoutRoot(digest, str((descriptor.get("annotations") or {}).get(REF_NAME, "")))
+        root = LayoutRoot(digest, str(annotations.get(REF_NAME, "")))
         if root not in roots:
             roots.append(root)
+    if cosign and len({r.digest for r in roots}) != 1:
+        raise PushError(f"{layout}: cosign signatures need exactly one image in the layout to belong to")
+    for digest, suffix in cosign:
+        roots.append(LayoutRoot(digest, f"{roots[0].digest.replace(':', '-')}.{suffix}"))
     return roots
 
 
@@ -73,9 +87,9 @@ def push_layout(oras: Oras, layout: Path, repository: str, dest: Destination) ->
     full = dest.repository(repository)
     pushed = []
     for root in layout_roots(layout):
-        source = root.tag or f"@{root.digest}"
+        # by digest from the layout: a cosign tag exists only in the registry
         target = f"{full}:{root.tag}" if root.tag else f"{full}@{root.digest}"
-        oras.copy_from_layout(layout, source, dest, target)
+        oras.copy_from_layout(layout, f"@{root.digest}", dest, target)
         served = oras.resolve(target, dest)
         if served != root.digest:
             raise PushError(f"{target}: the registry serves {served}, the layout holds {root.digest}")
@@ -94,4 +108,8 @@ def push_images(oras: Oras, images: list[BuiltImage], dest: Destination) -> list
         full = dest.repository(image.repository)
         if not any(p.repository == full and p.tag == image.tag and p.digest == image.digest for p in pushed):
             raise PushError(f"{image.name}: {full}:{image.tag} is not {image.digest} after the push")
+        # the SBOM and the signature arrived too (by digest: whether as referrers or under cosign's tags)
+        for attached in (image.sbom_digest, image.signature_digest):
+            if attached and oras.resolve(f"{full}@{attached}", dest) != attached:
+                raise PushError(f"{image.name}: {full}@{attached} is missing after the push")
     return pushed
