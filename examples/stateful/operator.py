@@ -53,13 +53,9 @@ class KeyValueStoreReconciler:
 def controller(manager: kr.Manager, *, registry: CollectorRegistry = REGISTRY) -> kr.Controller:
     """The store's controller: its ConfigMaps are owned; its key Secrets (not owned) are mapped back by label."""
 
-    def store_of(secret: dict[str, Any]) -> list[kr.Request]:
-        meta = secret["metadata"]
-        owner = (meta.get("labels") or {}).get(LABELS.owner)
-        return [kr.Request(meta.get("namespace") or "", owner)] if owner else []
-
     reconciler = KeyValueStoreReconciler(manager, registry=registry)
-    return kr.Controller("keyvaluestore", reconciler, for_kind=KIND).owns(CONFIG_MAP).watches(SECRET, store_of)
+    built = kr.Controller("keyvaluestore", reconciler, for_kind=KIND).owns(CONFIG_MAP)
+    return built.watches(SECRET, LABELS.owner_requests)
 
 
 async def main() -> None:

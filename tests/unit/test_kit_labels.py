@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kanri.kit import APP_NAME, LabelSet
+from kanri.runtime import Request
 
 PG = LabelSet("postgres.kanri.dev", "postgresql")
 VALKEY = LabelSet("cache.kanri.dev", "valkey")
@@ -45,3 +46,10 @@ def test_a_bad_domain_or_app_name_is_refused_at_construction(domain: str, app: s
 def test_a_bad_label_value_is_refused() -> None:
     with pytest.raises(ValueError, match="not a valid label"):
         PG.selector("x" * 64)
+
+
+def test_kept_data_maps_back_to_its_owner_only_when_it_is_this_operators() -> None:
+    secret = {"metadata": {"namespace": "ns", "labels": PG.labels("orders")}}
+    assert PG.owner_requests(secret) == [Request("ns", "orders")]
+    assert VALKEY.owner_requests(secret) == []
+    assert PG.owner_requests({"metadata": {"namespace": "ns"}}) == []

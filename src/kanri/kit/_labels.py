@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kanri.runtime import Request
+
 __all__ = ["APP_INSTANCE", "APP_NAME", "MANAGED_BY", "LabelSet"]
 
 APP_NAME = "app.kubernetes.io/name"
@@ -85,3 +87,13 @@ class LabelSet:
         """Whether ``obj`` carries every label of :meth:`selector` (so it is this operator's child of ``owner``)."""
         present = (obj.get("metadata") or {}).get("labels") or {}
         return all(present.get(key) == value for key, value in self.selector(owner, **extra).items())
+
+    def owner_requests(self, obj: Mapping[str, Any]) -> list[Request]:
+        """A ``Controller.watches`` mapper for children without an owner reference (kept data): the owner named by
+        the object's labels, when they are this operator's."""
+        meta = obj.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        owner = labels.get(self.owner)
+        if not owner or labels.get(APP_NAME) != self.app:
+            return []
+        return [Request(str(meta.get("namespace") or ""), str(owner))]
