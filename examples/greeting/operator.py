@@ -10,6 +10,7 @@ import asyncio
 
 from pydantic import Field
 
+from examples.greeting.views import GreetingView
 from kanri import runtime as kr
 from kanri.runtime.kinds import CONFIG_MAP
 
@@ -40,8 +41,9 @@ class GreetingReconciler:
         self.cache, self.client = manager.cache, manager.client
 
     async def reconcile(self, request: kr.Request) -> kr.Result | None:
-        greeting = self.cache.get(GREETING, request.name, request.namespace)
-        if greeting is None or greeting["metadata"].get("deletionTimestamp"):
+        # The cached dict, typed by the view generated from the model (views.py): a key typo is a mypy error.
+        greeting = kr.as_view(self.cache.get(GREETING, request.name, request.namespace), GreetingView)
+        if greeting is None or "deletionTimestamp" in greeting["metadata"]:
             return None  # the garbage collector removes the ConfigMap through its ownerReference
         name = kr.child_name(request.name, "greeting")
         data = {"message": greeting["spec"]["message"]}

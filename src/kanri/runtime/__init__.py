@@ -36,6 +36,8 @@ from kanri.runtime._queue import Priority, Request, WorkQueue
 from kanri.runtime._references import object_reference
 from kanri.runtime._status import update_status
 from kanri.runtime._time import creation_time, deletion_time, format_time, parse_optional_time, parse_time
+from kanri.runtime._view_source import view_source
+from kanri.runtime._views import ObjectMetaView, OwnerReferenceView, as_view
 
 __all__ = [
     "ApiError",
@@ -60,6 +62,8 @@ __all__ = [
     "Manager",
     "ManagerOptions",
     "NotWatchedError",
+    "ObjectMetaView",
+    "OwnerReferenceView",
     "PermanentError",
     "PrinterColumn",
     "Priority",
@@ -79,6 +83,7 @@ __all__ = [
     "WatchTiming",
     "WorkQueue",
     "add_finalizer",
+    "as_view",
     "cel",
     "child_name",
     "configure_logging",
@@ -106,4 +111,5 @@ __all__ = [
     "set_condition",
     "set_owner",
     "update_status",
+    "view_source",
 ]

@@ -21,6 +21,7 @@ status from a validation error; the helpers translate it, see :func:`_guard_fail
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from kanri.runtime._client import Client
@@ -42,17 +43,17 @@ Obj = dict[str, Any]
 FinalizerStep = Literal["add", "apply", "cleanup", "done"]
 
 
-def has_finalizer(obj: Obj, finalizer: str) -> bool:
+def has_finalizer(obj: Mapping[str, Any], finalizer: str) -> bool:
     """True when ``finalizer`` is in the object's ``metadata.finalizers``."""
     return finalizer in (obj.get("metadata", {}).get("finalizers") or ())
 
 
-def is_being_deleted(obj: Obj) -> bool:
+def is_being_deleted(obj: Mapping[str, Any]) -> bool:
     """True once deletion was requested (``metadata.deletionTimestamp`` is set); finalizers still hold the object."""
     return bool(obj.get("metadata", {}).get("deletionTimestamp"))
 
 
-def finalizer_step(obj: Obj, finalizer: str) -> FinalizerStep:
+def finalizer_step(obj: Mapping[str, Any], finalizer: str) -> FinalizerStep:
     """What a reconciler owning ``finalizer`` should do with ``obj`` now: the four cases of two facts.
 
     ============================  ===============  =========================================================
@@ -74,14 +75,14 @@ def finalizer_step(obj: Obj, finalizer: str) -> FinalizerStep:
     return "apply" if present else "add"
 
 
-def _resource_version(obj: Obj) -> str:
+def _resource_version(obj: Mapping[str, Any]) -> str:
     version = obj.get("metadata", {}).get("resourceVersion")
     if not version:
         raise ValueError("the object has no metadata.resourceVersion: read it from the API before patching it")
     return str(version)
 
 
-def add_finalizer_patch(obj: Obj, finalizer: str) -> list[Obj] | None:
+def add_finalizer_patch(obj: Mapping[str, Any], finalizer: str) -> list[Obj] | None:
     """The guarded JSON patch that appends ``finalizer``, or None when the object already has it."""
     if has_finalizer(obj, finalizer):
         return None
@@ -92,7 +93,7 @@ def add_finalizer_patch(obj: Obj, finalizer: str) -> list[Obj] | None:
     return [guard, {"op": "add", "path": "/metadata/finalizers", "value": [finalizer]}]
 
 
-def remove_finalizer_patch(obj: Obj, finalizer: str) -> list[Obj] | None:
+def remove_finalizer_patch(obj: Mapping[str, Any], finalizer: str) -> list[Obj] | None:
     """The guarded JSON patch that removes every occurrence of ``finalizer``, or None when it is absent.
 
     Each removal is preceded by a ``test`` that the entry at that index is ours; indexes go from last to first so an

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
@@ -40,7 +41,7 @@ def _group(api_version: str) -> str:
     return api_version.rpartition("/")[0]
 
 
-def owner_reference(owner: Obj, *, controller: bool = True, block_owner_deletion: bool = True) -> Obj:
+def owner_reference(owner: Mapping[str, Any], *, controller: bool = True, block_owner_deletion: bool = True) -> Obj:
     """An ``ownerReference`` pointing at ``owner`` (which must have been read from the API: it needs a ``uid``).
 
     ``block_owner_deletion`` makes a foreground deletion of the owner wait for the child to be gone.
@@ -68,7 +69,9 @@ def _same_object(ref: Obj, other: Obj) -> bool:
     )
 
 
-def set_owner(child: Obj, owner: Obj, *, controller: bool = True, block_owner_deletion: bool = True) -> Obj:
+def set_owner(
+    child: Obj, owner: Mapping[str, Any], *, controller: bool = True, block_owner_deletion: bool = True
+) -> Obj:
     """Add (or refresh) ``owner``'s reference on ``child`` in place, keeping every other reference; returns ``child``.
 
     Raises :class:`AlreadyOwnedError` when ``controller`` is set and another object already controls the child, and
@@ -90,7 +93,7 @@ def set_owner(child: Obj, owner: Obj, *, controller: bool = True, block_owner_de
     return child
 
 
-def controller_of(obj: Obj) -> Obj | None:
+def controller_of(obj: Mapping[str, Any]) -> Obj | None:
     """The object's controller reference (the one with ``controller: true``), or None."""
     for ref in obj.get("metadata", {}).get("ownerReferences") or ():
         if ref.get("controller"):
@@ -98,7 +101,7 @@ def controller_of(obj: Obj) -> Obj | None:
     return None
 
 
-def is_controlled_by(child: Obj, owner: Obj) -> bool:
+def is_controlled_by(child: Mapping[str, Any], owner: Mapping[str, Any]) -> bool:
     """True when ``child``'s controller reference points at exactly this ``owner`` (same uid, so not at an earlier
     object that had the same name)."""
     ref = controller_of(child)
