@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
+from kanri.postgres.children.images import DEFAULT_IMAGES, PostgresImages
 from kanri.postgres.pods import oneshot
 from kanri.postgres.recovery import rehearsal as restore_test
 from kanri.postgres.upgrade import step as upgrade_step
@@ -118,6 +119,7 @@ class Pass:
         {"version": 16, "storage": {"size": "1Gi"}, "backup": {}}))  # fmt: skip
     r: Any = field(default_factory=lambda: SimpleNamespace(events=Events(), metrics=None))
     refused: list[str] = field(default_factory=list)
+    images: PostgresImages = DEFAULT_IMAGES
 
     def __post_init__(self) -> None:
         self.cluster: Obj = {**CLUSTER, "status": self.api.status}

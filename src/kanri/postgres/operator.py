@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from kanri.postgres.api.v1alpha1.backup import S3Repository
 from kanri.postgres.backup.archiving import BackupMetrics, BackupSettings, identities_for, utc_now
 from kanri.postgres.backup.controller import BackupClient, PostgresBackupReconciler
+from kanri.postgres.children.images import PostgresImages
 from kanri.postgres.cluster.instances import HttpInstanceClient, InstanceClient
 from kanri.postgres.cluster.reconciler import PostgresClusterReconciler
 from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
@@ -143,6 +144,9 @@ class OperatorOptions:
     allowed_priority_classes: tuple[str, ...] = ()
     """The PriorityClasses a cluster's pod template may name (``kanri run --allowed-priority-class``); empty: any the
     API accepts (never the system- ones). See :mod:`kanri.postgres.pods.policy`."""
+    postgres_images: PostgresImages = field(default_factory=PostgresImages.from_environment)
+    """The PostgreSQL images per major, from ``KANRI_POSTGRES_IMAGES`` (the chart sets it on the operator's pod;
+    unset: ``kanri.dev/postgres:<major>``, the local cluster's names). See :mod:`kanri.postgres.children.images`."""
     backup_now: Callable[[], datetime] = utc_now
     """"Now" for base backups' schedule and retention: a test hook (``kanri run --backup-clock-offset-file``, tests) to
     age backups without skewing the clock the object store checks requests against."""
@@ -210,6 +214,7 @@ def build_manager(
         operator_namespace=own_namespace,
     )
     reconciler.allowed_priority_classes = options.allowed_priority_classes
+    reconciler.images = options.postgres_images
     reconciler.backup = BackupSettings(
         options.default_backup_repository,
         own_namespace,

@@ -15,11 +15,11 @@ from typing import Any
 
 from kanri.postgres import names
 from kanri.postgres.children import child_meta
+from kanri.postgres.children.images import DEFAULT_IMAGES, PostgresImages
 from kanri.postgres.children.statefulset import (
     BACKUP_DIR,
     CONFIG_DIR,
     DATA_DIR,
-    IMAGE,
     POSTGRES_UID,
     SOCKET_DIR,
     _container_security,
@@ -35,7 +35,9 @@ REQUEST = "kanri.dev/restore-test-request"
 """The pod's annotation: what asked for it — the annotation's value, or ``schedule``."""
 
 
-def rehearsal_pod(cluster: Obj, major: int, request: str, scratch: str = "8Gi") -> Obj:
+def rehearsal_pod(
+    cluster: Obj, major: int, request: str, scratch: str = "8Gi", images: PostgresImages = DEFAULT_IMAGES
+) -> Obj:
     """The Pod; ``request`` is recorded on it (see :data:`REQUEST`); ``scratch`` bounds the emptyDir (a restore
     larger than that is evicted by the kubelet, which the operator reports as a failed rehearsal)."""
     name = cluster["metadata"]["name"]
@@ -52,7 +54,7 @@ def rehearsal_pod(cluster: Obj, major: int, request: str, scratch: str = "8Gi") 
     }
     container: Obj = {
         "name": "restore-test",
-        "image": f"{IMAGE}:{major}",
+        "image": images.for_major(major),
         "imagePullPolicy": "IfNotPresent",
         "args": ["restore-test"],
         "env": [{"name": key, "value": value} for key, value in env.items()],

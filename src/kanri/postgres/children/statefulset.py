@@ -16,6 +16,7 @@ from kanri.postgres import names
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.api.v1alpha1.storage import container_resources
 from kanri.postgres.children import child_meta, owned
+from kanri.postgres.children.images import DEFAULT_IMAGES, INSTANCE_IMAGE, PostgresImages, tag_major
 from kanri.postgres.labels import CLUSTER, INSTANCE, PRIMARY, REPLICA, Role, instance_labels
 
 __all__ = [
@@ -38,7 +39,7 @@ __all__ = [
 
 Obj = dict[str, Any]
 
-IMAGE = "kanri.dev/postgres"
+IMAGE = INSTANCE_IMAGE
 HTTP_PORT = 8008
 METRICS_PORT = 9187
 """The instance exporter's port (kanri.instance.exporter; the operator does not import the instance package)."""
@@ -285,15 +286,6 @@ def bootstrap_role(sts: Obj) -> Role | None:
     return None
 
 
-def tag_major(image: str) -> int | None:
-    """The PostgreSQL major of an image reference from its tag, ``<major>`` or ``<major>.<minor>`` (``17.11``)."""
-    repository, _, tag = image.rpartition(":")
-    if "/" in tag or not repository:
-        return None  # no tag: the colon was a registry's port
-    head = tag.split(".", 1)[0]
-    return int(head) if head.isdigit() else None
-
-
 def image_of(sts: Obj) -> str:
     """The image of an existing StatefulSet's PostgreSQL container ("" without one)."""
     return str((_container_of(sts) or {}).get("image") or "")
@@ -304,15 +296,18 @@ def image_major(sts: Obj) -> int | None:
     return tag_major(image_of(sts))
 
 
-def postgres_image(spec: PostgresClusterSpec, major: int, current: Obj | None) -> str:
+def postgres_image(
+    spec: PostgresClusterSpec, major: int, current: Obj | None, images: PostgresImages = DEFAULT_IMAGES
+) -> str:
     """The image an instance's StatefulSet runs on data of ``major``.
 
     While the data is of ``spec.version`` that is ``spec.imageName`` (a pinned minor), else the major's default
     image, the platform's newest minor. While it is not (a major upgrade waits for approval or runs), the instance
     keeps the image it has when that is of the data's major: ``imageName`` names the next major's image then, and
-    falling back to the default would be a minor update nobody asked for."""
+    falling back to the default would be a minor update nobody asked for. The default image of a major is the
+    platform's (``images``, :mod:`kanri.postgres.children.images`)."""
     if major == spec.version:
-        return spec.image_name or f"{IMAGE}:{major}"
+        return spec.image_name or images.for_major(major)
     if current is not None and image_major(current) == major:
         return image_of(current)
-    return f"{IMAGE}:{major}"
+    return images.for_major(major)

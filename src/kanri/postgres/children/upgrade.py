@@ -17,6 +17,7 @@ from typing import Any
 from kanri.postgres import names
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.children import child_meta
+from kanri.postgres.children.images import DEFAULT_IMAGES, UPGRADE_IMAGE, PostgresImages
 from kanri.postgres.children.statefulset import (
     DATA_DIR,
     POSTGRES_UID,
@@ -32,7 +33,6 @@ from kanri.postgres.labels import REPLICA, cluster_labels
 __all__ = ["UPGRADE_IMAGE", "UPGRADE_LABEL", "check_pod", "upgrade_pod"]
 
 Obj = dict[str, Any]
-UPGRADE_IMAGE = "kanri.dev/postgres-upgrade"
 UPGRADE_LABEL = "kanri.dev/upgrade"
 """The pods' label: ``check`` or ``upgrade``."""
 
@@ -57,10 +57,10 @@ def _pod(cluster: Obj, name: str, kind: str, container: Obj, pod_volumes: list[O
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
-def _container(name: str, to: int, args: list[str], env: list[Obj], mounts: list[Obj]) -> Obj:
+def _container(name: str, image: str, args: list[str], env: list[Obj], mounts: list[Obj]) -> Obj:
     return {
         "name": name,
-        "image": f"{UPGRADE_IMAGE}:{to}",
+        "image": image,
         "imagePullPolicy": "IfNotPresent",
         "args": args,
         "env": env,
@@ -74,7 +74,7 @@ def _versions(old: int, to: int) -> list[Obj]:
     return [{"name": "KANRI_UPGRADE_FROM", "value": str(old)}, {"name": "KANRI_UPGRADE_TO", "value": str(to)}]
 
 
-def check_pod(cluster: Obj, old: int, to: int, scratch: str = "8Gi") -> Obj:
+def check_pod(cluster: Obj, old: int, to: int, scratch: str = "8Gi", images: PostgresImages = DEFAULT_IMAGES) -> Obj:
     """The check's pod; ``scratch`` bounds its emptyDir (a catalog copy is small; the kubelet evicts beyond it)."""
     name = cluster["metadata"]["name"]
     pod = names.upgrade_check_pod(name)
@@ -101,13 +101,21 @@ def check_pod(cluster: Obj, old: int, to: int, scratch: str = "8Gi") -> Obj:
         {"name": "superuser", "secret": {"secretName": names.superuser_secret(name)}},
         {"name": "tls", "secret": {"secretName": names.server_secret(name), "defaultMode": 0o440}},
     ]
-    return _pod(cluster, pod, "check", _container("upgrade-check", to, ["upgrade-check"], env, mounts), pod_volumes)
+    return _pod(
+        cluster,
+        pod,
+        "check",
+        _container("upgrade-check", images.for_upgrade(to), ["upgrade-check"], env, mounts),
+        pod_volumes,
+    )
 
 
-def upgrade_pod(cluster: Obj, spec: PostgresClusterSpec, instance: str, old: int, to: int) -> Obj:
+def upgrade_pod(
+    cluster: Obj, spec: PostgresClusterSpec, instance: str, old: int, to: int, images: PostgresImages = DEFAULT_IMAGES
+) -> Obj:
     """The upgrade's pod on ``instance``'s claim (the primary's), mounted as that instance's pod mounts it."""
     name = cluster["metadata"]["name"]
     pod_volumes, mounts = volumes(name, instance, spec.backup is not None, spec.bootstrap.recovery is not None)
     env = environment(name, instance, REPLICA, spec) + _versions(old, to)
-    container = _container("upgrade", to, ["upgrade"], env, mounts)
+    container = _container("upgrade", images.for_upgrade(to), ["upgrade"], env, mounts)
     return _pod(cluster, names.upgrade_pod(name), "upgrade", container, pod_volumes)

@@ -24,6 +24,7 @@ from kanri.postgres.backup import schedule as backup_schedule
 from kanri.postgres.backup.archiving import BackupSettings
 from kanri.postgres.backup.cleanup import BackupCleanup
 from kanri.postgres.children.config import config_map
+from kanri.postgres.children.images import DEFAULT_IMAGES, PostgresImages
 from kanri.postgres.children.networkpolicy import OPERATOR_NAMESPACE, network_policy
 from kanri.postgres.children.pdb import disruption_budgets, wants_budgets
 from kanri.postgres.children.pvc import claim
@@ -155,6 +156,8 @@ class PostgresClusterReconciler:
         self.backup_cleanup = BackupCleanup(lambda: self.backup)
         self.allowed_priority_classes: tuple[str, ...] = ()
         """The priority classes a pod template may name (``kanri run --allowed-priority-class``; empty: any)."""
+        self.images = DEFAULT_IMAGES
+        """The PostgreSQL images per major (the platform's configuration, :mod:`kanri.postgres.children.images`)."""
         self.cache = cache
         self.client = client
         self.instances = instances
@@ -267,6 +270,10 @@ class ClusterPass:
     @property
     def cache(self) -> Cache:
         return self.r.cache
+
+    @property
+    def images(self) -> PostgresImages:
+        return self.r.images
 
     @property
     def client(self) -> Client:
@@ -660,7 +667,7 @@ class ClusterPass:
             current = self.cache.get(STATEFUL_SET, instance, self.namespace)
             kept = bootstrap_role(current) if current is not None and is_controlled_by(current, self.cluster) else None
             role = kept or (PRIMARY if instance == plan.primary else REPLICA)
-            image = postgres_image(self.spec, major, current)
+            image = postgres_image(self.spec, major, current, self.images)
             desired = statefulset(self.cluster, self.spec, instance, role=role, image=image, running=self.running)
             # An image of another major (a hand edit) is reverted at once: that pod cannot open its data, so waiting
             # for it to become ready first would wait forever.

@@ -30,6 +30,7 @@ from cronsim import CronSim, CronSimError
 
 from kanri.postgres import names
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
+from kanri.postgres.children.images import PostgresImages
 from kanri.postgres.children.rehearsal import REHEARSAL, REQUEST, rehearsal_pod
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.metrics import PostgresMetrics
@@ -54,6 +55,9 @@ class Pass(oneshot.Pass, Protocol):
 
     @property
     def metrics(self) -> PostgresMetrics | None: ...
+
+    @property
+    def images(self) -> PostgresImages: ...
 
 
 ANNOTATION = REHEARSAL
@@ -201,7 +205,7 @@ async def run(step: Pass, major: int, archiving: bool) -> None:
     if request is None:
         await oneshot.forget(step, name)  # answered and gone: the uid record goes too
         return
-    if not await oneshot.create(step, rehearsal_pod(step.cluster, major, request)):
+    if not await oneshot.create(step, rehearsal_pod(step.cluster, major, request, images=step.images)):
         return
     kind = "on request" if request != SCHEDULE else "on schedule"
     log.info("restore rehearsal started", cluster=step.name, namespace=step.namespace, request=request)

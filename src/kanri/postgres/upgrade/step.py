@@ -35,6 +35,7 @@ import structlog
 from kanri.postgres import names
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.backup.archiving import upgraded_server_name
+from kanri.postgres.children.images import PostgresImages
 from kanri.postgres.children.upgrade import check_pod, upgrade_pod
 from kanri.postgres.cluster.recorded import PG_MAJOR, SYSTEM_IDENTIFIER
 from kanri.postgres.kinds import POSTGRES_CLUSTER
@@ -67,6 +68,9 @@ class Pass(oneshot.Pass, Protocol):
 
     @property
     def spec(self) -> PostgresClusterSpec: ...
+
+    @property
+    def images(self) -> PostgresImages: ...
 
 
 CHECK_TIMEOUT = timedelta(hours=1)
@@ -159,7 +163,9 @@ async def check(step: Pass, record: Obj, primary: str | None) -> None:
     pod = step.cache.get(POD, name, step.namespace)
     now = datetime.now(UTC)
     if pod is None:
-        if await oneshot.create(step, check_pod(step.cluster, int(record["from"]), int(record["to"]))):
+        if await oneshot.create(
+            step, check_pod(step.cluster, int(record["from"]), int(record["to"]), images=step.images)
+        ):
             log.info("upgrade check started", cluster=step.name, namespace=step.namespace)
         return
     if pod["metadata"].get("deletionTimestamp") or not oneshot.trusted(pod, step.cluster, step.status):
@@ -248,7 +254,7 @@ async def _run_upgrade_pod(step: Pass, record: Obj, primary: str, now: datetime)
     pod = step.cache.get(POD, name, step.namespace)
     old, to = int(record["from"]), int(record["to"])
     if pod is None:
-        if await oneshot.create(step, upgrade_pod(step.cluster, step.spec, primary, old, to)):
+        if await oneshot.create(step, upgrade_pod(step.cluster, step.spec, primary, old, to, step.images)):
             log.info("upgrade pod started", cluster=step.name, namespace=step.namespace, instance=primary)
         return
     if pod["metadata"].get("deletionTimestamp") or not oneshot.trusted(pod, step.cluster, step.status):
