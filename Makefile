@@ -145,6 +145,7 @@ down:
 lint: $(VENV)/.installed
 	$(BIN)/ruff check src tests bench examples
 	$(BIN)/ruff format --check src tests bench examples
+	$(BIN)/lint-imports --cache-dir .build/import-linter-cache  # the layer contracts in pyproject.toml
 
 typecheck: $(VENV)/.installed
 	$(BIN)/mypy
