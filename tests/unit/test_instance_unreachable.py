@@ -139,10 +139,10 @@ def manager(tmp_path: Path) -> InstanceManager:
 
 async def test_status_reports_a_running_postgres_it_cannot_reach_and_clears_it_once_stopped(tmp_path: Path) -> None:
     mgr = manager(tmp_path)
-    mgr._reach = Reachability(after=0)  # no grace: the first failure is the lasting one
+    mgr.core.reach = Reachability(after=0)  # no grace: the first failure is the lasting one
     fake: Any = RunningPostmaster()
-    mgr.pg.process = fake
-    mgr._data_ready = True
+    mgr.core.pg.process = fake
+    mgr.core.data_ready = True
     status = await mgr.status()
     assert status["ready"] is False
     (problem,) = status["problems"]

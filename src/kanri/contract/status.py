@@ -32,6 +32,7 @@ from pydantic import (
     ValidatorFunctionWrapHandler,
     WrapValidator,
     field_validator,
+    model_validator,
 )
 from pydantic.alias_generators import to_camel
 from pydantic.dataclasses import dataclass
@@ -300,6 +301,17 @@ class InstanceStatus(_Wire):
     """A primary's."""
     flush_lsn: Name = None
     replicas: tuple[Replica, ...] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _declared_keys_only(cls, data: Any, info: ValidationInfo) -> Any:
+        """The instance sends only what the contract declares (a newer peer's extra keys are ignored on reading)."""
+        if not _untrusted(info) and isinstance(data, dict):
+            fields = cls.model_fields.items()
+            known = {n for name, f in fields for n in (name, f.alias, f.validation_alias) if isinstance(n, str)}
+            if unknown := set(data) - known:
+                raise ValueError(f"not in the /status contract: {sorted(unknown)}")
+        return data
 
     @field_validator("problems", mode="before")
     @classmethod

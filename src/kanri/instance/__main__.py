@@ -7,7 +7,7 @@ import sys
 
 import structlog
 
-from kanri.instance.archive import archive_wal
+from kanri.instance.archive_wal import archive_wal
 from kanri.instance.config import Settings, SettingsError
 from kanri.instance.exporter import metrics_port
 from kanri.instance.isolation import IsolationSettings

@@ -4,15 +4,15 @@ segment with Barman Cloud's ``barman-cloud-wal-archive``.
 Where WAL goes arrives in ``instance.json`` (:class:`ArchiveTarget`: destination URL, endpoint, server name — no
 secret); the S3 key pair is read from the files of the mounted repository Secret (``KANRI_BACKUP_CREDENTIALS_DIR``)
 and handed to barman in its environment, never on its command line and never logged. Only a primary archives:
-``archive_mode = on`` makes a standby keep its WAL to itself. Building the command line is pure; :func:`archive_wal`
-runs it and returns barman's exit code, which PostgreSQL reads as success (0) or "retry this segment later".
+``archive_mode = on`` makes a standby keep its WAL to itself. Building the command line is pure (here);
+:func:`kanri.instance.archive_wal.archive_wal` runs it and returns barman's exit code, which PostgreSQL reads as
+success (0) or "retry this segment later".
 """
 
 from __future__ import annotations
 
 import os
 import shlex
-import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,7 +27,6 @@ __all__ = [
     "ArchiveTarget",
     "archive_command",
     "archive_parameters",
-    "archive_wal",
     "barman_program",
     "credentials_env",
     "wal_archive_argv",
@@ -106,45 +105,3 @@ def archive_parameters(target: ArchiveTarget | None, python: str = sys.executabl
     if target is None:
         return {"archive_mode": "off"}
     return {"archive_mode": "on", "archive_command": archive_command(python)}
-
-
-ARCHIVE_TIMEOUT = 60.0
-"""Seconds one segment may take by default (measured: 0.4-1.1 s; ``KANRI_ARCHIVE_TIMEOUT`` overrides it): barman's S3
-client would otherwise retry an unreachable store for minutes while PostgreSQL reports nothing."""
-
-
-def archive_wal(wal_path: str, env: Mapping[str, str] | None = None) -> int:
-    """Ship ``wal_path`` (``%p``, relative to PGDATA, PostgreSQL's working directory) to the cluster's repository;
-    the exit code PostgreSQL gets. Messages go to stderr, i.e. PostgreSQL's log; no secret is ever in them."""
-    # imported here: the manager imports this module, and the wrapper must not depend on the manager's state
-    from kanri.instance.config import ClusterConfig
-
-    env = os.environ if env is None else env
-    config_file = Path(env.get("KANRI_CONFIG_FILE") or "/etc/kanri/config/instance.json")
-    try:
-        target = ClusterConfig.parse(config_file.read_bytes()).archive
-    except (OSError, ValueError) as exc:
-        print(f"kanri archive-wal: cannot read the cluster config: {exc}", file=sys.stderr)
-        return 1
-    if target is None:
-        print("kanri archive-wal: no backup repository is configured; keeping the segment", file=sys.stderr)
-        return 1
-    directory = Path(env.get("KANRI_BACKUP_CREDENTIALS_DIR") or DEFAULT_CREDENTIALS_DIR)
-    try:
-        secrets = credentials_env(directory, target.region)
-    except OSError as exc:
-        print(f"kanri archive-wal: repository credentials unreadable: {exc.strerror} ({directory})", file=sys.stderr)
-        return 1
-    argv = wal_archive_argv(target, wal_path, env)
-    timeout = float(env.get("KANRI_ARCHIVE_TIMEOUT") or ARCHIVE_TIMEOUT)
-    try:
-        # bounded: an unreachable store must show as a failure (pg_stat_archiver, the condition), not a silent hang
-        return subprocess.run(argv, env={**env, **secrets}, stdin=subprocess.DEVNULL, check=False,
-                              timeout=timeout).returncode  # fmt: skip
-    except subprocess.TimeoutExpired:
-        print(f"kanri archive-wal: {wal_path} not archived within {timeout:.0f}s (is the object store "
-              "reachable?); keeping the segment", file=sys.stderr)  # fmt: skip
-        return 1
-    except OSError as exc:
-        print(f"kanri archive-wal: cannot run {argv[0]}: {exc.strerror}", file=sys.stderr)
-        return 1

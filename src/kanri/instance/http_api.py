@@ -103,36 +103,56 @@ async def _body(request: web.Request) -> dict[str, Any]:
     return body
 
 
+def _authorized(backend: Backend, request: web.Request) -> bool:
+    """The request carries the current API token (compared in constant time)."""
+    token = backend.api_token()
+    header = request.headers.get("Authorization", "")
+    if not token or not header.startswith("Bearer "):
+        return False
+    return hmac.compare_digest(header.removeprefix("Bearer ").strip().encode(), token.encode())
+
+
+def _action(backend: Backend, run: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]], name: str) -> Handler:
+    """An authenticated ``POST`` whose JSON body goes to ``run``; its answer is 200 (202 when :class:`Accepted`)."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if not _authorized(backend, request):
+            log.warning("refused unauthorized request", action=name, peer=request.remote)
+            return _error(401, "a valid bearer token is required")
+        log.info("action requested", action=name, peer=request.remote)
+        try:
+            answer = await run(await _body(request))
+            return web.json_response(dict(answer), status=202 if isinstance(answer, Accepted) else 200)
+        except ActionError as exc:
+            log.warning("action refused", action=name, status=exc.status, reason=exc.reason)
+            return _error(exc.status, exc.reason)
+        except Exception as exc:  # e.g. the server went away mid-action: still a JSON answer, and a log line
+            log.exception("action failed", action=name)
+            return _error(500, f"{name} failed: {exc}")
+
+    return handler
+
+
+def _add_backup_routes(app: web.Application, backend: Backend, backups: BackupBackend) -> None:
+    async def backup_record(request: web.Request) -> web.StreamResponse:
+        if not _authorized(backend, request):
+            return _error(401, "a valid bearer token is required")
+        try:
+            return web.json_response(await backups.backup_record(request.match_info["id"]))
+        except ActionError as exc:
+            return _error(exc.status, exc.reason)
+
+    app.router.add_post("/backups", _action(backend, backups.start_backup, "backup"))
+    app.router.add_post("/backups/expire", _action(backend, backups.expire_backups, "expire backups"))
+    app.router.add_get("/backups/{id}", backup_record)
+    app.router.add_post("/wal/switch", _action(backend, backups.switch_wal, "switch WAL"))
+
+
 def build_app(backend: Backend, backups: BackupBackend | None = None) -> web.Application:
     """The aiohttp application over ``backend`` (and ``backups``' endpoints when given)."""
 
-    def authorized(request: web.Request) -> bool:
-        token = backend.api_token()
-        header = request.headers.get("Authorization", "")
-        if not token or not header.startswith("Bearer "):
-            return False
-        return hmac.compare_digest(header.removeprefix("Bearer ").strip().encode(), token.encode())
-
-    def action(run: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]], name: str) -> Handler:
-        async def handler(request: web.Request) -> web.StreamResponse:
-            if not authorized(request):
-                log.warning("refused unauthorized request", action=name, peer=request.remote)
-                return _error(401, "a valid bearer token is required")
-            log.info("action requested", action=name, peer=request.remote)
-            try:
-                answer = await run(await _body(request))
-                return web.json_response(dict(answer), status=202 if isinstance(answer, Accepted) else 200)
-            except ActionError as exc:
-                log.warning("action refused", action=name, status=exc.status, reason=exc.reason)
-                return _error(exc.status, exc.reason)
-            except Exception as exc:  # e.g. the server went away mid-action: still a JSON answer, and a log line
-                log.exception("action failed", action=name)
-                return _error(500, f"{name} failed: {exc}")
-
-        return handler
-
     async def status(request: web.Request) -> web.StreamResponse:
-        if not authorized(request):
+        if not _authorized(backend, request):
             log.info("refused unauthorized status request", peer=request.remote)
             return _error(401, "a valid bearer token is required")
         return web.json_response(await backend.status())
@@ -150,26 +170,14 @@ def build_app(backend: Backend, backups: BackupBackend | None = None) -> web.App
     app.router.add_get("/status", status)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/healthz", healthz)
-    app.router.add_post("/promote", action(lambda _: backend.promote(), "promote"))
-    app.router.add_post("/restart", action(lambda _: backend.restart(), "restart"))
-    app.router.add_post("/fence", action(backend.fence, "fence"))
-    app.router.add_post("/unfence", action(backend.unfence, "unfence"))
-    app.router.add_post("/replication/pause", action(backend.pause_replication, "pause replication"))
-    app.router.add_post("/replication/resume", action(backend.resume_replication, "resume replication"))
-    app.router.add_post("/demote", action(backend.demote, "demote"))
-    app.router.add_post("/rejoin", action(backend.rejoin, "rejoin"))
+    app.router.add_post("/promote", _action(backend, lambda _: backend.promote(), "promote"))
+    app.router.add_post("/restart", _action(backend, lambda _: backend.restart(), "restart"))
+    app.router.add_post("/fence", _action(backend, backend.fence, "fence"))
+    app.router.add_post("/unfence", _action(backend, backend.unfence, "unfence"))
+    app.router.add_post("/replication/pause", _action(backend, backend.pause_replication, "pause replication"))
+    app.router.add_post("/replication/resume", _action(backend, backend.resume_replication, "resume replication"))
+    app.router.add_post("/demote", _action(backend, backend.demote, "demote"))
+    app.router.add_post("/rejoin", _action(backend, backend.rejoin, "rejoin"))
     if backups is not None:
-
-        async def backup_record(request: web.Request) -> web.StreamResponse:
-            if not authorized(request):
-                return _error(401, "a valid bearer token is required")
-            try:
-                return web.json_response(await backups.backup_record(request.match_info["id"]))
-            except ActionError as exc:
-                return _error(exc.status, exc.reason)
-
-        app.router.add_post("/backups", action(backups.start_backup, "backup"))
-        app.router.add_post("/backups/expire", action(backups.expire_backups, "expire backups"))
-        app.router.add_get("/backups/{id}", backup_record)
-        app.router.add_post("/wal/switch", action(backups.switch_wal, "switch WAL"))
+        _add_backup_routes(app, backend, backups)
     return app

@@ -168,21 +168,8 @@ def _finish(settings: Settings, state: dict[str, Any]) -> None:
 
 async def upgrade(settings: Settings, old: int, new: int, env: dict[str, str]) -> dict[str, Any]:
     """The steps of the module docstring; returns the verdict's extra fields; raises UpgradeError."""
-    state = _read_state(settings)
-    if state.get("to") == new and state.get("step") in ("linked", "swapped", "done"):
-        _finish(settings, state)
-        return {"resumed": state.get("step"), "systemIdentifier": state.get("systemIdentifier")}
-    if state.get("step") == "linking":
-        if (settings.pgdata / "global" / "pg_control.old").exists():
-            raise UpgradeError(
-                "an earlier pg_upgrade --link was interrupted after it began linking: the old data directory must "
-                "not be started again; restore the pre-upgrade backup into a new cluster (docs/postgres-operator.md "
-                "'Major upgrades')"
-            )
-        raise UpgradeError(
-            "an earlier pg_upgrade was interrupted before it began linking: the old data directory is intact and "
-            f"the cluster goes on with PostgreSQL {old}; change the spec to try again"
-        )
+    if (resumed := _earlier_attempt(settings, old, new)) is not None:
+        return resumed
     found = data_version(settings.pgdata)
     if found == new:
         return {"resumed": "already upgraded"}
@@ -202,16 +189,8 @@ async def upgrade(settings: Settings, old: int, new: int, env: dict[str, str]) -
     shutil.rmtree(staging, ignore_errors=True)
     await initdb(new_bin, new, staging, initdb_settings)
     _write_state(settings, **{"from": old, "to": new, "step": "linking"})
-    args = [
-        str(new_bin / "pg_upgrade"),
-        "--old-bindir", str(old_bin), "--new-bindir", str(new_bin),
-        "--old-datadir", str(settings.pgdata), "--new-datadir", str(staging),
-        "--link", "--username", "postgres", "--socketdir", str(socket),
-        "--old-port", str(UPGRADE_PORT_OLD), "--new-port", str(UPGRADE_PORT_NEW),
-        "--old-options", "-c archive_mode=off", "--new-options", "-c archive_mode=off",
-    ]  # fmt: skip
     started = time.monotonic()
-    code, text = await run_tool(args, cwd=work, env=env)
+    code, text = await run_tool(_pg_upgrade_argv(old_bin, new_bin, settings.pgdata, staging, socket), cwd=work, env=env)
     if code != 0:
         linked = (settings.pgdata / "global" / "pg_control.old").exists()
         if not linked:  # nothing of the old directory changed: forget the attempt, keep its log
@@ -234,6 +213,39 @@ async def upgrade(settings: Settings, old: int, new: int, env: dict[str, str]) -
     if last_wal is not None:
         result["lastArchivedWal"] = last_wal
     return result
+
+
+def _earlier_attempt(settings: Settings, old: int, new: int) -> dict[str, Any] | None:
+    """The verdict of an earlier attempt that got far enough (finished now); UpgradeError for one interrupted while
+    pg_upgrade ran; None when there is none."""
+    state = _read_state(settings)
+    if state.get("to") == new and state.get("step") in ("linked", "swapped", "done"):
+        _finish(settings, state)
+        return {"resumed": state.get("step"), "systemIdentifier": state.get("systemIdentifier")}
+    if state.get("step") == "linking":
+        if (settings.pgdata / "global" / "pg_control.old").exists():
+            raise UpgradeError(
+                "an earlier pg_upgrade --link was interrupted after it began linking: the old data directory must "
+                "not be started again; restore the pre-upgrade backup into a new cluster (docs/postgres-operator.md "
+                "'Major upgrades')"
+            )
+        raise UpgradeError(
+            "an earlier pg_upgrade was interrupted before it began linking: the old data directory is intact and "
+            f"the cluster goes on with PostgreSQL {old}; change the spec to try again"
+        )
+    return None
+
+
+def _pg_upgrade_argv(old_bin: Path, new_bin: Path, pgdata: Path, staging: Path, socket: Path) -> list[str]:
+    """``pg_upgrade --link`` from ``pgdata`` into ``staging``; archiving off on both sides while it runs."""
+    return [
+        str(new_bin / "pg_upgrade"),
+        "--old-bindir", str(old_bin), "--new-bindir", str(new_bin),
+        "--old-datadir", str(pgdata), "--new-datadir", str(staging),
+        "--link", "--username", "postgres", "--socketdir", str(socket),
+        "--old-port", str(UPGRADE_PORT_OLD), "--new-port", str(UPGRADE_PORT_NEW),
+        "--old-options", "-c archive_mode=off", "--new-options", "-c archive_mode=off",
+    ]  # fmt: skip
 
 
 def _tail(text: str, lines: int = 25) -> str:

@@ -1,9 +1,10 @@
 """Problems the user must fix, as the operator reads them from ``GET /status`` (``problems``).
 
-Each has a ``reason`` (one of :data:`REASONS`), a one-line ``message`` that never holds a Secret's or a file's
-content, and optionally the ``secret`` purpose, ``key`` or ``parameter`` it is about. The board keeps the current
-problems per source and logs a problem once when it appears and once when it clears: a check that runs every 2 s
-must not write a log line every 2 s.
+Each is a :class:`kanri.contract.status.Problem`: a ``reason`` (one of :data:`kanri.contract.problems.REASONS`), a
+one-line ``message`` that never holds a Secret's or a file's content, and optionally the ``secret`` purpose, ``key``
+or ``parameter`` it is about. The board keeps the current problems per source and logs a problem once when it appears
+and once when it clears: a check that runs every 2 s must not write a log line every 2 s. :class:`ProblemLog` adds
+``lastError``: the newest message that still holds, problem or not.
 """
 
 from __future__ import annotations
@@ -11,42 +12,25 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
 import structlog
 
-from kanri.contract.problems import MAX_MESSAGE, REASONS
+from kanri.contract.problems import one_line
+from kanri.contract.status import Problem
+
+__all__ = [
+    "UNREACHABLE",
+    "UNREACHABLE_AFTER",
+    "Problem",
+    "ProblemBoard",
+    "ProblemLog",
+    "Reachability",
+    "cannot_connect_now",
+    "connection_error",
+    "one_line",
+]
 
 log = structlog.get_logger("kanri.instance.problems")
-
-
-def one_line(text: str) -> str:
-    """``text`` as one line of at most :data:`MAX_MESSAGE` characters."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= MAX_MESSAGE else flat[: MAX_MESSAGE - 1] + "…"
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing the user must fix."""
-
-    reason: str
-    message: str
-    secret: str | None = None
-    key: str | None = None
-    parameter: str | None = None
-
-    def __post_init__(self) -> None:
-        assert self.reason in REASONS, self.reason
-        object.__setattr__(self, "message", one_line(self.message))
-
-    def as_json(self) -> dict[str, str]:
-        """The ``/status`` form: optional fields only when set."""
-        body = {"reason": self.reason, "message": self.message}
-        for name in ("secret", "key", "parameter"):
-            if (value := getattr(self, name)) is not None:
-                body[name] = value
-        return body
 
 
 class ProblemBoard:
@@ -82,6 +66,43 @@ class ProblemBoard:
     def all(self) -> list[Problem]:
         """Every current problem, the most recently changed source last."""
         return [p for problems in self._by_source.values() for p in problems]
+
+
+class ProblemLog:
+    """What ``/status`` says is wrong: the problems by source (:attr:`board`) and, per source, the last error
+    message that still holds (``lastError``), be it a problem for the user or a failure the instance retries."""
+
+    def __init__(self) -> None:
+        self.board = ProblemBoard()
+        self._errors: dict[str, str] = {}  # source → message, oldest first
+
+    @property
+    def last_error(self) -> str | None:
+        """The most recent error that still holds (None once every source has recovered)."""
+        return next(reversed(self._errors.values()), None)
+
+    def record(self, source: str, message: str) -> bool:
+        """Set ``source``'s error; True when it is new (the caller logs only then)."""
+        new = self._errors.get(source) != message
+        self._errors.pop(source, None)  # re-insert: the newest comes last
+        self._errors[source] = message
+        return new
+
+    def note(self, source: str, message: str) -> None:
+        """:meth:`record` ``message`` as one line."""
+        self.record(source, one_line(message))
+
+    def clear(self, source: str) -> None:
+        """``source`` has recovered."""
+        self._errors.pop(source, None)
+
+    def report(self, source: str, problems: list[Problem] | tuple[Problem, ...]) -> None:
+        """The problems of ``source`` for ``problems`` in /status (logged once per change) and for ``lastError``."""
+        if self.board.set(source, problems):
+            if problems:
+                self.record(source, problems[-1].message)
+            else:
+                self.clear(source)
 
 
 UNREACHABLE = "PostgresUnreachable"

@@ -25,6 +25,8 @@ import psycopg
 import structlog
 from psycopg.conninfo import make_conninfo
 
+from kanri.contract.status import Divergence as ContractDivergence
+from kanri.contract.status import Rejoin
 from kanri.instance.bootstrap import has_data
 from kanri.instance.conf import render_passfile, write_if_changed
 from kanri.instance.config import SUPERUSER, Credentials, Settings
@@ -47,11 +49,12 @@ class RejoinStatus:
     message: str
     divergence: Divergence | None = None
 
-    def as_json(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"state": self.state, "method": self.method, "message": self.message}
-        if self.divergence is not None:
-            body["divergence"] = self.divergence.as_json()
-        return body
+    def report(self) -> Rejoin:
+        """The contract's form, for ``/status`` (``divergence`` only once measured)."""
+        if self.divergence is None:
+            return Rejoin(state=self.state, method=self.method, message=self.message)
+        divergence = ContractDivergence.model_validate(self.divergence.as_json())
+        return Rejoin(state=self.state, method=self.method, message=self.message, divergence=divergence)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import DictRow
 
+from kanri.contract.status import Archiver, Replica
 from kanri.instance.db import APPLICATION_NAME, fetch_one
 
 _COMMON = """
@@ -79,59 +80,50 @@ def _iso(value: Any) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-async def archiver(conn: psycopg.AsyncConnection[DictRow]) -> dict[str, Any]:
-    """The ``archiver`` part of ``GET /status`` (camelCase keys; times ISO 8601)."""
+async def archiver(conn: psycopg.AsyncConnection[DictRow]) -> Archiver:
+    """The ``archiver`` part of ``GET /status`` (times ISO 8601)."""
     row = await fetch_one(conn, _ARCHIVER)
-    return {
-        "mode": row["archive_mode"],
-        "archivedCount": row["archived_count"],
-        "lastArchivedWal": row["last_archived_wal"],
-        "lastArchivedTime": _iso(row["last_archived_time"]),
-        "failedCount": row["failed_count"],
-        "lastFailedWal": row["last_failed_wal"],
-        "lastFailedTime": _iso(row["last_failed_time"]),
-    }
+    return Archiver(
+        mode=row["archive_mode"],
+        archived_count=row["archived_count"],
+        last_archived_wal=row["last_archived_wal"],
+        last_archived_time=_iso(row["last_archived_time"]),
+        failed_count=row["failed_count"],
+        last_failed_wal=row["last_failed_wal"],
+        last_failed_time=_iso(row["last_failed_time"]),
+    )
 
 
 async def collect(conn: psycopg.AsyncConnection[DictRow]) -> dict[str, Any]:
-    """The database part of ``GET /status`` (camelCase keys)."""
+    """The database part of ``GET /status``: :class:`~kanri.contract.status.InstanceStatus` fields by name (a
+    replica's positions or a primary's, never both)."""
     common = await fetch_one(conn, _COMMON, (APPLICATION_NAME,))
     status: dict[str, Any] = {
         "role": "replica" if common["in_recovery"] else "primary",
-        "inRecovery": common["in_recovery"],
-        "systemIdentifier": common["system_identifier"],
-        "postgresVersion": common["version"],
+        "in_recovery": common["in_recovery"],
+        "system_identifier": common["system_identifier"],
+        "postgres_version": common["version"],
         "connections": common["connections"],
-        "pendingRestart": common["pending_restart"],
-        "pendingRestartLowers": await lowered_standby_limits(conn) if common["pending_restart"] else [],
-        "configErrors": await config_errors(conn),
+        "pending_restart": common["pending_restart"],
+        "pending_lowers": await lowered_standby_limits(conn) if common["pending_restart"] else [],
+        "config_errors": await config_errors(conn),
         "archiver": await archiver(conn),
     }
     if common["in_recovery"]:
         row = await fetch_one(conn, _REPLICA)
         status.update(
             timeline=row["timeline"],
-            receiveLsn=row["receive_lsn"],
-            replayLsn=row["replay_lsn"],
-            lagBytes=row["lag_bytes"],
+            receive_lsn=row["receive_lsn"],
+            replay_lsn=row["replay_lsn"],
+            lag_bytes=row["lag_bytes"],
             streaming=row["streaming"],
         )
     else:
         row = await fetch_one(conn, _PRIMARY)
         cursor = await conn.execute(_REPLICAS)
-        replicas = [
-            {
-                "name": r["name"],
-                "state": r["state"],
-                "sentLsn": r["sent_lsn"],
-                "flushLsn": r["flush_lsn"],
-                "replayLsn": r["replay_lsn"],
-                "lagBytes": r["lag_bytes"],
-                "syncState": r["sync_state"],
-            }
-            for r in await cursor.fetchall()
-        ]
-        status.update(timeline=row["timeline"], writeLsn=row["write_lsn"], flushLsn=row["flush_lsn"], replicas=replicas)
+        replicas = [Replica(**r) for r in await cursor.fetchall()]
+        status.update(timeline=row["timeline"], write_lsn=row["write_lsn"], flush_lsn=row["flush_lsn"],
+                      replicas=replicas)  # fmt: skip
     return status
 
 
