@@ -20,7 +20,8 @@ ALLOWED = {
     "runtime": set(),
     "local": {"runtime"},
     "instance": {"contract"},
-    "postgres": {"runtime", "contract"},
+    "kit": {"runtime"},
+    "postgres": {"kit", "runtime", "contract"},
 }
 
 
