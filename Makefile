@@ -18,7 +18,8 @@ setup: system $(VENV)/.installed controlplane helm sbom backup-tools pg-binaries
 # Installed only when missing, so a set-up machine needs no network and no apt lock.
 # gcc, libpq-dev and python3-dev build psycopg2 from source for Barman Cloud (backup-tools below); python3-venv makes
 # its venv.
-SYSTEM_PACKAGES := nftables openssl prometheus gcc libpq-dev python3-dev python3-venv
+# mmdebstrap builds the images' Debian root filesystem (docs/images.md).
+SYSTEM_PACKAGES := nftables openssl prometheus gcc libpq-dev python3-dev python3-venv mmdebstrap
 system:
 	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
@@ -106,6 +107,36 @@ registry-tools:
 			CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOBIN=$(CURDIR)/.build/bin go install -trimpath $$2@$$3 && \
 			echo $$3 > .build/bin/$$1.version || exit 1; \
 		fi; \
+	done
+
+# kanri's container images (docs/images.md): `python -m kanri.images build` writes one OCI layout per image, its SBOM
+# and signature, and .build/images/images.json; with no input changed it does nothing (a stamp of the inputs' hash),
+# and its layers and the Debian bootstrap are cached under ~/.cache/kanri/images. image-tools builds syft (SBOMs) and
+# cosign (signatures) from their Go modules, only when missing or their pinned version changes (stamped next to the
+# binary). images-lock re-pins the images' Debian packages (images/debian.lock, from the mirror) and Python tools
+# (images/*.lock.txt, hashes); tests/unit/test_images_lock.py checks them.
+SYFT_VERSION := v1.57.2
+COSIGN_VERSION := v3.1.3
+.PHONY: images image-tools images-lock
+image-tools:
+	@for tool in "syft github.com/anchore/syft/cmd/syft $(SYFT_VERSION) -X=main.version=$(SYFT_VERSION)" \
+		"cosign github.com/sigstore/cosign/v3/cmd/cosign $(COSIGN_VERSION) -X=sigs.k8s.io/release-utils/version.gitVersion=$(COSIGN_VERSION)"; do \
+		set -- $$tool; \
+		if [ ! -x .build/bin/$$1 ] || [ "$$(cat .build/bin/$$1.version 2>/dev/null)" != "$$3" ]; then \
+			echo "building $$1 $$3 from $$2 (a cold build takes several minutes)"; \
+			mkdir -p .build/bin && rm -f .build/bin/$$1.version && \
+			CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOBIN=$(CURDIR)/.build/bin go install -trimpath -ldflags "$$4" \
+				$$2@$$3 && \
+			echo $$3 > .build/bin/$$1.version || exit 1; \
+		fi; \
+	done
+images: system $(VENV)/.installed image-tools helm
+	$(BIN)/python -m kanri.images build
+images-lock: $(VENV)/.installed
+	$(BIN)/python -m kanri.images lock
+	for name in barman seaweedfs; do \
+		$(BIN)/uv pip compile --quiet --universal --python-version 3.11 --generate-hashes --no-deps --no-header \
+			images/$$name.in -o images/$$name.lock.txt || exit 1; \
 	done
 
 # The backup tools, in a venv of their own built from Debian's /usr/bin/python3 (root's pyenv interpreter lives under

