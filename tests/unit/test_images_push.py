@@ -17,6 +17,8 @@ import pytest
 
 from kanri.images.push import layout_roots
 from kanri.images.registry import Destination
+from kanri.local.imagemap import default_image_map
+from kanri.local.node.images import ImageEntry, ImageMap
 
 SBOM_TYPE = "application/vnd.cyclonedx+json"
 SIGNATURE_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
@@ -177,3 +179,29 @@ def test_a_cosign_signature_goes_under_the_tag_cosign_looks_for(tmp_path: Path) 
     layout = make_layout(tmp_path / "layout", tag="0.1.0", cosign=True)
     roots = [(r.digest, r.tag) for r in layout_roots(layout.path)]
     assert roots == [(layout.digest, "0.1.0"), (layout.signature_digest, layout.digest.replace(":", "-") + ".sig")]
+
+
+@pytest.mark.parametrize(
+    ("reference", "program"),
+    [
+        ("kanri.dev/kanri-operator:0.1.0", "kanri.cli.main"),
+        ("registry.example.com:5000/k/kanri-operator:0.1.0@sha256:" + "a" * 64, "kanri.cli.main"),
+        ("kanri.dev/kanri-postgres:17@sha256:" + "b" * 64, "kanri.instance"),
+        ("127.0.0.1:5000/kanri/kanri-postgres:17", "kanri.instance"),
+    ],
+)
+def test_the_local_node_runs_the_references_the_chart_and_operator_name(reference: str, program: str) -> None:
+    images = ImageMap([ImageEntry.parse(e) for e in default_image_map()])
+    entry = images.resolve(reference)
+    assert entry is not None, reference
+    assert program in entry.command
+    if "kanri-postgres:17" in reference:
+        assert entry.env == images.resolve("kanri.dev/postgres:17").env  # type: ignore[union-attr]
+
+
+def test_an_upgrade_image_is_not_taken_for_an_instance_image() -> None:
+    images = ImageMap([ImageEntry.parse(e) for e in default_image_map()])
+    assert images.resolve("r.example/kanri-postgres:99") is None
+    upgrade = images.resolve("r.example/kanri-postgres-upgrade:18")
+    assert upgrade is not None  # make pg-binaries installed 14-18
+    assert any(key.startswith("KANRI_PG_BIN_") for key in upgrade.env)

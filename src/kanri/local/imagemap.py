@@ -13,6 +13,12 @@
 - ``kanri.dev/seaweedfs:4.48`` (when ``make backup-tools`` installed ``weed``): the local object store,
   :mod:`kanri.local.s3server`; the image's user is ``seaweed`` (uid/gid 10001).
 
+The same programs also stand for the images ``make images`` builds, under any registry and with or without a
+digest, so the chart's and the operator's references (``<registry>/kanri-operator:0.1.0@sha256:…``,
+``<registry>/kanri-postgres:17``; docs/install.md) run here too: ``kanri.dev/postgres:17`` is also
+``*/kanri-postgres:17`` and ``*/kanri-postgres:17@sha256:*`` (:func:`registry_aliases`). The digest is not checked:
+these entries are the checkout's programs, not the images' contents.
+
 Containers run as non-root users who cannot enter ``/root`` (where pyenv and often the venv's interpreter live), so
 the programs run on the system's ``python3`` with this checkout's ``src`` and the venv's ``site-packages`` on
 ``PYTHONPATH`` — the same minor version, so the venv's compiled wheels load. Entries of a user's own map (``kanri
@@ -137,7 +143,29 @@ def default_image_map(python: Path = SYSTEM_PYTHON) -> list[dict[str, Any]]:
         }
     )
     entries += seaweedfs_entries(interpreter, base_env)
-    return entries
+    return entries + registry_aliases(entries)
+
+
+#: The local names of kanri's images -> the repositories of the images ``make images`` builds (docs/images.md).
+BUILT_REPOSITORIES = {
+    POSTGRES_IMAGE: "kanri-postgres",
+    UPGRADE_IMAGE: "kanri-postgres-upgrade",
+    OPERATOR_IMAGE: "kanri-operator",
+    SEAWEEDFS_IMAGE.rpartition(":")[0]: "kanri-seaweedfs",
+}
+
+
+def registry_aliases(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each entry of a local name again as globs of its built image's name under any registry, bare and by digest
+    (the module docstring); listed after every other entry, so a user's or an exact entry wins."""
+    aliases = []
+    for entry in entries:
+        local, _, tag = str(entry["image"]).rpartition(":")
+        if (repository := BUILT_REPOSITORIES.get(local)) is None:
+            continue
+        patterns = [f"*/{repository}:{tag}"] + ([] if tag == "*" else [f"*/{repository}:{tag}@sha256:*"])
+        aliases += [entry | {"image": pattern} for pattern in patterns]
+    return aliases
 
 
 def seaweedfs_entries(interpreter: str, base_env: dict[str, str]) -> list[dict[str, Any]]:
