@@ -6,8 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
+from kanri.images.catalog import BuiltImage
+from kanri.images.chart import package_chart
 from kanri.postgres.backup.archiving import load_repository
+from kanri.postgres.children.images import PostgresImages
 from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
 from kanri.runtime import Kind
 from kanri.runtime import kinds as builtin_kinds
@@ -211,7 +215,7 @@ def test_no_default_repository_renders_nothing_for_it_and_a_bad_one_is_refused()
 
 def test_image_resources_and_names_come_from_values() -> None:
     objects = template(
-        "image.repository=registry.example/kanri", "image.tag=9.9.9", "resources.limits.memory=1Gi",
+        "image.registry=registry.example", "image.repository=kanri", "image.tag=9.9.9", "resources.limits.memory=1Gi",
         "logLevel=debug", release="pg",
     )  # fmt: skip
     (deployment,) = of_kind(objects, "Deployment")
@@ -329,3 +333,72 @@ def test_allowed_priority_classes_reach_the_operator_as_one_flag_each() -> None:
         "--allowed-priority-class=database-high",
         "--allowed-priority-class=database-normal",
     ]
+
+
+DIGEST = "sha256:" + "ab" * 32
+
+
+def operator_container(objects: list[Obj]) -> Obj:
+    (deployment,) = of_kind(objects, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return container  # type: ignore[no-any-return]
+
+
+def postgres_images(objects: list[Obj]) -> PostgresImages:
+    """What the operator reads from its environment (KANRI_POSTGRES_IMAGES), parsed as the operator parses it."""
+    env = {e["name"]: e.get("value") for e in operator_container(objects)["env"]}
+    return PostgresImages.from_environment(env)
+
+
+def test_the_chart_in_git_names_images_by_tag_under_one_registry() -> None:
+    objects = template()
+    assert operator_container(objects)["image"] == "kanri.dev/kanri-operator:0.1.0"
+    images = postgres_images(objects)
+    assert dict(images.instance) == {m: f"kanri.dev/kanri-postgres:{m}" for m in (14, 15, 16, 17, 18)}
+    # nothing upgrades to the lowest major
+    assert dict(images.upgrade) == {m: f"kanri.dev/kanri-postgres-upgrade:{m}" for m in (15, 16, 17, 18)}
+
+
+def test_values_name_the_registry_and_digests_of_every_image() -> None:
+    objects = template(
+        "image.registry=registry.example.com:5000/platform", f"image.digest={DIGEST}",
+        f"postgres.digests.17={DIGEST}", f"postgres.upgradeDigests.17={DIGEST}", "postgres.registry=mirror.example",
+    )  # fmt: skip
+    assert operator_container(objects)["image"] == f"registry.example.com:5000/platform/kanri-operator:0.1.0@{DIGEST}"
+    images = postgres_images(objects)
+    assert images.for_major(17) == f"mirror.example/kanri-postgres:17@{DIGEST}"
+    assert images.for_major(16) == "mirror.example/kanri-postgres:16"
+    assert images.for_upgrade(17) == f"mirror.example/kanri-postgres-upgrade:17@{DIGEST}"
+
+
+def test_a_digest_that_is_not_sha256_is_refused() -> None:
+    result = helm("template", "kanri", str(CHART), "--set", "image.digest=latest", check=False)
+    assert result.returncode != 0
+    assert "is not sha256:<64 hex digits>" in result.stderr
+
+
+def test_the_packaged_chart_names_the_built_images_by_digest(tmp_path: Path) -> None:
+    def built(repository: str, tag: str, digest: str) -> BuiltImage:
+        return BuiltImage(repository, repository, tag, digest, tmp_path, tmp_path, "", "", "65532", 1, 1)
+
+    other = "sha256:" + "cd" * 32
+    images = [built("kanri-operator", "0.1.0", DIGEST), built("kanri-postgres", "17", other),
+              built("kanri-postgres-upgrade", "18", DIGEST)]  # fmt: skip
+    package = package_chart(CHART, images, tmp_path / "out")
+    assert package.name == "kanri-0.1.0.tgz"
+    # reproducible: the same chart and digests give the same bytes
+    assert package_chart(CHART, images, tmp_path / "again").read_bytes() == package.read_bytes()
+    text = helm("template", "kanri", str(package), "--namespace", "kanri-system").stdout
+    objects = [d for d in yaml.safe_load_all(text) if d]
+    assert operator_container(objects)["image"] == f"kanri.dev/kanri-operator:0.1.0@{DIGEST}"
+    pg = postgres_images(objects)
+    assert (pg.for_major(17), pg.for_major(16)) == (
+        f"kanri.dev/kanri-postgres:17@{other}",
+        "kanri.dev/kanri-postgres:16",
+    )
+    assert pg.for_upgrade(18) == f"kanri.dev/kanri-postgres-upgrade:18@{DIGEST}"
+    # a value still wins over the package's digest
+    override = "sha256:" + "ef" * 32
+    text = helm("template", "kanri", str(package), "--set", f"image.digest={override}").stdout
+    objects = [d for d in yaml.safe_load_all(text) if d]
+    assert operator_container(objects)["image"].endswith(f"@{override}")

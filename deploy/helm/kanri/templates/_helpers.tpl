@@ -106,3 +106,43 @@ there is no exec, no RBAC object, no node and no namespace among them.
   resources: ["storageclasses"]
   verbs: ["list", "watch"]
 {{- end -}}
+
+{{/*
+An image reference: <registry>/<repository>:<tag>@<digest>. The digest is the one given, else the packaged chart's
+digests.yaml entry for repository:tag (written by `make images`), else none (the tag alone). Called with a dict:
+registry, repository, tag, digest, root (the chart's top-level context).
+*/}}
+{{- define "kanri.image" -}}
+{{- $digests := .root.Files.Get "digests.yaml" | fromYaml | default dict -}}
+{{- $digest := .digest | default (get $digests (printf "%s:%s" .repository .tag)) -}}
+{{- if and $digest (not (regexMatch "^sha256:[a-f0-9]{64}$" $digest)) -}}
+{{- fail (printf "the digest of %s:%s is not sha256:<64 hex digits>: %q" .repository .tag $digest) -}}
+{{- end -}}
+{{- $name := .repository -}}
+{{- if .registry -}}{{- $name = printf "%s/%s" (trimSuffix "/" .registry) .repository -}}{{- end -}}
+{{- if $digest -}}{{- printf "%s:%s@%s" $name .tag $digest -}}{{- else -}}{{- printf "%s:%s" $name .tag -}}{{- end -}}
+{{- end -}}
+
+{{/* The operator's image. */}}
+{{- define "kanri.operatorImage" -}}
+{{- include "kanri.image" (dict "root" . "registry" .Values.image.registry "repository" .Values.image.repository "tag" (.Values.image.tag | default .Chart.AppVersion | toString) "digest" .Values.image.digest) -}}
+{{- end -}}
+
+{{/* KANRI_POSTGRES_IMAGES: {"postgres": {major: ref}, "upgrade": {major: ref}} (kanri.postgres.children.images). An
+upgrade image exists for every major but the lowest (nothing upgrades to it). */}}
+{{- define "kanri.postgresImages" -}}
+{{- $root := . -}}
+{{- $pg := .Values.postgres -}}
+{{- $registry := $pg.registry | default .Values.image.registry -}}
+{{- $instance := dict -}}
+{{- $upgrade := dict -}}
+{{- $majors := $pg.majors | default list -}}
+{{- range $i, $major := $majors -}}
+{{- $key := toString $major -}}
+{{- $_ := set $instance $key (include "kanri.image" (dict "root" $root "registry" $registry "repository" $pg.repository "tag" $key "digest" (get ($pg.digests | default dict) $key))) -}}
+{{- if gt $i 0 -}}
+{{- $_ := set $upgrade $key (include "kanri.image" (dict "root" $root "registry" $registry "repository" $pg.upgradeRepository "tag" $key "digest" (get ($pg.upgradeDigests | default dict) $key))) -}}
+{{- end -}}
+{{- end -}}
+{{- dict "postgres" $instance "upgrade" $upgrade | toJson -}}
+{{- end -}}
