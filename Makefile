@@ -19,7 +19,8 @@ setup: system $(VENV)/.installed controlplane helm sbom backup-tools pg-binaries
 # gcc, libpq-dev and python3-dev build psycopg2 from source for Barman Cloud (backup-tools below); python3-venv makes
 # its venv.
 # mmdebstrap builds the images' Debian root filesystem (docs/images.md).
-SYSTEM_PACKAGES := nftables openssl prometheus gcc libpq-dev python3-dev python3-venv mmdebstrap
+# runc runs the built images in tests/integration/test_images_run.py (an unpacked OCI bundle, no daemon).
+SYSTEM_PACKAGES := nftables openssl prometheus gcc libpq-dev python3-dev python3-venv mmdebstrap runc
 system:
 	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
