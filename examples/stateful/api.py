@@ -25,14 +25,10 @@ class Rotation(kr.KubeModel):
     phase: Literal["Rotating"] = "Rotating"
 
 
-class KeyValueStoreStatus(kr.KubeModel):
-    observed_generation: int | None = None
-    conditions: kr.Conditions = Field(default_factory=list)
+class KeyValueStoreStatus(kit.KitStatus):
     keys: int | None = None
     """How many keys the ConfigMap publishes."""
     rotation: Rotation | None = None
-    requests: dict[str, kit.Acknowledgement] = Field(default_factory=dict)
-    """The last request of each name handled (``rotate-key``, ``approve-removal``)."""
 
 
 class KeyValueStore(kr.CustomResource, group="example.kanri.dev", version="v1", kind="KeyValueStore",

@@ -10,13 +10,14 @@ from kanri.kit._children import ChildWriter, WriteOutcome
 from kanri.kit._diff import is_subset, needs_apply, spec_hash, with_hash
 from kanri.kit._finalizer import DeletionPolicy, carry_out, data_of, deletion_policy, finalize
 from kanri.kit._labels import APP_INSTANCE, APP_NAME, MANAGED_BY, LabelSet
-from kanri.kit._ledger import StatusLedger, merge_patch
+from kanri.kit._ledger import PrunedFieldError, StatusLedger, merge_patch
 from kanri.kit._memory import ObjectMemory
 from kanri.kit._metrics import metric_name
 from kanri.kit._oneshot import OneShotPods, Verdict, one_shot, read_verdict, write_verdict
 from kanri.kit._pass import ObjectPass, PassContext, Step, soonest
 from kanri.kit._problems import Problem, Problems, child_conflict, child_rejected
 from kanri.kit._requests import Acknowledgement, acknowledge, acknowledged, approved, pending
+from kanri.kit._status import KitStatus
 
 __all__ = [
     "APP_INSTANCE",
@@ -27,6 +28,7 @@ __all__ = [
     "AgentClient",
     "ChildWriter",
     "DeletionPolicy",
+    "KitStatus",
     "LabelSet",
     "ObjectMemory",
     "ObjectPass",
@@ -34,6 +36,7 @@ __all__ = [
     "PassContext",
     "Problem",
     "Problems",
+    "PrunedFieldError",
     "StatusLedger",
     "Step",
     "Verdict",

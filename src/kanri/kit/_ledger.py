@@ -21,11 +21,15 @@ from pydantic import BaseModel
 
 from kanri.runtime import ApiError, Client, Kind, get_condition, update_status
 
-__all__ = ["StatusLedger", "merge_patch"]
+__all__ = ["PrunedFieldError", "StatusLedger", "merge_patch"]
 
 Obj = dict[str, Any]
 M = TypeVar("M", bound=BaseModel)
 _FLUSH_ATTEMPTS = 3
+
+
+class PrunedFieldError(RuntimeError):
+    """A committed status field did not survive the write: the CRD's schema lacks it (a programming error)."""
 
 
 def _now() -> datetime:
@@ -172,4 +176,11 @@ class StatusLedger:
         )
         self._obj = updated
         self.writes += 1
+        if new is not None and (updated.get("status") or {}).get(field) is None:
+            # the API server prunes what the CRD's schema does not declare: a record that vanishes would be
+            # decided again every pass, and the action repeated
+            raise PrunedFieldError(
+                f"status.{field} of {self._kind.kind} is not in its CRD's schema: the API server pruned it (declare "
+                "it in the status model, e.g. by subclassing kanri.kit.KitStatus)"
+            )
         return True
