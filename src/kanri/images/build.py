@@ -364,11 +364,31 @@ def build(
     for stale in out.iterdir():
         if stale.is_dir() and stale.name.startswith("kanri-") and stale.name not in {s.name for s in specs}:
             shutil.rmtree(stale)
+    if pair is not None:
+        sign_chart(cosign, pair, inputs.root / "deploy" / "helm" / "kanri", out / "chart")
     (out / CATALOG).write_text(json.dumps(catalog, indent=1) + "\n")
     stamp.write_text(fingerprint)
     rebuilt = ", ".join(builder.layers.built) or "none"
     print(f"images: {len(catalog)} built in {time.monotonic() - started:.1f}s (layers built: {rebuilt})")
     return catalog
+
+
+def sign_chart(cosign: Path, pair: signing.KeyPair, chart: Path, target: Path) -> Path | None:
+    """``helm package`` of ``chart`` into ``target`` and its cosign signature beside it (``<package>.sig``); None
+    when helm is not built (``make helm``)."""
+    helm = tool("helm")
+    if not helm.exists():
+        print("images: no .build/bin/helm, the chart is not packaged or signed (make helm)")
+        return None
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    done = subprocess.run([str(helm), "package", str(chart), "-d", str(target)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"helm package failed: {done.stderr.strip()[-2000:]}")
+    (package,) = target.glob("*.tgz")
+    package.with_name(package.name + ".sig").write_text(signing.sign_blob(cosign, pair, package) + "\n")
+    return package
 
 
 def lock(root: Path | None = None, cache: Path | None = None) -> None:

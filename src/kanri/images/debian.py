@@ -197,7 +197,7 @@ def locked_rootfs(spec: DebianSpec, lock: DebianLock, cache: Path) -> Path:
     if lock.spec_hash != spec_hash(spec):
         raise RuntimeError("images/images.toml's [debian] changed since images/debian.lock: run `make images-lock`")
     cache.mkdir(parents=True, exist_ok=True)
-    partial = cached.with_suffix(".partial")
+    partial = cache / f"rootfs-{lock.key()}.partial.tar"  # mmdebstrap picks the output format by the extension
     bootstrap(spec, lock.epoch, partial, lock.packages)
     found = installed_versions(partial)
     if found != lock.packages:
@@ -339,7 +339,7 @@ def write_base_layer(
                         continue
                 elif name.startswith(volatile) and not member.isdir():
                     continue
-                member.mtime = min(int(member.mtime), epoch)
+                member.mtime = epoch
                 member.uname = member.gname = ""
                 member.pax_headers = {}
                 if name in replaced:
