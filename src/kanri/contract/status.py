@@ -24,20 +24,18 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     TypeAdapter,
     ValidationError,
     ValidationInfo,
     ValidatorFunctionWrapHandler,
-    WrapValidator,
     field_validator,
     model_validator,
 )
-from pydantic.alias_generators import to_camel
 from pydantic.dataclasses import dataclass
 
 from kanri.contract.problems import REASONS, one_line
+from kanri.contract.wire import UNTRUSTED, Count, Flag, Name, Text, Wire, count, reading, text, untrusted
 
 __all__ = [
     "MAX_LISTED",
@@ -59,61 +57,22 @@ not fill the cluster's status."""
 UNKNOWN_REASON = "InstanceProblem"
 """How the operator reads a problem reason that is not one of :data:`~kanri.contract.problems.REASONS`."""
 
-_UNTRUSTED = "untrusted"
 _LSN = re.compile(r"[0-9A-F]{1,8}/[0-9A-F]{1,8}")
 _MAX_PARAMETER = 63  # PostgreSQL's NAMEDATALEN - 1
 _MAX_SYSTEM_IDENTIFIER = 20  # a uint64 in decimal
 
-
-def _untrusted(info: ValidationInfo) -> bool:
-    """Validation runs for :meth:`InstanceStatus.read` (a body from the network), not for the instance's own build."""
-    return isinstance(info.context, dict) and bool(info.context.get(_UNTRUSTED))
-
-
-def _text(value: Any) -> str | None:
-    """A short one-line string, or None (blank or not a string)."""
-    if not isinstance(value, str) or not value.strip():
-        return None
-    return one_line(value)
-
-
-def _reading(rule: Any) -> WrapValidator:
-    """``rule`` applies to a value read from the network; the instance's own values are only type-checked."""
-
-    def validate(value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
-        return handler(rule(value) if _untrusted(info) else value)
-
-    return WrapValidator(validate)
-
-
-Text = Annotated[str | None, _reading(_text)]
-"""Free text shown in status and Events."""
-Name = Annotated[str | None, _reading(lambda v: v if isinstance(v, str) and v else None)]
-"""A non-empty string (an LSN, a WAL file name, an error)."""
-
-
-def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
-Count = Annotated[int | None, _reading(_count)]
-"""A non-negative integer (JSON has no other kind worth trusting)."""
-Flag = Annotated[bool, _reading(lambda v: v is True)]
-"""True only when the body says ``true``."""
 SystemIdentifier = Annotated[
     str | None,
     # a uint64 printed in decimal; JSON numbers lose precision above 2**53, hence a string
-    _reading(lambda v: v if isinstance(v, str) and v.isdigit() and len(v) <= _MAX_SYSTEM_IDENTIFIER else None),
+    reading(lambda v: v if isinstance(v, str) and v.isdigit() and len(v) <= _MAX_SYSTEM_IDENTIFIER else None),
 ]
 
 
-class _Wire(BaseModel):
-    """camelCase on the wire, snake_case in Python; immutable; keys a newer peer adds are ignored."""
-
-    model_config = ConfigDict(alias_generator=to_camel, validate_by_name=True, validate_by_alias=True, frozen=True)
+class _Wire(Wire):
+    """:class:`~kanri.contract.wire.Wire`, sending only the keys that were set (see the module docstring)."""
 
     def as_json(self) -> dict[str, Any]:
-        """The JSON body: camelCase keys, only the keys that were set (see the module docstring)."""
+        """The JSON body: camelCase keys, only the keys that were set."""
         return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
 
@@ -147,7 +106,7 @@ class Problem:
     def _known_reason(cls, value: str, info: ValidationInfo) -> str:
         if value in REASONS:
             return value
-        if _untrusted(info):
+        if untrusted(info):
             return UNKNOWN_REASON
         raise ValueError(f"unknown problem reason {value!r} (add it to kanri.contract.problems.REASONS)")
 
@@ -169,7 +128,7 @@ class Archiver(_Wire):
     archived_count: Count = None
     last_archived_wal: Text = None
     last_archived_time: Text = None
-    failed_count: Annotated[int, _reading(lambda v: _count(v) or 0)] = 0
+    failed_count: Annotated[int, reading(lambda v: count(v) or 0)] = 0
     last_failed_wal: Text = None
     last_failed_time: Text = None
 
@@ -179,7 +138,7 @@ class Divergence(_Wire):
     (``bytes``), measured before its rewind or clone."""
 
     timeline: Count = None
-    switchpoint: Annotated[str | None, _reading(lambda v: v if isinstance(v, str) and _LSN.fullmatch(v) else None)] = (
+    switchpoint: Annotated[str | None, reading(lambda v: v if isinstance(v, str) and _LSN.fullmatch(v) else None)] = (
         None
     )
     end: Name = None
@@ -190,16 +149,16 @@ class Rejoin(_Wire):
     """``rejoin``: the last ``POST /rejoin`` (None: never asked)."""
 
     state: Literal["running", "done", "failed"]
-    method: Annotated[
-        Literal["rewind", "clone"] | None, _reading(lambda v: v if v in ("rewind", "clone") else None)
-    ] = None
+    method: Annotated[Literal["rewind", "clone"] | None, reading(lambda v: v if v in ("rewind", "clone") else None)] = (
+        None
+    )
     message: Text = None
     divergence: Divergence | None = Field(default=None, exclude_if=_none)
 
     @field_validator("divergence", mode="before")
     @classmethod
     def _divergence(cls, value: Any, info: ValidationInfo) -> Any:
-        return value if isinstance(value, dict | Divergence) or not _untrusted(info) else None
+        return value if isinstance(value, dict | Divergence) or not untrusted(info) else None
 
 
 class Replica(_Wire):
@@ -234,9 +193,7 @@ def _problems(value: Any) -> Any:
     """Keep at most :data:`MAX_LISTED` problems that are objects with a message."""
     if not isinstance(value, list | tuple):
         return ()
-    return [
-        p for p in value[:MAX_LISTED] if isinstance(p, Problem) or (isinstance(p, dict) and _text(p.get("message")))
-    ]
+    return [p for p in value[:MAX_LISTED] if isinstance(p, Problem) or (isinstance(p, dict) and text(p.get("message")))]
 
 
 def _names(value: Any) -> Any:
@@ -263,7 +220,7 @@ class InstanceStatus(_Wire):
     postgres_version: str | None = None
     connections: int | None = None
     """Client backends other than the manager's own."""
-    pending_restart: Annotated[bool | None, _reading(lambda v: v is True)] = False
+    pending_restart: Annotated[bool | None, reading(lambda v: v is True)] = False
     """Parameters wait for a restart (None from the instance while PostgreSQL is down; read as False)."""
     config_errors: list[str] | None = None
     archiver: Archiver | None = None
@@ -306,7 +263,7 @@ class InstanceStatus(_Wire):
     @classmethod
     def _declared_keys_only(cls, data: Any, info: ValidationInfo) -> Any:
         """The instance sends only what the contract declares (a newer peer's extra keys are ignored on reading)."""
-        if not _untrusted(info) and isinstance(data, dict):
+        if not untrusted(info) and isinstance(data, dict):
             fields = cls.model_fields.items()
             known = {n for name, f in fields for n in (name, f.alias, f.validation_alias) if isinstance(n, str)}
             if unknown := set(data) - known:
@@ -316,22 +273,22 @@ class InstanceStatus(_Wire):
     @field_validator("problems", mode="before")
     @classmethod
     def _some_problems(cls, value: Any, info: ValidationInfo) -> Any:
-        return _problems(value) if _untrusted(info) else value
+        return _problems(value) if untrusted(info) else value
 
     @field_validator("pending_lowers", mode="before")
     @classmethod
     def _some_names(cls, value: Any, info: ValidationInfo) -> Any:
-        return _names(value) if _untrusted(info) else value
+        return _names(value) if untrusted(info) else value
 
     @field_validator("archiver", "isolation", "restore", mode="before")
     @classmethod
     def _object_or_nothing(cls, value: Any, info: ValidationInfo) -> Any:
-        return value if not _untrusted(info) or isinstance(value, dict | BaseModel) else None
+        return value if not untrusted(info) or isinstance(value, dict | BaseModel) else None
 
     @field_validator("rejoin", mode="before")
     @classmethod
     def _rejoin_with_state(cls, value: Any, info: ValidationInfo) -> Any:
-        if not _untrusted(info) or isinstance(value, BaseModel):
+        if not untrusted(info) or isinstance(value, BaseModel):
             return value
         return value if isinstance(value, dict) and value.get("state") in ("running", "done", "failed") else None
 
@@ -343,7 +300,7 @@ class InstanceStatus(_Wire):
         try:
             return handler(value)
         except ValidationError:
-            if _untrusted(info):
+            if untrusted(info):
                 return 0 if info.field_name == "restart_count" else None
             raise
 
@@ -356,6 +313,6 @@ class InstanceStatus(_Wire):
         if not isinstance(body.get("name"), str) or not body["name"]:
             return None
         try:
-            return cls.model_validate(body, context={_UNTRUSTED: True})
+            return cls.model_validate(body, context=UNTRUSTED)
         except ValidationError:
             return None

@@ -17,6 +17,7 @@ import psycopg
 import structlog
 from psycopg.rows import DictRow
 
+from kanri.contract.actions import Demoted, Fenced, FenceRequest, Paused, Promoted, Restarted, Resumed, Unfenced
 from kanri.instance import status as status_queries
 from kanri.instance.archive_gap import mark_old_timeline_ready
 from kanri.instance.config_sync import ConfigSync
@@ -77,7 +78,7 @@ class Actions:
         # Where the time went (the operator's failover waits for this answer): the lock, pg_promote, the upkeep.
         log.info("promoted", timeline=state["timeline"], lsn=state["write_lsn"], lock_wait=round(locked - asked, 3),
                  promote_seconds=round(promoted - locked, 3), total=round(time.monotonic() - asked, 3))  # fmt: skip
-        return {"promoted": True, "timeline": state["timeline"], "lsn": state["write_lsn"]}
+        return Promoted(timeline=state["timeline"], lsn=state["write_lsn"]).as_json()
 
     async def _as_new_primary(self, conn: psycopg.AsyncConnection[DictRow]) -> dict[str, Any]:
         """Right after pg_promote: no pause, roles and slots in place, the old timeline's WAL marked for the archive;
@@ -125,7 +126,7 @@ class Actions:
         async with conn:
             pending = await fetch_one(conn, "SELECT EXISTS (SELECT 1 FROM pg_settings WHERE pending_restart) AS p")
         log.info("postgres restarted on request")
-        return {"restarted": True, "pendingRestart": pending["p"]}
+        return Restarted(pending_restart=pending["p"]).as_json()
 
     async def _refuse_a_config_that_would_not_load(self) -> None:
         await self.sync.write_files()
@@ -144,7 +145,7 @@ class Actions:
         The marker comes first, so a manager killed halfway comes back fenced. Idempotent: fencing a fenced instance
         keeps the first record and answers the same. Shielded: the operator's request may time out while PostgreSQL
         shuts down; the shutdown goes on regardless."""
-        reason = one_line(str(body.get("reason") or "fenced on request")[:MAX_REASON])
+        reason = one_line((FenceRequest.read(body).reason or "fenced on request")[:MAX_REASON])
         return await asyncio.shield(self.fence_now(reason))
 
     async def fence_now(self, reason: str) -> dict[str, Any]:
@@ -161,8 +162,7 @@ class Actions:
             core.check_fence()
             stopped = core.pg.running  # this call stops it (a fenced instance's PostgreSQL is not running)
             await core.pg.stop()
-        return {"fenced": True, "since": record.since, "reason": record.reason, "already": already,
-                "stopped": stopped}  # fmt: skip
+        return Fenced(since=record.since, reason=record.reason, already=already, stopped=stopped).as_json()
 
     async def unfence(self, body: dict[str, Any]) -> dict[str, Any]:
         """``POST /unfence``: remove the marker; the supervisor starts PostgreSQL again (with whatever data it has —
@@ -173,7 +173,7 @@ class Actions:
             core.check_fence()
         if removed:
             log.warning("fence lifted: PostgreSQL starts again")
-        return {"fenced": False, "lifted": removed}
+        return Unfenced(lifted=removed).as_json()
 
     async def pause_replication(self, body: dict[str, Any]) -> dict[str, Any]:
         """``POST /replication/pause``: stop the WAL receiver and keep it stopped (no ``primary_conninfo``), then
@@ -199,12 +199,8 @@ class Actions:
                 state = await fetch_one(conn, _PAUSED_AT)
         record = read_pause(core.pause_path)
         timelines = [t for t in (state["checkpoint_tli"], record.timeline if record else None) if t is not None]
-        return {
-            "paused": True,
-            "receiveLsn": state["receive"],
-            "replayLsn": state["replay"],
-            "timeline": max(timelines) if timelines else None,
-        }
+        timeline = max(timelines) if timelines else None
+        return Paused(receive_lsn=state["receive"], replay_lsn=state["replay"], timeline=timeline).as_json()
 
     @staticmethod
     async def _wait_receiver_stopped(conn: psycopg.AsyncConnection[DictRow]) -> None:
@@ -232,7 +228,7 @@ class Actions:
                     await conn.execute("SELECT pg_reload_conf()")
         if removed or was:
             log.info("replication resumed")
-        return {"paused": False, "resumed": removed or was}
+        return Resumed(resumed=removed or was).as_json()
 
     async def demote(self, body: dict[str, Any]) -> dict[str, Any]:
         """``POST /demote``: a primary becomes a replica for a planned switchover (see :mod:`kanri.instance.demote`).
@@ -261,4 +257,4 @@ class Actions:
             # the replica's files: it streams from KANRI_PRIMARY_HOST once that has a new primary
             await self.lifecycle.start()
         log.warning("demoted", checkpoint_lsn=control.checkpoint_lsn, timeline=control.timeline)
-        return {"demoted": True, "checkpointLsn": control.checkpoint_lsn, "timeline": control.timeline}
+        return Demoted(checkpoint_lsn=control.checkpoint_lsn, timeline=control.timeline).as_json()

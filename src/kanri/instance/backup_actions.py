@@ -7,7 +7,9 @@ from typing import Any
 
 import psycopg
 import structlog
+from pydantic import ValidationError
 
+from kanri.contract.actions import BackupRequest
 from kanri.instance.base_backup import BackupError, BaseBackups, state_dir
 from kanri.instance.core import Core
 from kanri.instance.db import connect, fetch_one
@@ -32,9 +34,10 @@ class BackupActions:
         """``POST /backups {"id"}``: start a base backup of this instance (primary or standby) in the background
         (202), or answer the known id's record (200)."""
         core = self.core
-        backup = body.get("id")
-        if not isinstance(backup, str):
-            raise ActionError(400, "the body needs an id (the backup's idempotency key)")
+        try:
+            backup = BackupRequest.model_validate(body).id
+        except ValidationError:
+            raise ActionError(400, "the body needs an id (the backup's idempotency key)") from None
         try:
             known = self.backups.read(backup)
             if known is not None:

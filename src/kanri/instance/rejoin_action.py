@@ -15,6 +15,7 @@ from typing import Any
 
 import structlog
 
+from kanri.contract.actions import RejoinAccepted
 from kanri.contract.status import Rejoin
 from kanri.instance.bootstrap import clone
 from kanri.instance.core import Core
@@ -46,7 +47,7 @@ class RejoinAction:
         background; 202. The progress is ``/status``'s ``rejoin``."""
         core = self.core
         if self.task is not None and not self.task.done():
-            return Accepted({"rejoin": "running"})
+            return Accepted(RejoinAccepted(rejoin="running").as_json())
         if core.shutting_down:
             raise ActionError(503, "shutting down")
         if not core.data_ready:
@@ -55,7 +56,7 @@ class RejoinAction:
             raise ActionError(409, "refusing to rejoin: this instance is a running primary; fence it first")
         self._status = RejoinStatus("running", "rewind", f"stopping PostgreSQL to rejoin {source_label(core.settings)}")
         self.task = asyncio.create_task(self._run(self._status), name="rejoin")
-        return Accepted({"rejoin": "started"})
+        return Accepted(RejoinAccepted(rejoin="started").as_json())
 
     async def _run(self, status: RejoinStatus) -> None:
         try:
