@@ -184,3 +184,38 @@ def test_mypy_refuses_a_key_typo_and_a_write_through_a_view(tmp_path: Path) -> N
     assert 'misuse.py:5: error: ReadOnly TypedDict key "message" TypedDict is mutated' in report
     assert 'misuse.py:6: error: TypedDict "GreetingSpecView" has no key "mesage"' in report
     assert all(line.startswith("misuse.py") for line in errors), report  # the views and correct use are clean
+
+
+def _item_a() -> type[KubeModel]:
+    class Item(KubeModel):
+        name: str
+
+    return Item
+
+
+def _item_b() -> type[KubeModel]:
+    class Item(KubeModel):
+        from_: Annotated[int, Field(alias="from")]
+
+    return Item
+
+
+ItemA = _item_a()
+ItemB = _item_b()
+
+
+class Both(KubeModel):
+    first: ItemA  # type: ignore[valid-type]
+    second: ItemB  # type: ignore[valid-type]
+
+
+class Pair(CustomResource, group="batch.kanri.dev", version="v1", kind="Pair", plural="pairs"):
+    spec: Both
+
+
+def test_two_models_of_one_name_get_two_views() -> None:
+    views = load(view_source(Pair))
+    assert declared(views.BothView) == {"first": "ReadOnly[ItemView]", "second": "ReadOnly[ItemView2]"}
+    assert declared(views.ItemView) == {"name": "ReadOnly[str]"}
+    assert declared(views.ItemView2) == {"from": "ReadOnly[int]"}
+    assert views.ItemView2.__name__ == "ItemView2"  # the functional form names itself as its variable

@@ -121,17 +121,19 @@ class _Writer:
                 lines.append(f"    {key}: {annotation}")
                 if summary:
                     lines.append(f'    """{summary}"""')
-        if functional:
-            body = "\n".join(lines)
-            source = f'{name} = TypedDict(\n    "{name}",\n    {{\n{body}\n    }},\n)\n'
-        else:
-            head = f'    """{_summary({"description": doc}) or name}"""\n\n' if doc else ""
-            source = f"class {name}(TypedDict):\n{head}" + "\n".join(lines) + "\n"
+        body = "\n".join(lines)
+        head = f'    """{_summary({"description": doc})}"""\n\n' if doc and _summary({"description": doc}) else ""
+
+        def render(class_name: str) -> str:
+            if functional:
+                return f'{class_name} = TypedDict(\n    "{class_name}",\n    {{\n{body}\n    }},\n)\n'
+            return f"class {class_name}(TypedDict):\n{head}{body}\n"
+
         # A model used in several places is one class; two different shapes that want one name get a number.
         candidate, number = name, 2
-        while candidate in self.classes and self.classes[candidate] != source.replace(name, candidate, 1):
+        while candidate in self.classes and self.classes[candidate] != render(candidate):
             candidate, number = f"{name}{number}", number + 1
-        self.classes[candidate] = source.replace(name, candidate, 1)
+        self.classes[candidate] = render(candidate)
         return candidate
 
     def module(self, doc: str) -> str:
