@@ -18,7 +18,7 @@ import pytest_asyncio
 from examples.stateful.api import KIND, LABELS, KeyValueStore
 from kanri import kit
 from kanri.local import Endpoint
-from kanri.runtime import ApiError, Cache, Client, EventRecorder, install_crd, set_condition
+from kanri.runtime import ApiError, Cache, Client, EventRecorder, Result, install_crd, set_condition
 from kanri.runtime.kinds import CONFIG_MAP, EVENT, POD, SECRET
 from tests.support import eventually
 
@@ -166,6 +166,7 @@ async def test_a_child_held_by_another_owner_is_a_conflict_and_never_written(cli
         assert ctx.problems.reasons() == ["ChildConflict"]
         assert "KeyValueStore other" in ctx.problems.ordered()[0].message
         assert (await client.get(CONFIG_MAP, "s-data", namespace))["data"] == {"b": "2"}
+        assert await ctx.finish() == Result(requeue_after=10.0)  # looked at again: the other owner may be going
 
 
 async def test_a_refused_write_becomes_a_problem_and_the_pass_goes_on(client: Client, namespace: str) -> None:
@@ -326,3 +327,32 @@ async def test_a_one_shot_pods_verdict_is_read_only_from_the_pod_the_operator_cr
         with pytest.raises(ApiError) as gone:  # never scheduled, so deleted at once
             await client.get(POD, "s-job", namespace)
         assert gone.value.not_found
+
+
+# --- agent directory -------------------------------------------------------------------------------------------------
+
+
+async def test_the_pod_directory_lists_only_this_operators_running_pods_and_the_token_comes_from_a_secret(
+    client: Client, namespace: str
+) -> None:
+    store = await new_store(client, namespace)
+    pods = {"s-0": LABELS.labels("s"), "s-1": LABELS.labels("s"),
+            "valkey-s-0": {**LABELS.labels("s"), "app.kubernetes.io/name": "valkey"}}  # fmt: skip
+    for i, (name, labels) in enumerate(pods.items()):
+        body = {"metadata": {"name": name, "namespace": namespace, "labels": labels},
+                "spec": {"containers": [{"name": "agent", "image": "example.invalid/agent:1"}]}}  # fmt: skip
+        await client.create(POD, body)
+        if name != "s-1":  # s-1 has no IP yet
+            await client.patch_status(POD, name, {"status": {"podIP": f"10.0.0.{i + 1}"}}, namespace)
+    token = {"metadata": {"name": "s-api", "namespace": namespace}, "stringData": {"token": "t0ken"}}
+    await client.create(SECRET, token)
+    async with cache_of(client, namespace, POD, SECRET) as cache:
+
+        async def listed() -> dict[str, str]:
+            return kit.pod_addresses(cache, LABELS, store)
+
+        assert await eventually(listed, timeout=30) == {"s-0": "10.0.0.1"}
+        await cached(cache, SECRET, "s-api", namespace)
+        assert kit.secret_token(cache, namespace, "s-api") == "t0ken"
+        assert kit.secret_token(cache, namespace, "s-api", "missing") is None
+        assert kit.secret_token(cache, namespace, "nothing") is None

@@ -79,7 +79,9 @@ Step = Callable[[PassContext], Awaitable[Result | None]]
 class ObjectPass:
     """One reconcile of one object of ``kind`` (read from the cache); implements :class:`PassContext`.
 
-    ``severity`` orders problem reasons (most serious first) for the ``Degraded`` condition.
+    ``severity`` orders problem reasons (most serious first) for the ``Degraded`` condition. A child another owner
+    holds is looked at again within ``conflict_retry`` seconds: usually that owner was deleted and the garbage
+    collector is about to remove its children (None: wait for the next change).
     """
 
     def __init__(
@@ -93,7 +95,9 @@ class ObjectPass:
         labels: LabelSet,
         field_manager: str,
         severity: Sequence[str] = (),
+        conflict_retry: float | None = 10.0,
     ) -> None:
+        self._conflict_retry = conflict_retry
         self._client = client
         self._cache = cache
         self._events = events
@@ -170,4 +174,6 @@ class ObjectPass:
         await self._ledger.flush()
         for problem in self._problems.new_since(self._ledger.before):
             await self._events.warning(self._ledger.obj, problem.reason, problem.event or problem.message)
+        if self._children.conflicts and self._conflict_retry is not None:
+            self.requeue(self._conflict_retry)
         return self._requeue
