@@ -26,7 +26,7 @@ from rich.text import Text
 
 from kanri.postgres.api.v1alpha1 import DEFAULT_MAX_DATA_LOSS_BYTES
 from kanri.postgres.kinds import POSTGRES_CLUSTER
-from kanri.postgres.labels import CLUSTER, INSTANCE, ROLE
+from kanri.postgres.labels import CLUSTER, INSTANCE, ROLE, belongs
 from kanri.runtime import ApiError, Client, parse_time
 from kanri.runtime._connection import ConfigError  # not re-exported by kanri.runtime; raised by from_kubeconfig
 from kanri.runtime.kinds import EVENT, NODE, POD
@@ -52,9 +52,11 @@ class Snapshot:
 
 
 async def snapshot(client: Client, name: str, namespace: str) -> Snapshot:
-    """Read the cluster, its pods (by the ``kanri.dev/cluster`` label), their Nodes and the recent Warning Events."""
+    """Read the cluster, its pods (by the ``kanri.dev/cluster`` label and PostgreSQL's app name), their Nodes and the
+    recent Warning Events."""
     cluster = await client.get(POSTGRES_CLUSTER, name, namespace)
-    pods, _ = await client.list(POD, namespace, label_selector=f"{CLUSTER}={name}")
+    labelled, _ = await client.list(POD, namespace, label_selector=f"{CLUSTER}={name}")
+    pods = [pod for pod in labelled if belongs(pod, name)]  # a pod made before the app name label has none
     zones: dict[str, str] = {}
     for node in sorted({pod["spec"].get("nodeName") for pod in pods} - {None}):
         try:

@@ -20,7 +20,7 @@ from kanri.postgres.children.images import PostgresImages
 from kanri.postgres.cluster.instances import HttpInstanceClient, InstanceClient
 from kanri.postgres.cluster.reconciler import PostgresClusterReconciler
 from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
-from kanri.postgres.labels import CLUSTER
+from kanri.postgres.labels import CLUSTER, foreign
 from kanri.postgres.metrics import PostgresMetrics
 from kanri.runtime import (
     Cache,
@@ -156,8 +156,9 @@ class OperatorOptions:
 
 def _by_cluster_label(obj: Obj) -> list[Request]:
     # Children without an owner reference (claims, Secrets) and pods (owned by their StatefulSet) carry the label.
+    # Another application's objects of a cluster of the same name are none of its business.
     cluster = (obj["metadata"].get("labels") or {}).get(CLUSTER)
-    return [Request(obj["metadata"].get("namespace") or "", cluster)] if cluster else []
+    return [Request(obj["metadata"].get("namespace") or "", cluster)] if cluster and not foreign(obj) else []
 
 
 def _backup_cluster(obj: Obj) -> list[Request]:

@@ -36,7 +36,7 @@ from kanri.postgres.backup.archiving import BackupSettings, EndpointNotAllowed, 
 from kanri.postgres.backup.repository_work import RepositoryWork, backoff
 from kanri.postgres.backup.s3 import S3Client, S3Keys
 from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
-from kanri.postgres.labels import CLUSTER
+from kanri.postgres.labels import of_cluster
 from kanri.runtime import ApiError, Cache, Client, EventRecorder, Result, get_condition, set_condition
 from kanri.runtime.kinds import POD, SECRET
 
@@ -90,7 +90,7 @@ class BackupCleanup:
         if spec.deletion_policy != "Delete":
             await events.normal(cluster, "BackupsRetained", f"deletionPolicy Retain: kept the backups under {where}")
             return None
-        if pods := [p["metadata"]["name"] for p in cache.list(POD, namespace, {CLUSTER: name})]:
+        if pods := [p["metadata"]["name"] for p in of_cluster(cache, POD, namespace, name)]:
             await self._waiting(client, cluster, "WaitingForPods", f"deletes the backups under {where} once the "
                                 f"pods are gone (still there: {', '.join(sorted(pods))})")  # fmt: skip
             return Result(requeue_after=WAIT_FOR_PODS)

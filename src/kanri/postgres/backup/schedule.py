@@ -26,7 +26,7 @@ from kanri.postgres.backup.archiving import BackupSettings, Repository, Unresolv
 from kanri.postgres.backup.controller import siblings
 from kanri.postgres.context import ClusterStep
 from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
-from kanri.postgres.labels import CLUSTER, MANAGED_BY
+from kanri.postgres.labels import cluster_labels
 from kanri.postgres.metrics import PostgresMetrics
 from kanri.runtime import ApiError, owner_reference, set_condition
 
@@ -82,7 +82,7 @@ def _backup_object(step: Pass, name: str, slot: datetime, trigger: str) -> Obj:
     meta: Obj = {
         "name": name,
         "namespace": step.namespace,
-        "labels": {CLUSTER: step.name, MANAGED_BY: "kanri", backup_plan.TRIGGER_LABEL: trigger},
+        "labels": {**cluster_labels(step.name), backup_plan.TRIGGER_LABEL: trigger},
         "annotations": {SLOT_ANNOTATION: str(iso(slot))},
     }
     if step.spec.deletion_policy == "Delete":

@@ -27,7 +27,7 @@ from typing import Any
 from kanri.postgres.children import child_meta, owned
 from kanri.postgres.children.services import POSTGRES_PORT
 from kanri.postgres.children.statefulset import HTTP_PORT, METRICS_PORT
-from kanri.postgres.labels import CLUSTER, cluster_labels
+from kanri.postgres.labels import APP_NAME, cluster_labels, cluster_selector
 
 __all__ = ["OPERATOR_LABELS", "OPERATOR_NAMESPACE", "network_policy", "network_policy_name"]
 
@@ -52,13 +52,18 @@ def network_policy(
     clients: Sequence[Obj] | None = None,
     operator_namespace: str = OPERATOR_NAMESPACE,
     operator_labels: Mapping[str, str] = OPERATOR_LABELS,
+    by_app: bool = True,
 ) -> Obj:
     """The policy for ``cluster``. ``clients``: NetworkPolicy peers allowed to reach PostgreSQL instead of the whole
     namespace (an empty list: none but the instances themselves). ``operator_namespace`` and ``operator_labels``:
     the operator's pods, the only peers allowed to the instance API (the reconciler passes the namespace the
-    operator runs in)."""
+    operator runs in). ``by_app``: the policy selects the pods by app name too (:func:`kanri.postgres.labels.
+    isolates_by_app` says when an older cluster's may)."""
     name = cluster["metadata"]["name"]
-    instances = {"podSelector": {"matchLabels": {CLUSTER: name}}}
+    # Peers are ORed: the instances by app name, and those made before the label (which have no app name at all).
+    legacy = {"key": APP_NAME, "operator": "DoesNotExist"}
+    unlabelled = {"matchLabels": cluster_selector(name, by_app=False), "matchExpressions": [legacy]}
+    instances = [{"podSelector": {"matchLabels": cluster_selector(name)}}, {"podSelector": unlabelled}]
     allowed = [dict(peer) for peer in clients] if clients is not None else [{"podSelector": {}}]
     operator = {
         "namespaceSelector": {"matchLabels": {_NAMESPACE_NAME: operator_namespace}},
@@ -68,10 +73,11 @@ def network_policy(
     if allowed:
         ingress.append({"from": allowed, "ports": [_port(POSTGRES_PORT)]})
     ingress += [
-        {"from": [instances], "ports": [_port(POSTGRES_PORT)]},
+        {"from": instances, "ports": [_port(POSTGRES_PORT)]},
         {"from": [operator], "ports": [_port(HTTP_PORT)]},
         {"ports": [_port(METRICS_PORT)]},
     ]
-    spec = {"podSelector": {"matchLabels": {CLUSTER: name}}, "policyTypes": ["Ingress"], "ingress": ingress}
+    isolated = {"matchLabels": cluster_selector(name, by_app=by_app)}
+    spec = {"podSelector": isolated, "policyTypes": ["Ingress"], "ingress": ingress}
     meta = child_meta(cluster, network_policy_name(name), cluster_labels(name))
     return owned("networking.k8s.io/v1", "NetworkPolicy", meta, spec=spec)

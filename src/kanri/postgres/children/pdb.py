@@ -20,12 +20,13 @@ def wants_budgets(instances: int, hibernated: bool) -> bool:
     return instances >= 2 and not hibernated
 
 
-def disruption_budgets(cluster: Obj) -> list[Obj]:
-    """``<cluster>-primary`` (minAvailable 1 on the primary) and ``<cluster>`` (maxUnavailable 1 on the replicas)."""
+def disruption_budgets(cluster: Obj, *, by_app: bool = True) -> list[Obj]:
+    """``<cluster>-primary`` (minAvailable 1 on the primary) and ``<cluster>`` (maxUnavailable 1 on the replicas).
+    ``by_app``: they select by app name too, as the Services do (:func:`kanri.postgres.labels.routes_by_app`)."""
     name = cluster["metadata"]["name"]
     labels = cluster_labels(name)
-    primary = {"minAvailable": 1, "selector": {"matchLabels": role_selector(name, PRIMARY)}}
-    replicas = {"maxUnavailable": 1, "selector": {"matchLabels": role_selector(name, REPLICA)}}
+    primary = {"minAvailable": 1, "selector": {"matchLabels": role_selector(name, PRIMARY, by_app=by_app)}}
+    replicas = {"maxUnavailable": 1, "selector": {"matchLabels": role_selector(name, REPLICA, by_app=by_app)}}
     return [
         owned("policy/v1", "PodDisruptionBudget", child_meta(cluster, names.primary_pdb(name), labels), spec=primary),
         owned("policy/v1", "PodDisruptionBudget", child_meta(cluster, names.replica_pdb(name), labels), spec=replicas),

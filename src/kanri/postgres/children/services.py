@@ -1,7 +1,8 @@
 """The three Services: ``-rw`` (the primary), ``-ro`` (the replicas), ``-r`` (any instance), all on 5432.
 
-They select pods by the ``kanri.dev/role`` label the operator maintains from the instances' reported roles, so a
-failover moves ``-rw`` by relabelling two pods — no Service or StatefulSet changes.
+They select pods by ``app.kubernetes.io/name: postgresql``, the cluster label and the ``kanri.dev/role`` label the
+operator maintains from the instances' reported roles, so a failover moves ``-rw`` by relabelling two pods — no
+Service or StatefulSet changes.
 """
 
 from __future__ import annotations
@@ -18,21 +19,22 @@ Obj = dict[str, Any]
 POSTGRES_PORT = 5432
 
 
-def _service(cluster: Obj, name: str, role: Role | None) -> Obj:
+def _service(cluster: Obj, name: str, role: Role | None, by_app: bool) -> Obj:
     cluster_name = cluster["metadata"]["name"]
     spec = {
         "type": "ClusterIP",
-        "selector": role_selector(cluster_name, role),
+        "selector": role_selector(cluster_name, role, by_app=by_app),
         "ports": [{"name": "postgres", "port": POSTGRES_PORT, "targetPort": "postgres", "protocol": "TCP"}],
     }
     return owned("v1", "Service", child_meta(cluster, name, cluster_labels(cluster_name)), spec=spec)
 
 
-def services(cluster: Obj) -> list[Obj]:
-    """``-rw``, ``-ro`` and ``-r`` for ``cluster``."""
+def services(cluster: Obj, *, by_app: bool = True) -> list[Obj]:
+    """``-rw``, ``-ro`` and ``-r`` for ``cluster``. ``by_app``: they select by app name too, so never another
+    operator's pods (:func:`kanri.postgres.labels.routes_by_app` says when an older cluster's may)."""
     name = cluster["metadata"]["name"]
     return [
-        _service(cluster, names.read_write_service(name), PRIMARY),
-        _service(cluster, names.read_only_service(name), REPLICA),
-        _service(cluster, names.read_service(name), None),
+        _service(cluster, names.read_write_service(name), PRIMARY, by_app),
+        _service(cluster, names.read_only_service(name), REPLICA, by_app),
+        _service(cluster, names.read_service(name), None, by_app),
     ]

@@ -17,7 +17,7 @@ from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.api.v1alpha1.storage import container_resources
 from kanri.postgres.children import child_meta, owned
 from kanri.postgres.children.images import DEFAULT_IMAGES, INSTANCE_IMAGE, PostgresImages, tag_major
-from kanri.postgres.labels import CLUSTER, INSTANCE, PRIMARY, REPLICA, Role, instance_labels
+from kanri.postgres.labels import PRIMARY, REPLICA, Role, cluster_selector, instance_labels, instance_selector
 
 __all__ = [
     "BOOTSTRAP_ENV",
@@ -180,29 +180,30 @@ def _container(cluster: str, instance: str, role: Role, image: str, spec: Postgr
     return container
 
 
-def _default_anti_affinity(cluster: str) -> Obj:
+def _default_anti_affinity(cluster: str, by_app: bool) -> Obj:
     """Prefer a node, then a zone, without another instance of the cluster (as CloudNativePG's default). Preferred,
     not required: a one-node development cluster must still run three instances."""
+    peers = {"matchLabels": cluster_selector(cluster, by_app=by_app)}
     terms = [
-        {"weight": 100, "podAffinityTerm": {"labelSelector": {"matchLabels": {CLUSTER: cluster}}, "topologyKey": key}}
-        for key in SPREAD_TOPOLOGY_KEYS
+        {"weight": 100, "podAffinityTerm": {"labelSelector": peers, "topologyKey": key}} for key in SPREAD_TOPOLOGY_KEYS
     ]
     return {"preferredDuringSchedulingIgnoredDuringExecution": terms}
 
 
-def affinity(cluster: str, spec: PostgresClusterSpec) -> Obj:
+def affinity(cluster: str, spec: PostgresClusterSpec, *, by_app: bool = True) -> Obj:
     """The pod's affinity: the user's ``podTemplate.affinity``, with the default anti-affinity unless it says
-    ``podAntiAffinity`` itself (an empty one turns the spreading off); a node affinity alone keeps the spreading."""
+    ``podAntiAffinity`` itself (an empty one turns the spreading off); a node affinity alone keeps the spreading.
+    ``by_app``: the spreading counts the cluster's pods by app name too (as :func:`statefulset`'s)."""
     template = spec.pod_template
     wanted: Obj = dict(template.affinity) if template and template.affinity else {}
     if "podAntiAffinity" not in wanted:
-        wanted["podAntiAffinity"] = _default_anti_affinity(cluster)
+        wanted["podAntiAffinity"] = _default_anti_affinity(cluster, by_app)
     elif not wanted["podAntiAffinity"]:
         del wanted["podAntiAffinity"]
     return wanted
 
 
-def _pod_spec(cluster: str, instance: str, role: Role, image: str, spec: PostgresClusterSpec) -> Obj:
+def _pod_spec(cluster: str, instance: str, role: Role, image: str, spec: PostgresClusterSpec, by_app: bool) -> Obj:
     pod_volumes, _ = volumes(cluster, instance, spec.backup is not None, spec.bootstrap.recovery is not None)
     template = spec.pod_template
     pod: Obj = {
@@ -220,7 +221,7 @@ def _pod_spec(cluster: str, instance: str, role: Role, image: str, spec: Postgre
         "containers": [_container(cluster, instance, role, image, spec)],
         "volumes": pod_volumes,
     }
-    if wanted_affinity := affinity(cluster, spec):
+    if wanted_affinity := affinity(cluster, spec, by_app=by_app):
         pod["affinity"] = wanted_affinity
     if template is not None:
         if template.node_selector:
@@ -241,14 +242,25 @@ templates, as ``kubectl rollout restart`` does with its own annotation."""
 
 
 def statefulset(
-    cluster: Obj, spec: PostgresClusterSpec, instance: str, *, role: Role, image: str, running: bool
+    cluster: Obj,
+    spec: PostgresClusterSpec,
+    instance: str,
+    *,
+    role: Role,
+    image: str,
+    running: bool,
+    by_app: bool = True,
 ) -> Obj:
     """The StatefulSet of ``instance``: 1 replica (0 while hibernated), its own claim, owned by the cluster, running
-    ``image`` (:func:`postgres_image`)."""
+    ``image`` (:func:`postgres_image`).
+
+    ``by_app``: it selects its pod by app name too. False only for a StatefulSet made before that label existed:
+    its selector cannot change in place, and its pod template keeps the labels and spreading it had — adding them
+    would restart every instance of every older cluster; the operator labels their pods in place instead."""
     name = cluster["metadata"]["name"]
     labels = instance_labels(name, instance)
     template = spec.pod_template
-    pod_labels = {**(dict(template.labels) if template else {}), **labels}
+    pod_labels = {**(dict(template.labels) if template else {}), **instance_labels(name, instance, by_app=by_app)}
     pod_meta: Obj = {"labels": pod_labels}
     annotations = dict(template.annotations) if template and template.annotations else {}
     restart = (cluster["metadata"].get("annotations") or {}).get(RESTART)
@@ -259,11 +271,11 @@ def statefulset(
         pod_meta["annotations"] = annotations
     body = {
         "replicas": 1 if running else 0,
-        "selector": {"matchLabels": {CLUSTER: name, INSTANCE: instance}},
+        "selector": {"matchLabels": instance_selector(name, instance, by_app=by_app)},
         "serviceName": names.read_service(name),
         "podManagementPolicy": "Parallel",
         "updateStrategy": {"type": "RollingUpdate"},
-        "template": {"metadata": pod_meta, "spec": _pod_spec(name, instance, role, image, spec)},
+        "template": {"metadata": pod_meta, "spec": _pod_spec(name, instance, role, image, spec, by_app)},
     }
     return owned("apps/v1", "StatefulSet", child_meta(cluster, instance, labels), spec=body)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from kanri.postgres import names
-from kanri.postgres.labels import CLUSTER
+from kanri.postgres.labels import foreign, of_cluster
 from kanri.runtime import Cache, Client, EventRecorder
 from kanri.runtime.kinds import PVC, SECRET, STATEFUL_SET
 
@@ -30,13 +30,15 @@ def data_of(cache: Cache, cluster: Obj) -> tuple[list[str], list[str]]:
     """Names of the cluster's claims and credential Secrets present in the cache."""
     meta = cluster["metadata"]
     namespace, name = meta["namespace"], meta["name"]
-    claims = sorted(c["metadata"]["name"] for c in cache.list(PVC, namespace, {CLUSTER: name}))
+    # by cluster label and app name: another operator's claims of a cluster of the same name are never counted
+    claims = sorted(c["metadata"]["name"] for c in of_cluster(cache, PVC, namespace, name))
     # the credentials, then TLS (kanri.postgres.tls.certificates): a retained CA keeps a recreated cluster's clients
     # trusting it
     wanted = [names.superuser_secret(name), names.replication_secret(name), names.app_secret(name),
               names.api_secret(name), names.ca_secret(name), names.ca_key_secret(name),
               names.server_secret(name)]  # fmt: skip
-    secrets = [s for s in wanted if cache.get(SECRET, s, namespace) is not None]
+    # by name (a user may bring credentials without labels), but never one another application's label claims
+    secrets = [s for s in wanted if (found := cache.get(SECRET, s, namespace)) is not None and not foreign(found)]
     return claims, secrets
 
 

@@ -61,7 +61,19 @@ from kanri.postgres.ha.memory import HaMemory
 from kanri.postgres.ha.primary import choose_primary, gate_removals
 from kanri.postgres.ha.splitbrain import HELP, Verdict, decide, fenced_names, next_record, routed, split_brain_problem
 from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
-from kanri.postgres.labels import CLUSTER, FENCED, PRIMARY, REPLICA, ROLE
+from kanri.postgres.labels import (
+    FENCED,
+    PRIMARY,
+    REPLICA,
+    ROLE,
+    belongs,
+    cluster_routes_by_app,
+    isolates_by_app,
+    missing_labels,
+    of_cluster,
+    runs_instance,
+    statefulset_by_app,
+)
 from kanri.postgres.metrics import PostgresMetrics
 from kanri.postgres.pods import oneshot
 from kanri.postgres.pods import policy as pod_policy
@@ -506,14 +518,14 @@ class ClusterPass:
 
     def existing_instances(self) -> list[str]:
         """Instances with a volume or a StatefulSet (not being deleted): they hold data or run."""
-        claims = self.cache.list(PVC, self.namespace, {CLUSTER: self.name})
+        claims = of_cluster(self.cache, PVC, self.namespace, self.name)
         sets = self.cache.owned_by(STATEFUL_SET, self.uid)
         found = [o["metadata"]["name"] for o in [*claims, *sets] if not o["metadata"].get("deletionTimestamp")]
         return sorted({n for n in found if names.instance_number(self.name, n) is not None})
 
     def claims(self) -> dict[str, Obj]:
         """The instances' claims in the cache, by name (those being deleted too: their records still count)."""
-        found = self.cache.list(PVC, self.namespace, {CLUSTER: self.name})
+        found = of_cluster(self.cache, PVC, self.namespace, self.name)
         return {c["metadata"]["name"]: c for c in found if names.instance_number(self.name, c["metadata"]["name"])}
 
     def plan(self, reported: str | None, claims: dict[str, Obj]) -> InstancePlan:
@@ -556,9 +568,12 @@ class ClusterPass:
                               upgrade=upgrade_step.config_note(self.status))  # fmt: skip
         await self.apply(CONFIG_MAP, document)
         await self.apply(SERVICE_ACCOUNT, service_account(self.cluster))  # and no Role: children/rbac.py says why
-        for service in services(self.cluster):
+        # by app name too once no pod relies on the older selectors (docs/postgres-operator.md, "Labels and selectors")
+        for service in services(self.cluster, by_app=cluster_routes_by_app(self.cache, self.cluster)):
             await self.apply(SERVICE, service)
-        await self.apply(NETWORK_POLICY, network_policy(self.cluster, operator_namespace=self.r.operator_namespace))
+        isolated = isolates_by_app(self.cache.owned_by(STATEFUL_SET, self.uid))
+        await self.apply(NETWORK_POLICY, network_policy(self.cluster, operator_namespace=self.r.operator_namespace,
+                                                        by_app=isolated))  # fmt: skip
 
     async def scale(self, plan: InstancePlan) -> bool:
         """Remove the replicas the plan drops (StatefulSet, then volume: a replica's data is on the primary)."""
@@ -640,6 +655,9 @@ class ClusterPass:
         if current is not None:
             if current["metadata"].get("deletionTimestamp") and had_volume:
                 self.problems.append(volume_lost(instance))
+            elif labels := missing_labels(current, self.name):  # made before the app labels: labelled in place
+                await self.write(PVC, instance, self.client.patch(PVC, instance, {"metadata": {"labels": labels}},
+                                                                  self.namespace))  # fmt: skip
             return True
         storage_class = self.spec.storage.storage_class_name
         try:
@@ -668,7 +686,8 @@ class ClusterPass:
             kept = bootstrap_role(current) if current is not None and is_controlled_by(current, self.cluster) else None
             role = kept or (PRIMARY if instance == plan.primary else REPLICA)
             image = postgres_image(self.spec, major, current, self.images)
-            desired = statefulset(self.cluster, self.spec, instance, role=role, image=image, running=self.running)
+            desired = statefulset(self.cluster, self.spec, instance, role=role, image=image, running=self.running,
+                                  by_app=statefulset_by_app(current))  # an older one keeps its selector  # fmt: skip
             # An image of another major (a hand edit) is reverted at once: that pod cannot open its data, so waiting
             # for it to become ready first would wait forever.
             wrong_major = current is not None and image_major(current) != major
@@ -706,7 +725,7 @@ class ClusterPass:
         """Disruption budgets while a primary and replicas run; none otherwise (nor under the old replica name)."""
         unwanted = [names.legacy_replica_pdb(self.name)]
         if wants_budgets(len(plan.instances), not self.running):
-            for budget in disruption_budgets(self.cluster):
+            for budget in disruption_budgets(self.cluster, by_app=cluster_routes_by_app(self.cache, self.cluster)):
                 await self.apply(POD_DISRUPTION_BUDGET, budget)
         else:
             unwanted += [names.primary_pdb(self.name), names.replica_pdb(self.name)]
@@ -750,7 +769,7 @@ class ClusterPass:
         pods: dict[str, Obj] = {}
         for instance in self.existing_instances():
             pod = self.cache.get(POD, names.pod_name(instance), self.namespace)
-            if pod is not None and (pod["metadata"].get("labels") or {}).get(CLUSTER) == self.name:
+            if pod is not None and (belongs(pod, self.name) or runs_instance(self.cache, self.cluster, pod)):
                 pods[instance] = pod
         if not self.running:
             return {}, pods
@@ -782,14 +801,18 @@ class ClusterPass:
             elif instance in fenced:
                 wanted = FENCED
             elif ROLE in labels:
-                continue
+                wanted = labels[ROLE]
             else:
                 wanted = PRIMARY if instance == plan.primary else REPLICA
-            if labels.get(ROLE) == wanted:
+            # with the app labels a pod of a StatefulSet made before them lacks: the Services select by them too
+            patch = missing_labels(pod, self.name, owned=True)
+            if labels.get(ROLE) != wanted:
+                patch[ROLE] = wanted
+            if not patch:
                 continue
             name = pod["metadata"]["name"]
             try:
-                await self.client.patch(POD, name, {"metadata": {"labels": {ROLE: wanted}}}, self.namespace)
+                await self.client.patch(POD, name, {"metadata": {"labels": patch}}, self.namespace)
             except ApiError as exc:
                 if not exc.not_found:
                     self.rejected(POD, name, exc)

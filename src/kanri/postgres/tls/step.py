@@ -30,7 +30,7 @@ from kanri.contract.secrets import SecretProblem
 from kanri.postgres import names
 from kanri.postgres.cluster.problems import Problem
 from kanri.postgres.kinds import POSTGRES_CLUSTER
-from kanri.postgres.labels import CLUSTER
+from kanri.postgres.labels import of_cluster
 from kanri.postgres.metrics import PostgresMetrics
 from kanri.postgres.tls import certificates as tls
 from kanri.runtime import ApiError, Cache, Client
@@ -80,7 +80,7 @@ def trust_pods(step: Pass, instances: object, ca_cert: bytes | None) -> None:
     """Tell the instance client which of the cluster's pods speak HTTPS, and the CA to verify them with."""
     if not isinstance(instances, Trusting):
         return
-    pods = step.cache.list(POD, step.namespace, {CLUSTER: step.name})
+    pods = of_cluster(step.cache, POD, step.namespace, step.name)
     addresses = [ip for pod in pods if _serves_tls(pod) and (ip := (pod.get("status") or {}).get("podIP"))]
     instances.trust(f"{step.namespace}/{step.name}", addresses, ca_cert, names.read_write_service(step.name))
 
