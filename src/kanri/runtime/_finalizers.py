@@ -121,7 +121,7 @@ def _guard_failed(error: ApiError) -> bool:
     return error.status == 422 and error.reason == "Invalid" and not error.body.get("details")
 
 
-async def _guarded_patch(client: Client, kind: Kind, obj: Obj, patch: list[Obj]) -> Obj:
+async def _guarded_patch(client: Client, kind: Kind, obj: Mapping[str, Any], patch: list[Obj]) -> Obj:
     try:
         return await client.patch(kind, name_of(obj), patch, namespace_of(obj) or None, patch_type="json")
     except ApiError as exc:
@@ -142,7 +142,12 @@ async def _guarded_patch(client: Client, kind: Kind, obj: Obj, patch: list[Obj])
         ) from exc
 
 
-async def add_finalizer(client: Client, kind: Kind, obj: Obj, finalizer: str) -> Obj:
+def _unchanged(obj: Mapping[str, Any]) -> Obj:
+    # The object itself (a typed view is that very dict); only another kind of Mapping is copied.
+    return obj if isinstance(obj, dict) else dict(obj)
+
+
+async def add_finalizer(client: Client, kind: Kind, obj: Mapping[str, Any], finalizer: str) -> Obj:
     """Append ``finalizer`` to ``obj`` (as last read, with its ``resourceVersion``) and return the updated object.
 
     No request when ``obj`` already has it. Raises :class:`ApiError` — ``.conflict`` when ``obj`` is stale (re-read
@@ -150,11 +155,11 @@ async def add_finalizer(client: Client, kind: Kind, obj: Obj, finalizer: str) ->
     """
     patch = add_finalizer_patch(obj, finalizer)
     if patch is None:
-        return obj
+        return _unchanged(obj)
     return await _guarded_patch(client, kind, obj, patch)
 
 
-async def remove_finalizer(client: Client, kind: Kind, obj: Obj, finalizer: str) -> Obj:
+async def remove_finalizer(client: Client, kind: Kind, obj: Mapping[str, Any], finalizer: str) -> Obj:
     """Remove ``finalizer`` from ``obj`` (as last read) and return the updated object; other finalizers stay.
 
     No request when ``obj`` does not have it. Raises :class:`ApiError` — ``.conflict`` when ``obj`` is stale (re-read
@@ -163,5 +168,5 @@ async def remove_finalizer(client: Client, kind: Kind, obj: Obj, finalizer: str)
     """
     patch = remove_finalizer_patch(obj, finalizer)
     if patch is None:
-        return obj
+        return _unchanged(obj)
     return await _guarded_patch(client, kind, obj, patch)

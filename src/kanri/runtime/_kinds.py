@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,12 +41,12 @@ class Kind:
         return f"{self.kind}.{self.api_version}"
 
 
-def namespace_of(obj: dict[str, Any]) -> str:
+def namespace_of(obj: Mapping[str, Any]) -> str:
     """The object's namespace ("" for cluster-scoped objects)."""
     return str(obj.get("metadata", {}).get("namespace") or "")
 
 
-def name_of(obj: dict[str, Any]) -> str:
+def name_of(obj: Mapping[str, Any]) -> str:
     return str(obj["metadata"]["name"])
 
 
