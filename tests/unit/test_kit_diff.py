@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kanri.kit import is_subset, merge_patch, needs_apply, with_hash
+from kanri.kit._ledger import field_patches
 
 HASH = "example.kanri.dev/applied-hash"
 
@@ -41,3 +42,10 @@ def test_merge_patch_removes_what_the_new_record_lacks() -> None:
     assert merge_patch(old, old) == {}
     assert merge_patch(None, {"a": 1}) == {"a": 1}
     assert merge_patch({"a": 1}, None) is None
+
+
+def test_staged_fields_are_sent_as_patches_of_what_differs() -> None:
+    status = {"keys": 2, "record": {"phase": "Copy", "step": 3}, "gone": "x"}
+    staged = {"keys": 2, "record": {"phase": "Done"}, "gone": None, "absent": None, "new": {"a": 1}}
+    assert field_patches(status, staged) == {"record": {"phase": "Done", "step": None}, "gone": None, "new": {"a": 1}}
+    assert field_patches(status, {"keys": 2}) == {}

@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from kanri.runtime import ApiError, Client, Kind, get_condition, update_status
 
-__all__ = ["PrunedFieldError", "StatusLedger", "merge_patch"]
+__all__ = ["PrunedFieldError", "StatusLedger", "field_patches", "merge_patch"]
 
 Obj = dict[str, Any]
 M = TypeVar("M", bound=BaseModel)
@@ -48,6 +48,12 @@ def merge_patch(old: Any, new: Any) -> Any:
         elif old[key] != value:
             patch[key] = merge_patch(old[key], value) if isinstance(value, Mapping) else copy.deepcopy(value)
     return patch
+
+
+def field_patches(status: Mapping[str, Any], fields: Mapping[str, Any]) -> Obj:
+    """The top-level status fields that differ from ``status``, each as the merge patch from its old value (so a
+    record staged without a key it had loses that key, instead of the merge keeping it)."""
+    return {name: merge_patch(status.get(name), value) for name, value in fields.items() if status.get(name) != value}
 
 
 def _plain(record: BaseModel | Mapping[str, Any] | None) -> Any:
@@ -132,8 +138,9 @@ class StatusLedger:
             return False
         for attempt in range(_FLUSH_ATTEMPTS):
             try:
+                fields = field_patches(self._obj.get("status") or {}, self._fields)
                 written = await update_status(
-                    self._client, self._kind, self._obj, fields=self._fields,
+                    self._client, self._kind, self._obj, fields=fields,
                     conditions=list(self._conditions.values()), field_manager=self._field_manager, now=self._now(),
                 )  # fmt: skip
             except ApiError as exc:
