@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from kanri.cli.main import app
 from kanri.runtime import (
     ApiError,
+    Condition,
     Informer,
     KubeModel,
     Manager,
@@ -102,6 +103,16 @@ def test_a_time_field_is_parsed_by_the_model_into_an_aware_utc_datetime() -> Non
         "type": "string",
         "format": "date-time",
     }
+
+
+def test_a_condition_model_reads_its_transition_time_as_a_time() -> None:
+    wire = {"type": "Ready", "status": "True", "lastTransitionTime": "2026-05-01T14:00:00+02:00", "reason": "Up",
+            "message": ""}  # fmt: skip
+    condition = Condition.model_validate(wire)
+    assert condition.last_transition_time == datetime(2026, 5, 1, 12, tzinfo=UTC)
+    assert condition.model_dump(mode="json")["lastTransitionTime"] == "2026-05-01T12:00:00Z"
+    with pytest.raises(ValidationError, match="RFC 3339"):
+        Condition.model_validate({**wire, "lastTransitionTime": "2026-05-01T12:00:00"})
 
 
 @pytest.mark.parametrize("value", ["2026-05-01T12:00:00", "2026-05-01", 1700000000, datetime(2026, 5, 1)])
