@@ -23,7 +23,7 @@ from aiohttp import web
 from kanri.local.controlplane import Endpoint
 from kanri.postgres.api.v1alpha1.storage import DEFAULT_REQUESTS
 from kanri.postgres.cluster.instances import HttpInstanceClient
-from kanri.postgres.ha import failover_step
+from kanri.postgres.ha import switchover
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.runtime import Client, get_condition
 from kanri.runtime.kinds import POD, STATEFUL_SET
@@ -230,7 +230,7 @@ async def test_a_restart_lowering_a_standby_limit_restarts_the_primary_first_in_
 async def test_an_abandoned_switchover_leaves_the_primary_update_waiting_until_the_spec_changes(
     control_plane: Endpoint, client: Client, namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(failover_step, "SWITCHOVER_TIMEOUT", 3.0)  # the target never catches up: no need for 60 s
+    monkeypatch.setattr(switchover, "SWITCHOVER_TIMEOUT", 3.0)  # the target never catches up: no need for 60 s
     async with running_cluster(control_plane, client, namespace, "ab") as (fakes, operator):
         await client.patch(POSTGRES_CLUSTER, "ab", {"spec": {"resources": NEW_CPU}}, namespace)
 

@@ -21,7 +21,7 @@ from kanri.postgres.ha.failover import (
     sync_quorum_heard,
     window,
 )
-from kanri.postgres.ha.failover_step import rejoining, withhold_rejoining
+from kanri.postgres.ha.rejoin import rejoining, withhold_rejoining
 
 MIB = 1 << 20
 

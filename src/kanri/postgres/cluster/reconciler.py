@@ -56,9 +56,10 @@ from kanri.postgres.cluster.sync import ensure
 from kanri.postgres.credentials.secrets import desired_secrets, secret_value
 from kanri.postgres.ha import primary_update
 from kanri.postgres.ha.failover import SUSPECT_INTERVAL
-from kanri.postgres.ha.failover_step import FailoverStep, StepResult, rejoining, withhold_rejoining
+from kanri.postgres.ha.failover_step import FailoverStep, StepResult
 from kanri.postgres.ha.memory import HaMemory
 from kanri.postgres.ha.primary import choose_primary, gate_removals
+from kanri.postgres.ha.rejoin import rejoining, withhold_rejoining
 from kanri.postgres.ha.splitbrain import HELP, Verdict, decide, fenced_names, next_record, routed, split_brain_problem
 from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
 from kanri.postgres.labels import (

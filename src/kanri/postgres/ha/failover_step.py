@@ -1,4 +1,5 @@
-"""Carrying out failovers, switchovers and rejoins (the decisions are ``failover.py``'s).
+"""Carrying out failovers, switchovers and rejoins (the decisions are ``failover.py``'s; switchovers are
+``switchover.py``'s, rejoins ``rejoin.py``'s, the per-pass view and its writes ``context.py``'s).
 
 :class:`FailoverStep` runs once per reconcile pass, before anything else changes the cluster. Every phase is written
 to ``status.failover`` before its actions, so an operator killed at any point resumes where it stopped: each action
@@ -12,19 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import Any
 
-import structlog
-
-from kanri.postgres import names
-from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
-from kanri.postgres.cluster.instances import Demoted, InstanceClient, InstanceReport
 from kanri.postgres.cluster.problems import Problem
 from kanri.postgres.cluster.recorded import LAST_PRIMARY, TIMELINE
-from kanri.postgres.credentials.secrets import secret_value
+from kanri.postgres.ha import switchover as switchovers
+from kanri.postgres.ha.context import FailoverContext, Operator, iso, log, parse_time, status_progress
+from kanri.postgres.ha.context import now as _now
 from kanri.postgres.ha.failover import (
     APPROVE,
     LATE_PROBES,
@@ -39,87 +35,17 @@ from kanri.postgres.ha.failover import (
     heard,
     window,
 )
-from kanri.postgres.ha.memory import HaMemory
 from kanri.postgres.ha.primary_update import PLANNED, PlannedReason
-from kanri.postgres.kinds import POSTGRES_CLUSTER
-from kanri.postgres.labels import FENCED, PRIMARY, ROLE
-from kanri.postgres.metrics import PostgresMetrics, lsn_bytes
-from kanri.runtime import ApiError, Cache, Client, EventRecorder
-from kanri.runtime.kinds import POD, PVC, SECRET
+from kanri.postgres.ha.rejoin import rejoin_former_primaries
+from kanri.postgres.labels import FENCED, PRIMARY
+from kanri.postgres.metrics import lsn_bytes
 
-__all__ = ["FailoverStep", "StepResult", "rejoining", "withhold_rejoining"]
+__all__ = ["FailoverStep", "Operator", "StepResult"]
 
 Obj = dict[str, Any]
-log = structlog.get_logger("kanri.postgres.ha.failover")
-
-
-class Operator(Protocol):
-    """What the step uses of the operator (the PostgresClusterReconciler, which it never imports)."""
-
-    @property
-    def cache(self) -> Cache: ...
-
-    @property
-    def client(self) -> Client: ...
-
-    @property
-    def instances(self) -> InstanceClient: ...
-
-    @property
-    def events(self) -> EventRecorder: ...
-
-    @property
-    def metrics(self) -> PostgresMetrics | None: ...
-
-    @property
-    def ha(self) -> HaMemory:
-        """Per-cluster memory between passes (see :mod:`kanri.postgres.ha.memory`)."""
-        ...
-
-    @property
-    def background(self) -> set[asyncio.Task[None]]:
-        """Requests that must not hold a pass up; the operator cancels what is left at shutdown."""
-        ...
-
-    def clock(self) -> float: ...
-
 
 FENCE_ATTEMPT = 2.0
 """How long the fence request to a failed primary may take: it usually does not answer at all."""
-SWITCHOVER_TIMEOUT = 60.0
-"""A switchover whose target has not caught up (or answered) by then is abandoned: the old primary is promoted back."""
-REJOIN_COOLDOWN = 30.0
-"""Between two rejoin requests to the same instance."""
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _iso(moment: datetime) -> str:
-    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def _parse(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-def rejoining(claims: Mapping[str, Obj]) -> dict[str, int]:
-    """Former primaries that must follow the new timeline before they serve: instance -> that timeline."""
-    found: dict[str, int] = {}
-    for name, claim in claims.items():
-        value = (claim["metadata"].get("annotations") or {}).get(REJOIN)
-        if value is not None:
-            found[name] = int(value) if value.isdigit() else 1
-    return found
-
-
-def withhold_rejoining(reports: Mapping[str, InstanceReport], marked: Mapping[str, int]) -> dict[str, InstanceReport]:
-    """A former primary's report never counts as a primary: it is read as fenced until it is back as a replica."""
-    return {
-        name: replace(report, fenced=True) if name in marked and report.role == "primary" else report
-        for name, report in reports.items()
-    }
 
 
 @dataclass
@@ -138,94 +64,8 @@ class StepResult:
     """A replica was promoted this pass: the rest of the pass would read an outdated primary."""
 
 
-class FailoverStep:
+class FailoverStep(FailoverContext):
     """One pass's failover work for one cluster; see the module docstring."""
-
-    def __init__(
-        self,
-        reconciler: Operator,
-        cluster: Obj,
-        spec: PostgresClusterSpec,
-        *,
-        primary: str | None,
-        instances: list[str],
-        reports: Mapping[str, InstanceReport],
-        raw: Mapping[str, InstanceReport],
-        pods: dict[str, Obj],
-        claims: Mapping[str, Obj],
-    ) -> None:
-        self.r = reconciler
-        self.cluster = cluster
-        self.spec = spec
-        self.primary = primary
-        self.instances = instances
-        self.reports = reports
-        """As routed: a fenced or rejoining instance reads as role ``fenced``."""
-        self.raw = raw
-        """As the instances answered."""
-        self.pods = pods
-        self.claims = claims
-        meta = cluster["metadata"]
-        self.name: str = meta["name"]
-        self.namespace: str = meta["namespace"]
-        self.memory = reconciler.ha.of(cluster)
-        self.status: Obj = cluster.get("status") or {}
-        self.annotations: dict[str, str] = dict(meta.get("annotations") or {})
-        self.token = secret_value(reconciler.cache.get(SECRET, names.api_secret(self.name), self.namespace), "token")
-        self.problems: list[Problem] = []
-        self.promoted = False
-
-    # --- plumbing ------------------------------------------------------------------------------------------------
-
-    def address(self, instance: str) -> str | None:
-        pod = self.pods.get(instance)
-        if pod is None or pod["metadata"].get("deletionTimestamp"):
-            return None
-        ip = (pod.get("status") or {}).get("podIP")
-        return str(ip) if ip else None
-
-    async def write_status(self, patch: Obj) -> None:
-        """Write status fields at once (the phase must survive this process)."""
-        updated = await self.r.client.patch_status(POSTGRES_CLUSTER, self.name, {"status": patch}, self.namespace)
-        self.status = updated.get("status") or {}
-        self.cluster = {**self.cluster, "metadata": updated.get("metadata", self.cluster["metadata"]),
-                        "status": self.status}  # fmt: skip
-
-    async def set_progress(self, progress: Obj | None) -> None:
-        began = self.memory.failover_started
-        elapsed = round(self.r.clock() - began, 3) if began is not None else None
-        log.info("failover phase", cluster=self.name, namespace=self.namespace,
-                 phase=(progress or {}).get("phase"), elapsed=elapsed)  # fmt: skip
-        await self.write_status({"failover": progress})
-
-    async def label(self, instance: str, role: str) -> None:
-        pod = self.pods.get(instance)
-        if pod is None:
-            return
-        labels = pod["metadata"].get("labels") or {}
-        if labels.get(ROLE) == role:
-            return
-        try:
-            await self.r.client.patch(POD, pod["metadata"]["name"], {"metadata": {"labels": {ROLE: role}}},
-                                      self.namespace)  # fmt: skip
-        except ApiError as exc:
-            if not exc.not_found:
-                log.warning("relabelling refused", instance=instance, status=exc.status, error=exc.message)
-            return
-        self.pods[instance] = {**pod, "metadata": {**pod["metadata"], "labels": {**labels, ROLE: role}}}
-
-    async def annotate_claim(self, instance: str, annotations: dict[str, str | None]) -> None:
-        try:
-            await self.r.client.patch(PVC, instance, {"metadata": {"annotations": annotations}}, self.namespace)
-        except ApiError as exc:
-            if not exc.not_found:
-                raise
-
-    async def drop_annotation(self, key: str) -> None:
-        if key in self.annotations:
-            await self.r.client.patch(POSTGRES_CLUSTER, self.name, {"metadata": {"annotations": {key: None}}},
-                                      self.namespace)  # fmt: skip
-            self.annotations.pop(key, None)
 
     # --- the step ------------------------------------------------------------------------------------------------
 
@@ -249,7 +89,7 @@ class FailoverStep:
             return StepResult()
         if (self.status.get("upgrade") or {}).get("phase") == "Upgrading":
             return StepResult()  # the upgrade stops and restarts every instance on purpose: nothing to fail over
-        await self.rejoin_former_primaries()
+        await rejoin_former_primaries(self)
         progress = self.status.get("failover")
         if progress:
             return await self.resume(dict(progress))
@@ -302,7 +142,7 @@ class FailoverStep:
             return StepResult(requeue=SUSPECT_INTERVAL)
         self.memory.suspect = None
         lsn, timeline = (seen[1], seen[2]) if seen is not None and seen[0] == primary else (None, None)
-        progress: Obj = {"phase": "Fencing", "from": primary, "reason": failure, "started": _iso(_now())}
+        progress: Obj = {"phase": "Fencing", "from": primary, "reason": failure, "started": iso(_now())}
         if lsn:
             progress["primaryLSN"] = lsn
         if timeline:
@@ -344,7 +184,7 @@ class FailoverStep:
             elif phase == "Blocked":
                 return await self.blocked(progress)
             elif phase == "Demoting":
-                progress = await self.demote(progress)
+                progress = await switchovers.demote(self, progress)
                 if progress.get("phase") == "Demoting":
                     return StepResult(active=True, requeue=SUSPECT_INTERVAL, progress=progress)
             elif phase == "Promoting":
@@ -439,7 +279,7 @@ class FailoverStep:
             progress["lsnGapBytes"] = decision.gap
         if decision.approved:
             progress["approvedBy"] = self.annotations.get(APPROVE)
-        await self.set_progress(_status_progress(progress))
+        await self.set_progress(status_progress(progress))
         return progress
 
     async def blocked(self, progress: Obj) -> StepResult:
@@ -507,9 +347,11 @@ class FailoverStep:
         old = str(progress["from"])
         switchover = progress.get("reason") in PLANNED
         if switchover and not self.caught_up(progress, target):
-            started = _parse(str(progress["started"]))
-            if (_now() - started).total_seconds() > SWITCHOVER_TIMEOUT:
-                await self.abandon_switchover(progress, f"{target} did not receive {old}'s shutdown checkpoint")
+            started = parse_time(str(progress["started"]))
+            if (_now() - started).total_seconds() > switchovers.SWITCHOVER_TIMEOUT:
+                await switchovers.abandon_switchover(
+                    self, progress, f"{target} did not receive {old}'s shutdown checkpoint"
+                )
             return False
         raw = self.raw.get(target)
         timeline: int | None = None
@@ -547,11 +389,11 @@ class FailoverStep:
             await self.annotate_claim(old, old_marks)
         await self.label(target, PRIMARY)
         await self.resume_all(target, former=None if switchover else old)
-        started = _parse(str(progress["started"]))
+        started = parse_time(str(progress["started"]))
         now = _now()
         began, self.memory.failover_started = self.memory.failover_started, None
         duration = self.r.clock() - began if began is not None else (now - started).total_seconds()
-        record: Obj = {"time": _iso(now), "from": old, "to": target, "reason": progress.get("reason"),
+        record: Obj = {"time": iso(now), "from": old, "to": target, "reason": progress.get("reason"),
                        "dataLossPossible": bool(progress.get("dataLossPossible", not switchover)),
                        "durationSeconds": round(max(duration, 0.0), 3)}  # fmt: skip
         if switchover:
@@ -590,231 +432,7 @@ class FailoverStep:
         log.warning("promoted", cluster=self.name, namespace=self.namespace, primary=target, former=old,
                     timeline=timeline, reason=progress.get("reason"))  # fmt: skip
 
-    # --- switchover ----------------------------------------------------------------------------------------------
-
     async def start_switchover(self, target: str, reason: str = "Switchover") -> StepResult | None:
-        """Begin a switchover to ``target`` when it can be done now; otherwise say why once (an Event). ``reason``:
-        ``Switchover`` (asked by annotation) or the update of the primary that asks for it (``PLANNED``)."""
-        assert self.primary is not None
-        primary_report = self.reports.get(self.primary)
-        target_report = self.reports.get(target)
-        why: str | None = None
-        if target not in self.instances:
-            why = f"{target} is not an instance of this cluster"
-        elif target_report is None or target_report.role != "replica" or not target_report.ready:
-            why = f"{target} is not a ready replica"
-        elif primary_report is None or failure_of(primary_report, self.pods.get(self.primary)) is not None:
-            why = f"the primary {self.primary} is not healthy (a failover, not a switchover, handles that)"
-        if why is not None:
-            told = self.memory.switchover_refused
-            if told != (target, why):
-                self.memory.switchover_refused = (target, why)
-                await self.r.events.warning(self.cluster, "SwitchoverRefused", f"switchover to {target}: {why}")
-            return None
-        self.memory.switchover_refused = None
-        progress: Obj = {"phase": "Demoting", "from": self.primary, "reason": reason, "target": target,
-                         "started": _iso(_now())}  # fmt: skip
-        assert primary_report is not None
-        if primary_report.write_lsn:
-            progress["primaryLSN"] = primary_report.write_lsn
-        self.memory.failover_started = self.r.clock()
-        self.memory.suspect = None  # the primary answered: the window of a failure during it starts afresh
-        await self.set_progress(progress)
-        why = "" if reason == "Switchover" else f" before updating {self.primary} ({reason})"
-        await self.r.events.normal(self.cluster, "SwitchoverStarted", f"handing the primary role from "
-                                   f"{self.primary} to {target}{why}")  # fmt: skip
-        return await self.resume(progress)
-
-    async def demote(self, progress: Obj) -> Obj:
-        old = str(progress["from"])
-        await self.label(old, FENCED)  # no new writes reach it while it shuts down
-        raw = self.raw.get(old)
-        address = self.address(old)
-        checkpoint: str | None = None
-        if raw is not None and raw.role == "replica" and (end := lsn_bytes(raw.replay_lsn)) is not None:
-            # Demoted in an earlier pass: its replay ends just after the shutdown checkpoint record, so the target
-            # must have received at least that much (one byte before it, in the strictly-greater test below).
-            checkpoint = _lsn_text(end - 1)
-        elif raw is not None and address is not None:
-            # Not asked while it does not answer its status: a demote request to a frozen primary would hold this
-            # pass for the whole demote timeout.
-            demoted, unanswered_since = await self.demote_watched(address)
-            if demoted is not None:
-                checkpoint = demoted.checkpoint_lsn
-            elif unanswered_since is not None:
-                self.memory.suspect = (old, unanswered_since)
-                raw = None  # it stopped answering while it was being demoted
-        if checkpoint is None:
-            if raw is None and (failover := await self.failed_while_demoting(progress)) is not None:
-                return failover
-            if raw is not None:
-                self.memory.suspect = None
-            started = _parse(str(progress["started"]))
-            if (_now() - started).total_seconds() > SWITCHOVER_TIMEOUT:
-                await self.label(old, PRIMARY)
-                await self.set_progress(None)
-                await self.drop_annotation(SWITCHOVER)
-                await self.r.events.warning(self.cluster, "SwitchoverFailed", f"{old} could not be demoted; it stays "
-                                            "the primary")  # fmt: skip
-                await self.record_planned_failure(progress, "SwitchoverFailed", f"{old} could not be demoted "
-                                                  f"within {SWITCHOVER_TIMEOUT:.0f} s")  # fmt: skip
-                return {}
-            return progress
-        progress = {**progress, "phase": "Promoting", "checkpointLSN": checkpoint}
-        await self.set_progress(_status_progress(progress))
-        return progress
-
-    async def demote_watched(self, address: str) -> tuple[Demoted | None, float | None]:
-        """Ask the primary to demote itself, probing its status meanwhile (a clean shutdown may take long, but its
-        manager answers while it runs). When it stops answering for the detection window the request is given up:
-        returns (None, since when it did not answer); otherwise (the demotion or None, None)."""
-        request = asyncio.create_task(self.r.instances.demote(address, self.token or ""))
-        unanswered_since: float | None = None
-        limit = window("PrimaryUnreachable", self.spec.failover.delay_seconds)
-        try:
-            while True:
-                done, _ = await asyncio.wait({request}, timeout=SUSPECT_INTERVAL)
-                if done:
-                    return request.result(), None
-                asked = self.r.clock()
-                answered = await self.r.instances.status(address, token=self.token) is not None
-                if request.done():
-                    return request.result(), None
-                if answered:
-                    unanswered_since = None
-                    continue
-                unanswered_since = asked if unanswered_since is None else unanswered_since
-                silent = self.r.clock() - unanswered_since
-                if silent >= limit:
-                    log.warning("primary stopped answering while being demoted", cluster=self.name,
-                                namespace=self.namespace, seconds=round(silent, 1))  # fmt: skip
-                    return None, unanswered_since
-        finally:
-            if not request.done():
-                request.cancel()
-                with contextlib.suppress(BaseException):
-                    await request
-
-    async def failed_while_demoting(self, progress: Obj) -> Obj | None:
-        """The primary being handed over stopped answering: once that lasted the detection window, the switchover
-        becomes a failover (fenced, elected, guarded as any other) instead of waiting out the switchover timeout
-        with writes stopped. None while the window runs."""
-        old = str(progress["from"])
-        clock = self.r.clock()
-        since = self.memory.suspect
-        if since is None or since[0] != old:
-            self.memory.suspect = (old, clock)
-            return None
-        elapsed = clock - since[1]
-        if elapsed < window("PrimaryUnreachable", self.spec.failover.delay_seconds):
-            return None
-        self.memory.suspect = None
-        failover: Obj = {"phase": "Fencing", "from": old, "reason": "PrimaryUnreachable", "started": _iso(_now())}
-        for key in ("primaryLSN", "primaryTimeline"):  # as last seen when the switchover began
-            if progress.get(key):
-                failover[key] = progress[key]
-        await self.drop_annotation(SWITCHOVER)
-        await self.set_progress(failover)
-        await self.r.events.warning(self.cluster, "FailoverStarted", f"primary {old} stopped answering during the "
-                                    f"switchover to {progress.get('target')} ({elapsed:.0f} s): failing over "
-                                    "instead")  # fmt: skip
-        return failover
-
-    async def abandon_switchover(self, progress: Obj, why: str) -> None:
-        """The target cannot take over: the demoted primary is promoted back (it has every commit)."""
-        old = str(progress["from"])
-        await self.drop_annotation(SWITCHOVER)
-        await self.record_planned_failure(progress, "SwitchoverAbandoned", f"the switchover to "
-                                          f"{progress.get('target')} was abandoned ({why})")  # fmt: skip
-        progress = {**progress, "target": old, "reason": "SwitchoverAbandoned", "checkpointLSN": None,
-                    "dataLossPossible": False}  # fmt: skip
-        await self.set_progress(_status_progress(progress))
-        await self.r.events.warning(self.cluster, "SwitchoverAbandoned", f"{why}: promoting {old} back")
-
-    async def record_planned_failure(self, progress: Obj, reason: str, message: str) -> None:
-        """A switchover begun to update the primary did not happen: ``status.primaryUpdate`` holds the update back
-        (``primary_update.py``), so it is not tried again every minute for the same spec."""
-        if progress.get("reason") not in PLANNED - {"Switchover"}:
-            return
-        generation = int(self.cluster["metadata"].get("generation", 0))
-        text = f"{message} while updating it ({progress['reason']})"[:1024]
-        record = {"reason": reason, "generation": generation, "time": _iso(_now()), "message": text}
-        await self.write_status({"primaryUpdate": record})
-
-    # --- rejoin --------------------------------------------------------------------------------------------------
-
-    async def rejoin_former_primaries(self) -> None:
-        """Each former primary (claim marked ``kanri.dev/rejoin``) is asked to rejoin once the new primary serves;
-        the mark goes once it reports itself an unfenced replica on the new timeline."""
-        marked = rejoining(self.claims)
-        if not marked:
-            return
-        current = self.primary
-        current_report = self.reports.get(current) if current else None
-        serving = current_report is not None and current_report.role == "primary" and current_report.ready
-        for instance, timeline in marked.items():
-            raw = self.raw.get(instance)
-            if raw is None:
-                continue
-            if raw.role == "replica" and not raw.fenced and (raw.timeline or 0) >= timeline and raw.ready:
-                await self.record_divergence(instance, raw)
-                await self.annotate_claim(instance, {REJOIN: None})
-                how = {"rewind": "pg_rewind", "clone": "a fresh clone"}.get(raw.rejoin_method or "", "streaming")
-                detail = f": {raw.rejoin_message}" if raw.rejoin_message else ""
-                await self.r.events.normal(self.cluster, "Rejoined", f"{instance} rejoined as a replica of "
-                                           f"timeline {raw.timeline} by {how}{detail}")  # fmt: skip
-                continue
-            if raw.rejoin_state == "running" or not serving:
-                continue
-            if raw.rejoin_state == "failed":
-                self.problems.append(Problem("RejoinFailed", f"{instance} could not rejoin: "
-                                             f"{raw.rejoin_message or 'see its log'}"))  # fmt: skip
-            asked = self.memory.rejoin_requests.get(instance)
-            if asked is not None and self.r.clock() - asked < REJOIN_COOLDOWN:
-                continue
-            address = self.address(instance)
-            if address is None:
-                continue
-            await self.label(instance, FENCED)
-            if raw.role == "primary" and not raw.fenced:
-                await self.r.instances.fence(address, self.token or "", f"failover: {current} is the primary now")
-            if await self.r.instances.rejoin(address, self.token or ""):
-                self.memory.rejoin_requests[instance] = self.r.clock()
-                await self.r.events.normal(self.cluster, "Rejoining", f"{instance} (a former primary) rejoins as "
-                                           f"a replica of {current}")  # fmt: skip
-
-    async def record_divergence(self, instance: str, raw: InstanceReport) -> None:
-        """The WAL the former primary had written past the switchpoint, measured by it before its rewind or clone,
-        into the failover's record: the gap estimated at the promotion (its position as last seen) was a lower
-        bound; this is the loss itself. Recorded once, and only for the failover that instance was the source of."""
-        measured = raw.rejoin_diverged_bytes
-        last = dict(self.status.get("lastFailover") or {})
-        if measured is None or last.get("from") != instance or last.get("divergedBytes") is not None:
-            return
-        estimated = last.get("lsnGapBytes")
-        last["divergedBytes"] = measured
-        if raw.rejoin_switchpoint:
-            last["divergedAt"] = raw.rejoin_switchpoint
-        last["lsnGapBytes"] = max(measured, estimated if isinstance(estimated, int) else 0)
-        await self.write_status({"lastFailover": last})
-        where = f"past {raw.rejoin_switchpoint}" if raw.rejoin_switchpoint else "past the switchpoint"
-        was = f"; estimated at the promotion: {estimated} bytes" if estimated is not None else ""
-        if measured == 0:
-            await self.r.events.normal(self.cluster, "FailoverLossMeasured", f"{instance} had written nothing "
-                                       f"{where} on its timeline: the failover lost nothing{was}")  # fmt: skip
-            return
-        which = ("commits acknowledged from it are lost" if last.get("dataLossPossible")
-                 else "none of it was acknowledged: the promoted standby was synchronous")  # fmt: skip
-        message = f"{instance} had written {measured} bytes of WAL {where} on its old timeline, discarded when it "
-        await self.r.events.warning(self.cluster, "FailoverLossMeasured", f"{message}rejoined; {which}{was}")
-
-
-def _lsn_text(position: int) -> str:
-    return f"{position >> 32:X}/{position & 0xFFFFFFFF:X}"
-
-
-def _status_progress(progress: Obj) -> Obj:
-    """``status.failover`` holds only the schema's fields (and no nulls)."""
-    allowed = ("phase", "from", "reason", "started", "primaryLSN", "primaryTimeline", "target", "checkpointLSN",
-               "candidates", "lsnGapBytes", "dataLossPossible", "approvedBy", "blockedReason", "message")  # fmt: skip
-    return {k: v for k, v in progress.items() if k in allowed and v is not None}
+        """A switchover to ``target`` begun and carried on (:func:`switchovers.begin`), or None when it cannot begin."""
+        progress = await switchovers.begin(self, target, reason)
+        return await self.resume(progress) if progress is not None else None
