@@ -186,3 +186,24 @@ async def test_a_refused_child_shows_as_degraded_with_one_warning(client: Client
         assert len(found) == 1
         assert found[0]["type"] == "Warning"
         assert "ConfigMap kv-data" in found[0]["message"]
+
+
+async def test_a_rotation_on_record_is_finished_by_a_restarted_operator(client: Client, namespace: str) -> None:
+    await client.create(KIND, {"metadata": {"name": "kv", "namespace": namespace}, "spec": {"data": {}}})
+    async with operator(client, namespace):
+        await eventually(lambda: ready(client, namespace, "kv"), timeout=60)
+    first = key_of(await client.get(SECRET, "kv-key", namespace))
+    # what an operator stopped right after committing the record leaves behind
+    await client.patch(KIND, "kv", {"metadata": {"annotations": {ROTATE: "two"}}}, namespace)
+    await client.patch_status(KIND, "kv", {"status": {"rotation": {"request": "two", "phase": "Rotating"}}}, namespace)
+    async with operator(client, namespace):
+
+        async def finished() -> Obj | None:
+            status = (await client.get(KIND, "kv", namespace)).get("status") or {}
+            done = ((status.get("requests") or {}).get("rotate-key") or {}).get("value") == "two"
+            return status if done and "rotation" not in status else None
+
+        await eventually(finished, timeout=30)
+    secret = await client.get(SECRET, "kv-key", namespace)
+    assert secret["metadata"]["annotations"][ROTATED] == "two"
+    assert key_of(secret) != first
