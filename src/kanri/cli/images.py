@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from kanri.images.catalog import built_images, images_dir
+from kanri.images.chart import package_chart
 from kanri.images.push import PushError, push_images
 from kanri.images.registry import Destination, Oras, RegistryClientError
 from kanri.local import paths
@@ -77,3 +78,20 @@ def push(
         raise typer.Exit(1) from exc
     for image in pushed:
         typer.echo(f"{image.repository}:{image.tag or '-'}\t{image.reference}")
+
+
+@app.command()
+def chart(
+    out: Annotated[Path, typer.Option("--out", help="Folder of the package.")] = Path(".build/images/chart"),
+    chart_dir: Annotated[Path, typer.Option("--chart", help="The chart folder.")] = Path("deploy/helm/kanri"),
+    images: Annotated[
+        Path | None, typer.Option("--images", help="Folder of images.json (default .build/images).")
+    ] = None,
+) -> None:
+    """Package the Helm chart with the built images' digests (its digests.yaml); print the package's path."""
+    try:
+        package = package_chart(chart_dir, built_images(images), out)
+    except FileNotFoundError as exc:
+        err.print(f"[red]error:[/red] {exc}; run `make images` first (and run this from the checkout)")
+        raise typer.Exit(1) from exc
+    typer.echo(str(package))

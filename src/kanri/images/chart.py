@@ -13,6 +13,7 @@ gzip header without name or time, so the same chart and digests give the same by
 
 from __future__ import annotations
 
+import fnmatch
 import gzip
 import io
 import os
@@ -36,6 +37,15 @@ def digests_yaml(images: list[BuiltImage]) -> str:
     return _HEADER + yaml.safe_dump(dict(sorted(digests.items())), default_flow_style=False)
 
 
+def _ignored(chart: Path) -> list[str]:
+    """The file-name patterns of the chart's ``.helmignore`` (the simple, base-name kind it uses)."""
+    try:
+        lines = (chart / ".helmignore").read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
 def _chart_version(chart: Path) -> str:
     return str(yaml.safe_load((chart / "Chart.yaml").read_text())["version"])
 
@@ -46,7 +56,12 @@ def package_chart(chart: Path, images: list[BuiltImage], out_dir: Path) -> Path:
     meta = yaml.safe_load((chart / "Chart.yaml").read_text())
     name, version = str(meta["name"]), _chart_version(chart)
     mtime = int(os.environ.get("SOURCE_DATE_EPOCH", "0"))
-    files = {p.relative_to(chart).as_posix(): p.read_bytes() for p in chart.rglob("*") if p.is_file()}
+    ignored = _ignored(chart)
+    files = {
+        p.relative_to(chart).as_posix(): p.read_bytes()
+        for p in chart.rglob("*")
+        if p.is_file() and not any(fnmatch.fnmatch(p.name, pattern) for pattern in ignored)
+    }
     files[DIGESTS] = digests_yaml(images).encode()
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
