@@ -10,6 +10,7 @@ import structlog
 from pydantic import ValidationError
 
 from kanri.contract.actions import BackupRequest
+from kanri.contract.backup import WalSwitched
 from kanri.instance.base_backup import BackupError, BaseBackups, state_dir
 from kanri.instance.core import Core
 from kanri.instance.db import connect, fetch_one
@@ -98,4 +99,4 @@ class BackupActions:
         async with conn:
             row = await fetch_one(conn, "SELECT pg_walfile_name(pg_switch_wal()) AS segment")
         log.info("switched WAL", segment=row["segment"])
-        return {"segment": row["segment"]}
+        return WalSwitched(segment=row["segment"]).as_json()

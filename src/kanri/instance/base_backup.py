@@ -24,13 +24,14 @@ import os
 import re
 import subprocess
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import structlog
 
+from kanri.contract.backup import BackupRecord, Expired
 from kanri.instance.archive import (
     DEFAULT_CREDENTIALS_DIR,
     ArchiveTarget,
@@ -55,7 +56,6 @@ __all__ = [
 
 log = structlog.get_logger("kanri.instance.backup")
 
-Phase = Literal["Running", "Completed", "Failed"]
 ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 """An idempotency key: a Kubernetes uid or a name (no path separators, no dots: it names a file)."""
 BARMAN_ID = re.compile(r"^[0-9]{8}T[0-9]{6}$")
@@ -73,35 +73,6 @@ class BackupError(Exception):
         super().__init__(reason)
         self.status = status
         self.reason = reason
-
-
-@dataclass
-class BackupRecord:
-    """One id's backup, as ``GET /backups/{id}`` answers it (camelCase keys)."""
-
-    id: str
-    phase: Phase
-    startedAt: str
-    completedAt: str | None = None
-    backupId: str | None = None  # barman's id (YYYYMMDDThhmmss)
-    beginTime: str | None = None
-    endTime: str | None = None
-    beginWal: str | None = None
-    endWal: str | None = None
-    beginLsn: str | None = None
-    endLsn: str | None = None
-    sizeBytes: int | None = None
-    timeline: int | None = None
-    fromStandby: bool | None = None
-    error: str | None = None
-
-    def as_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def parse(cls, body: Mapping[str, Any]) -> BackupRecord:
-        known = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in body.items() if k in known})
 
 
 def state_dir(pgdata: Path) -> Path:
@@ -196,18 +167,18 @@ def _iso(value: Any) -> str | None:
 def apply_show(record: BackupRecord, shown: Mapping[str, Any]) -> None:
     """Fill ``record`` from ``barman-cloud-backup-show --format json``'s backup (its fields are barman's)."""
     backup_id = shown.get("backup_id")
-    record.backupId = backup_id if isinstance(backup_id, str) else record.backupId
-    record.beginTime = _iso(shown.get("begin_time_iso")) or _iso(shown.get("begin_time"))
-    record.endTime = _iso(shown.get("end_time_iso")) or _iso(shown.get("end_time"))
-    for attr, key in (("beginWal", "begin_wal"), ("endWal", "end_wal"), ("beginLsn", "begin_xlog"),
-                      ("endLsn", "end_xlog")):  # fmt: skip
+    record.backup_id = backup_id if isinstance(backup_id, str) else record.backup_id
+    record.begin_time = _iso(shown.get("begin_time_iso")) or _iso(shown.get("begin_time"))
+    record.end_time = _iso(shown.get("end_time_iso")) or _iso(shown.get("end_time"))
+    for attr, key in (("begin_wal", "begin_wal"), ("end_wal", "end_wal"), ("begin_lsn", "begin_xlog"),
+                      ("end_lsn", "end_xlog")):  # fmt: skip
         value = shown.get(key)
         setattr(record, attr, value if isinstance(value, str) else None)
-    for attr, key in (("sizeBytes", "size"), ("timeline", "timeline")):
+    for attr, key in (("size_bytes", "size"), ("timeline", "timeline")):
         value = shown.get(key)
         setattr(record, attr, value if isinstance(value, int) and not isinstance(value, bool) else None)
-    if record.sizeBytes is None and isinstance(shown.get("cluster_size"), int):
-        record.sizeBytes = shown["cluster_size"]  # what Barman Cloud records: the size of the data backed up
+    if record.size_bytes is None and isinstance(shown.get("cluster_size"), int):
+        record.size_bytes = shown["cluster_size"]  # what Barman Cloud records: the size of the data backed up
 
 
 def find_shown(body: Any) -> Mapping[str, Any] | None:
@@ -247,13 +218,14 @@ class BaseBackups:
         if not ID_PATTERN.fullmatch(backup):
             raise BackupError(400, "a backup id is 1-63 lower case letters, digits and '-'")
         try:
-            record = BackupRecord.parse(json.loads(self._path(backup).read_bytes()))
+            record = BackupRecord.model_validate(json.loads(self._path(backup).read_bytes()))
         except FileNotFoundError:
             return None
         except (OSError, ValueError, TypeError) as exc:
-            return BackupRecord(backup, "Failed", "", error=f"the backup's record cannot be read: {exc}")
+            return BackupRecord(id=backup, phase="Failed", started_at="",
+                                error=f"the backup's record cannot be read: {exc}")  # fmt: skip
         if record.phase == "Running" and self._running != backup:
-            record.phase, record.completedAt = "Failed", _now()
+            record.phase, record.completed_at = "Failed", _now()
             record.error = "the instance manager stopped while the backup ran"
             self._write(record)
         return record
@@ -268,7 +240,7 @@ class BaseBackups:
             raise BackupError(409, f"backup {self._running} is running on this instance; one at a time")
         if target is None:
             raise BackupError(409, "no backup repository is configured for this cluster")
-        record = BackupRecord(backup, "Running", _now(), fromStandby=standby)
+        record = BackupRecord(id=backup, phase="Running", started_at=_now(), from_standby=standby)
         self._write(record)  # before barman starts: a retry after a crash finds the id
         self._running = backup
         self._task = asyncio.create_task(self._run(record, target), name=f"backup-{backup}")
@@ -322,16 +294,16 @@ class BaseBackups:
             record.phase, record.error = "Failed", f"the backup did not finish within {BACKUP_TIMEOUT:.0f} s"
         except asyncio.CancelledError:
             record.phase, record.error = "Failed", "the instance manager stopped while the backup ran"
-            record.completedAt = _now()
+            record.completed_at = _now()
             self._write(record)
             raise
         except (OSError, ValueError) as exc:
             record.phase, record.error = "Failed", f"cannot run Barman Cloud: {exc}"[:MAX_ERROR]
         finally:
             self._running = None
-        record.completedAt = _now()
+        record.completed_at = _now()
         self._write(record)
-        log.info("base backup finished", id=record.id, phase=record.phase, backup_id=record.backupId,
+        log.info("base backup finished", id=record.id, phase=record.phase, backup_id=record.backup_id,
                  error=record.error)  # fmt: skip
 
     async def expire(self, ids: list[str], target: ArchiveTarget | None) -> dict[str, Any]:
@@ -350,7 +322,7 @@ class BaseBackups:
             else:
                 failed[backup_id] = _short(output)
         log.info("base backups expired", deleted=deleted, failed=sorted(failed))
-        return {"deleted": deleted, "failed": failed}
+        return Expired(deleted=deleted, failed=failed).as_json()
 
     async def close(self) -> None:
         """Stop a running backup (the manager is shutting down); its record says Failed."""
