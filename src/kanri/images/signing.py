@@ -97,7 +97,10 @@ def sign_blob(cosign: Path, pair: KeyPair, payload: Path) -> str:
         "--yes",
         "--key",
         str(pair.private),
+        # the classic detached signature, no transparency log (the flags cosign 3 deprecates but keeps: its new
+        # bundle format has no offline, key-only mode for sign-blob yet)
         "--tlog-upload=false",
+        "--new-bundle-format=false",
         "--use-signing-config=false",
         str(payload),
     ]
