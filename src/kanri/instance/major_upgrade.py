@@ -39,9 +39,8 @@ from typing import Any
 
 import structlog
 
-from kanri.instance.config import ClusterConfig, Settings, SettingsError
+from kanri.instance.config import ClusterConfig, Settings
 from kanri.instance.identity import data_version
-from kanri.instance.logs import configure_logging
 from kanri.instance.tls import install as install_tls
 from kanri.instance.upgrade_tools import (
     UPGRADE_PORT_NEW,
@@ -54,13 +53,13 @@ from kanri.instance.upgrade_tools import (
     initdb,
     run_tool,
     temporary_server,
+    upgrade_pod,
     verdict,
 )
 
 __all__ = ["POST_UPGRADE", "WORK_DIR", "main", "upgrade"]
 
 log = structlog.get_logger("kanri.instance.major_upgrade")
-TERMINATION_LOG = Path("/dev/termination-log")
 WORK_DIR = "kanri-upgrade"
 """Beside PGDATA on the volume: the state file, pg_upgrade's scripts and logs."""
 POST_UPGRADE = "post-upgrade.json"
@@ -255,16 +254,9 @@ def _tail(text: str, lines: int = 25) -> str:
 def main(env: dict[str, str] | None = None) -> int:
     """``kanri-instance upgrade``: ``KANRI_UPGRADE_FROM``/``KANRI_UPGRADE_TO``; the verdict is the termination
     message; 0 on success."""
-    environ = dict(os.environ if env is None else env)
-    termination = Path(environ.get("KANRI_TERMINATION_LOG") or TERMINATION_LOG)
-    try:
-        settings = Settings.from_env(environ)
-        old, new = int(environ["KANRI_UPGRADE_FROM"]), int(environ["KANRI_UPGRADE_TO"])
-    except (SettingsError, KeyError, ValueError) as exc:
-        configure_logging()
-        verdict("Failed", f"invalid settings: {exc}", termination)
+    if (pod := upgrade_pod(env)) is None:
         return 2
-    configure_logging(instance=settings.name, cluster=settings.cluster, namespace=settings.namespace)
+    settings, old, new, environ, termination = pod.settings, pod.old, pod.new, pod.environ, pod.termination
     started = time.monotonic()
     try:
         extra = asyncio.run(upgrade(settings, old, new, environ))

@@ -21,8 +21,7 @@ from pathlib import Path
 
 import structlog
 
-from kanri.instance.config import Settings, SettingsError
-from kanri.instance.logs import configure_logging
+from kanri.instance.config import Settings
 from kanri.instance.tls import client_env
 from kanri.instance.tls import install as install_tls
 from kanri.instance.upgrade_tools import (
@@ -34,13 +33,13 @@ from kanri.instance.upgrade_tools import (
     initdb,
     run_tool,
     temporary_server,
+    upgrade_pod,
     verdict,
 )
 
 __all__ = ["check", "main"]
 
 log = structlog.get_logger("kanri.instance.upgrade_check")
-TERMINATION_LOG = Path("/dev/termination-log")
 
 
 def _passfile(settings: Settings, scratch: Path) -> Path:
@@ -138,16 +137,9 @@ async def check(settings: Settings, old: int, new: int, env: dict[str, str], scr
 
 def main(env: dict[str, str] | None = None) -> int:
     """``kanri-instance upgrade-check``; 0 when the check passed."""
-    environ = dict(os.environ if env is None else env)
-    termination = Path(environ.get("KANRI_TERMINATION_LOG") or TERMINATION_LOG)
-    try:
-        settings = Settings.from_env(environ)
-        old, new = int(environ["KANRI_UPGRADE_FROM"]), int(environ["KANRI_UPGRADE_TO"])
-    except (SettingsError, KeyError, ValueError) as exc:
-        configure_logging()
-        verdict("Failed", f"invalid settings: {exc}", termination)
+    if (pod := upgrade_pod(env)) is None:
         return 2
-    configure_logging(instance=settings.name, cluster=settings.cluster, namespace=settings.namespace)
+    settings, old, new, environ, termination = pod.settings, pod.old, pod.new, pod.environ, pod.termination
     started = time.monotonic()
     try:
         summary = asyncio.run(check(settings, old, new, environ, settings.pgdata.parent / "check"))

@@ -18,17 +18,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kanri.instance.config import Settings, SettingsError
+from kanri.instance.logs import configure_logging
+
 __all__ = [
+    "TERMINATION_LOG",
     "InitdbSettings",
     "UpgradeError",
+    "UpgradePod",
     "bin_dir",
     "checksums_enabled",
     "controldata",
     "initdb",
     "run_tool",
     "temporary_server",
+    "upgrade_pod",
     "verdict",
 ]
+
+TERMINATION_LOG = Path("/dev/termination-log")
+"""Where the kubelet takes a pod's termination message from (``KANRI_TERMINATION_LOG`` overrides it)."""
 
 UPGRADE_PORT_OLD = 50432
 UPGRADE_PORT_NEW = 50433
@@ -147,3 +156,30 @@ def verdict(result: str, message: str, termination_log: Path, **extra: Any) -> s
         termination_log.write_text(line + "\n")
     print(line, flush=True)
     return line
+
+
+@dataclass(frozen=True)
+class UpgradePod:
+    """What a major upgrade's one-off pod (``upgrade-check`` or ``upgrade``) starts from."""
+
+    settings: Settings
+    old: int
+    new: int
+    environ: dict[str, str]
+    termination: Path
+
+
+def upgrade_pod(env: Mapping[str, str] | None = None) -> UpgradePod | None:
+    """The pod's settings and both majors (``KANRI_UPGRADE_FROM``/``KANRI_UPGRADE_TO``) from the environment, with
+    logging configured; None once a Failed verdict says which setting is wrong (the pod then exits 2)."""
+    environ = dict(os.environ if env is None else env)
+    termination = Path(environ.get("KANRI_TERMINATION_LOG") or TERMINATION_LOG)
+    try:
+        settings = Settings.from_env(environ)
+        old, new = int(environ["KANRI_UPGRADE_FROM"]), int(environ["KANRI_UPGRADE_TO"])
+    except (SettingsError, KeyError, ValueError) as exc:
+        configure_logging()
+        verdict("Failed", f"invalid settings: {exc}", termination)
+        return None
+    configure_logging(instance=settings.name, cluster=settings.cluster, namespace=settings.namespace)
+    return UpgradePod(settings, old, new, environ, termination)
