@@ -77,8 +77,9 @@ def writes_in_code() -> tuple[Needed, list[str]]:
             if isinstance(func, ast.Attribute) and func.attr in CLIENT_VERBS and _is_client(func.value):
                 verbs = CLIENT_VERBS[func.attr]
             elif isinstance(func, ast.Attribute) and func.attr == "apply" and isinstance(func.value, ast.Name):
-                # The reconciler's own ``self.apply(KIND, desired)``: sync.ensure, a server-side apply.
-                verbs = CLIENT_VERBS["apply"] if func.value.id == "self" else None
+                # The pass's own ``self.apply(KIND, desired)`` (``step.apply`` in a concern's step written against
+                # the pass's Protocol): sync.ensure, a server-side apply.
+                verbs = CLIENT_VERBS["apply"] if func.value.id in ("self", "step") else None
             elif isinstance(func, ast.Name) and func.id in HELPER_VERBS and len(node.args) > 1:
                 verbs, kind_arg = HELPER_VERBS[func.id], node.args[1]
             if verbs is None:

@@ -8,11 +8,14 @@ returned with :meth:`ClusterStep.adopt_status`; it never assigns the pass's fiel
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Any, Protocol
 
-from kanri.runtime import Cache, Client, EventRecorder
+from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
+from kanri.postgres.cluster.problems import Problem
+from kanri.runtime import ApiError, Cache, Client, EventRecorder, Kind
 
-__all__ = ["ClusterStep"]
+__all__ = ["ChildStep", "ClusterStep"]
 
 Obj = dict[str, Any]
 
@@ -46,3 +49,32 @@ class ClusterStep(Protocol):
     def adopt_status(self, updated: Obj) -> None:
         """Take the status a status write returned as the pass's own (later steps read it, not the cache's)."""
         ...
+
+
+class ChildStep(ClusterStep, Protocol):
+    """A step that writes the cluster's children: a write the API server refuses becomes one of the pass's problems
+    (and the pass goes on)."""
+
+    @property
+    def spec(self) -> PostgresClusterSpec: ...
+
+    @property
+    def running(self) -> bool:
+        """The cluster's instances run (not hibernated, not stopped for a major upgrade)."""
+        ...
+
+    @property
+    def problems(self) -> list[Problem]:
+        """What this pass found wrong so far (a step appends to it)."""
+        ...
+
+    async def apply(self, kind: Kind, desired: Obj) -> str:
+        """Server-side apply ``desired`` when it differs: ``created``, ``updated``, ``unchanged``, ``blocked`` or
+        ``rejected``."""
+        ...
+
+    async def write(self, kind: Kind, name: str, request: Awaitable[Any]) -> bool:
+        """Send one write; False when it was refused (recorded as a problem)."""
+        ...
+
+    def rejected(self, kind: Kind, name: str, exc: ApiError) -> None: ...

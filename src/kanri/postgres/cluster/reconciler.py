@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,23 +27,20 @@ from kanri.postgres.backup.cleanup import BackupCleanup
 from kanri.postgres.children.config import config_map
 from kanri.postgres.children.images import DEFAULT_IMAGES, PostgresImages
 from kanri.postgres.children.networkpolicy import OPERATOR_NAMESPACE, network_policy
-from kanri.postgres.children.pdb import disruption_budgets, wants_budgets
 from kanri.postgres.children.pvc import claim
 from kanri.postgres.children.rbac import service_account
 from kanri.postgres.children.services import services
 from kanri.postgres.children.statefulset import bootstrap_role, image_major, postgres_image, statefulset
 from kanri.postgres.cluster.deletion import FINALIZER, cleanup
-from kanri.postgres.cluster.diff import is_subset
-from kanri.postgres.cluster.instances import InstanceClient, InstanceReport, gather_reports
+from kanri.postgres.cluster.instances import InstanceClient, InstanceReport
+from kanri.postgres.cluster.observe import bootstrapping_primary, existing_instances, observe
+from kanri.postgres.cluster.observe import claims as claims_of
 from kanri.postgres.cluster.pod_problems import pod_problems
 from kanri.postgres.cluster.problems import (
     Problem,
     child_conflict,
     child_rejected,
-    ordered,
     report_problems,
-    secret_problems,
-    storage_class_missing,
     volume_lost,
 )
 from kanri.postgres.cluster.recorded import (
@@ -51,28 +49,26 @@ from kanri.postgres.cluster.recorded import (
     recorded_primary,
     recorded_system_identifier,
 )
-from kanri.postgres.cluster.status import Observation, compute_status, condition_flipped, status_patch
+from kanri.postgres.cluster.report import report
+from kanri.postgres.cluster.status import Observation
 from kanri.postgres.cluster.sync import ensure
-from kanri.postgres.credentials.secrets import desired_secrets, secret_value
+from kanri.postgres.credentials import step as credentials_step
+from kanri.postgres.credentials.secrets import secret_value
 from kanri.postgres.ha import primary_update
 from kanri.postgres.ha.failover import SUSPECT_INTERVAL
 from kanri.postgres.ha.failover_step import FailoverStep, StepResult
 from kanri.postgres.ha.memory import HaMemory
 from kanri.postgres.ha.primary import choose_primary, gate_removals
 from kanri.postgres.ha.rejoin import rejoining, withhold_rejoining
-from kanri.postgres.ha.splitbrain import HELP, Verdict, decide, fenced_names, next_record, routed, split_brain_problem
-from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
+from kanri.postgres.ha.routing import fence_rogues, label_pods
+from kanri.postgres.ha.splitbrain import Verdict, decide, fenced_names, next_record, routed, split_brain_problem
+from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.labels import (
-    FENCED,
     PRIMARY,
     REPLICA,
-    ROLE,
-    belongs,
     cluster_routes_by_app,
     isolates_by_app,
     missing_labels,
-    of_cluster,
-    runs_instance,
     statefulset_by_app,
 )
 from kanri.postgres.metrics import PostgresMetrics
@@ -80,11 +76,13 @@ from kanri.postgres.pods import oneshot
 from kanri.postgres.pods import policy as pod_policy
 from kanri.postgres.recovery import bootstrap as recovery
 from kanri.postgres.recovery import rehearsal as restore_test
+from kanri.postgres.recovery.bootstrap import Restore
 from kanri.postgres.tls.step import ensure_tls
+from kanri.postgres.topology import rollout
+from kanri.postgres.topology import step as topology_step
 from kanri.postgres.topology.plan import InstancePlan, plan_instances
 from kanri.postgres.topology.restarts import next_restart
-from kanri.postgres.topology.storage import StoragePlan, plan_storage
-from kanri.postgres.upgrade import machine as upgrade
+from kanri.postgres.topology.storage import StoragePlan
 from kanri.postgres.upgrade import step as upgrade_step
 from kanri.postgres.upgrade.versions import running_major, upgrade_verdict
 from kanri.runtime import (
@@ -99,7 +97,6 @@ from kanri.runtime import (
     add_finalizer,
     controller_of,
     finalizer_step,
-    get_condition,
     is_controlled_by,
     remove_finalizer,
 )
@@ -107,7 +104,6 @@ from kanri.runtime.kinds import (
     CONFIG_MAP,
     NETWORK_POLICY,
     POD,
-    POD_DISRUPTION_BUDGET,
     PVC,
     SECRET,
     SERVICE,
@@ -129,6 +125,45 @@ _RESTART_COOLDOWN = 60.0  # do not ask the same instance to restart again before
 # instances reporting a pending restart has held that long, or a replica that saw a lowered max_connections first is
 # restarted before its primary reports it (CI caught the replica crash-looping on "insufficient parameter settings").
 _RESTART_SETTLE = 8.0
+
+
+@dataclass
+class Seen:
+    """What a pass read before it changed anything."""
+
+    raw: dict[str, InstanceReport]
+    """The instances' reports as they answered."""
+    reports: dict[str, InstanceReport]
+    """As routed: a fenced or rejoining instance never reads as a primary."""
+    pods: dict[str, Obj]
+    claims: dict[str, Obj]
+    existing: list[str]
+    marked: dict[str, int]
+    """Former primaries that must rejoin (instance -> the timeline to follow)."""
+    recorded: str | None
+    """The primary recorded on the claims."""
+    verdict: Verdict
+    split_brain: Obj | None
+    """``status.splitBrain`` after this pass."""
+
+
+@dataclass
+class Data:
+    """The instances the cluster should have, and what its data is."""
+
+    plan: InstancePlan
+    major: int
+    system_identifier: str | None
+    removal_waiting: dict[str, str]
+
+
+@dataclass
+class Changes:
+    """What the converging steps did that the status reports."""
+
+    scaled: bool = False
+    storage: StoragePlan = field(default_factory=StoragePlan)
+    restarting: str | None = None
 
 
 def validated_spec(cluster: Obj) -> PostgresClusterSpec:
@@ -293,6 +328,10 @@ class ClusterPass:
         return self.r.client
 
     @property
+    def instance_client(self) -> InstanceClient:
+        return self.r.instances
+
+    @property
     def events(self) -> EventRecorder:
         return self.r.events
 
@@ -310,89 +349,123 @@ class ClusterPass:
         self.cluster = {**self.cluster, "status": self.status}
 
     async def run(self) -> Result:
-        await self.credentials()  # before any pod that mounts them
+        await credentials_step.ensure(self)  # before any pod that mounts them
         # CA, server certificate; a TLS Secret that is wrong is named (InvalidServerSecret), never trusted
         self.problems.extend(await ensure_tls(self, self.spec.replicas, self.r.instances, self.r.metrics))
         # Where WAL goes (the cluster's repository or the platform's), its key pair copied before pods mount it.
         repository = backup.resolve(self.spec, self.namespace, self.r.backup)
         credentials_problem = await backup.ensure_credentials(self, repository)
-        # Observe first: which instance is primary, and what the data is, come from the instances themselves.
-        raw, pods = await self.observe()
-        claims = self.claims()
+        # Observe first: which instance is primary, and what the data is, come from the instances themselves; a
+        # second primary is fenced before anything else this pass (routing first, then its PostgreSQL stopped).
+        seen = await self.look()
+        # The primary failed (or a switchover was asked): fence, elect, promote — before anything else changes.
+        step = await self.fail_over(seen)
+        if step.promoted:
+            return Result(requeue_after=SUSPECT_INTERVAL)  # the next pass sees the new primary's claim and report
+        data = await self.the_data(seen)
+        archive = backup.archive_target(repository, backup.server_name(self.cluster))
+        # bootstrap.recovery: where the source's backups are; no instance before that is known (it would initdb)
+        restore = await recovery.prepare(self, self.r.backup, archive, initialised=data.system_identifier is not None)
+        await self.shared_children(data.plan, data.system_identifier, archive, restore.entry)
+        # A failover in progress changes nothing else: no rollout, scale-down or restart.
+        changes = await self.converge(seen, data, restore, failing_over=step.active)
+        if self.switching is not None:  # the primary's update began a switchover: report it as one
+            step = self.switching
+            self.cluster, self.status = step.cluster, step.cluster.get("status") or {}
+        self.find_problems(seen)
+        await report(self, self.observation(seen, data, changes, step))
+        # status.upgrade: approval, gates, check, pg_upgrade
+        self.upgrade_busy = await upgrade_step.run(self, data.major, data.plan, seen.reports)
+        primary_report = seen.reports.get(data.plan.primary) if data.plan.primary else None
+        verdict = backup.decide(repository, self.name, primary_report, credentials_problem)
+        await backup.report(self, self.r.backup, verdict)
+        await recovery.report(self, restore)
+        await restore_test.run(self, data.major, archiving=archive is not None)  # a rehearsal due, running or done
+        await backup_schedule.run(self, repository)  # the first and the scheduled base backups; their summary
+        return self.next_look(step)
+
+    async def look(self) -> Seen:
+        """The instances' reports and pods, their claims; who is primary, and a second primary fenced."""
+        raw, pods = await observe(self)
+        claims = claims_of(self)
         existing = self.existing_instances()
         marked = rejoining(claims)  # former primaries: never a primary again until they rejoined
         reports = withhold_rejoining(raw, marked)
         recorded = recorded_primary(claims.values())
         verdict = decide(reports, recorded=recorded, status=self.status.get("currentPrimary"),
                          instances=existing)  # fmt: skip
-        # A second primary is fenced before anything else this pass: routing first, then its PostgreSQL stopped.
-        await self.fence_rogues(verdict, pods)
+        await fence_rogues(self, verdict, pods)
         reports = routed(reports, verdict)  # from here on a fenced instance is never read as a primary
         split_brain = next_record(self.status.get("splitBrain"), verdict, reports, existing, datetime.now(UTC))
-        # The primary failed (or a switchover was asked): fence, elect, promote — before anything else changes.
-        designated = verdict.primary or recorded or self.status.get("currentPrimary")
-        self.failover = FailoverStep(self.r, self.cluster, self.spec, primary=designated, instances=existing,
-                                     reports=reports, raw=raw, pods=pods, claims=claims)  # fmt: skip
+        return Seen(raw=raw, reports=reports, pods=pods, claims=claims, existing=existing, marked=marked,
+                    recorded=recorded, verdict=verdict, split_brain=split_brain)  # fmt: skip
+
+    async def fail_over(self, seen: Seen) -> StepResult:
+        """The failover step (:mod:`kanri.postgres.ha.failover_step`); the cluster as it last wrote it."""
+        designated = seen.verdict.primary or seen.recorded or self.status.get("currentPrimary")
+        self.failover = FailoverStep(self.r, self.cluster, self.spec, primary=designated, instances=seen.existing,
+                                     reports=seen.reports, raw=seen.raw, pods=seen.pods,
+                                     claims=seen.claims)  # fmt: skip
         step = await self.failover.run()
         self.cluster = step.cluster
         self.status = step.cluster.get("status") or {}
-        if step.promoted:
-            return Result(requeue_after=SUSPECT_INTERVAL)  # the next pass sees the new primary's claim and report
-        self.problems.extend(step.problems)
-        plan = self.plan(verdict.primary, claims)
-        await self.record(claims, reports, plan.primary)
-        system_identifier = self.system_identifier(claims, plan, reports)
-        recorded_data = recorded_major(claims, plan.primary)
-        major = running_major(recorded_data, reports, self.status.get("postgresMajor"), self.spec.version)
-        plan, removal_waiting = gate_removals(plan, reports)  # a replica goes only once proven a replica
-        archive = backup.archive_target(repository, backup.server_name(self.cluster))
-        # bootstrap.recovery: where the source's backups are; no instance before that is known (it would initdb)
-        restore = await recovery.prepare(self, self.r.backup, archive, initialised=system_identifier is not None)
-        await self.shared_children(plan, system_identifier, archive, restore.entry)
-        restarting: str | None = None
-        storage = StoragePlan()
-        scaled = False
-        if not step.active:  # a failover in progress changes nothing else: no rollout, scale-down or restart
-            scaled = await self.scale(plan)
+        if not step.promoted:
+            self.problems.extend(step.problems)
+        return step
+
+    async def the_data(self, seen: Seen) -> Data:
+        """The instance plan, the data's identity and major (recorded onto the claims first)."""
+        plan = self.plan(seen.verdict.primary, seen.claims)
+        await self.record(seen.claims, seen.reports, plan.primary)
+        system_identifier = self.system_identifier(seen.claims, plan, seen.reports)
+        recorded_data = recorded_major(seen.claims, plan.primary)
+        major = running_major(recorded_data, seen.reports, self.status.get("postgresMajor"), self.spec.version)
+        plan, removal_waiting = gate_removals(plan, seen.reports)  # a replica goes only once proven a replica
+        return Data(plan=plan, major=major, system_identifier=system_identifier, removal_waiting=removal_waiting)
+
+    async def converge(self, seen: Seen, data: Data, restore: Restore, *, failing_over: bool) -> Changes:
+        """Scale, roll out the instances, budgets, volumes, role labels, restarts and the primary's update."""
+        changes = Changes()
+        if not failing_over:
+            changes.scaled = await topology_step.scale(self, data.plan)
             if not restore.blocked:
-                await self.instances(plan, major)
-            await self.budgets(plan)
-            storage = await self.storage(plan)
-        self.check_storage_class(plan)
-        await self.label_pods(plan, reports, pods, fenced_names(split_brain) | set(marked))
-        if not step.active:
-            restarting = await self.restart(plan, reports)
+                await self.instances(data.plan, data.major)
+            await topology_step.budgets(self, data.plan)
+            changes.storage = await topology_step.storage(self, data.plan)
+        topology_step.check_storage_class(self, data.plan)
+        fenced = fenced_names(seen.split_brain) | set(seen.marked)
+        await label_pods(self, data.plan, seen.reports, seen.pods, fenced)
+        if not failing_over:
+            changes.restarting = await self.restart(data.plan, seen.reports)
             await self.settle_primary_update()
-        if self.switching is not None:  # the primary's update began a switchover: report it as one
-            step = self.switching
-            self.cluster, self.status = step.cluster, step.cluster.get("status") or {}
-        self.check_secrets()
+        return changes
+
+    def find_problems(self, seen: Seen) -> None:
+        """What the cache and the reports show wrong (beyond what the steps found as they went)."""
+        self.problems.extend(credentials_step.problems(self))
         self.problems.extend(oneshot.foreign_in(self))  # a pod someone else made under a one-shot pod's name
-        if (split := split_brain_problem(split_brain)) is not None:
+        if (split := split_brain_problem(seen.split_brain)) is not None:
             self.problems.append(split)
         known = {p.subject for p in self.problems if p.subject is not None}
-        self.problems.extend(report_problems(reports, known=known))
-        self.problems.extend(pod_problems(pods, claims, datetime.now(UTC), storage_classes={
+        self.problems.extend(report_problems(seen.reports, known=known))
+        self.problems.extend(pod_problems(seen.pods, seen.claims, datetime.now(UTC), storage_classes={
             c["metadata"]["name"]: c for c in self.cache.list(STORAGE_CLASS)}))  # fmt: skip
+
+    def observation(self, seen: Seen, data: Data, changes: Changes, step: StepResult) -> Observation:
+        """Everything the status reports of this pass."""
         approved = self.spec.upgrade.approved_version if self.spec.upgrade else None
-        observation = Observation(plan=plan, hibernated=not self.running, reports=reports, pods=pods,
-                                  generation=int(self.cluster["metadata"].get("generation", 0)), storage=storage,
-                                  scaled=scaled, restarting=restarting, rolling=self.rolling,
-                                  waiting_to_roll=tuple(self.waiting_to_roll), problems=tuple(self.problems),
-                                  removal_waiting=removal_waiting, major=major,
-                                  upgrade=upgrade_verdict(major, self.spec.version, approved),
-                                  system_identifier=system_identifier, split_brain=split_brain,
-                                  failover=step.progress, primary_waiting=self.primary_waiting,
-                                  upgrading=upgrade_step.in_progress(self.status))  # fmt: skip
-        await self.report(observation)
-        await self.upgrade(major, plan, reports)  # status.upgrade: approval, gates, check, pg_upgrade
-        primary_report = reports.get(plan.primary) if plan.primary else None
-        await backup.report(
-            self, self.r.backup, backup.decide(repository, self.name, primary_report, credentials_problem)
-        )
-        await recovery.report(self, restore)
-        await restore_test.run(self, major, archiving=archive is not None)  # a rehearsal due, running or done
-        await backup_schedule.run(self, repository)  # the first and the scheduled base backups; their summary
+        return Observation(plan=data.plan, hibernated=not self.running, reports=seen.reports, pods=seen.pods,
+                           generation=int(self.cluster["metadata"].get("generation", 0)), storage=changes.storage,
+                           scaled=changes.scaled, restarting=changes.restarting, rolling=self.rolling,
+                           waiting_to_roll=tuple(self.waiting_to_roll), problems=tuple(self.problems),
+                           removal_waiting=data.removal_waiting, major=data.major,
+                           upgrade=upgrade_verdict(data.major, self.spec.version, approved),
+                           system_identifier=data.system_identifier, split_brain=seen.split_brain,
+                           failover=step.progress, primary_waiting=self.primary_waiting,
+                           upgrading=upgrade_step.in_progress(self.status))  # fmt: skip
+
+    def next_look(self, step: StepResult) -> Result:
+        """When to look again: soon while a child is blocked, a failover or an upgrade runs; else the refresh."""
         if self.blocked:
             return Result(requeue_after=_RETRY_BLOCKED)
         wait = self.r.refresh
@@ -402,47 +475,9 @@ class ClusterPass:
             wait = min(wait, _UPGRADE_POLL)
         return Result(requeue_after=wait)
 
-    async def upgrade(self, major: int, plan: InstancePlan, reports: dict[str, InstanceReport]) -> None:
-        """The major upgrade's record (``status.upgrade``) as :func:`kanri.postgres.upgrade.machine.decide` wants it,
-        written before anything acts on it, with a Normal Event when its phase changes; then the check or the
-        upgrade's next step (:mod:`kanri.postgres.upgrade.step`)."""
-        status = self.cluster.get("status") or {}
-        ready = get_condition(status.get("conditions") or [], "Ready") or {}
-        last_backup = (status.get("backup") or {}).get("lastSuccessful")
-        decision = upgrade.decide(upgrade.Observed(
-            running=major, version=self.spec.version,
-            approved=self.spec.upgrade.approved_version if self.spec.upgrade else None,
-            generation=int(self.cluster["metadata"].get("generation", 0)),
-            ready=ready.get("status") == "True" and plan.primary is not None,
-            last_backup=datetime.fromisoformat(last_backup.replace("Z", "+00:00")) if last_backup else None,
-            record=status.get("upgrade"), now=datetime.now(UTC).replace(microsecond=0),
-            backups_in_flight=self.backups_in_flight()))  # fmt: skip
-        old = status.get("upgrade")
-        if decision.record != old:
-            patch = decision.record
-            if patch is not None and old:  # a merge patch: fields the new record lacks are removed
-                patch = {**{key: None for key in old if key not in patch}, **patch}
-            updated = await self.client.patch_status(POSTGRES_CLUSTER, self.name, {"status": {"upgrade": patch}},
-                                                     self.namespace)  # fmt: skip
-            self.status = updated.get("status") or {}
-            self.cluster = {**self.cluster, "status": self.status}
-            if decision.event is not None:
-                await self.r.events.normal(self.cluster, *decision.event)
-        record = self.status.get("upgrade")
-        await upgrade_step.sweep(self, record)
-        if record is None or decision.action == "none":
-            return
-        self.upgrade_busy = True
-        if decision.action == "check":
-            await upgrade_step.check(self, dict(record), plan.primary)
-        else:
-            await upgrade_step.advance(self, dict(record), plan, reports)
-
-    def backups_in_flight(self) -> tuple[str, ...]:
-        """The cluster's PostgresBackups that are Pending or Running."""
-        found = self.cache.list(POSTGRES_BACKUP, self.namespace)
-        return tuple(sorted(b["metadata"]["name"] for b in found if (b.get("spec") or {}).get("cluster") == self.name
-                            and (b.get("status") or {}).get("phase", "Pending") in ("Pending", "Running")))  # fmt: skip
+    def existing_instances(self) -> list[str]:
+        """Instances with a volume or a StatefulSet (not being deleted): they hold data or run."""
+        return existing_instances(self)
 
     # --- writes that may be refused --------------------------------------------------------------------------------
 
@@ -494,56 +529,12 @@ class ClusterPass:
 
     # --- step 4/5: children ----------------------------------------------------------------------------------------
 
-    async def credentials(self) -> None:
-        """Generate each missing credential Secret once; an existing one is adopted as it is."""
-        for wanted in desired_secrets(self.name, self.owner):
-            if self.cache.get(SECRET, wanted.name, self.namespace) is not None:
-                continue
-            try:
-                await self.client.create(SECRET, wanted.build(self.name, self.namespace))
-            except ApiError as exc:
-                if exc.status != 409:
-                    self.rejected(SECRET, wanted.name, exc)
-                continue  # exists, the cache had not seen it yet: adopted, never overwritten
-            await self.r.events.normal(self.cluster, "CreatedSecret", f"generated Secret {wanted.name}")
-
-    @property
-    def owner(self) -> str:
-        return self.spec.bootstrap.initdb.owner if self.spec.bootstrap.initdb else "app"
-
-    def check_secrets(self) -> None:
-        """Every adopted credential Secret against the contract (from the cache: costs no request)."""
-        wanted = [s.name for s in desired_secrets(self.name, self.owner)]
-        found = {name: self.cache.get(SECRET, name, self.namespace) for name in wanted}
-        self.problems.extend(secret_problems(self.name, found, self.owner))
-
-    def existing_instances(self) -> list[str]:
-        """Instances with a volume or a StatefulSet (not being deleted): they hold data or run."""
-        claims = of_cluster(self.cache, PVC, self.namespace, self.name)
-        sets = self.cache.owned_by(STATEFUL_SET, self.uid)
-        found = [o["metadata"]["name"] for o in [*claims, *sets] if not o["metadata"].get("deletionTimestamp")]
-        return sorted({n for n in found if names.instance_number(self.name, n) is not None})
-
-    def claims(self) -> dict[str, Obj]:
-        """The instances' claims in the cache, by name (those being deleted too: their records still count)."""
-        found = of_cluster(self.cache, PVC, self.namespace, self.name)
-        return {c["metadata"]["name"]: c for c in found if names.instance_number(self.name, c["metadata"]["name"])}
-
     def plan(self, reported: str | None, claims: dict[str, Obj]) -> InstancePlan:
         existing = self.existing_instances()
         primary = choose_primary(existing, reported, recorded=recorded_primary(claims.values()),
                                  status=self.status.get("currentPrimary"),
-                                 bootstrapping=self.bootstrapping_primary())  # fmt: skip
+                                 bootstrapping=bootstrapping_primary(self))  # fmt: skip
         return plan_instances(self.name, self.spec.replicas, existing, primary)
-
-    def bootstrapping_primary(self) -> str | None:
-        """Before any instance has reported (status names no primary): the instance already told to bootstrap as
-        primary, if an earlier pass — perhaps of an operator killed midway — created one. Choosing another would
-        leave every instance waiting to clone from a primary that never initialises."""
-        for sts in self.cache.owned_by(STATEFUL_SET, self.uid):
-            if bootstrap_role(sts) == PRIMARY and not sts["metadata"].get("deletionTimestamp"):
-                return str(sts["metadata"]["name"])
-        return None
 
     async def record(self, claims: dict[str, Obj], reports: dict[str, InstanceReport], primary: str | None) -> None:
         """What the reports say about the data (last primary, major, system identifier), onto the claims."""
@@ -575,74 +566,6 @@ class ClusterPass:
         isolated = isolates_by_app(self.cache.owned_by(STATEFUL_SET, self.uid))
         await self.apply(NETWORK_POLICY, network_policy(self.cluster, operator_namespace=self.r.operator_namespace,
                                                         by_app=isolated))  # fmt: skip
-
-    async def scale(self, plan: InstancePlan) -> bool:
-        """Remove the replicas the plan drops (StatefulSet, then volume: a replica's data is on the primary)."""
-        before = len(plan.instances) - len(plan.added) + len(plan.removed)
-        scaling = before > 0 and bool(plan.added or plan.removed)  # not the cluster's creation
-        if scaling:
-            change = [f"adding {', '.join(plan.added)}" if plan.added else "",
-                      f"removing {', '.join(plan.removed)}" if plan.removed else ""]  # fmt: skip
-            await self.r.events.normal(self.cluster, "Scaling", f"instances {before} -> {len(plan.instances)}: "
-                                       + "; ".join(c for c in change if c))  # fmt: skip
-        for instance in plan.removed:
-            sts = self.cache.get(STATEFUL_SET, instance, self.namespace)
-            if sts is not None and is_controlled_by(sts, self.cluster):
-                deleted = self.client.delete(STATEFUL_SET, instance, self.namespace, propagation_policy="Background")
-                if not await self.write(STATEFUL_SET, instance, deleted):
-                    continue  # the volume goes only after its pod
-            if self.cache.get(PVC, instance, self.namespace) is not None:
-                claim_deleted = self.client.delete(PVC, instance, self.namespace)
-                if not await self.write(PVC, instance, claim_deleted):
-                    continue
-            await self.r.events.normal(self.cluster, "RemovedInstance", f"removed replica {instance} and its volume")
-        return scaling
-
-    def settled(self, plan: InstancePlan) -> bool:
-        """Every instance's StatefulSet has rolled out its current template and its pod is Ready."""
-        return all(self.instance_settled(instance) for instance in plan.instances)
-
-    def instance_settled(self, instance: str) -> bool:
-        """The instance's StatefulSet has rolled out its current template and its pod is Ready."""
-        sts = self.cache.get(STATEFUL_SET, instance, self.namespace)
-        pod = self.cache.get(POD, names.pod_name(instance), self.namespace)
-        if sts is None or pod is None:
-            return False
-        status = sts.get("status") or {}
-        if status.get("observedGeneration") != sts["metadata"].get("generation"):
-            return False
-        if status.get("updateRevision") != status.get("currentRevision") or not status.get("readyReplicas"):
-            return False
-        ready = get_condition((pod.get("status") or {}).get("conditions"), "Ready")
-        return ready is not None and ready["status"] == "True"
-
-    def broken_replica(self, plan: InstancePlan, instance: str) -> bool:
-        """A replica that serves nothing — its StatefulSet rolled out the template it has, and its pod is not Ready
-        with it. Restarting it costs no availability, while waiting for the cluster to settle first would wait
-        forever when that template is what breaks it (an image the nodes cannot pull, say): the fix could never
-        roll out, the StatefulSet controller's own "forced rollback" trap. The primary is never restarted so."""
-        if instance == plan.primary:
-            return False
-        sts = self.cache.get(STATEFUL_SET, instance, self.namespace)
-        pod = self.cache.get(POD, names.pod_name(instance), self.namespace)
-        if sts is None or pod is None or pod["metadata"].get("deletionTimestamp"):
-            return False
-        status = sts.get("status") or {}
-        revision = (pod["metadata"].get("labels") or {}).get("controller-revision-hash")
-        has_the_template = (
-            status.get("observedGeneration") == sts["metadata"].get("generation")
-            and revision is not None
-            and revision == status.get("updateRevision")
-        )
-        return has_the_template and not self.instance_settled(instance)
-
-    def rollout_order(self, plan: InstancePlan) -> list[str]:
-        """Replicas first and the primary last once it exists (a template change restarts the primary once, after
-        its replicas); a primary yet to be created comes first — replicas clone from it."""
-        primary = plan.primary
-        if primary is None or self.cache.get(STATEFUL_SET, primary, self.namespace) is None:
-            return [i for i in plan.instances if i == primary] + [i for i in plan.instances if i != primary]
-        return [i for i in plan.instances if i != primary] + [i for i in plan.instances if i == primary]
 
     async def ensure_claim(self, instance: str) -> bool:
         """The instance's claim exists (created once, never owned); False when it cannot be made.
@@ -680,7 +603,7 @@ class ClusterPass:
         primary's turn hands its role to an updated replica first (``primary_update.py``)."""
         settled: bool | None = None
         up_to_date: set[str] = set()
-        for instance in self.rollout_order(plan):
+        for instance in rollout.rollout_order(self, plan):
             if not await self.ensure_claim(instance):
                 continue  # a pod without its volume would only wait
             current = self.cache.get(STATEFUL_SET, instance, self.namespace)
@@ -692,10 +615,10 @@ class ClusterPass:
             # An image of another major (a hand edit) is reverted at once: that pod cannot open its data, so waiting
             # for it to become ready first would wait forever.
             wrong_major = current is not None and image_major(current) != major
-            if self.restarts_pod(current, desired) and not wrong_major:
-                settled = self.settled(plan) if settled is None else settled
+            if rollout.restarts_pod(self, current, desired) and not wrong_major:
+                settled = rollout.settled(self, plan) if settled is None else settled
                 self.primary_behind = self.primary_behind or instance == plan.primary
-                if self.rolling is not None or not (settled or self.broken_replica(plan, instance)):
+                if self.rolling is not None or not (settled or rollout.broken_replica(self, plan, instance)):
                     self.waiting_to_roll.append(instance)
                     continue
                 if instance == plan.primary and await self.switch_primary(plan, up_to_date, "RollingUpdate"):
@@ -716,140 +639,7 @@ class ClusterPass:
                 else:
                     await self.r.events.normal(self.cluster, "UpdatedInstance", f"updated instance {instance}")
 
-    def restarts_pod(self, current: Obj | None, desired: Obj) -> bool:
-        """Whether applying ``desired`` would replace a running pod (its template changes while it runs)."""
-        if current is None or not self.running or int((current.get("spec") or {}).get("replicas", 0)) == 0:
-            return False
-        return not is_subset(desired["spec"]["template"], (current.get("spec") or {}).get("template"))
-
-    async def budgets(self, plan: InstancePlan) -> None:
-        """Disruption budgets while a primary and replicas run; none otherwise (nor under the old replica name)."""
-        unwanted = [names.legacy_replica_pdb(self.name)]
-        if wants_budgets(len(plan.instances), not self.running):
-            for budget in disruption_budgets(self.cluster, by_app=cluster_routes_by_app(self.cache, self.cluster)):
-                await self.apply(POD_DISRUPTION_BUDGET, budget)
-        else:
-            unwanted += [names.primary_pdb(self.name), names.replica_pdb(self.name)]
-        for name in unwanted:
-            existing = self.cache.get(POD_DISRUPTION_BUDGET, name, self.namespace)
-            if existing is not None and is_controlled_by(existing, self.cluster):
-                deleted = self.client.delete(POD_DISRUPTION_BUDGET, name, self.namespace)
-                await self.write(POD_DISRUPTION_BUDGET, name, deleted)
-
-    async def storage(self, plan: InstancePlan) -> StoragePlan:
-        """Grow every claim to ``spec.storage.size`` when its class allows it; report it when it does not."""
-        claims = [c for i in plan.instances if (c := self.cache.get(PVC, i, self.namespace)) is not None]
-        classes = {c["metadata"]["name"]: c for c in self.cache.list(STORAGE_CLASS)}
-        result = plan_storage(claims, self.spec.storage.size, classes)
-        for name, patch in result.grow.items():
-            await self.write(PVC, name, self.client.patch(PVC, name, patch, self.namespace))
-        if result.grow:
-            await self.r.events.normal(self.cluster, "ResizingStorage", f"growing volumes "
-                                       f"{', '.join(sorted(result.grow))} to {self.spec.storage.size}")  # fmt: skip
-        return result
-
-    def check_storage_class(self, plan: InstancePlan) -> None:
-        """A class that does not exist leaves claims Pending forever: name it (the pods only say Pending)."""
-        classes = {c["metadata"]["name"] for c in self.cache.list(STORAGE_CLASS)}
-        missing: dict[str, list[str]] = {}
-        wanted = self.spec.storage.storage_class_name
-        if wanted and wanted not in classes:
-            missing[wanted] = []
-        for instance in plan.instances:
-            pvc = self.cache.get(PVC, instance, self.namespace) or {}
-            class_name = (pvc.get("spec") or {}).get("storageClassName")
-            if class_name and class_name not in classes and (pvc.get("status") or {}).get("phase") != "Bound":
-                missing.setdefault(class_name, []).append(instance)
-        for class_name, waiting in missing.items():
-            self.problems.append(storage_class_missing(class_name, waiting))
-
     # --- step 5: instances -----------------------------------------------------------------------------------------
-
-    async def observe(self) -> tuple[dict[str, InstanceReport], dict[str, Obj]]:
-        """Each existing instance's pod (from the cache) and its instance manager's report (over HTTP)."""
-        pods: dict[str, Obj] = {}
-        for instance in self.existing_instances():
-            pod = self.cache.get(POD, names.pod_name(instance), self.namespace)
-            if pod is not None and (belongs(pod, self.name) or runs_instance(self.cache, self.cluster, pod)):
-                pods[instance] = pod
-        if not self.running:
-            return {}, pods
-        addresses = {
-            instance: ip
-            for instance, pod in pods.items()
-            if (ip := (pod.get("status") or {}).get("podIP")) and not pod["metadata"].get("deletionTimestamp")
-        }
-        token = secret_value(self.cache.get(SECRET, names.api_secret(self.name), self.namespace), "token")
-        reports = await gather_reports(self.r.instances, addresses, token)  # GET /status needs the API token
-        # An address can be reused by another pod: trust a report only from the instance it names.
-        return {name: report for name, report in reports.items() if report.name == name}, pods
-
-    async def label_pods(
-        self, plan: InstancePlan, reports: dict[str, InstanceReport], pods: dict[str, Obj], fenced: set[str]
-    ) -> None:
-        """``kanri.dev/role`` on each pod, from the role its instance reports, so the Services route right.
-
-        Before an instance reports, a pod without the label gets its expected role (the primary the plan chose,
-        replicas otherwise): replicas clone from ``-rw``, so the bootstrap primary must be behind it first. A label
-        is never flipped without a report saying so — except to ``fenced`` for an instance the split-brain record
-        keeps fenced (a recreated pod of it must not be routed to before it reports).
-        """
-        for instance, pod in pods.items():
-            labels = pod["metadata"].get("labels") or {}
-            report = reports.get(instance)
-            if report is not None:
-                wanted = report.role
-            elif instance in fenced:
-                wanted = FENCED
-            elif ROLE in labels:
-                wanted = labels[ROLE]
-            else:
-                wanted = PRIMARY if instance == plan.primary else REPLICA
-            # with the app labels a pod of a StatefulSet made before them lacks: the Services select by them too
-            patch = missing_labels(pod, self.name, owned=True)
-            if labels.get(ROLE) != wanted:
-                patch[ROLE] = wanted
-            if not patch:
-                continue
-            name = pod["metadata"]["name"]
-            try:
-                await self.client.patch(POD, name, {"metadata": {"labels": patch}}, self.namespace)
-            except ApiError as exc:
-                if not exc.not_found:
-                    self.rejected(POD, name, exc)
-
-    async def fence_rogues(self, verdict: Verdict, pods: dict[str, Obj]) -> None:
-        """Split brain: each primary but the kept one is labelled ``fenced`` (neither ``-rw`` nor ``-ro`` selects
-        it), then asked to stop PostgreSQL and keep it stopped. Both are repeated each pass until it reports fenced;
-        a refusal is logged (the label holds the routing meanwhile)."""
-        for held in verdict.held:
-            log.warning("an instance reports primary while the recorded primary does not answer; not routed to it "
-                        "until both report", cluster=self.name, namespace=self.namespace, instance=held)  # fmt: skip
-        if not verdict.split or verdict.kept is None:
-            return
-        token = secret_value(self.cache.get(SECRET, names.api_secret(self.name), self.namespace), "token")
-        for rogue in verdict.fence:
-            log.warning("split brain: fencing a second primary", cluster=self.name, namespace=self.namespace,
-                        kept=verdict.kept.describe(), fenced=rogue.describe(), kept_by=verdict.kept_by)  # fmt: skip
-            pod = pods.get(rogue.name)
-            if pod is None:
-                continue
-            name = pod["metadata"]["name"]
-            labels = pod["metadata"].get("labels") or {}
-            if labels.get(ROLE) != FENCED:
-                try:
-                    await self.client.patch(POD, name, {"metadata": {"labels": {ROLE: FENCED}}}, self.namespace)
-                except ApiError as exc:
-                    if not exc.not_found:
-                        self.rejected(POD, name, exc)
-                else:  # label_pods later this pass reads this, not the cache's older copy (no second patch)
-                    pods[rogue.name] = {**pod, "metadata": {**pod["metadata"], "labels": {**labels, ROLE: FENCED}}}
-            address = (pod.get("status") or {}).get("podIP")
-            if token is None or not address:
-                continue
-            reason = f"split brain: {verdict.kept.name} is the primary; {HELP}"
-            if not await self.r.instances.fence(address, token, reason):
-                log.warning("fencing refused or unanswered; retried next pass", instance=rogue.name)
 
     async def restart(self, plan: InstancePlan, reports: dict[str, InstanceReport]) -> str | None:
         """Restart one instance whose parameters need it (replicas first, the primary last)."""
@@ -922,31 +712,3 @@ class ClusterPass:
         self.status = self.cluster["status"]
 
     # --- step 6: status and events ---------------------------------------------------------------------------------
-
-    async def report(self, observation: Observation) -> None:
-        old = self.cluster.get("status") or {}
-        new = compute_status(old, observation, datetime.now(UTC))
-        if self.r.metrics is not None:
-            # old first: lastFailover, failover, backup, tls are written by their own steps, not compute_status
-            self.r.metrics.observe({**self.cluster, "status": {**old, **new}}, observation.reports)
-        patch = status_patch(old, new)
-        if patch is None:
-            return  # converged: not even a status write (and no problem is new)
-        await self.client.patch_status(POSTGRES_CLUSTER, self.name, {"status": patch}, self.namespace)
-        ready = condition_flipped(old, new, "Ready")
-        if ready is not None and ready["status"] == "True":
-            await self.r.events.normal(self.cluster, "ClusterReady", ready["message"])
-        elif ready is not None and ready["reason"] != "Hibernated" and old.get("phase") == "Ready":
-            await self.r.events.warning(self.cluster, "ClusterNotReady", ready["message"])
-        storage = condition_flipped(old, new, "StorageResizing")
-        if storage is not None and storage["reason"] == "ExpansionNotSupported":
-            await self.r.events.warning(self.cluster, "StorageExpansionNotSupported", storage["message"])
-        upgrade = condition_flipped(old, new, "MajorUpgrade")
-        if upgrade is not None and observation.upgrade is not None and observation.upgrade.warn:
-            await self.r.events.warning(self.cluster, upgrade["reason"], upgrade["message"])
-        # One Warning Event per problem when it appears: the old Degraded message lists the ones already told.
-        told = get_condition(old.get("conditions") or [], "Degraded") or {}
-        told_message = str(told.get("message") or "") if told.get("status") == "True" else ""
-        for problem in ordered(observation.problems):
-            if problem.message not in told_message:
-                await self.r.events.warning(self.cluster, problem.reason, problem.event or problem.message)

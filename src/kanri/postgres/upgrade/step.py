@@ -38,10 +38,11 @@ from kanri.postgres.backup.archiving import upgraded_server_name
 from kanri.postgres.children.images import PostgresImages
 from kanri.postgres.children.upgrade import check_pod, upgrade_pod
 from kanri.postgres.cluster.recorded import PG_MAJOR, SYSTEM_IDENTIFIER
-from kanri.postgres.kinds import POSTGRES_CLUSTER
+from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
 from kanri.postgres.pods import oneshot
+from kanri.postgres.upgrade import machine
 from kanri.postgres.upgrade.machine import failed
-from kanri.runtime import ApiError
+from kanri.runtime import ApiError, get_condition
 from kanri.runtime.kinds import POD, PVC
 
 if TYPE_CHECKING:
@@ -52,9 +53,11 @@ __all__ = [
     "CHECK_TIMEOUT",
     "UPGRADE_TIMEOUT",
     "advance",
+    "backups_in_flight",
     "check",
     "config_note",
     "in_progress",
+    "run",
     "stops_instances",
     "sweep",
 ]
@@ -317,3 +320,46 @@ async def _starting(step: Pass, record: Obj, plan: InstancePlan, reports: dict[s
         return
     if new != record:
         await _write(step, record, new)
+
+
+def backups_in_flight(step: Pass) -> tuple[str, ...]:
+    """The cluster's PostgresBackups that are Pending or Running."""
+    found = step.cache.list(POSTGRES_BACKUP, step.namespace)
+    return tuple(sorted(b["metadata"]["name"] for b in found if (b.get("spec") or {}).get("cluster") == step.name
+                        and (b.get("status") or {}).get("phase", "Pending") in ("Pending", "Running")))  # fmt: skip
+
+
+async def run(step: Pass, major: int, plan: InstancePlan, reports: dict[str, InstanceReport]) -> bool:
+    """The major upgrade's record (``status.upgrade``) as :func:`kanri.postgres.upgrade.machine.decide` wants it,
+    written before anything acts on it, with a Normal Event when its phase changes; then the check or the
+    upgrade's next step. True while one of them is under way (the pass looks again soon)."""
+    status = step.cluster.get("status") or {}
+    ready = get_condition(status.get("conditions") or [], "Ready") or {}
+    last_backup = (status.get("backup") or {}).get("lastSuccessful")
+    decision = machine.decide(machine.Observed(
+        running=major, version=step.spec.version,
+        approved=step.spec.upgrade.approved_version if step.spec.upgrade else None,
+        generation=int(step.cluster["metadata"].get("generation", 0)),
+        ready=ready.get("status") == "True" and plan.primary is not None,
+        last_backup=datetime.fromisoformat(last_backup.replace("Z", "+00:00")) if last_backup else None,
+        record=status.get("upgrade"), now=datetime.now(UTC).replace(microsecond=0),
+        backups_in_flight=backups_in_flight(step)))  # fmt: skip
+    old = status.get("upgrade")
+    if decision.record != old:
+        patch = decision.record
+        if patch is not None and old:  # a merge patch: fields the new record lacks are removed
+            patch = {**{key: None for key in old if key not in patch}, **patch}
+        updated = await step.client.patch_status(POSTGRES_CLUSTER, step.name, {"status": {"upgrade": patch}},
+                                                 step.namespace)  # fmt: skip
+        step.adopt_status(updated)
+        if decision.event is not None:
+            await step.events.normal(step.cluster, *decision.event)
+    record = step.status.get("upgrade")
+    await sweep(step, record)
+    if record is None or decision.action == "none":
+        return False
+    if decision.action == "check":
+        await check(step, dict(record), plan.primary)
+    else:
+        await advance(step, dict(record), plan, reports)
+    return True
