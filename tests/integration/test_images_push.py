@@ -17,9 +17,10 @@ import yaml
 from typer.testing import CliRunner
 
 from kanri.cli.main import app
-from kanri.images.catalog import built_images
+from kanri.images.catalog import built_images, catalog_file, images_dir
 from kanri.images.push import PushError, push_images, push_layout
 from kanri.images.registry import Destination, Oras, RegistryClientError
+from kanri.local import paths
 from kanri.local.registry import LocalRegistry, RegistryEndpoint, registry_binary
 from tests.unit.test_images_push import SBOM_TYPE, SIGNATURE_TYPE, Layout, make_layout, write_catalog
 
@@ -174,3 +175,34 @@ def test_a_push_fails_when_the_catalog_names_a_signature_that_did_not_arrive(
     stale = dataclasses.replace(image, signature_digest=other)
     with pytest.raises((PushError, RegistryClientError), match=other.removeprefix("sha256:")[:12]):
         push_images(Oras(), [stale], Destination(plain_registry, "p", plain_http=True))
+
+
+def test_a_pushed_operator_image_verifies_with_cosign_against_the_platform_key(
+    plain_registry: str, tmp_path: Path
+) -> None:
+    """The real built image (make images): after the push, cosign finds its signature where it looks and verifies it
+    with the platform's public key — what docs/install.md tells a cluster's owner to run."""
+    cosign, key = paths.build_dir() / "bin" / "cosign", images_dir() / "signing.pub"
+    if not catalog_file().is_file() or not cosign.is_file() or not key.is_file():
+        pytest.fail("no signed images: run `make images` (part of `make setup`)")
+    (operator,) = [image for image in built_images() if image.name == "kanri-operator"]
+    dest = Destination(plain_registry, "verify", plain_http=True)
+    (pushed, *_) = push_layout(Oras(), operator.layout, operator.repository, dest)
+    assert pushed.digest == operator.digest
+    result = subprocess.run(
+        [
+            str(cosign),
+            "verify",
+            "--key",
+            str(key),
+            "--insecure-ignore-tlog=true",
+            "--allow-http-registry",
+            pushed.reference,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert operator.digest in result.stdout
