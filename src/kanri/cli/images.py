@@ -54,12 +54,18 @@ def push(
     images: Annotated[
         Path | None, typer.Option("--images", help="Folder of images.json (default .build/images).")
     ] = None,
+    if_running: Annotated[
+        bool, typer.Option("--if-running", help="With --local: do nothing unless that registry already runs.")
+    ] = False,
 ) -> None:
     """Copy every built image, its SBOM and its signature to a registry, keeping their digests; print each
     image's pull reference (REPOSITORY@DIGEST, what the chart names)."""
     if (to is None) == (local is None):
         err.print("[red]error:[/red] give exactly one of --to REGISTRY/PREFIX and --local NAME")
         raise typer.Exit(2)
+    if local is not None and if_running and LocalRegistry(paths.cluster_dir(local)).running_pid() is None:
+        err.print(f"local cluster {local!r} has no running registry: nothing pushed (`kanri local up` pushes)")
+        return
     try:
         dest = (
             local_destination(local)
