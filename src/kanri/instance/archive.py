@@ -1,12 +1,12 @@
 """Continuous WAL archiving: PostgreSQL's ``archive_command`` runs ``kanri-instance archive-wal %p``, which ships one
 segment with Barman Cloud's ``barman-cloud-wal-archive``.
 
-Where WAL goes arrives in ``instance.json`` (:class:`ArchiveTarget`: destination URL, endpoint, server name — no
-secret); the S3 key pair is read from the files of the mounted repository Secret (``KANRI_BACKUP_CREDENTIALS_DIR``)
-and handed to barman in its environment, never on its command line and never logged. Only a primary archives:
-``archive_mode = on`` makes a standby keep its WAL to itself. Building the command line is pure (here);
-:func:`kanri.instance.archive_wal.archive_wal` runs it and returns barman's exit code, which PostgreSQL reads as
-success (0) or "retry this segment later".
+Where WAL goes arrives in ``instance.json`` (:class:`kanri.contract.instance_config.ArchiveTarget`: destination URL,
+endpoint, server name — no secret); the S3 key pair is read from the files of the mounted repository Secret
+(``KANRI_BACKUP_CREDENTIALS_DIR``) and handed to barman in its environment, never on its command line and never
+logged. Only a primary archives: ``archive_mode = on`` makes a standby keep its WAL to itself. Building the command
+line is pure (here); :func:`kanri.instance.archive_wal.archive_wal` runs it and returns barman's exit code, which
+PostgreSQL reads as success (0) or "retry this segment later".
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from kanri.contract.backup import ACCESS_KEY_FILE, SECRET_KEY_FILE
+from kanri.contract.instance_config import ArchiveTarget
 
 __all__ = [
     "ACCESS_KEY_FILE",
@@ -34,27 +33,6 @@ __all__ = [
 
 
 DEFAULT_CREDENTIALS_DIR = Path("/etc/kanri/backup")
-
-
-class ArchiveTarget(BaseModel):
-    """Where this cluster's WAL and base backups go: ``<destination>/<serverName>/`` on an S3 endpoint."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
-
-    destination: str = Field(pattern=r"^s3://[a-z0-9][a-z0-9.-]*[a-z0-9](/[^\s]*)?$")
-    """``s3://<bucket>[/<path>]``."""
-    endpoint: str = Field(alias="endpointURL", pattern=r"^https?://\S+$")
-    server_name: str = Field(alias="serverName", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.pg[0-9]{2})?$")
-    """The folder under the destination: the cluster's name, with ``.pg<major>`` once a major upgrade made a new
-    PostgreSQL system (``kanri.postgres.backup.upgraded_server_name``)."""
-    region: str | None = Field(default=None, pattern=r"^[a-z0-9-]+$")
-
-    def system(self, server: str) -> ArchiveTarget:
-        """The same repository, for another PostgreSQL system of this cluster (``<cluster>`` or
-        ``<cluster>.pg<major>``); ValueError for another cluster's server name or an invalid one."""
-        if server.partition(".")[0] != self.server_name.partition(".")[0]:
-            raise ValueError(f"server {server} is not a system of {self.server_name.partition('.')[0]}")
-        return ArchiveTarget.model_validate({**self.model_dump(by_alias=True), "serverName": server})
 
 
 def barman_program(program: str, env: Mapping[str, str] | None = None) -> str:

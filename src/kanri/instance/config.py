@@ -7,7 +7,6 @@ in :mod:`kanri.instance.credentials`. Nothing in this module talks to PostgreSQL
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from collections.abc import Mapping
@@ -15,11 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
+from kanri.contract.instance_config import ClusterConfig, UpgradeNote
 from kanri.contract.roles import SUPERUSER
-from kanri.instance.archive import ArchiveTarget
-from kanri.instance.recovery_plan import RecoveryPlan
 
 __all__ = ["SUPERUSER", "Bootstrap", "ClusterConfig", "Credentials", "Settings", "SettingsError", "UpgradeNote"]
 
@@ -116,48 +112,6 @@ class Settings:
             socket_dir=Path(env.get("KANRI_SOCKET_DIR") or "/var/run/postgresql"),
             tls_dir=Path(env["KANRI_TLS_DIR"]) if env.get("KANRI_TLS_DIR", "").strip() else None,
         )
-
-
-class UpgradeNote(BaseModel):
-    """``upgrade`` in instance.json while a major upgrade starts the cluster again: the data of ``primary`` is of
-    major ``to`` now; a replica whose data is of an older major is cloned again from it (its old data can never
-    follow the new primary)."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    to: int = Field(ge=1)
-    primary: str = Field(min_length=1)
-
-
-class ClusterConfig(BaseModel):
-    """The operator's ``instance.json``: user parameters, the cluster's instance names, synchronous standbys,
-    (once the cluster has been initialised) the system identifier every data directory of the cluster must have,
-    where WAL is archived (absent: no archiving), and which backup a new cluster restores (absent: initdb)."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
-
-    parameters: dict[str, str | int | float | bool] = Field(default_factory=dict)
-    instances: tuple[str, ...] = ()
-    synchronous_standbys: int = Field(default=0, ge=0, alias="synchronousStandbys")
-    system_identifier: str | None = Field(default=None, alias="systemIdentifier", pattern=r"^[0-9]{1,20}$")
-    archive: ArchiveTarget | None = None
-    recovery: RecoveryPlan | None = None
-    """Where a new cluster's primary restores its first data from (``bootstrap.recovery``; absent: initdb)."""
-    upgrade: UpgradeNote | None = None
-
-    @classmethod
-    def parse(cls, raw: bytes) -> ClusterConfig:
-        """Parse the file's bytes; raises ValueError with a short reason (never the whole file)."""
-        try:
-            return cls.model_validate(json.loads(raw or b"{}"))
-        except UnicodeDecodeError:  # its message would quote a byte of the file
-            raise ValueError("config file is not UTF-8 text") from None
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"config file is not JSON: {exc.msg} at line {exc.lineno}") from None
-        except ValidationError as exc:
-            raise ValueError(
-                f"config file is invalid: {exc.error_count()} error(s): {exc.errors()[0]['msg']}"
-            ) from None
 
 
 @dataclass(frozen=True)
