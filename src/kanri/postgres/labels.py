@@ -96,7 +96,7 @@ def belongs(obj: Mapping[str, Any], cluster: str) -> bool:
 
 def of_cluster(cache: Cache, kind: Kind, namespace: str, cluster: str) -> list[Obj]:
     """The cluster's objects of ``kind`` in the cache (:func:`belongs`): never another operator's of the same name."""
-    return [obj for obj in cache.list(kind, namespace, {CLUSTER: cluster}) if belongs(obj, cluster)]
+    return [obj for obj in cache.list(kind, namespace, {CLUSTER: cluster}) if not foreign(obj)]
 
 
 def runs_instance(cache: Cache, cluster: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
