@@ -44,7 +44,16 @@ class PostgresMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         cluster = ["namespace", "cluster"]
-        instance = [*cluster, "instance"]
+        self._cluster_gauges(registry, cluster)
+        self._instance_gauges(registry, [*cluster, "instance"])
+        self._failover_metrics(registry, cluster)
+        self._certificate_and_backup_metrics(registry, cluster)
+        self._backed_up: dict[tuple[str, str], set[Gauge]] = {}  # clusters with base backup series
+        self._restore_tested: set[tuple[str, str]] = set()  # clusters with restore rehearsal series
+        self._tls: set[tuple[str, str]] = set()  # clusters with a certificate expiry series
+        self._series: dict[tuple[str, str], set[tuple[Gauge, tuple[str, ...]]]] = {}
+
+    def _cluster_gauges(self, registry: CollectorRegistry, cluster: list[str]) -> None:
         self.desired = Gauge("kanri_postgres_cluster_instances", "Instances the spec asks for.", cluster,
                              registry=registry)  # fmt: skip
         self.ready = Gauge("kanri_postgres_cluster_ready_instances", "Instances that are ready.", cluster,
@@ -73,6 +82,8 @@ class PostgresMetrics:
         self.deleting_since = Gauge("kanri_postgres_cluster_deletion_timestamp_seconds",
                                     "Unix time the cluster was asked to be deleted (present only while its "
                                     "finalizer holds it).", cluster, registry=registry)  # fmt: skip
+
+    def _instance_gauges(self, registry: CollectorRegistry, instance: list[str]) -> None:
         self.instance_ready = Gauge("kanri_postgres_instance_ready", "1 when the instance reports ready.",
                                     [*instance, "role"], registry=registry)  # fmt: skip
         self.lag = Gauge("kanri_postgres_instance_replication_lag_bytes",
@@ -82,6 +93,8 @@ class PostgresMetrics:
                               registry=registry)  # fmt: skip
         self.timeline = Gauge("kanri_postgres_instance_timeline", "The instance's timeline.", instance,
                               registry=registry)  # fmt: skip
+
+    def _failover_metrics(self, registry: CollectorRegistry, cluster: list[str]) -> None:
         self.failovers = Counter("kanri_postgres_failovers", "Promotions carried out by this operator process "
                                  "(failovers and switchovers), by reason.", [*cluster, "reason"],
                                  registry=registry)  # fmt: skip
@@ -97,6 +110,8 @@ class PostgresMetrics:
         self.last_duration = Gauge("kanri_postgres_last_failover_duration_seconds", "From the start of the last "
                                    "failover (detection window passed) to the promotion.", cluster,
                                    registry=registry)  # fmt: skip
+
+    def _certificate_and_backup_metrics(self, registry: CollectorRegistry, cluster: list[str]) -> None:
         self.tls_expiry = Gauge("kanri_postgres_tls_certificate_expiry_timestamp_seconds", "Unix time the cluster's "
                                 "server certificate expires.", cluster, registry=registry)  # fmt: skip
         self.restore_test_time = Gauge("kanri_postgres_last_restore_test_timestamp_seconds", "Unix time the last "
@@ -116,10 +131,6 @@ class PostgresMetrics:
                                     "completed backup kept).", cluster, registry=registry)  # fmt: skip
         self.backup_failures = Counter("kanri_postgres_backup_failures", "Base backups that failed, counted by "
                                        "this operator process.", cluster, registry=registry)  # fmt: skip
-        self._backed_up: dict[tuple[str, str], set[Gauge]] = {}  # clusters with base backup series
-        self._restore_tested: set[tuple[str, str]] = set()  # clusters with restore rehearsal series
-        self._tls: set[tuple[str, str]] = set()  # clusters with a certificate expiry series
-        self._series: dict[tuple[str, str], set[tuple[Gauge, tuple[str, ...]]]] = {}
 
     def _set(self, key: tuple[str, str], gauge: Gauge, labels: tuple[str, ...], value: float) -> None:
         gauge.labels(*labels).set(value)

@@ -224,6 +224,17 @@ def build_manager(
         allowed_endpoints=options.allowed_backup_endpoints,
         identities=identities_for(options.default_backup_repository, own_namespace),
     )
+    manager.add(_cluster_controller(manager, reconciler, options))
+    manager.add_runnable("postgres-background", reconciler.own_background)
+    if isinstance(reconciler.instances, BackupClient):  # a test's stand-in without the backup endpoints: none
+        manager.add(_backup_controller(manager, client, reconciler, options))
+    return manager
+
+
+def _cluster_controller(manager: Manager, reconciler: PostgresClusterReconciler, options: OperatorOptions
+                        ) -> Controller:  # fmt: skip
+    """The PostgresCluster controller: woken by its children, the pods and claims labelled with its name, the
+    cluster-wide kinds it reads and its PostgresBackups."""
     controller = Controller(
         "postgrescluster",
         reconciler,
@@ -237,22 +248,24 @@ def build_manager(
     for kind in CLUSTER_WIDE:
         controller.watches(kind, _every_cluster(manager.cache))
     controller.watches(POSTGRES_BACKUP, _backup_cluster)
-    manager.add(controller)
-    manager.add_runnable("postgres-background", reconciler.own_background)
-    if isinstance(reconciler.instances, BackupClient):  # a test's stand-in without the backup endpoints: none
-        backups = PostgresBackupReconciler(
-            manager.cache, client, instances=reconciler.instances, events=reconciler.events,
-            settings=lambda: reconciler.backup, metrics=reconciler.metrics,
-        )  # fmt: skip
-        backup_controller = Controller(
-            "postgresbackup",
-            backups,
-            for_kind=POSTGRES_BACKUP,
-            options=ControllerOptions(
-                max_concurrent_reconciles=options.max_concurrent_reconciles, log_name_key="backup"
-            ),
-        )
-        backup_controller.watches(POSTGRES_CLUSTER, _backups_of(manager.cache))
-        backup_controller.watches(POSTGRES_BACKUP, _backups_of(manager.cache))
-        manager.add(backup_controller)
-    return manager
+    return controller
+
+
+def _backup_controller(manager: Manager, client: Client, reconciler: PostgresClusterReconciler,
+                       options: OperatorOptions) -> Controller:  # fmt: skip
+    """The PostgresBackup controller, sharing the cluster reconciler's instance client, Events, settings and
+    metrics."""
+    assert isinstance(reconciler.instances, BackupClient)
+    backups = PostgresBackupReconciler(
+        manager.cache, client, instances=reconciler.instances, events=reconciler.events,
+        settings=lambda: reconciler.backup, metrics=reconciler.metrics,
+    )  # fmt: skip
+    backup_controller = Controller(
+        "postgresbackup",
+        backups,
+        for_kind=POSTGRES_BACKUP,
+        options=ControllerOptions(max_concurrent_reconciles=options.max_concurrent_reconciles, log_name_key="backup"),
+    )
+    backup_controller.watches(POSTGRES_CLUSTER, _backups_of(manager.cache))
+    backup_controller.watches(POSTGRES_BACKUP, _backups_of(manager.cache))
+    return backup_controller

@@ -134,126 +134,163 @@ def _current_primary(obs: Observation) -> str | None:
     return reported[0]
 
 
-def compute_status(old: Obj, obs: Observation, now: datetime) -> Obj:
-    """The status the operator should write: the managed fields of ``old`` recomputed (``old`` is not changed)."""
+Verdict = tuple[bool, str, str]
+"""A condition's status, reason and message."""
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """What every condition of one status is decided from: the instances that should run and which are ready."""
+
+    primary: str | None
+    instances: list[str]
+    ready: list[str]
+    not_ready: list[str]
+    never_ready: bool
+    """The cluster was never Ready and is not now: it is being created."""
+    scaling: bool
+
+    @property
+    def primary_ready(self) -> bool:
+        return self.primary in self.ready
+
+    @property
+    def summary(self) -> str:
+        return f"{len(self.ready)}/{len(self.instances)} instances ready"
+
+
+def _seen(old: Obj, obs: Observation) -> _Seen:
     primary = _current_primary(obs)
     instances = [] if obs.hibernated else obs.plan.instances
     ready = [name for name in instances if (r := obs.reports.get(name)) is not None and r.ready]
     not_ready = [name for name in instances if name not in ready]
-    primary_ready = primary in ready
     previous_phase = old.get("phase")
-    conditions = copy.deepcopy(old.get("conditions") or [])
-
-    def condition(kind: str, status: bool, reason: str, message: str) -> None:
-        set_condition(conditions, type=kind, status=status, reason=reason, message=message,
-                      observed_generation=obs.generation, now=now)  # fmt: skip
-
-    summary = f"{len(ready)}/{len(instances)} instances ready"
-    details = "; ".join(_why_not_ready(name, obs) for name in not_ready)
-    # Ready
-    if obs.upgrading and (obs.hibernated or not_ready or not primary_ready):
-        condition("Ready", False, "MajorUpgrade", obs.upgrading)
-    elif obs.hibernated:
-        kept = ", ".join(obs.plan.instances) or "none"
-        condition("Ready", False, "Hibernated", f"replicas is 0: every instance is stopped; volumes kept: {kept}")
-    elif not not_ready and primary_ready:
-        condition("Ready", True, "InstancesReady", f"{summary}, primary {primary}")
-    else:
-        reason = "ReplicasNotReady" if primary_ready else "PrimaryNotReady"
-        condition("Ready", False, reason, f"{summary}: {details}" if details else summary)
-    # Progressing
-    never_ready = previous_phase in (None, "Pending", "Provisioning") and not (primary_ready and not not_ready)
+    never_ready = previous_phase in (None, "Pending", "Provisioning") and not (primary in ready and not not_ready)
     scaling = obs.scaled or (previous_phase == "Scaling" and bool(not_ready))
-    problems = ordered(obs.problems)
+    return _Seen(primary, instances, ready, not_ready, never_ready, scaling)
+
+
+def _ready(obs: Observation, seen: _Seen, details: str) -> Verdict:
+    if obs.upgrading and (obs.hibernated or seen.not_ready or not seen.primary_ready):
+        return False, "MajorUpgrade", obs.upgrading
+    if obs.hibernated:
+        kept = ", ".join(obs.plan.instances) or "none"
+        return False, "Hibernated", f"replicas is 0: every instance is stopped; volumes kept: {kept}"
+    if not seen.not_ready and seen.primary_ready:
+        return True, "InstancesReady", f"{seen.summary}, primary {seen.primary}"
+    reason = "ReplicasNotReady" if seen.primary_ready else "PrimaryNotReady"
+    return False, reason, f"{seen.summary}: {details}" if details else seen.summary
+
+
+def _progressing(obs: Observation, seen: _Seen) -> Verdict:
     if obs.upgrading:
-        progressing = (True, "MajorUpgrade", obs.upgrading)
-    elif obs.hibernated:
-        progressing = (False, "Hibernated", "every instance is stopped")
-    elif obs.removal_waiting:
+        return True, "MajorUpgrade", obs.upgrading
+    if obs.hibernated:
+        return False, "Hibernated", "every instance is stopped"
+    if obs.removal_waiting:
         why = "; ".join(f"{name}: {reason}" for name, reason in sorted(obs.removal_waiting.items()))
-        progressing = (True, "ScaleDownWaiting", f"a replica is removed only once it reported itself replica "
-                       f"behind a reporting primary; waiting: {why}")  # fmt: skip
-    elif scaling:
-        progressing = (True, "Scaling", f"{summary}; instances: {', '.join(instances)}")
-    elif never_ready:
-        progressing = (True, "Provisioning", f"creating the cluster: {summary}")
-    elif obs.storage.resizing:
-        progressing = (True, "ResizingStorage", f"volumes growing: {', '.join(obs.storage.resizing)}")
-    elif obs.primary_waiting:
-        progressing = (True, "PrimaryUpdateWaiting", obs.primary_waiting)
-    elif obs.rolling or obs.waiting_to_roll:
+        return True, "ScaleDownWaiting", (f"a replica is removed only once it reported itself replica behind a "
+                                          f"reporting primary; waiting: {why}")  # fmt: skip
+    if seen.scaling:
+        return True, "Scaling", f"{seen.summary}; instances: {', '.join(seen.instances)}"
+    if seen.never_ready:
+        return True, "Provisioning", f"creating the cluster: {seen.summary}"
+    if obs.storage.resizing:
+        return True, "ResizingStorage", f"volumes growing: {', '.join(obs.storage.resizing)}"
+    if obs.primary_waiting:
+        return True, "PrimaryUpdateWaiting", obs.primary_waiting
+    if obs.rolling or obs.waiting_to_roll:
         waiting = f"; next: {', '.join(obs.waiting_to_roll)}" if obs.waiting_to_roll else ""
         doing = f"updating {obs.rolling}" if obs.rolling else "waiting for every instance to be ready"
-        progressing = (True, "RollingUpdate", f"pod template changed: {doing}{waiting}")
-    elif obs.restarting:
-        progressing = (True, "RestartingInstances", f"restarting {obs.restarting} to apply parameters")
-    elif not_ready:
-        progressing = (True, "WaitingForInstances", summary)
-    else:
-        progressing = (False, "Converged", "the cluster matches its spec")
-    condition("Progressing", *progressing)
-    # Degraded
+        return True, "RollingUpdate", f"pod template changed: {doing}{waiting}"
+    if obs.restarting:
+        return True, "RestartingInstances", f"restarting {obs.restarting} to apply parameters"
+    if seen.not_ready:
+        return True, "WaitingForInstances", seen.summary
+    return False, "Converged", "the cluster matches its spec"
+
+
+def _degraded(obs: Observation, seen: _Seen, problems: list[Problem], details: str) -> Verdict:
     # A replica being created (the cluster provisioning or scaling up) whose first clone ran before its primary or
     # slot was there reports that as its lastError; that is the creation still in progress, not a degradation.
-    creating = never_ready or scaling
+    creating = seen.never_ready or seen.scaling
     errors = [
         name
-        for name in instances
+        for name in seen.instances
         if (r := obs.reports.get(name)) is not None
         and r.last_error
         and not (creating and r.role == "replica" and not r.ready)
     ]
     if problems:
-        condition("Degraded", True, problems[0].reason, "; ".join(p.message for p in problems))
-    elif errors:
-        condition("Degraded", True, "InstanceErrors", f"instances report errors: {', '.join(errors)}")
-    elif primary_ready and not_ready and not creating:
-        condition("Degraded", True, "ReplicasNotReady", f"the primary serves; {details}")
-    else:
-        condition("Degraded", False, "AsExpected", "no instance reports a problem")
-    # StorageResizing
-    if obs.storage.blocked:
-        condition("StorageResizing", False, "ExpansionNotSupported",
-                  f"StorageClass {obs.storage.blocked_class} does not allow volume expansion; claims kept at their "
-                  f"size: {', '.join(obs.storage.blocked)}")  # fmt: skip
-    elif obs.storage.resizing or obs.storage.grow:
-        growing = sorted({*obs.storage.resizing, *obs.storage.grow})
-        condition("StorageResizing", True, "Resizing", f"volumes growing: {', '.join(growing)}")
-    else:
-        condition("StorageResizing", False, "Resized", "every volume has its requested size")
+        return True, problems[0].reason, "; ".join(p.message for p in problems)
+    if errors:
+        return True, "InstanceErrors", f"instances report errors: {', '.join(errors)}"
+    if seen.primary_ready and seen.not_ready and not creating:
+        return True, "ReplicasNotReady", f"the primary serves; {details}"
+    return False, "AsExpected", "no instance reports a problem"
 
+
+def _storage_resizing(obs: Observation) -> Verdict:
+    if obs.storage.blocked:
+        return False, "ExpansionNotSupported", (f"StorageClass {obs.storage.blocked_class} does not allow volume "
+                                                f"expansion; claims kept at their size: "
+                                                f"{', '.join(obs.storage.blocked)}")  # fmt: skip
+    if obs.storage.resizing or obs.storage.grow:
+        growing = sorted({*obs.storage.resizing, *obs.storage.grow})
+        return True, "Resizing", f"volumes growing: {', '.join(growing)}"
+    return False, "Resized", "every volume has its requested size"
+
+
+def _phase(obs: Observation, seen: _Seen, problems: list[Problem]) -> str:
+    if obs.upgrading:
+        return "Upgrading"
+    if obs.hibernated:
+        return "Hibernated"
+    if obs.failover:
+        return "FailingOver"
+    if seen.primary_ready and not seen.not_ready and not problems and not obs.removal_waiting:
+        return "Ready"
+    if seen.scaling or obs.removal_waiting:
+        return "Scaling"
+    if seen.never_ready:
+        return "Provisioning"
+    return "Degraded"
+
+
+def compute_status(old: Obj, obs: Observation, now: datetime) -> Obj:
+    """The status the operator should write: the managed fields of ``old`` recomputed (``old`` is not changed)."""
+    seen = _seen(old, obs)
+    conditions = copy.deepcopy(old.get("conditions") or [])
+
+    def condition(kind: str, verdict: Verdict) -> None:
+        status, reason, message = verdict
+        set_condition(conditions, type=kind, status=status, reason=reason, message=message,
+                      observed_generation=obs.generation, now=now)  # fmt: skip
+
+    details = "; ".join(_why_not_ready(name, obs) for name in seen.not_ready)
+    problems = ordered(obs.problems)
+    condition("Ready", _ready(obs, seen, details))
+    condition("Progressing", _progressing(obs, seen))
+    condition("Degraded", _degraded(obs, seen, problems, details))
+    condition("StorageResizing", _storage_resizing(obs))
     if obs.upgrade is not None:
-        condition("MajorUpgrade", False, obs.upgrade.reason, obs.upgrade.message)
+        condition("MajorUpgrade", (False, obs.upgrade.reason, obs.upgrade.message))
     failover = obs.failover or {}
     if failover.get("phase") == "Blocked":
-        condition("FailoverBlocked", True, str(failover.get("blockedReason") or "Blocked"),
-                  str(failover.get("message") or "the failover waits for approval"))  # fmt: skip
+        condition("FailoverBlocked", (True, str(failover.get("blockedReason") or "Blocked"),
+                                      str(failover.get("message") or "the failover waits for approval")))  # fmt: skip
     elif get_condition(conditions, "FailoverBlocked") is not None:
-        condition("FailoverBlocked", False, "NotBlocked", "no failover waits for approval")
-
-    if obs.upgrading:
-        phase = "Upgrading"
-    elif obs.hibernated:
-        phase = "Hibernated"
-    elif failover:
-        phase = "FailingOver"
-    elif primary_ready and not not_ready and not problems and not obs.removal_waiting:
-        phase = "Ready"
-    elif scaling or obs.removal_waiting:
-        phase = "Scaling"
-    elif never_ready:
-        phase = "Provisioning"
-    else:
-        phase = "Degraded"
+        condition("FailoverBlocked", (False, "NotBlocked", "no failover waits for approval"))
+    primary = seen.primary
     primary_report = obs.reports.get(primary) if primary else None
     return {
-        "phase": phase,
+        "phase": _phase(obs, seen, problems),
         "conditions": conditions,
         "observedGeneration": obs.generation,
         "currentPrimary": primary,
         "timeline": primary_report.timeline if primary_report and primary_report.timeline else old.get("timeline"),
         "instances": [_instance(name, obs, primary) for name in obs.plan.instances],
-        "readyReplicas": len(ready),
+        "readyReplicas": len(seen.ready),
         "postgresMajor": obs.major if obs.major is not None else old.get("postgresMajor"),
         "systemIdentifier": obs.system_identifier or old.get("systemIdentifier"),
         "splitBrain": obs.split_brain,

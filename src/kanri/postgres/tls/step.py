@@ -22,6 +22,7 @@ import binascii
 import datetime as dt
 import ssl
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import structlog
@@ -130,6 +131,74 @@ async def _write(client: Client, secret: Obj, existing: Obj | None) -> bool:
     return True
 
 
+@dataclass
+class _Kept:
+    """What the managed branch of the step leaves: the CA to publish and verify with, the server Secret as it now
+    is, and what was wrong with a Secret it read."""
+
+    ca_cert: bytes | None
+    server: Obj | None
+    problems: list[Problem]
+
+
+def _members(step: Pass, replicas: int) -> list[str]:
+    """The instances the certificate names: those that exist and those ``replicas`` asks for."""
+    return sorted(
+        set(step.existing_instances()) | {names.instance_name(step.name, n) for n in range(1, replicas + 1)},
+        key=lambda i: names.instance_number(step.name, i) or 0,
+    )
+
+
+async def _keep_managed(step: Pass, dns: list[str], server: Obj | None, server_faults: list[SecretProblem],
+                        now: dt.datetime) -> _Kept | None:  # fmt: skip
+    """The operator's own CA (generated once) and server certificate (issued when missing or due); None when another
+    CA appeared meanwhile (the next pass signs with it, once the cache has it)."""
+    cache, client, cluster, ns = step.cache, step.client, step.name, step.namespace
+    found: list[Problem] = []
+    key_name = names.ca_key_secret(cluster)
+    key_secret = cache.get(SECRET, key_name, ns)
+    ca: tls.Issued | None = None
+    if key_secret is None:
+        ca = tls.build_ca(cluster, ns, now)
+        if not await _write(client, tls.ca_key_secret(cluster, ns, ca), None):
+            return None
+        log.info("generated the cluster's CA", cluster=cluster, namespace=ns)
+    elif key_faults := tls.ca_key_problems(_data(key_secret)):
+        found += _problems(INVALID_CA, key_name, key_faults)  # nothing to sign with: the server Secret stays
+    else:
+        ca = tls.Issued(_value(key_secret, "ca.crt") or b"", _value(key_secret, "ca.key") or b"")
+    ca_cert = ca.cert if ca is not None else None
+    current = _value(server, "tls.crt") if server is not None else None
+    why = "missing" if current is None else None
+    if ca is not None and current is not None:
+        why = tls.needs_renewal(current, ca.cert, dns, now) or next(
+            (f"key {p.key} {p.message}" for p in server_faults), None
+        )
+    if ca is not None and why is not None:
+        issued = tls.build_server(ca, names.read_write_service(cluster), dns, now)
+        if await _write(client, tls.server_secret(cluster, ns, issued, ca.cert), server):
+            log.info("issued the server certificate", cluster=cluster, namespace=ns, why=why,
+                     expires=tls.expiry(issued.cert).isoformat())  # fmt: skip
+            server = {"data": {"tls.crt": base64.b64encode(issued.cert).decode()}}
+            server_faults = []
+    if ca is None and server is not None and not server_faults:
+        ca_cert = _value(server, "ca.crt")  # the CA key pair is unusable: keep verifying with the served CA
+    return _Kept(ca_cert, server, found)
+
+
+def _trust(step: Pass, instances: object, ca_cert: bytes | None) -> list[Problem]:
+    """The instance client verifies the pods with ``ca_cert``; a CA it refuses is named, never a crash loop."""
+    try:
+        trust_pods(step, instances, ca_cert)
+    except (ssl.SSLError, ValueError) as exc:  # checked above; never a crash loop should the client still refuse it
+        log.warning("the instance client refused the cluster's CA", cluster=step.name, namespace=step.namespace,
+                    error=str(exc))  # fmt: skip
+        trust_pods(step, instances, None)
+        return [Problem(INVALID_SERVER, f"Secret {names.server_secret(step.name)} key ca.crt is not a CA certificate "
+                        "the operator can verify the instances with")]  # fmt: skip
+    return []
+
+
 async def ensure_tls(
     step: Pass,
     replicas: int,
@@ -143,15 +212,10 @@ async def ensure_tls(
     ``metrics`` gets the certificate's expiry. Returns what is wrong with the TLS Secrets it read
     (``InvalidServerSecret``, ``InvalidCASecret``): an unusable Secret is named, never trusted, never a crash."""
     now = now or dt.datetime.now(dt.UTC)
-    cache, client, cluster, ns = step.cache, step.client, step.name, step.namespace
-    members = sorted(
-        set(step.existing_instances()) | {names.instance_name(cluster, n) for n in range(1, replicas + 1)},
-        key=lambda i: names.instance_number(cluster, i) or 0,
-    )
-    dns = tls.dns_names(cluster, ns, members)
+    cluster, ns = step.name, step.namespace
     found: list[Problem] = []
     server_name = names.server_secret(cluster)
-    server = cache.get(SECRET, server_name, ns)
+    server = step.cache.get(SECRET, server_name, ns)
     server_faults = tls.server_problems(_data(server), now) if server is not None else []
     ca_cert: bytes | None
     if server is not None and not _managed(server):
@@ -159,42 +223,14 @@ async def ensure_tls(
         found += _problems(INVALID_SERVER, server_name, server_faults)
         ca_cert = None if any(p.key == "ca.crt" for p in server_faults) else _value(server, "ca.crt")
     else:
-        key_name = names.ca_key_secret(cluster)
-        key_secret = cache.get(SECRET, key_name, ns)
-        ca: tls.Issued | None = None
-        if key_secret is None:
-            ca = tls.build_ca(cluster, ns, now)
-            if not await _write(client, tls.ca_key_secret(cluster, ns, ca), None):
-                return found  # another CA is there already: sign with it, once the cache has it
-            log.info("generated the cluster's CA", cluster=cluster, namespace=ns)
-        elif key_faults := tls.ca_key_problems(_data(key_secret)):
-            found += _problems(INVALID_CA, key_name, key_faults)  # nothing to sign with: the server Secret stays
-        else:
-            ca = tls.Issued(_value(key_secret, "ca.crt") or b"", _value(key_secret, "ca.key") or b"")
-        ca_cert = ca.cert if ca is not None else None
-        current = _value(server, "tls.crt") if server is not None else None
-        why = "missing" if current is None else None
-        if ca is not None and current is not None:
-            why = tls.needs_renewal(current, ca.cert, dns, now) or next(
-                (f"key {p.key} {p.message}" for p in server_faults), None
-            )
-        if ca is not None and why is not None:
-            issued = tls.build_server(ca, names.read_write_service(cluster), dns, now)
-            if await _write(client, tls.server_secret(cluster, ns, issued, ca.cert), server):
-                log.info("issued the server certificate", cluster=cluster, namespace=ns, why=why,
-                         expires=tls.expiry(issued.cert).isoformat())  # fmt: skip
-                server = {"data": {"tls.crt": base64.b64encode(issued.cert).decode()}}
-                server_faults = []
-        if ca is None and server is not None and not server_faults:
-            ca_cert = _value(server, "ca.crt")  # the CA key pair is unusable: keep verifying with the served CA
+        dns = tls.dns_names(cluster, ns, _members(step, replicas))
+        kept = await _keep_managed(step, dns, server, server_faults, now)
+        if kept is None:
+            return found  # another CA is there already: sign with it, once the cache has it
+        ca_cert, server = kept.ca_cert, kept.server
+        found += kept.problems
     found += await _publish(step, ca_cert)
-    try:
-        trust_pods(step, instances, ca_cert)
-    except (ssl.SSLError, ValueError) as exc:  # checked above; never a crash loop should the client still refuse it
-        log.warning("the instance client refused the cluster's CA", cluster=cluster, namespace=ns, error=str(exc))
-        trust_pods(step, instances, None)
-        found.append(Problem(INVALID_SERVER, f"Secret {server_name} key ca.crt is not a CA certificate the operator "
-                             "can verify the instances with"))  # fmt: skip
+    found += _trust(step, instances, ca_cert)
     cert = _value(server, "tls.crt") if server is not None else None
     if cert is not None and (expires := _expiry(cert)) is not None:
         if metrics is not None:
