@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -158,3 +159,26 @@ def test_every_built_image_s_signature_verifies_with_the_platform_key() -> None:
     public = _catalog()[0].layout.parent / "signing.pub"
     for image in _catalog():
         signing.verify_layout(tool("cosign"), public, image.layout)
+
+
+def test_every_library_postgresql_links_is_in_its_image(tmp_path: Path) -> None:
+    """The PyPI builds link some Debian libraries (zstd, lz4, libxml2, ...): each must resolve inside the image."""
+    images = {image.name: image for image in _catalog()}
+    newest = max(int(name.rsplit("-", 1)[1]) for name in images if name.startswith("kanri-postgres-1"))
+    image = images[f"kanri-postgres-{newest}"]
+    manifest = json.loads(blob_path(image.layout, image.digest).read_bytes())
+    present: set[str] = set()
+    for layer in manifest["layers"]:
+        with tarfile.open(blob_path(image.layout, layer["digest"])) as tar:
+            for member in tar.getmembers():
+                present.add(member.name.rstrip("/").rsplit("/", 1)[-1])
+                ours = member.name.startswith(f"opt/postgresql/{newest}/") and member.isfile()
+                if ours and (member.name.endswith(".so") or "/bin/" in member.name):
+                    tar.extract(member, tmp_path, filter="data")
+    needed: set[str] = set()
+    for program in tmp_path.rglob("*"):
+        if program.is_file():
+            done = subprocess.run(["objdump", "-p", str(program)], capture_output=True, text=True, check=False)
+            needed |= {line.split()[1] for line in done.stdout.splitlines() if line.strip().startswith("NEEDED")}
+    assert "libzstd.so.1" in needed  # the check sees what the server links
+    assert sorted(needed - present) == []

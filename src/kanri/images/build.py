@@ -17,6 +17,7 @@ import sys
 import time
 import tomllib
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,6 +33,8 @@ from kanri.local.paths import build_dir, source_root
 __all__ = ["ImageSpec", "build", "cache_root", "main"]
 
 STAMP = ".stamp"
+WORKERS = 3
+"""Images finished at once: syft is the slow step, and it waits on disk as much as on a core."""
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -173,6 +176,18 @@ class Builder:
         return self.layers.get(f"debian {spec.suite}: {' '.join(d['keep'])}", key.hexdigest(), write)
 
     @functools.cached_property
+    def postgres_libs(self) -> Layer:
+        spec, d = self.inputs.debian_spec, self.inputs.definitions["debian"]
+        extra = self.inputs.definitions["postgres"]["debian"]
+        key = hashlib.sha256(repr((layers.BUILDER_VERSION, self.lock.key(), d["keep"], d["drop"], extra)).encode())
+
+        def write(out: Any) -> None:
+            rootfs = debian.locked_rootfs(spec, self.lock, self.cache / "debian")
+            debian.write_package_layer(rootfs, d["keep"], extra, d["drop"], self.epoch, out)
+
+        return self.layers.get(f"debian {spec.suite}: {' '.join(extra)}", key.hexdigest(), write)
+
+    @functools.cached_property
     def deps(self) -> Layer:
         return layers.wheels_layer(self.layers, self.inputs.root / "requirements" / "runtime.lock.txt", self.epoch)
 
@@ -225,15 +240,18 @@ class Builder:
                 op["entrypoint"], python_env | {"HOME": "/home/kanri"}, "/home/kanri")),
         ]  # fmt: skip
 
+        def under_postgres() -> list[Layer]:
+            return [self.base, self.postgres_libs, self.deps, self.barman]
+
         def postgres(major: int) -> ImageSpec:
             return ImageSpec(f"kanri-postgres-{major}", pg["repository"], str(major),
-                             [self.base, self.deps, self.barman, self.postgres(major), self.code], pg["user"],
+                             [*under_postgres(), self.postgres(major), self.code], pg["user"],
                              pg["entrypoint"], self._postgres_env(major, {}), pg["workdir"])  # fmt: skip
 
         def upgrade(to: int) -> ImageSpec:
             sides = [m for m in majors if m <= to]
             return ImageSpec(f"kanri-postgres-upgrade-{to}", pg["upgrade_repository"], str(to),
-                             [self.base, self.deps, self.barman, *(self.postgres(m) for m in sides), self.code],
+                             [*under_postgres(), *(self.postgres(m) for m in sides), self.code],
                              pg["user"], pg["entrypoint"],
                              self._postgres_env(to, {m: layers.postgres_bin(m) for m in sides}),
                              pg["workdir"])  # fmt: skip
@@ -309,8 +327,9 @@ def build(
     pair = signing.ensure_key_pair(cosign) if sign else None
     if pair is not None:
         signing.copy_public_key(pair, out / "signing.pub")
-    catalog = []
-    for spec in specs:
+
+    def finish(spec: ImageSpec) -> dict[str, Any]:
+        """One image's layout, SBOM and signature (images run in parallel: syft and cosign are processes)."""
         layout = out / spec.name
         manifest = write_layout(layout, spec, builder.epoch)
         entry: dict[str, Any] = {
@@ -332,13 +351,16 @@ def build(
             entry["sbom_digest"] = sbom.attach_sbom(layout, manifest, document, _iso(builder.epoch))
         if pair is not None:
             entry["signature_digest"] = signing.sign_layout(
-                cosign, pair, layout, spec.repository, manifest.digest, cache / "scratch"
+                cosign, pair, layout, spec.repository, manifest.digest, cache / "scratch" / spec.name
             )
-        catalog.append(entry)
         print(
             f"{spec.name}: {spec.repository}:{spec.tag}@{manifest.digest} "
             f"({entry['size'] / 2**20:.0f} MiB, {entry['compressed_size'] / 2**20:.0f} MiB compressed)"
         )
+        return entry
+
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        catalog = list(pool.map(finish, specs))
     for stale in out.iterdir():
         if stale.is_dir() and stale.name.startswith("kanri-") and stale.name not in {s.name for s in specs}:
             shutil.rmtree(stale)

@@ -364,3 +364,48 @@ def _bytes(data: bytes) -> IO[bytes]:
 
 def _stanza_text(stanza: Stanza) -> str:
     return "\n".join(f"{key}: {value}" for key, value in stanza.items())
+
+
+def write_package_layer(rootfs: Path, lower: list[str], extra: list[str], drop: list[str], epoch: int,
+                        out: IO[bytes]) -> list[str]:  # fmt: skip
+    """A layer above the base layer of ``lower``: the files of the packages ``extra`` needs that the base does not
+    hold, their dpkg file lists, and the status file listing both sets. Returns the packages it adds."""
+    with tarfile.open(rootfs) as source:
+        members = source.getmembers()
+        names = {m.name for m in members}
+
+        def read(name: str) -> str:
+            handle = source.extractfile(name)
+            return handle.read().decode() if handle else ""
+
+        stanzas = parse_status(read("./var/lib/dpkg/status"))
+        below = closure(stanzas, lower, drop)
+        kept = closure(stanzas, [*lower, *extra], drop)
+        added = kept - below
+        wanted: set[str] = set()
+        for package in added:
+            for candidate in (f"./var/lib/dpkg/info/{package}.list", f"./var/lib/dpkg/info/{package}:amd64.list"):
+                if candidate in names:
+                    wanted |= {_tar_name(line) for line in read(candidate).splitlines() if line.strip()}
+                    wanted.add(candidate)
+                    md5sums = candidate.removesuffix(".list") + ".md5sums"
+                    if md5sums in names:
+                        wanted.add(md5sums)
+        wanted -= {"./", "./usr", "./usr/lib", "./usr/bin", "./usr/share", "./etc", "./var"}
+        status = ("\n\n".join(_stanza_text(s) for s in stanzas if s["Package"] in kept) + "\n").encode()
+        with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+            for member in members:
+                name = member.name
+                if name.rstrip("/") not in wanted and name not in wanted and name != "./var/lib/dpkg/status":
+                    continue
+                member.mtime = epoch
+                member.uname = member.gname = ""
+                member.pax_headers = {}
+                if member.name == "./var/lib/dpkg/status":
+                    member.size = len(status)
+                    tar.addfile(member, _bytes(status))
+                elif member.isfile():
+                    tar.addfile(member, source.extractfile(member))
+                else:
+                    tar.addfile(member)
+    return sorted(added)
