@@ -347,7 +347,9 @@ def build(
         }
         if with_sbom:
             document = out / entry["sbom"]
-            sbom.generate_sbom(syft, layout, spec.tag, manifest.digest, document)
+            parts = [scanned[layer.diff_id] for layer in spec.layers]
+            merged = sbom.image_sbom(parts, spec.name, f"{spec.repository}:{spec.tag}", manifest.digest)
+            document.write_text(json.dumps(merged, indent=1, sort_keys=True) + "\n")
             entry["sbom_digest"] = sbom.attach_sbom(layout, manifest, document, _iso(builder.epoch))
         if pair is not None:
             entry["signature_digest"] = signing.sign_layout(
@@ -360,6 +362,9 @@ def build(
         return entry
 
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        distinct = list({layer.diff_id: layer for spec in specs for layer in spec.layers}.values())
+        documents = pool.map(lambda layer: sbom.layer_sbom(syft, layer, cache / "sbom"), distinct) if with_sbom else []
+        scanned = {layer.diff_id: document for layer, document in zip(distinct, documents, strict=False)}
         catalog = list(pool.map(finish, specs))
     for stale in out.iterdir():
         if stale.is_dir() and stale.name.startswith("kanri-") and stale.name not in {s.name for s in specs}:
