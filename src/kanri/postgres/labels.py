@@ -135,9 +135,9 @@ def routes_by_app(read_write: Mapping[str, Any] | None, pods: Iterable[Mapping[s
     """Whether the Services and budgets select by app name: once they do, they keep doing so; before that, once
     every pod of the cluster carries the label — switching earlier would drop an unlabelled pod's traffic.
 
-    ``read_write`` is the ``-rw`` Service in the cache (None for a new cluster), ``pods`` the cluster's
-    (:func:`of_cluster`). After the switch a pod an older StatefulSet makes without the label gets it in the same
-    patch as its role, before ``-rw`` or ``-ro`` could select it anyway."""
+    ``read_write`` is the ``-rw`` Service in the cache (None for a new cluster), ``pods`` the cluster's (by labels
+    or by ownership, as :func:`cluster_routes_by_app` finds them). After the switch a pod an older StatefulSet
+    makes without the label gets it in the same patch as its role, before ``-rw`` or ``-ro`` could select it anyway."""
     if read_write is not None and selects_by_app((read_write.get("spec") or {}).get("selector")):
         return True
     return all(_labels(pod).get(APP_NAME) == POSTGRES.app for pod in pods)
