@@ -16,6 +16,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from kanri.cli.local import start_registry
 from kanri.cli.main import app
 from kanri.images.catalog import built_images, catalog_file, images_dir
 from kanri.images.push import PushError, push_images, push_layout
@@ -206,3 +207,26 @@ def test_a_pushed_operator_image_verifies_with_cosign_against_the_platform_key(
     )
     assert result.returncode == 0, result.stderr
     assert operator.digest in result.stdout
+
+
+def test_kanri_local_up_starts_the_registry_and_pushes_the_built_images(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What `kanri local up` does after the nodes: the cluster's registry, then the catalog pushed into it."""
+    build = tmp_path / "build"
+    (build / "images").mkdir(parents=True)
+    (build / "bin").mkdir()
+    for tool in ("oras", "registry"):  # the real tools, from this checkout's build dir
+        (build / "bin" / tool).symlink_to(paths.build_dir() / "bin" / tool)
+    layout = make_layout(build / "images" / "kanri-operator", tag="0.1.0", cosign=True)
+    write_catalog(build / "images", "kanri-operator", layout)
+    monkeypatch.setenv("KANRI_BUILD_DIR", str(build))
+    monkeypatch.setenv("KANRI_HOME", str(tmp_path / "home"))
+    registry = LocalRegistry(paths.cluster_dir("images-test"))
+    try:
+        start_registry("images-test")
+        assert registry.running_pid() is not None
+        dest = Destination(registry.address, "kanri", ca_file=registry.ca_file)
+        _assert_arrived(Oras(), dest, "kanri-operator", layout, cosign=True)
+    finally:
+        registry.stop()
