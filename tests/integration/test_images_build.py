@@ -182,3 +182,17 @@ def test_every_library_postgresql_links_is_in_its_image(tmp_path: Path) -> None:
             needed |= {line.split()[1] for line in done.stdout.splitlines() if line.strip().startswith("NEEDED")}
     assert "libzstd.so.1" in needed  # the check sees what the server links
     assert sorted(needed - present) == []
+
+
+def test_the_chart_package_s_signature_verifies_and_fails_for_a_changed_package(tmp_path: Path) -> None:
+    chart = _catalog()[0].layout.parent / "chart"
+    (package,) = chart.glob("*.tgz")
+    public = chart.parent / "signing.pub"
+    signature = package.with_name(package.name + ".sig")
+    signing.verify_blob(tool("cosign"), public, package, signature)
+    changed = tmp_path / package.name
+    data = bytearray(package.read_bytes())
+    data[-1] ^= 0x01
+    changed.write_bytes(bytes(data))
+    with pytest.raises(signing.VerificationError):
+        signing.verify_blob(tool("cosign"), public, changed, signature)
