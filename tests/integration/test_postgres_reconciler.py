@@ -151,7 +151,8 @@ async def test_creates_children_with_their_shape_and_reports_instances_not_ready
         assert not (await client.get(kind, name, namespace))["metadata"].get("ownerReferences"), (kind, name)
 
     rw = await client.get(SERVICE, "orders-rw", namespace)
-    assert rw["spec"]["selector"] == {"kanri.dev/cluster": "orders", "kanri.dev/role": "primary"}
+    assert rw["spec"]["selector"] == {"kanri.dev/cluster": "orders", "app.kubernetes.io/name": "postgresql",
+                                      "kanri.dev/role": "primary"}  # fmt: skip
     assert [p["port"] for p in rw["spec"]["ports"]] == [5432]
 
     config = await client.get(CONFIG_MAP, "orders-config", namespace)

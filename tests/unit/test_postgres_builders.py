@@ -67,7 +67,8 @@ def test_statefulset_runs_one_pod_of_the_instance_with_its_own_claim_and_owner()
     assert sts["spec"]["replicas"] == 1
     (ref,) = sts["metadata"]["ownerReferences"]
     assert (ref["kind"], ref["name"], ref["uid"], ref["controller"]) == ("PostgresCluster", "orders", UID, True)
-    assert sts["spec"]["selector"]["matchLabels"] == {"kanri.dev/cluster": "orders", "kanri.dev/instance": "orders-2"}
+    assert sts["spec"]["selector"]["matchLabels"] == {"kanri.dev/cluster": "orders", "kanri.dev/instance": "orders-2",
+                                                      "app.kubernetes.io/name": "postgresql"}  # fmt: skip
     labels = sts["spec"]["template"]["metadata"]["labels"]
     assert labels["kanri.dev/instance"] == "orders-2"
     assert "kanri.dev/role" not in labels
@@ -177,7 +178,7 @@ def anti_affinity_keys(pod: Obj) -> list[tuple[int, str, Obj]]:
 
 
 def test_instances_prefer_other_nodes_and_zones_by_default() -> None:
-    mine = {"matchLabels": {"kanri.dev/cluster": "orders"}}
+    mine = {"matchLabels": {"kanri.dev/cluster": "orders", "app.kubernetes.io/name": "postgresql"}}
     pod = build()["spec"]["template"]["spec"]
     assert anti_affinity_keys(pod) == [
         (100, "kubernetes.io/hostname", mine),
@@ -279,10 +280,11 @@ def test_config_map_holds_parameters_instances_and_sync_standbys_as_stable_json(
 
 def test_services_select_pods_by_role() -> None:
     selectors = {s["metadata"]["name"]: s["spec"]["selector"] for s in services(cluster())}
+    mine = {"kanri.dev/cluster": "orders", "app.kubernetes.io/name": "postgresql"}
     assert selectors == {
-        "orders-rw": {"kanri.dev/cluster": "orders", "kanri.dev/role": "primary"},
-        "orders-ro": {"kanri.dev/cluster": "orders", "kanri.dev/role": "replica"},
-        "orders-r": {"kanri.dev/cluster": "orders"},
+        "orders-rw": {**mine, "kanri.dev/role": "primary"},
+        "orders-ro": {**mine, "kanri.dev/role": "replica"},
+        "orders-r": mine,
     }
     assert all(s["spec"]["ports"][0]["port"] == 5432 for s in services(cluster()))
 

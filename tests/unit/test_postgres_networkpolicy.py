@@ -17,14 +17,18 @@ Obj = dict[str, Any]
 UID = "0d3c5a4e-0000-4000-8000-000000000001"
 CLUSTER = {"apiVersion": "kanri.dev/v1alpha1", "kind": "PostgresCluster",
            "metadata": {"name": "orders", "namespace": "shop", "uid": UID}, "spec": {}}  # fmt: skip
-INSTANCE = {"kanri.dev/cluster": "orders", "kanri.dev/instance": "orders-2"}
+INSTANCE = {"kanri.dev/cluster": "orders", "kanri.dev/instance": "orders-2", "app.kubernetes.io/name": "postgresql"}
 OPERATOR = {"app.kubernetes.io/name": "kanri-operator", "pod-template-hash": "5d9"}
 
 
 def _selects(selector: Obj | None, labels: dict[str, str]) -> bool:
     if selector is None:
         return True
-    assert set(selector) <= {"matchLabels"}, "only matchLabels is used (the evaluator knows no more)"
+    assert set(selector) <= {"matchLabels", "matchExpressions"}
+    for expression in selector.get("matchExpressions") or ():
+        assert expression["operator"] == "DoesNotExist", "the evaluator knows no other operator"
+        if expression["key"] in labels:
+            return False
     return all(labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items())
 
 
@@ -52,7 +56,8 @@ def test_one_ingress_policy_over_the_clusters_pods_owned_by_the_cluster() -> Non
     assert (policy["metadata"]["name"], policy["metadata"]["namespace"]) == ("orders", "shop")
     (ref,) = policy["metadata"]["ownerReferences"]
     assert (ref["kind"], ref["uid"], ref["controller"]) == ("PostgresCluster", UID, True)
-    assert policy["spec"]["podSelector"] == {"matchLabels": {"kanri.dev/cluster": "orders"}}
+    assert policy["spec"]["podSelector"] == {"matchLabels": {"kanri.dev/cluster": "orders",
+                                                             "app.kubernetes.io/name": "postgresql"}}  # fmt: skip
     assert policy["spec"]["policyTypes"] == ["Ingress"]  # egress stays open (DNS, -rw, object stores)
 
 
