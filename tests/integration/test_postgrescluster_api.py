@@ -533,6 +533,18 @@ INVALID = [
         ('labels under kanri.dev/ belong to the operator: ["kanri.dev/cluster", "kanri.dev/role"]',),
     ),
     Refused(
+        "selector-app-labels",
+        {
+            "podTemplate": {
+                "labels": {"app.kubernetes.io/name": "valkey", "app.kubernetes.io/instance": "x", "team": "x"}
+            }
+        },
+        (
+            'labels ["app.kubernetes.io/instance", "app.kubernetes.io/name"] belong to the operator '
+            "(its selectors use them)",
+        ),
+    ),
+    Refused(
         "requests-above-limits",
         {
             "resources": {

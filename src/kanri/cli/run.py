@@ -13,6 +13,8 @@ import typer
 from prometheus_client import CollectorRegistry
 
 from kanri.postgres.backup.archiving import load_repository, utc_now
+from kanri.postgres.children.images import ENV as POSTGRES_IMAGES_ENV
+from kanri.postgres.children.images import PostgresImages
 from kanri.postgres.cluster.instances import HttpInstanceClient
 from kanri.postgres.operator import OperatorOptions, build_manager
 from kanri.runtime import Client, ClientMetrics, configure_logging
@@ -102,7 +104,14 @@ def run(
     # Outside a pod (a laptop) this is "default": no operator pod runs there, so where NetworkPolicy is enforced the
     # clusters' policies admit nothing to the instance API (networkpolicy.py); set POD_NAMESPACE to choose.
     home = own_namespace()
+    try:
+        postgres_images = PostgresImages.from_environment()
+    except ValueError as exc:
+        # the chart sets it; a hand-edited Deployment gets a one-line reason, not a traceback
+        typer.echo(f"error: {POSTGRES_IMAGES_ENV}: {exc}", err=True)
+        raise typer.Exit(2) from None
     options = OperatorOptions(
+        postgres_images=postgres_images,
         default_backup_repository=default,
         namespaces=tuple(namespace or ()),
         leader_election=leader_election,

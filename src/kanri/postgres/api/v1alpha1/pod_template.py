@@ -30,6 +30,15 @@ _NO_OPERATOR_LABELS = cel(
     message_expression=f"'labels under {OPERATOR_LABEL_PREFIX} belong to the operator: %s'.format({_OWN_KEYS})",
     reason="FieldValueForbidden",
 )
+# The selectors' app labels (docs/postgres-operator.md "Labels and selectors"): a pod template that set them could
+# take a pod out of its own Services or into another app's.
+_APP_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance")
+_APP_KEYS = f"[self.filter(k, k in {list(_APP_LABELS)}).sort()]"
+_NO_APP_LABELS = cel(
+    f"!self.exists(k, k in {list(_APP_LABELS)})",
+    message_expression=f"'labels %s belong to the operator (its selectors use them)'.format({_APP_KEYS})",
+    reason="FieldValueForbidden",
+)
 _NO_OPERATOR_ANNOTATIONS = cel(
     f"self.all(k, !k.startsWith('{OPERATOR_LABEL_PREFIX}'))",
     message_expression=f"'annotations under {OPERATOR_LABEL_PREFIX} belong to the operator: %s'.format({_OWN_KEYS})",
@@ -112,10 +121,12 @@ class PodTemplate(ApiModel):
         Field(max_length=64),
         _qualified_keys("label"),
         _NO_OPERATOR_LABELS,
+        _NO_APP_LABELS,
     ] = Field(default_factory=dict)
     """Extra labels for the pods. Keys are qualified names (an optional DNS subdomain prefix and /, then at most 63
     letters, digits, -, _ and ., beginning and ending with a letter or digit); values are at most 63 of the same
-    characters, or empty. Keys under kanri.dev/ are refused."""
+    characters, or empty. Keys under kanri.dev/ and the selectors' app.kubernetes.io/name and app.kubernetes.io/instance
+    are refused."""
 
     annotations: Annotated[
         dict[str, Annotated[str, Field(max_length=65536)]],

@@ -103,7 +103,8 @@ class PostgresClusterSpec(
         | None
     ) = None
     """The PostgreSQL image, to choose a minor release: kanri.dev/postgres:17.11. Its tag is the major (which must
-    be version) or major.minor. Default: kanri.dev/postgres:<version>, the platform's newest minor of that major.
+    be version) or major.minor. Default: the platform's image of that major (the operator's KANRI_POSTGRES_IMAGES,
+    set by the Helm chart; kanri.dev/postgres:<version> when unset), its newest minor.
     Changing it is a minor update: the replicas are restarted on the new image one at a time, then the primary's
     role is handed to an updated replica (a switchover, see primaryUpdateStrategy) and the old primary is restarted
     last. While a major upgrade waits or runs, the instances keep the image they have."""
