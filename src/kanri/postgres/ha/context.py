@@ -126,6 +126,7 @@ class FailoverContext:
         self.promoted = False
 
     def address(self, instance: str) -> str | None:
+        """The instance's pod IP, None while it has none or its pod is being deleted."""
         pod = self.pods.get(instance)
         if pod is None or pod["metadata"].get("deletionTimestamp"):
             return None
@@ -140,6 +141,7 @@ class FailoverContext:
                         "status": self.status}  # fmt: skip
 
     async def set_progress(self, progress: Obj | None) -> None:
+        """Record the phase (``status.failover``; None when done) before acting on it."""
         began = self.memory.failover_started
         elapsed = round(self.r.clock() - began, 3) if began is not None else None
         log.info("failover phase", cluster=self.name, namespace=self.namespace,
@@ -147,6 +149,7 @@ class FailoverContext:
         await self.write_status({"failover": progress})
 
     async def label(self, instance: str, role: str) -> None:
+        """Route by ``role`` to the instance's pod (``kanri.dev/role``); a refusal is logged, not raised."""
         pod = self.pods.get(instance)
         if pod is None:
             return
@@ -163,6 +166,7 @@ class FailoverContext:
         self.pods[instance] = {**pod, "metadata": {**pod["metadata"], "labels": {**labels, ROLE: role}}}
 
     async def annotate_claim(self, instance: str, annotations: dict[str, str | None]) -> None:
+        """Record facts on the instance's claim (the data outlives the pod and the operator's memory)."""
         try:
             await self.r.client.patch(PVC, instance, {"metadata": {"annotations": annotations}}, self.namespace)
         except ApiError as exc:
@@ -170,6 +174,7 @@ class FailoverContext:
                 raise
 
     async def drop_annotation(self, key: str) -> None:
+        """Remove a request annotation from the cluster once it was acted on."""
         if key in self.annotations:
             await self.r.client.patch(POSTGRES_CLUSTER, self.name, {"metadata": {"annotations": {key: None}}},
                                       self.namespace)  # fmt: skip

@@ -30,8 +30,8 @@ SWITCHOVER_TIMEOUT = 60.0
 
 async def begin(ctx: FailoverContext, target: str, reason: str = "Switchover") -> Obj | None:
     """Begin a switchover to ``target`` when it can be done now (its first phase recorded, returned for the step to
-    carry on); otherwise say why once (an Event) and return None. ``reason``:
-    ``Switchover`` (asked by annotation) or the update of the primary that asks for it (``PLANNED``)."""
+    carry on); otherwise say why once (an Event) and return None. ``reason``: ``Switchover`` (asked by annotation)
+    or the update of the primary that asks for it (``PLANNED``)."""
     assert ctx.primary is not None
     primary_report = ctx.reports.get(ctx.primary)
     target_report = ctx.reports.get(target)
@@ -64,6 +64,9 @@ async def begin(ctx: FailoverContext, target: str, reason: str = "Switchover") -
 
 
 async def demote(ctx: FailoverContext, progress: Obj) -> Obj:
+    """Phase ``Demoting``: the primary, cut from routing, shuts down cleanly; its shutdown checkpoint moves the
+    switchover on to ``Promoting``. A primary that stops answering turns it into a failover; one that cannot be
+    demoted within :data:`SWITCHOVER_TIMEOUT` stays the primary. Returns the progress as it now stands."""
     old = str(progress["from"])
     await ctx.label(old, FENCED)  # no new writes reach it while it shuts down
     raw = ctx.raw.get(old)
