@@ -216,3 +216,14 @@ def test_a_postgresql_layer_installed_twice_from_its_wheel_has_one_digest(tmp_pa
         cache = layers.LayerCache(tmp_path / attempt / "layers")
         digests.add(layers.postgres_layer(cache, pin.version, pin.sha256, prefix, 86400).digest)
     assert len(digests) == 1
+
+
+def test_a_second_build_with_nothing_changed_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    first = _build_pause(tmp_path, "same")
+    index = tmp_path / "same" / "kanri-pause" / "index.json"
+    before = index.stat().st_mtime_ns
+    (again,) = build(out=tmp_path / "same", cache=tmp_path / "cache-same", sign=False, with_sbom=False,
+                     only=["kanri-pause"])  # fmt: skip
+    assert again == first
+    assert index.stat().st_mtime_ns == before
+    assert "images: up to date" in capsys.readouterr().out
