@@ -152,3 +152,18 @@ def test_a_blob_with_one_byte_changed_fails_the_layout_check(tmp_path: Path) -> 
     path.write_bytes(b"layer bytez")
     with pytest.raises(VerificationError, match="does not match"):
         check_blobs(layout)
+
+
+def test_a_package_layer_adds_only_what_the_base_lacks_and_a_status_listing_both(tmp_path: Path) -> None:
+    out = io.BytesIO()
+    added = debian.write_package_layer(_rootfs(tmp_path / "r.tar"), ["python3"], ["tar"], ["dpkg"], EPOCH, out)
+    assert added == ["tar"]
+    out.seek(0)
+    with tarfile.open(fileobj=out) as tar:
+        names = set(tar.getnames())
+        status = debian.parse_status(tar.extractfile("./var/lib/dpkg/status").read().decode())  # type: ignore[union-attr]
+    assert "./usr/bin/tar" in names
+    assert "./var/lib/dpkg/info/tar.list" in names
+    assert "./usr/bin/python3" not in names  # the base layer's
+    assert "./usr/bin/dpkg" not in names
+    assert [s["Package"] for s in status] == ["python3", "libc6", "mawk", "libpython3-stdlib", "tar"]
