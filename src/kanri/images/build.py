@@ -327,11 +327,41 @@ def build(
     pair = signing.ensure_key_pair(cosign) if sign else None
     if pair is not None:
         signing.copy_public_key(pair, out / "signing.pub")
+    finish = _Finisher(out, builder.epoch, cache, cosign, pair)
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        if with_sbom:
+            distinct = list({layer.diff_id: layer for spec in specs for layer in spec.layers}.values())
+            documents = pool.map(lambda layer: sbom.layer_sbom(syft, layer, cache / "sbom"), distinct)
+            finish.scanned = {layer.diff_id: document for layer, document in zip(distinct, documents, strict=True)}
+        catalog = list(pool.map(finish, specs))
+    if only is None:  # a partial build leaves the other images alone
+        for stale in out.iterdir():
+            if stale.is_dir() and stale.name.startswith("kanri-") and stale.name not in {s.name for s in specs}:
+                shutil.rmtree(stale)
+    if pair is not None:
+        sign_chart(cosign, pair, inputs.root / "deploy" / "helm" / "kanri", out / "chart")
+    (out / CATALOG).write_text(json.dumps(catalog, indent=1) + "\n")
+    stamp.write_text(fingerprint)
+    rebuilt = ", ".join(builder.layers.built) or "none"
+    print(f"images: {len(catalog)} built in {time.monotonic() - started:.1f}s (layers built: {rebuilt})")
+    return catalog
 
-    def finish(spec: ImageSpec) -> dict[str, Any]:
-        """One image's layout, SBOM and signature (images run in parallel: syft and cosign are processes)."""
-        layout = out / spec.name
-        manifest = write_layout(layout, spec, builder.epoch)
+
+@dataclass
+class _Finisher:
+    """One image's layout, SBOM (from its layers' scans, when given) and signature, and its catalog entry; several
+    run at once (syft and cosign are processes)."""
+
+    out: Path
+    epoch: int
+    cache: Path
+    cosign: Path
+    pair: signing.KeyPair | None
+    scanned: dict[str, dict[str, Any]] | None = None
+
+    def __call__(self, spec: ImageSpec) -> dict[str, Any]:
+        layout = self.out / spec.name
+        manifest = write_layout(layout, spec, self.epoch)
         entry: dict[str, Any] = {
             "name": spec.name,
             "repository": spec.repository,
@@ -345,37 +375,20 @@ def build(
             "size": sum(layer.uncompressed_size for layer in spec.layers),
             "compressed_size": sum(layer.size for layer in spec.layers) + manifest.size,
         }
-        if with_sbom:
-            document = out / entry["sbom"]
-            parts = [scanned[layer.diff_id] for layer in spec.layers]
+        if self.scanned is not None:
+            document = self.out / entry["sbom"]
+            parts = [self.scanned[layer.diff_id] for layer in spec.layers]
             merged = sbom.image_sbom(parts, spec.name, f"{spec.repository}:{spec.tag}", manifest.digest)
             document.write_text(json.dumps(merged, indent=1, sort_keys=True) + "\n")
-            entry["sbom_digest"] = sbom.attach_sbom(layout, manifest, document, _iso(builder.epoch))
-        if pair is not None:
+            entry["sbom_digest"] = sbom.attach_sbom(layout, manifest, document, _iso(self.epoch))
+        if self.pair is not None:
+            scratch = self.cache / "scratch" / spec.name
             entry["signature_digest"] = signing.sign_layout(
-                cosign, pair, layout, spec.repository, manifest.digest, cache / "scratch" / spec.name
+                self.cosign, self.pair, layout, spec.repository, manifest.digest, scratch
             )
-        print(
-            f"{spec.name}: {spec.repository}:{spec.tag}@{manifest.digest} "
-            f"({entry['size'] / 2**20:.0f} MiB, {entry['compressed_size'] / 2**20:.0f} MiB compressed)"
-        )
+        size, compressed = entry["size"] / 2**20, entry["compressed_size"] / 2**20
+        print(f"{spec.name}: {spec.repository}:{spec.tag}@{manifest.digest} ({size:.0f} MiB, {compressed:.0f} MiB gz)")
         return entry
-
-    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
-        distinct = list({layer.diff_id: layer for spec in specs for layer in spec.layers}.values())
-        documents = pool.map(lambda layer: sbom.layer_sbom(syft, layer, cache / "sbom"), distinct) if with_sbom else []
-        scanned = {layer.diff_id: document for layer, document in zip(distinct, documents, strict=False)}
-        catalog = list(pool.map(finish, specs))
-    for stale in out.iterdir():
-        if stale.is_dir() and stale.name.startswith("kanri-") and stale.name not in {s.name for s in specs}:
-            shutil.rmtree(stale)
-    if pair is not None:
-        sign_chart(cosign, pair, inputs.root / "deploy" / "helm" / "kanri", out / "chart")
-    (out / CATALOG).write_text(json.dumps(catalog, indent=1) + "\n")
-    stamp.write_text(fingerprint)
-    rebuilt = ", ".join(builder.layers.built) or "none"
-    print(f"images: {len(catalog)} built in {time.monotonic() - started:.1f}s (layers built: {rebuilt})")
-    return catalog
 
 
 def sign_chart(cosign: Path, pair: signing.KeyPair, chart: Path, target: Path) -> Path | None:

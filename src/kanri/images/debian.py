@@ -290,122 +290,119 @@ def _with_users(text: str, users: list[User], passwd: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
+STATUS = "./var/lib/dpkg/status"
+INFO = "./var/lib/dpkg/info/"
+# caches and logs of the bootstrap, device nodes (the runtime mounts /dev) and apt's configuration
+_VOLATILE = ("./var/cache/", "./var/log/", "./var/lib/apt/", "./etc/apt/", "./dev/", INFO)
+
+
+class _Rootfs:
+    """The bootstrap tar: its members, dpkg's status and the packages' file lists."""
+
+    def __init__(self, source: tarfile.TarFile) -> None:
+        self.source = source
+        self.members = source.getmembers()
+        self.names = {m.name for m in self.members}
+        self.stanzas = parse_status(self.read(STATUS))
+
+    def read(self, name: str) -> str:
+        handle = self.source.extractfile(name)
+        return handle.read().decode() if handle else ""
+
+    def list_of(self, package: str) -> str | None:
+        for candidate in (f"{INFO}{package}.list", f"{INFO}{package}:amd64.list"):
+            if candidate in self.names:
+                return candidate
+        return None
+
+    def files_of(self, package: str) -> set[str]:
+        listed = self.list_of(package)
+        return {_tar_name(line) for line in self.read(listed).splitlines() if line.strip()} if listed else set()
+
+    def status_of(self, packages: set[str]) -> bytes:
+        return ("\n\n".join(_stanza_text(s) for s in self.stanzas if s["Package"] in packages) + "\n").encode()
+
+    def emit(self, tar: tarfile.TarFile, member: tarfile.TarInfo, epoch: int, content: bytes | None = None) -> None:
+        """``member`` into ``tar``, dated ``epoch``, without owner names (``content`` replaces a file's)."""
+        member.mtime = epoch
+        member.uname = member.gname = ""
+        member.pax_headers = {}
+        if content is not None:
+            member.size = len(content)
+            tar.addfile(member, io.BytesIO(content))
+        elif member.isfile():
+            tar.addfile(member, self.source.extractfile(member))
+        else:
+            tar.addfile(member)
+
+
+def _in_base(member: tarfile.TarInfo, removed: set[str], kept: set[str]) -> bool:
+    name = member.name
+    if name in removed:
+        return False
+    if name.startswith(INFO) and not member.isdir():
+        # the file lists and checksums of the kept packages (scanners read them); never the maintainer scripts:
+        # nothing can run them without dpkg
+        package, _, suffix = name.rsplit("/", 1)[1].rpartition(".")
+        return package.split(":")[0] in kept and suffix in ("list", "md5sums")
+    return member.isdir() or not name.startswith(_VOLATILE)
+
+
 def write_base_layer(
     rootfs: Path, keep_roots: list[str], drop: list[str], users: list[User], epoch: int, out: IO[bytes]
 ) -> list[str]:
     """The base layer from the bootstrap tar ``rootfs`` (module docstring); returns the packages kept."""
     with tarfile.open(rootfs) as source:
-        members = source.getmembers()
-
-        def read(name: str) -> str:
-            handle = source.extractfile(name)
-            return handle.read().decode() if handle else ""
-
-        stanzas = parse_status(read("./var/lib/dpkg/status"))
-        kept = closure(stanzas, keep_roots, drop)
-        names = {m.name for m in members}
-
-        def files_of(package: str) -> set[str]:
-            for candidate in (f"./var/lib/dpkg/info/{package}.list", f"./var/lib/dpkg/info/{package}:amd64.list"):
-                if candidate in names:
-                    return {_tar_name(line) for line in read(candidate).splitlines() if line.strip()}
-            return set()
-
-        kept_files: set[str] = set()
-        for package in kept:
-            kept_files |= files_of(package)
+        root = _Rootfs(source)
+        kept = closure(root.stanzas, keep_roots, drop)
+        kept_files: set[str] = set().union(*(root.files_of(p) for p in kept))
         removed: set[str] = set()
-        for stanza in stanzas:
+        for stanza in root.stanzas:
             if stanza["Package"] not in kept:
-                removed |= files_of(stanza["Package"]) - kept_files
-        status = "\n\n".join(_stanza_text(s) for s in stanzas if s["Package"] in kept) + "\n"
+                removed |= root.files_of(stanza["Package"]) - kept_files
         replaced = {
-            "./var/lib/dpkg/status": status.encode(),
-            "./etc/passwd": _with_users(read("./etc/passwd"), users, passwd=True).encode(),
-            "./etc/group": _with_users(read("./etc/group"), users, passwd=False).encode(),
+            STATUS: root.status_of(kept),
+            "./etc/passwd": _with_users(root.read("./etc/passwd"), users, passwd=True).encode(),
+            "./etc/group": _with_users(root.read("./etc/group"), users, passwd=False).encode(),
         }
-        # caches and logs of the bootstrap, device nodes (the runtime mounts /dev) and apt's configuration
-        volatile = ("./var/cache/", "./var/log/", "./var/lib/apt/", "./etc/apt/", "./dev/", "./var/lib/dpkg/info/")
         with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-            for member in members:
-                name = member.name
-                if name in removed:
-                    continue
-                if name.startswith("./var/lib/dpkg/info/") and not member.isdir():
-                    # the file lists and checksums of the kept packages (scanners read them); never the maintainer
-                    # scripts: nothing can run them without dpkg
-                    package, _, suffix = name.rsplit("/", 1)[1].rpartition(".")
-                    if package.split(":")[0] not in kept or suffix not in ("list", "md5sums"):
-                        continue
-                elif name.startswith(volatile) and not member.isdir():
-                    continue
-                member.mtime = epoch
-                member.uname = member.gname = ""
-                member.pax_headers = {}
-                if name in replaced:
-                    member.size = len(replaced[name])
-                    tar.addfile(member, _bytes(replaced[name]))
-                elif member.isfile():
-                    tar.addfile(member, source.extractfile(member))
-                else:
-                    tar.addfile(member)
+            for member in root.members:
+                if _in_base(member, removed, kept):
+                    root.emit(tar, member, epoch, replaced.get(member.name))
             for user in users:
                 home = tarfile.TarInfo(user.home.strip("/"))
-                if "./" + home.name in names or home.name == "tmp":
+                if "./" + home.name in root.names or home.name == "tmp":
                     continue
                 home.type, home.mode, home.uid, home.gid, home.mtime = tarfile.DIRTYPE, 0o700, user.uid, user.uid, epoch
                 tar.addfile(home)
     return sorted(kept)
 
 
-def _bytes(data: bytes) -> IO[bytes]:
-    return io.BytesIO(data)
-
-
 def _stanza_text(stanza: Stanza) -> str:
     return "\n".join(f"{key}: {value}" for key, value in stanza.items())
 
 
-def write_package_layer(rootfs: Path, lower: list[str], extra: list[str], drop: list[str], epoch: int,
-                        out: IO[bytes]) -> list[str]:  # fmt: skip
+def write_package_layer(
+    rootfs: Path, lower: list[str], extra: list[str], drop: list[str], epoch: int, out: IO[bytes]
+) -> list[str]:
     """A layer above the base layer of ``lower``: the files of the packages ``extra`` needs that the base does not
     hold, their dpkg file lists, and the status file listing both sets. Returns the packages it adds."""
     with tarfile.open(rootfs) as source:
-        members = source.getmembers()
-        names = {m.name for m in members}
-
-        def read(name: str) -> str:
-            handle = source.extractfile(name)
-            return handle.read().decode() if handle else ""
-
-        stanzas = parse_status(read("./var/lib/dpkg/status"))
-        below = closure(stanzas, lower, drop)
-        kept = closure(stanzas, [*lower, *extra], drop)
-        added = kept - below
+        root = _Rootfs(source)
+        kept = closure(root.stanzas, [*lower, *extra], drop)
+        added = kept - closure(root.stanzas, lower, drop)
         wanted: set[str] = set()
         for package in added:
-            for candidate in (f"./var/lib/dpkg/info/{package}.list", f"./var/lib/dpkg/info/{package}:amd64.list"):
-                if candidate in names:
-                    wanted |= {_tar_name(line) for line in read(candidate).splitlines() if line.strip()}
-                    wanted.add(candidate)
-                    md5sums = candidate.removesuffix(".list") + ".md5sums"
-                    if md5sums in names:
-                        wanted.add(md5sums)
+            listed = root.list_of(package)
+            if listed is not None:
+                md5sums = listed.removesuffix(".list") + ".md5sums"
+                wanted |= root.files_of(package) | {listed} | ({md5sums} & root.names)
         wanted -= {"./", "./usr", "./usr/lib", "./usr/bin", "./usr/share", "./etc", "./var"}
-        status = ("\n\n".join(_stanza_text(s) for s in stanzas if s["Package"] in kept) + "\n").encode()
+        status = root.status_of(kept)
         with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-            for member in members:
-                name = member.name
-                if name.rstrip("/") not in wanted and name not in wanted and name != "./var/lib/dpkg/status":
-                    continue
-                member.mtime = epoch
-                member.uname = member.gname = ""
-                member.pax_headers = {}
-                if member.name == "./var/lib/dpkg/status":
-                    member.size = len(status)
-                    tar.addfile(member, _bytes(status))
-                elif member.isfile():
-                    tar.addfile(member, source.extractfile(member))
-                else:
-                    tar.addfile(member)
+            for member in root.members:
+                if member.name == STATUS:
+                    root.emit(tar, member, epoch, status)
+                elif member.name in wanted or member.name.rstrip("/") in wanted:
+                    root.emit(tar, member, epoch)
     return sorted(added)
