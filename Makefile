@@ -133,6 +133,7 @@ image-tools:
 	done
 images: system $(VENV)/.installed image-tools helm
 	$(BIN)/python -m kanri.images build
+	$(BIN)/kanri images push --local default --if-running
 images-lock: $(VENV)/.installed
 	$(BIN)/python -m kanri.images lock
 	for name in barman seaweedfs; do \

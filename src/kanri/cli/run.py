@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 from prometheus_client import CollectorRegistry
 
-from kanri.postgres.backup.archiving import load_repository, utc_now
+from kanri.postgres.backup.archiving import DefaultRepository, load_repository, utc_now
 from kanri.postgres.children.images import ENV as POSTGRES_IMAGES_ENV
 from kanri.postgres.children.images import PostgresImages
 from kanri.postgres.cluster.instances import HttpInstanceClient
@@ -97,21 +97,12 @@ def run(
     if log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         raise typer.BadParameter(f"unknown log level {log_level!r}", param_hint="--log-level")
     configure_logging(log_level)
-    try:
-        default = load_repository(default_backup_repository) if default_backup_repository else None
-    except (OSError, ValueError) as exc:
-        raise typer.BadParameter(str(exc), param_hint="--default-backup-repository") from None
+    default = default_repository(default_backup_repository)
     # Outside a pod (a laptop) this is "default": no operator pod runs there, so where NetworkPolicy is enforced the
     # clusters' policies admit nothing to the instance API (networkpolicy.py); set POD_NAMESPACE to choose.
     home = own_namespace()
-    try:
-        postgres_images = PostgresImages.from_environment()
-    except ValueError as exc:
-        # the chart sets it; a hand-edited Deployment gets a one-line reason, not a traceback
-        typer.echo(f"error: {POSTGRES_IMAGES_ENV}: {exc}", err=True)
-        raise typer.Exit(2) from None
     options = OperatorOptions(
-        postgres_images=postgres_images,
+        postgres_images=postgres_images(),
         default_backup_repository=default,
         namespaces=tuple(namespace or ()),
         leader_election=leader_election,
@@ -124,6 +115,24 @@ def run(
         allowed_priority_classes=tuple(c.strip() for c in allowed_priority_class or () if c.strip()),
     )
     asyncio.run(_run(str(kubeconfig) if kubeconfig else None, options))
+
+
+def default_repository(path: Path | None) -> DefaultRepository | None:
+    """``--default-backup-repository``'s file, read; an unreadable or invalid one is a bad parameter."""
+    try:
+        return load_repository(path) if path else None
+    except (OSError, ValueError) as exc:
+        raise typer.BadParameter(str(exc), param_hint="--default-backup-repository") from None
+
+
+def postgres_images() -> PostgresImages:
+    """The PostgreSQL images from the environment the chart sets; a malformed value (a hand-edited Deployment) exits
+    with a one-line reason instead of a traceback."""
+    try:
+        return PostgresImages.from_environment()
+    except ValueError as exc:
+        typer.echo(f"error: {POSTGRES_IMAGES_ENV}: {exc}", err=True)
+        raise typer.Exit(2) from None
 
 
 def offset_clock(path: Path) -> Callable[[], datetime]:

@@ -25,7 +25,8 @@ from typing import Any
 
 import kanri
 from kanri.images import debian, layers, sbom, signing
-from kanri.images.catalog import CATALOG, images_dir
+from kanri.images.catalog import CATALOG, built_images, images_dir
+from kanri.images.chart import package_chart
 from kanri.images.oci import CONFIG, MANIFEST, Blob, Layer, canonical_json, put_blob
 from kanri.local import pg_binaries
 from kanri.local.paths import build_dir, source_root
@@ -338,9 +339,9 @@ def build(
         for stale in out.iterdir():
             if stale.is_dir() and stale.name.startswith("kanri-") and stale.name not in {s.name for s in specs}:
                 shutil.rmtree(stale)
-    if pair is not None:
-        sign_chart(cosign, pair, inputs.root / "deploy" / "helm" / "kanri", out / "chart")
     (out / CATALOG).write_text(json.dumps(catalog, indent=1) + "\n")
+    if pair is not None:  # after the catalog: the package carries its digests
+        sign_chart(cosign, pair, inputs.root / "deploy" / "helm" / "kanri", out / "chart")
     stamp.write_text(fingerprint)
     rebuilt = ", ".join(builder.layers.built) or "none"
     print(f"images: {len(catalog)} built in {time.monotonic() - started:.1f}s (layers built: {rebuilt})")
@@ -391,20 +392,12 @@ class _Finisher:
         return entry
 
 
-def sign_chart(cosign: Path, pair: signing.KeyPair, chart: Path, target: Path) -> Path | None:
-    """``helm package`` of ``chart`` into ``target`` and its cosign signature beside it (``<package>.sig``); None
-    when helm is not built (``make helm``)."""
-    helm = tool("helm")
-    if not helm.exists():
-        print("images: no .build/bin/helm, the chart is not packaged or signed (make helm)")
-        return None
+def sign_chart(cosign: Path, pair: signing.KeyPair, chart: Path, target: Path) -> Path:
+    """The chart packaged with the digests of what was just built (:func:`kanri.images.chart.package_chart`, reading
+    ``images.json``) into ``target``, and its cosign signature beside it (``<package>.sig``)."""
     if target.exists():
         shutil.rmtree(target)
-    target.mkdir(parents=True)
-    done = subprocess.run([str(helm), "package", str(chart), "-d", str(target)], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"helm package failed: {done.stderr.strip()[-2000:]}")
-    (package,) = target.glob("*.tgz")
+    package = package_chart(chart, built_images(target.parent), target)
     package.with_name(package.name + ".sig").write_text(signing.sign_blob(cosign, pair, package) + "\n")
     return package
 
