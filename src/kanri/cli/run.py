@@ -7,11 +7,11 @@ import os
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated
 
 import typer
 from prometheus_client import CollectorRegistry
 
+from kanri.cli import _run_options as opts
 from kanri.postgres.backup.archiving import DefaultRepository, load_repository, utc_now
 from kanri.postgres.children.images import ENV as POSTGRES_IMAGES_ENV
 from kanri.postgres.children.images import PostgresImages
@@ -33,65 +33,18 @@ def own_namespace() -> str:
 
 
 def run(
-    kubeconfig: Annotated[
-        Path | None, typer.Option(help="kubeconfig file; in-cluster configuration when absent.")
-    ] = None,
-    namespace: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="Watch PostgresClusters in this namespace only; repeat it to watch several (default: all namespaces)."
-        ),
-    ] = None,
-    health_port: Annotated[int, typer.Option(help="Port of /healthz, /readyz and /metrics (0: any free port).")] = 8081,
-    health_host: Annotated[
-        str, typer.Option(help="Address /healthz, /readyz and /metrics listen on; 0.0.0.0 in a pod (kubelet probes).")
-    ] = "127.0.0.1",
-    metrics_auth: Annotated[
-        bool,
-        typer.Option(
-            help="Serve /metrics only to bearer tokens the API server authenticates and allows get on /metrics "
-            "(TokenReview + SubjectAccessReview); /healthz and /readyz stay open."
-        ),
-    ] = True,
-    leader_election: Annotated[
-        bool, typer.Option(help="Run only while holding the Lease, so replicas of the operator can stand by.")
-    ] = True,
-    leader_election_namespace: Annotated[
-        str | None, typer.Option(help="Namespace of the Lease (default: the operator's own namespace).")
-    ] = None,
-    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
-    default_backup_repository: Annotated[
-        Path | None,
-        typer.Option(
-            help="YAML file of the platform's default S3 repository (the fields of backup.repository.s3; "
-            "its credentialsSecret in the operator's namespace), used by clusters that name none."
-        ),
-    ] = None,
-    allowed_backup_endpoint: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="An S3 endpoint clusters may name in spec.backup.repository or bootstrap.recovery.repository: a URL "
-            "(scheme, host and port must match) or a host[:port]; repeat it for several. Without any: every endpoint "
-            "(the operator then sends signed requests wherever a tenant points it). The default repository's "
-            "endpoint is always allowed."
-        ),
-    ] = None,
-    allowed_priority_class: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="A PriorityClass a cluster's spec.podTemplate.priorityClassName may name; repeat it for several. "
-            "Without any: every class the API accepts (the system- ones never). A cluster naming another runs "
-            "without it and says PriorityClassNotAllowed."
-        ),
-    ] = None,
-    backup_clock_offset_file: Annotated[
-        Path | None,
-        typer.Option(
-            hidden=True,
-            help='Test hook: a file holding seconds added to "now" for base backups\' schedule and retention '
-            "(read at every use; missing or unreadable: 0). Never in production.",
-        ),
-    ] = None,
+    kubeconfig: opts.Kubeconfig = None,
+    namespace: opts.Namespaces = None,
+    health_port: opts.HealthPort = 8081,
+    health_host: opts.HealthHost = "127.0.0.1",
+    metrics_auth: opts.MetricsAuth = True,
+    leader_election: opts.LeaderElection = True,
+    leader_election_namespace: opts.LeaderElectionNamespace = None,
+    log_level: opts.LogLevel = "info",
+    default_backup_repository: opts.DefaultBackupRepository = None,
+    allowed_backup_endpoint: opts.AllowedBackupEndpoints = None,
+    allowed_priority_class: opts.AllowedPriorityClasses = None,
+    backup_clock_offset_file: opts.BackupClockOffsetFile = None,
 ) -> None:
     """Run the PostgreSQL operator until SIGTERM or SIGINT."""
     if log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
