@@ -82,6 +82,49 @@ def soa(domain: str, ttl: int = TTL) -> Any:
     return RR(domain, QTYPE.SOA, ttl=ttl, rdata=SOA(f"ns.dns.{domain}", f"hostmaster.{domain}", times))
 
 
+@dataclass(frozen=True)
+class _Asked:
+    """One question inside the zone, and the answers it can get."""
+
+    qname: str
+    """As asked (answers carry it so)."""
+    qtype: int
+    zone: str
+    ttl: int
+
+    @property
+    def asks_a(self) -> bool:
+        return self.qtype in (QTYPE.A, QTYPE.ANY)
+
+    def records(self, found: list[Any], *, additional: Iterable[Any] = ()) -> Answer:
+        """NOERROR: ``found`` is empty for a known name without records of the type asked (NODATA)."""
+        return Answer(RCODE.NOERROR, tuple(found), () if found else (soa(self.zone, self.ttl),), tuple(additional))
+
+    def nxdomain(self) -> Answer:
+        return Answer(RCODE.NXDOMAIN, authority=(soa(self.zone, self.ttl),))
+
+    def a(self, owner: str, address: str) -> Any:
+        return RR(owner, QTYPE.A, ttl=self.ttl, rdata=A(address))
+
+
+@dataclass(frozen=True)
+class _NamedService:
+    """The Service a question names, with its EndpointSlices and its own name in the zone."""
+
+    service: Obj
+    slices: list[Obj]
+    base: str
+    """``<svc>.<ns>.svc.<zone>``."""
+
+    def eligible(self, port_name: str | None = None) -> list[Any]:
+        """The endpoints DNS publishes: ready ones, or all with ``publishNotReadyAddresses``."""
+        publish_all = bool((self.service.get("spec") or {}).get("publishNotReadyAddresses"))
+        return sorted(
+            (e for e in endpoints(self.slices, port_name) if e.ready or publish_all),
+            key=lambda e: (e.hostname or "", e.address),
+        )
+
+
 def resolve(
     qname: str, qtype: int, services: Iterable[Obj], slices: Iterable[Obj], *, domain: str, ttl: int = TTL
 ) -> Answer:
@@ -93,78 +136,73 @@ def resolve(
     if name != zone and not name.endswith("." + zone):
         return Answer(RCODE.REFUSED)
     labels = name[: -len(zone)].rstrip(".").split(".") if name != zone else []
-    services = list(services)
-
-    def records(found: list[Any], *, additional: Iterable[Any] = ()) -> Answer:
-        """NOERROR: ``found`` is empty for a known name without records of the type asked (NODATA)."""
-        return Answer(RCODE.NOERROR, tuple(found), () if found else (soa(zone, ttl),), tuple(additional))
-
-    nxdomain = Answer(RCODE.NXDOMAIN, authority=(soa(zone, ttl),))
+    asked = _Asked(qname, qtype, zone, ttl)
     if not labels:
-        return records([soa(zone, ttl)] if qtype in (QTYPE.SOA, QTYPE.ANY) else [])
+        return asked.records([soa(zone, ttl)] if qtype in (QTYPE.SOA, QTYPE.ANY) else [])
     if labels[-1] != "svc":
-        return nxdomain  # pod records (<a-b-c-d>.<ns>.pod.<zone>) are not served: deprecated, and insecure
+        return asked.nxdomain()  # pod records (<a-b-c-d>.<ns>.pod.<zone>) are not served: deprecated, and insecure
     if len(labels) == 1:
-        return records([])
+        return asked.records([])
     namespace = labels[-2]
     in_namespace = [s for s in services if s["metadata"].get("namespace") == namespace]
     if len(labels) == 2:
-        return records([]) if in_namespace else nxdomain
+        return asked.records([]) if in_namespace else asked.nxdomain()
     service = next((s for s in in_namespace if s["metadata"]["name"] == labels[-3]), None)
     if service is None:
-        return nxdomain
-    base = f"{labels[-3]}.{namespace}.svc.{zone}"
-    own = slices_of(service, slices)
-    publish_all = bool((service.get("spec") or {}).get("publishNotReadyAddresses"))
-
-    def eligible(port_name: str | None = None) -> list[Any]:
-        """The endpoints DNS publishes: ready ones, or all with ``publishNotReadyAddresses``."""
-        return sorted(
-            (e for e in endpoints(own, port_name) if e.ready or publish_all),
-            key=lambda e: (e.hostname or "", e.address),
-        )
-
-    def a(owner: str, address: str) -> Any:
-        return RR(owner, QTYPE.A, ttl=ttl, rdata=A(address))
-
-    asks_a = qtype in (QTYPE.A, QTYPE.ANY)
+        return asked.nxdomain()
+    named = _NamedService(service, slices_of(service, slices), f"{labels[-3]}.{namespace}.svc.{zone}")
     if len(labels) == 3:
-        spec = service.get("spec") or {}
-        if spec.get("type") == "ExternalName":
-            target = str(spec.get("externalName") or "").strip(".")
-            return records([RR(qname, QTYPE.CNAME, ttl=ttl, rdata=CNAME(target))] if target else [])
-        if is_headless(service):
-            return records([a(qname, e.address) for e in eligible()] if asks_a else [])
-        ip = cluster_ip(service)
-        return records([a(qname, ip)] if asks_a and ip else [])
+        return _service_records(asked, named)
     if len(labels) == 4 and not labels[0].startswith("_"):
-        # A pod's own name under its headless Service: the hostname KCM copied from the pod, or its dashed address.
-        if not is_headless(service):
-            return nxdomain
-        matching = [e for e in eligible() if (e.hostname or "").lower() == labels[0] or _dashed(e.address) == labels[0]]
-        if not matching:
-            return nxdomain
-        return records([a(qname, e.address) for e in matching] if asks_a else [])
+        return _pod_records(asked, named, labels[0])
     if len(labels) == 5 and labels[0].startswith("_") and labels[1].startswith("_"):
-        port_name, protocol = labels[0][1:], labels[1][1:].upper()
-        port = next((p for p in service_ports(service, protocol) if (p.get("name") or "").lower() == port_name), None)
-        if port is None:
-            return nxdomain
-        if qtype not in (QTYPE.SRV, QTYPE.ANY):
-            return records([])
-        if not is_headless(service):
-            ip = cluster_ip(service)
-            srv = RR(qname, QTYPE.SRV, ttl=ttl, rdata=SRV(0, 100, int(port["port"]), base))
-            return records([srv], additional=[a(base, ip)] if ip else [])
-        targets = [e for e in eligible(port.get("name") or "") if e.port is not None]
-        weight = max(1, 100 // len(targets)) if targets else 0
-        answers, extra = [], []
-        for e in targets:
-            target = f"{(e.hostname or _dashed(e.address)).lower()}.{base}"
-            answers.append(RR(qname, QTYPE.SRV, ttl=ttl, rdata=SRV(0, weight, e.port, target)))
-            extra.append(a(target, e.address))
-        return records(answers, additional=extra)
-    return nxdomain
+        return _srv_records(asked, named, labels[0][1:], labels[1][1:].upper())
+    return asked.nxdomain()
+
+
+def _service_records(asked: _Asked, named: _NamedService) -> Answer:
+    """``<svc>.<ns>.svc.<zone>``: a CNAME (ExternalName), the ready endpoints (headless) or the ClusterIP."""
+    spec = named.service.get("spec") or {}
+    if spec.get("type") == "ExternalName":
+        target = str(spec.get("externalName") or "").strip(".")
+        return asked.records([RR(asked.qname, QTYPE.CNAME, ttl=asked.ttl, rdata=CNAME(target))] if target else [])
+    if is_headless(named.service):
+        return asked.records([asked.a(asked.qname, e.address) for e in named.eligible()] if asked.asks_a else [])
+    ip = cluster_ip(named.service)
+    return asked.records([asked.a(asked.qname, ip)] if asked.asks_a and ip else [])
+
+
+def _pod_records(asked: _Asked, named: _NamedService, label: str) -> Answer:
+    """A pod's own name under its headless Service: the hostname KCM copied from the pod, or its dashed address."""
+    if not is_headless(named.service):
+        return asked.nxdomain()
+    matching = [e for e in named.eligible() if (e.hostname or "").lower() == label or _dashed(e.address) == label]
+    if not matching:
+        return asked.nxdomain()
+    return asked.records([asked.a(asked.qname, e.address) for e in matching] if asked.asks_a else [])
+
+
+def _srv_records(asked: _Asked, named: _NamedService, port_name: str, protocol: str) -> Answer:
+    """``_<port>._<proto>.<svc>...``: one SRV to the Service's name, or one per endpoint of a headless Service (the
+    targets' A records as additional data)."""
+    service = named.service
+    port = next((p for p in service_ports(service, protocol) if (p.get("name") or "").lower() == port_name), None)
+    if port is None:
+        return asked.nxdomain()
+    if asked.qtype not in (QTYPE.SRV, QTYPE.ANY):
+        return asked.records([])
+    if not is_headless(service):
+        ip = cluster_ip(service)
+        srv = RR(asked.qname, QTYPE.SRV, ttl=asked.ttl, rdata=SRV(0, 100, int(port["port"]), named.base))
+        return asked.records([srv], additional=[asked.a(named.base, ip)] if ip else [])
+    targets = [e for e in named.eligible(port.get("name") or "") if e.port is not None]
+    weight = max(1, 100 // len(targets)) if targets else 0
+    answers, extra = [], []
+    for e in targets:
+        target = f"{(e.hostname or _dashed(e.address)).lower()}.{named.base}"
+        answers.append(RR(asked.qname, QTYPE.SRV, ttl=asked.ttl, rdata=SRV(0, weight, e.port, target)))
+        extra.append(asked.a(target, e.address))
+    return asked.records(answers, additional=extra)
 
 
 def _namespace_asked(qname: str, domain: str) -> str | None:
