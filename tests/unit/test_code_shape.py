@@ -17,7 +17,6 @@ FUNCTION_LINES = 60
 ALLOWED: dict[str, int] = {
     "local/node/kubelet.py:PodWorker._container": 75,
     "local/node/kubelet.py:PodWorker._run_process": 74,
-    "local/seaweedfs.py:object_store": 75,
     "runtime/_client.py:Client._request": 62,
     "runtime/_k8s_schemas.py:_Converter.convert": 69,
 }

@@ -253,8 +253,53 @@ def object_store(namespace: str, name: str = S3_SERVICE, bucket: str = S3_BUCKET
     """The Service (S3 on :data:`S3_PORT`) and the one-replica StatefulSet of a SeaweedFS holding ``bucket``, its data
     on a claim, compatible with the ``restricted`` Pod Security Standard. The keys come from :func:`keys_secret`."""
     labels = _labels(name)
+    claim = {"metadata": {"name": "data", "labels": labels},
+             "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}}  # fmt: skip
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {"selector": labels, "ports": [{"name": "s3", "port": S3_PORT, "targetPort": "s3"}]},
+    }
+    stateful_set = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "replicas": 1,
+            "serviceName": name,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": _pod_spec(name, bucket)},
+            "volumeClaimTemplates": [claim],
+        },
+    }
+    return [service, stateful_set]
+
+
+def _pod_spec(name: str, bucket: str) -> Obj:
+    """The object store's pod: one container as an unprivileged user, its keys from ``<name>-keys``."""
+    return {
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": SEAWEEDFS_UID,
+            "runAsGroup": SEAWEEDFS_UID,
+            "fsGroup": SEAWEEDFS_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": 30,
+        "containers": [_container(bucket)],
+        "volumes": [
+            {"name": "keys", "secret": {"secretName": f"{name}-keys", "defaultMode": 0o440}},
+            {"name": "scratch", "emptyDir": {}},
+        ],
+    }
+
+
+def _container(bucket: str) -> Obj:
+    """SeaweedFS serving ``bucket`` over S3, its data on the claim, probed on the S3 port."""
     probe = {"tcpSocket": {"port": "s3"}, "periodSeconds": 2, "failureThreshold": 3}
-    container = {
+    return {
         "name": "seaweedfs",
         "image": SEAWEEDFS_IMAGE,
         # scratch space on its own emptyDir, not /tmp: an emptyDir over /tmp would hide what the local node binds
@@ -287,40 +332,3 @@ def object_store(namespace: str, name: str = S3_SERVICE, bucket: str = S3_BUCKET
             {"name": "scratch", "mountPath": SCRATCH_DIR},
         ],
     }
-    pod_spec = {
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": SEAWEEDFS_UID,
-            "runAsGroup": SEAWEEDFS_UID,
-            "fsGroup": SEAWEEDFS_UID,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-        "automountServiceAccountToken": False,
-        "terminationGracePeriodSeconds": 30,
-        "containers": [container],
-        "volumes": [
-            {"name": "keys", "secret": {"secretName": f"{name}-keys", "defaultMode": 0o440}},
-            {"name": "scratch", "emptyDir": {}},
-        ],
-    }
-    claim = {"metadata": {"name": "data", "labels": labels},
-             "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}}  # fmt: skip
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": {"selector": labels, "ports": [{"name": "s3", "port": S3_PORT, "targetPort": "s3"}]},
-    }
-    stateful_set = {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": {
-            "replicas": 1,
-            "serviceName": name,
-            "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
-            "volumeClaimTemplates": [claim],
-        },
-    }
-    return [service, stateful_set]
