@@ -18,6 +18,7 @@ from typing import Any
 import structlog
 from pydantic import ValidationError
 
+from kanri.kit import ObjectMemory
 from kanri.postgres import names
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.backup import archiving as backup
@@ -57,7 +58,7 @@ from kanri.postgres.credentials.secrets import secret_value
 from kanri.postgres.ha import primary_update
 from kanri.postgres.ha.failover import SUSPECT_INTERVAL
 from kanri.postgres.ha.failover_step import FailoverStep, StepResult
-from kanri.postgres.ha.memory import HaMemory
+from kanri.postgres.ha.memory import FailoverMemory
 from kanri.postgres.ha.primary import choose_primary, gate_removals
 from kanri.postgres.ha.rejoin import rejoining, withhold_rejoining
 from kanri.postgres.ha.routing import fence_rogues, label_pods
@@ -81,7 +82,7 @@ from kanri.postgres.tls.step import ensure_tls
 from kanri.postgres.topology import rollout
 from kanri.postgres.topology import step as topology_step
 from kanri.postgres.topology.plan import InstancePlan, plan_instances
-from kanri.postgres.topology.restarts import next_restart
+from kanri.postgres.topology.restarts import RestartMemory, next_restart
 from kanri.postgres.topology.storage import StoragePlan
 from kanri.postgres.upgrade import step as upgrade_step
 from kanri.postgres.upgrade.versions import running_major, upgrade_verdict
@@ -212,15 +213,12 @@ class PostgresClusterReconciler:
         self.events = events or EventRecorder(client, component="kanri-postgres")
         self.refresh = refresh
         self.clock = clock
-        self.restart_requests: dict[tuple[str, str], float] = {}
-        self.ha = HaMemory()
-        """Failover memory, per cluster (losing it only delays a failover, never hastens one)."""
+        self.ha = ObjectMemory(FailoverMemory)
+        """Failover memory, per cluster uid (losing it only delays a failover, never hastens one)."""
+        self.restarts = ObjectMemory(RestartMemory)
+        """Restart memory, per cluster uid (see ``_RESTART_SETTLE`` and ``_RESTART_COOLDOWN``)."""
         self.background: set[asyncio.Task[None]] = set()
         """Requests that must not hold a pass up (fencing a primary that does not answer)."""
-        self.pending_since: dict[tuple[str, str], tuple[frozenset[str], float]] = {}
-        """Per cluster: which instances report a pending restart, and since when (see ``_RESTART_SETTLE``)."""
-        """(namespace, instance) -> when a restart was last requested (kept in memory: losing it costs one more
-        request after an operator restart, which the instance answers harmlessly)."""
 
     async def own_background(self) -> None:
         """The manager's leader-only runnable for what passes started and did not wait for (fencing requests, late
@@ -237,7 +235,8 @@ class PostgresClusterReconciler:
         if cluster is None:
             if self.metrics is not None:
                 self.metrics.forget(request.namespace, request.name)
-            self.ha.forget(request.namespace, request.name)
+            self.ha.drop(request.namespace, request.name)
+            self.restarts.drop(request.namespace, request.name)
             return None  # gone: owned children follow through garbage collection, the data stayed or went already
         # Steps 1-2: a cluster being deleted gets its deletionPolicy carried out, then is let go.
         match finalizer_step(cluster, FINALIZER):
@@ -645,10 +644,10 @@ class ClusterPass:
         """Restart one instance whose parameters need it (replicas first, the primary last)."""
         primary = next((n for n, r in reports.items() if r.role == "primary"), plan.primary)
         pending = frozenset(name for name, r in reports.items() if r.pending_restart)
-        cluster_key = (self.namespace, self.name)
-        seen = self.r.pending_since.get(cluster_key)
+        memory = self.r.restarts.of(self.cluster)
+        seen = memory.pending
         if seen is None or seen[0] != pending:
-            self.r.pending_since[cluster_key] = seen = (pending, self.r.clock())
+            memory.pending = seen = (pending, self.r.clock())
         if pending and self.r.clock() - seen[1] < _RESTART_SETTLE:
             return None  # every instance may not have read the change yet
         if (report := reports.get(primary or "")) is None or report.pending_restart:
@@ -662,8 +661,7 @@ class ClusterPass:
             fresh = primary_update.restart_up_to_date(plan.instances, reports)
             if await self.switch_primary(plan, fresh, "PendingRestart"):
                 return None
-        key = (self.namespace, target)
-        asked = self.r.restart_requests.get(key)
+        asked = memory.requested.get(target)
         if asked is not None and self.r.clock() - asked < _RESTART_COOLDOWN:
             return target
         token = secret_value(self.cache.get(SECRET, names.api_secret(self.name), self.namespace), "token")
@@ -672,7 +670,7 @@ class ClusterPass:
         if token is None or not address:
             return None
         if await self.r.instances.restart(address, token):
-            self.r.restart_requests[key] = self.r.clock()
+            memory.requested[target] = self.r.clock()
             await self.r.events.normal(self.cluster, "RestartingInstance",
                                        f"restarting {target} to apply parameters that need a restart")  # fmt: skip
         return target

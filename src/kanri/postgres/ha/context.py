@@ -16,12 +16,13 @@ from typing import Any, Protocol
 
 import structlog
 
+from kanri.kit import ObjectMemory
 from kanri.postgres import names
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.cluster.instances import InstanceClient, InstanceReport
 from kanri.postgres.cluster.problems import Problem
 from kanri.postgres.credentials.secrets import secret_value
-from kanri.postgres.ha.memory import HaMemory
+from kanri.postgres.ha.memory import FailoverMemory
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.labels import ROLE
 from kanri.postgres.metrics import PostgresMetrics
@@ -53,7 +54,7 @@ class Operator(Protocol):
     def metrics(self) -> PostgresMetrics | None: ...
 
     @property
-    def ha(self) -> HaMemory:
+    def ha(self) -> ObjectMemory[FailoverMemory]:
         """Per-cluster memory between passes (see :mod:`kanri.postgres.ha.memory`)."""
         ...
 

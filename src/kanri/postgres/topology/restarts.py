@@ -11,10 +11,22 @@ PostgreSQL 15. Everything else goes replicas first, so the primary restarts once
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from kanri.postgres.cluster.instances import InstanceReport
 
-__all__ = ["next_restart"]
+__all__ = ["RestartMemory", "next_restart"]
+
+
+@dataclass
+class RestartMemory:
+    """What the restart step remembers of one cluster between passes (in memory: losing it costs one more request
+    after an operator restart, which the instance answers harmlessly, and one more settling period)."""
+
+    pending: tuple[frozenset[str], float] | None = None
+    """Which instances report a pending restart, and since when (the operator's clock)."""
+    requested: dict[str, float] = field(default_factory=dict)
+    """Instance -> when a restart was last requested."""
 
 
 def next_restart(instances: Sequence[str], primary: str | None, reports: Mapping[str, InstanceReport]) -> str | None:
