@@ -18,7 +18,6 @@ ALLOWED: dict[str, int] = {
     "local/node/kubelet.py:PodWorker._container": 75,
     "local/node/kubelet.py:PodWorker._run_process": 74,
     "runtime/_client.py:Client._request": 62,
-    "runtime/_k8s_schemas.py:_Converter.convert": 69,
 }
 
 Definition = ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef

@@ -154,26 +154,10 @@ class _Converter:
     ) -> dict[str, Any]:
         """``keys``: the list-map keys when ``node`` is a list-map's item; ``key``: ``node`` is one such key (whose
         zero-value default is kept, a CRD needs list-map keys required or defaulted)."""
-        flat = dict(node)
-        while True:
-            if "allOf" in flat and len(flat["allOf"]) == 1:
-                (inner,) = flat.pop("allOf")
-                flat = {**inner, **flat}
-            elif "$ref" in flat:
-                name = str(flat.pop("$ref")).rpartition("/")[2]
-                if name in _SPECIAL:
-                    special = dict(_SPECIAL[name])
-                    if self.descriptions and flat.get("description"):
-                        special["description"] = flat["description"]
-                    return special
-                if name in refs:
-                    raise K8sSchemaError(f"{path}: {name} contains itself; recursive types are not structural")
-                refs = (*refs, name)
-                flat = {**self.definitions[name], **flat}
-            else:
-                break
+        flat, refs = self._inline(node, refs, path)
+        if "$ref" in flat:
+            return self._special(flat)
         out: dict[str, Any] = {}
-        map_keys = frozenset(flat.get("x-kubernetes-list-map-keys", ()))
         for name, value in flat.items():
             if name in _DROPPED:
                 continue
@@ -181,30 +165,13 @@ class _Converter:
                 if self.descriptions:
                     out[name] = value
             elif name == "default":
-                # The server publishes Go zero values as defaults (`{}` on structs, `""` on strings): kept, they
-                # would fill in required fields before validation (a container without a name would pass) and clash
-                # with enums. Real defaults (a port's protocol "TCP") are kept.
-                zero = value in ("", 0, False, {}, []) and not (key and not isinstance(value, dict | list))
-                if not zero and ("enum" not in flat or value in flat["enum"]):
+                if _keeps_default(value, flat, key=key):
                     out[name] = value
             elif name == "format":
                 if value in _FORMATS:
                     out[name] = value
-            elif name == "properties":
-                out[name] = {
-                    # A key the item requires needs no default; one it does not must keep even a zero one.
-                    field: self.convert(
-                        child, refs, f"{path}.{field}", key=field in keys - set(flat.get("required", ()))
-                    )
-                    for field, child in sorted(value.items())
-                }
-            elif name == "items":
-                out[name] = self.convert(value, refs, f"{path}[*]", keys=map_keys)
-            elif name == "additionalProperties":
-                if isinstance(value, Mapping) and value:
-                    out[name] = self.convert(value, refs, f"{path}[*]")
-                elif value is True or value == {}:
-                    out["x-kubernetes-preserve-unknown-fields"] = True
+            elif name in ("properties", "items", "additionalProperties"):
+                out.update(self._children(name, value, flat, refs, path, keys))
             elif name in _KEPT:
                 out[name] = value
             else:
@@ -212,6 +179,74 @@ class _Converter:
         if out.get("type") == "object" and "properties" not in out and "additionalProperties" not in out:
             out["x-kubernetes-preserve-unknown-fields"] = True  # free-form (FieldsV1, RawExtension): keep it whole
         return out
+
+    def _inline(
+        self, node: Mapping[str, Any], refs: tuple[str, ...], path: str
+    ) -> tuple[dict[str, Any], tuple[str, ...]]:
+        """``node`` with a lone ``allOf`` and every ``$ref`` merged in (``node``'s own keys win), and the definitions
+        it went through added to ``refs``; a ``$ref`` to one of the :data:`_SPECIAL` types stays in place."""
+        flat = dict(node)
+        while True:
+            if "allOf" in flat and len(flat["allOf"]) == 1:
+                (inner,) = flat.pop("allOf")
+                flat = {**inner, **flat}
+            elif "$ref" in flat and (name := _ref_name(flat["$ref"])) not in _SPECIAL:
+                if name in refs:
+                    raise K8sSchemaError(f"{path}: {name} contains itself; recursive types are not structural")
+                refs = (*refs, name)
+                del flat["$ref"]
+                flat = {**self.definitions[name], **flat}
+            else:
+                return flat, refs
+
+    def _special(self, flat: Mapping[str, Any]) -> dict[str, Any]:
+        """The schema of a :data:`_SPECIAL` type ``flat`` refers to, with ``flat``'s description if asked for."""
+        special = dict(_SPECIAL[_ref_name(flat["$ref"])])
+        if self.descriptions and flat.get("description"):
+            special["description"] = flat["description"]
+        return special
+
+    def _children(
+        self,
+        name: str,
+        value: Any,
+        flat: Mapping[str, Any],
+        refs: tuple[str, ...],
+        path: str,
+        keys: frozenset[str],
+    ) -> dict[str, Any]:
+        """``flat``'s ``properties``, ``items`` or ``additionalProperties`` (``name``), converted, as output keys."""
+        if name == "properties":
+            # A key the item requires needs no default; one it does not must keep even a zero one.
+            optional = keys - set(flat.get("required", ()))
+            return {
+                name: {
+                    field: self.convert(child, refs, f"{path}.{field}", key=field in optional)
+                    for field, child in sorted(value.items())
+                }
+            }
+        if name == "items":
+            map_keys = frozenset(flat.get("x-kubernetes-list-map-keys", ()))
+            return {name: self.convert(value, refs, f"{path}[*]", keys=map_keys)}
+        if isinstance(value, Mapping) and value:
+            return {name: self.convert(value, refs, f"{path}[*]")}
+        if value is True or value == {}:
+            return {"x-kubernetes-preserve-unknown-fields": True}
+        return {}
+
+
+def _ref_name(ref: object) -> str:
+    """The definition a ``$ref`` names (its last path segment)."""
+    return str(ref).rpartition("/")[2]
+
+
+def _keeps_default(value: Any, flat: Mapping[str, Any], *, key: bool) -> bool:
+    """Whether a ``default`` goes into the CRD. The server publishes Go zero values as defaults (`{}` on structs,
+    `""` on strings): kept, they would fill in required fields before validation (a container without a name would
+    pass) and clash with enums. Real defaults (a port's protocol "TCP") are kept, and a list-map key's scalar zero
+    value too."""
+    zero = value in ("", 0, False, {}, []) and not (key and not isinstance(value, dict | list))
+    return not zero and ("enum" not in flat or value in flat["enum"])
 
 
 @dataclass(frozen=True)
