@@ -27,6 +27,7 @@ import orjson
 from kanri.runtime._client import Write
 from kanri.runtime._kinds import Kind
 from kanri.runtime._queue import Request
+from kanri.runtime._resource_versions import newer
 
 if TYPE_CHECKING:
     from kanri.runtime._informer import Event
@@ -39,12 +40,6 @@ _MISSING: Any = object()
 _SERVER_SET = frozenset({"resourceVersion", "generation", "managedFields"})
 # ...and on creation.
 _SET_ON_CREATE = frozenset({"uid", "creationTimestamp"})
-
-
-def newer(a: str, b: str) -> bool:
-    """Whether resourceVersion ``a`` is later than ``b``. They are etcd revisions, compared as numbers only when both
-    are decimal (an aggregated API may use other versions): otherwise no order is assumed (False)."""
-    return a.isdecimal() and b.isdecimal() and int(a) > int(b)
 
 
 def only_this_write(write: Write, old: Obj | None, new: Obj) -> bool:

@@ -21,9 +21,9 @@ from typing import Any, Literal
 import structlog
 
 from kanri.runtime._client import Client
-from kanri.runtime._echo import newer
 from kanri.runtime._errors import ApiError
 from kanri.runtime._kinds import Kind
+from kanri.runtime._resource_versions import newer
 from kanri.runtime._store import Key, Store, key_of
 
 Obj = dict[str, Any]
