@@ -67,14 +67,19 @@ _STREAM_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=10)  # watches:
 _MAX_RETRY_AFTER = 30.0
 
 
+def _connection_failed(exc: BaseException, method: str, path: str) -> ApiError:
+    """The API server could not be reached (or did not answer in time), as a 503 the callers classify as transient."""
+    message = str(exc) or type(exc).__name__
+    return ApiError(503, {"reason": "ConnectionFailed", "message": message}, method=method, path=path)
+
+
 @contextlib.contextmanager
 def _connection_errors(method: str, path: str) -> Iterator[None]:
     """A connection lost while reading a body (a watch cut mid-stream) is a 503 like one lost before the headers."""
     try:
         yield
     except aiohttp.ClientError as exc:
-        body = {"reason": "ConnectionFailed", "message": str(exc) or type(exc).__name__}
-        raise ApiError(503, body, method=method, path=path) from exc
+        raise _connection_failed(exc, method, path) from exc
 
 
 class RequestLimiter(Protocol):
@@ -502,11 +507,7 @@ class Client:
         while True:
             if (wait := self._limiter.reserve()) > 0:
                 await asyncio.sleep(wait)
-            headers = {"Accept": "application/json", "User-Agent": self._user_agent}
-            if (authorization := await self._connection.credentials.authorization()) is not None:
-                headers["Authorization"] = authorization
-            if data is not None:
-                headers["Content-Type"] = content_type
+            headers = await self._headers(content_type if data is not None else None)
             started = time.monotonic()
             try:
                 response = await session.request(
@@ -524,12 +525,7 @@ class Client:
                     await asyncio.sleep(self._retry.delay(attempt))
                     attempt += 1
                     continue
-                raise ApiError(
-                    503,
-                    {"reason": "ConnectionFailed", "message": str(exc) or type(exc).__name__},
-                    method=method,
-                    path=path,
-                ) from exc
+                raise _connection_failed(exc, method, path) from exc
             if self._metrics is not None:
                 self._count(str(response.status), method)
                 self._observe(method, time.monotonic() - started)
@@ -544,6 +540,15 @@ class Client:
                 attempt += 1
                 continue
             raise error
+
+    async def _headers(self, content_type: str | None) -> dict[str, str]:
+        """One attempt's headers: the credentials' current Authorization, and ``content_type`` when there is a body."""
+        headers = {"Accept": "application/json", "User-Agent": self._user_agent}
+        if (authorization := await self._connection.credentials.authorization()) is not None:
+            headers["Authorization"] = authorization
+        if content_type is not None:
+            headers["Content-Type"] = content_type
+        return headers
 
     def _count(self, code: str, method: str) -> None:
         if self._metrics is None:
