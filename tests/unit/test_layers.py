@@ -58,16 +58,6 @@ def test_the_checker_sees_imports_in_both_forms(tmp_path: Path) -> None:
     assert kanri_imports(module) == {"postgres", "local"}
 
 
-# Cycles known today, each to be broken by the package's owner; nothing may join the list (issue 25). Each entry is the
-# sorted set of modules of one strongly connected component.
-KNOWN_CYCLES: set[frozenset[str]] = {
-    # _echo imports _informer's Event under TYPE_CHECKING; _informer imports _echo.newer
-    frozenset({"kanri.runtime._echo", "kanri.runtime._informer"}),
-    # config imports ArchiveTarget and RecoveryPlan; archive imports ClusterConfig inside a function
-    frozenset({"kanri.instance.archive", "kanri.instance.config", "kanri.instance.recovery_plan"}),
-}
-
-
 def modules(root: Path) -> dict[str, Path]:
     """Every module under ``root`` (a folder holding top-level packages) by dotted name; a package by its own name."""
     found: dict[str, Path] = {}
@@ -146,9 +136,8 @@ def cycles(graph: Mapping[str, set[str]]) -> list[frozenset[str]]:
 def test_no_module_of_kanri_imports_itself_back() -> None:
     known = modules(SRC.parent)
     graph = {name: imported(name, path, known) for name, path in known.items()}
-    found = set(cycles(graph))
-    # (a known cycle that is gone is not an error here: its owners break them in parallel working copies)
-    assert found - KNOWN_CYCLES == set(), "new import cycles (break them: a Protocol, or move the shared part down)"
+    found = [sorted(component) for component in cycles(graph)]
+    assert found == [], "import cycles: break each with a Protocol, or move the shared part down a layer"
 
 
 def test_the_cycle_check_finds_a_cycle_through_a_type_checking_import(tmp_path: Path) -> None:
