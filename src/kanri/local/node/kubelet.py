@@ -128,6 +128,13 @@ def _signal(pid: int, sig: signal.Signals) -> None:
         os.kill(pid, sig)
 
 
+def _write_private_json(path: Path, value: Obj) -> None:
+    """Write ``value`` to a file only root may read."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as f:
+        json.dump(value, f)
+
+
 def _read_pid(fd: int) -> int | None:
     """The container init's host pid, as the launcher reports it (None: it failed before forking)."""
     try:
@@ -235,6 +242,16 @@ class PodWorker:
         )
 
     @property
+    def directory(self) -> Path:
+        """The pod's directory on the node (see :func:`pod_dir`)."""
+        return pod_dir(self.kubelet.options.data_dir, self.namespace, self.name, self.uid)
+
+    def _log_path(self, state: ContainerState) -> Path:
+        """Where this run of the container logs (see :func:`log_path`)."""
+        data_dir = self.kubelet.options.data_dir
+        return log_path(data_dir, self.namespace, self.name, self.uid, state.name, state.restart_count)
+
+    @property
     def hostname(self) -> str:
         return str((self.pod.get("spec") or {}).get("hostname") or self.name)[:63]
 
@@ -294,29 +311,16 @@ class PodWorker:
             state.finished_at = now_iso()
 
     async def _container(self, container: Obj, state: ContainerState) -> None:
+        """Run one container until the pod stops or ``restartPolicy`` says it is done, backing off between runs."""
         kubelet = self.kubelet
-        image = container.get("image", "")
-        entry = kubelet.images.resolve(image)
+        entry = kubelet.images.resolve(container.get("image", ""))
         if entry is None:
-            message = kubelet.images.not_mapped_message(image)
-            state.kind, state.reason, state.message = "waiting", "ImageNotMapped", message
-            kubelet.notify(self)
-            await kubelet.events.warning(self.pod, "Failed", f"Failed to pull image: {message}")
-            await self.stopping.wait()
-            self._final(state)
+            await self._image_not_mapped(container, state)
             return
         crashes = 0
         while not self.stopping.is_set():
-            try:
-                base = {"PATH": _DEFAULT_PATH, "HOSTNAME": self.hostname, **kubelet.service_env(), **entry.env}
-                env = await resolve_env(
-                    self.pod_with_ip(), container, kubelet.read_secret, kubelet.read_config_map, base
-                )
-            except (EnvError, ApiError) as exc:
-                reason = exc.reason if isinstance(exc, EnvError) else "CreateContainerConfigError"
-                state.kind, state.reason, state.message = "waiting", reason, str(exc)
-                kubelet.notify(self)
-                await kubelet.events.warning(self.pod, "Failed", f"Error: {exc}")
+            env = await self._container_env(container, state, entry)
+            if env is None:
                 crashes += 1
                 if await self._sleep_unless_stopping(kubelet.backoff(crashes)):
                     break
@@ -325,26 +329,7 @@ class PodWorker:
             await kubelet.state.running()
             if self.stopping.is_set():
                 break  # stopped while reading the env or waiting
-            argv = [expand(arg, env) for arg in command_line(container, entry)]
-            started = datetime.now(UTC)
-            try:
-                returncode, oom_killed = await self._run_process(container, state, argv, env, entry)
-            except (OSError, VolumeNotReady) as exc:
-                state.kind, state.exit_code, state.reason = "terminated", 128, "StartError"
-                state.message = f"failed to start container process {argv[:1]}: {exc}"
-                state.started_at = state.finished_at = now_iso(started)
-                await kubelet.events.warning(self.pod, "Failed", f"Error: {state.message}")
-            else:
-                state.kind, state.exit_code = "terminated", exit_code(returncode)
-                # As the kubelet reports it: the kernel's OOM killer ended a process of the container.
-                reason = "OOMKilled" if oom_killed else ("Completed" if returncode == 0 else "Error")
-                directory = pod_dir(kubelet.options.data_dir, self.namespace, self.name, self.uid)
-                log = log_path(kubelet.options.data_dir, self.namespace, self.name, self.uid, state.name,
-                               state.restart_count)  # fmt: skip
-                state.reason = reason
-                state.message = termination.message(container, directory / "termination" / state.name,
-                                                    state.exit_code or 0, log)  # fmt: skip
-                state.started_at, state.finished_at = now_iso(started), now_iso()
+            started = await self._run_once(container, state, env, entry)
             code = state.exit_code or 0
             if self.stopping.is_set() or not should_restart(self.restart_policy, code):
                 state.final = True
@@ -352,22 +337,71 @@ class PodWorker:
                 break
             ran_for = (datetime.now(UTC) - started).total_seconds()
             crashes = 1 if ran_for > 2 * kubelet.options.restart_backoff_max else crashes + 1
-            delay = kubelet.backoff(crashes)
-            state.last_terminated = state.terminated_state()
-            state.kind, state.reason = "waiting", "CrashLoopBackOff"
-            state.message = (
-                f"back-off {delay:g}s restarting failed container={state.name} pod={self.name}_{self.namespace}"
-                f"({self.uid})"
-            )
-            kubelet.notify(self)
-            if code != 0:
-                await kubelet.events.warning(self.pod, "BackOff", "Back-off restarting failed container")
-            if await self._sleep_unless_stopping(delay):
+            if await self._back_off(state, kubelet.backoff(crashes), code):
                 break
             state.restart_count += 1
         if not state.final:
             self._final(state)
         kubelet.notify(self)
+
+    async def _image_not_mapped(self, container: Obj, state: ContainerState) -> None:
+        """An image the node cannot run: waiting, with a Warning, until the pod stops."""
+        kubelet = self.kubelet
+        message = kubelet.images.not_mapped_message(container.get("image", ""))
+        state.kind, state.reason, state.message = "waiting", "ImageNotMapped", message
+        kubelet.notify(self)
+        await kubelet.events.warning(self.pod, "Failed", f"Failed to pull image: {message}")
+        await self.stopping.wait()
+        self._final(state)
+
+    async def _container_env(self, container: Obj, state: ContainerState, entry: ImageEntry) -> dict[str, str] | None:
+        """The container's environment; None (the state waiting, a Warning sent) when it cannot be built yet."""
+        kubelet = self.kubelet
+        try:
+            base = {"PATH": _DEFAULT_PATH, "HOSTNAME": self.hostname, **kubelet.service_env(), **entry.env}
+            return await resolve_env(self.pod_with_ip(), container, kubelet.read_secret, kubelet.read_config_map, base)
+        except (EnvError, ApiError) as exc:
+            reason = exc.reason if isinstance(exc, EnvError) else "CreateContainerConfigError"
+            state.kind, state.reason, state.message = "waiting", reason, str(exc)
+            kubelet.notify(self)
+            await kubelet.events.warning(self.pod, "Failed", f"Error: {exc}")
+            return None
+
+    async def _run_once(
+        self, container: Obj, state: ContainerState, env: dict[str, str], entry: ImageEntry
+    ) -> datetime:
+        """Run the container once and record in ``state`` how it ended; returns when it started."""
+        kubelet = self.kubelet
+        argv = [expand(arg, env) for arg in command_line(container, entry)]
+        started = datetime.now(UTC)
+        try:
+            returncode, oom_killed = await self._run_process(container, state, argv, env, entry)
+        except (OSError, VolumeNotReady) as exc:
+            state.kind, state.exit_code, state.reason = "terminated", 128, "StartError"
+            state.message = f"failed to start container process {argv[:1]}: {exc}"
+            state.started_at = state.finished_at = now_iso(started)
+            await kubelet.events.warning(self.pod, "Failed", f"Error: {state.message}")
+            return started
+        state.kind, state.exit_code = "terminated", exit_code(returncode)
+        # As the kubelet reports it: the kernel's OOM killer ended a process of the container.
+        state.reason = "OOMKilled" if oom_killed else ("Completed" if returncode == 0 else "Error")
+        written = self.directory / "termination" / state.name
+        state.message = termination.message(container, written, state.exit_code or 0, self._log_path(state))
+        state.started_at, state.finished_at = now_iso(started), now_iso()
+        return started
+
+    async def _back_off(self, state: ContainerState, delay: float, code: int) -> bool:
+        """CrashLoopBackOff for ``delay`` seconds before the next run; True when the pod stopped meanwhile."""
+        kubelet = self.kubelet
+        state.last_terminated = state.terminated_state()
+        state.kind, state.reason = "waiting", "CrashLoopBackOff"
+        state.message = (
+            f"back-off {delay:g}s restarting failed container={state.name} pod={self.name}_{self.namespace}({self.uid})"
+        )
+        kubelet.notify(self)
+        if code != 0:
+            await kubelet.events.warning(self.pod, "BackOff", "Back-off restarting failed container")
+        return await self._sleep_unless_stopping(delay)
 
     def launch_spec(self, container: Obj, argv: list[str], env: Mapping[str, str], entry: ImageEntry) -> Obj:
         """What the launcher needs: namespaces, mounts, user and command (see :mod:`kanri.local.node.launcher`)."""
@@ -430,16 +464,38 @@ class PodWorker:
         period. Returns the raw returncode (negative: killed by that signal) and whether the kernel's OOM killer
         ended a process of it."""
         kubelet = self.kubelet
-        path = log_path(kubelet.options.data_dir, self.namespace, self.name, self.uid, state.name, state.restart_count)
+        process, cgroup, launch = await self._start_process(container, state, argv, env, entry)
+        state.kind, state.reason, state.message = "running", "", ""
+        state.started_at, state.ever_started = now_iso(), True
+        prober = self._prober(container, state, process, launch)
+        kubelet.notify(self)
+        pid = self.init_pids.get(state.name) or process.pid
+        log.info("container started", pod=f"{self.namespace}/{self.name}", container=state.name, pid=pid)
+        await kubelet.events.normal(self.pod, "Started", f"Started container {state.name}")
+        if prober is not None:
+            prober.start()
+        try:
+            returncode = await self._wait_unless_stopping(process, state.name)
+        finally:
+            if prober is not None:
+                await prober.stop()
+            state.probe_ready = state.probe_started = True  # the next run starts its own probes
+            oom_killed = await self._remove_container(state.name, cgroup)
+        return returncode, oom_killed
+
+    async def _start_process(
+        self, container: Obj, state: ContainerState, argv: list[str], env: Mapping[str, str], entry: ImageEntry
+    ) -> tuple[asyncio.subprocess.Process, ContainerCgroup | None, Obj]:
+        """Start the container's launcher in a cgroup of its own and register it (shim, cgroup, init pid).
+        Returns the shim, the cgroup and the launch spec."""
+        kubelet = self.kubelet
+        path = self._log_path(state)
         path.parent.mkdir(parents=True, exist_ok=True)
         launch = await asyncio.to_thread(self.launch_spec, container, argv, env, entry)
         cgroup = await asyncio.to_thread(kubelet.cgroups.container, self.uid, state.name, container_limits(container))
         launch["cgroups"] = cgroup.paths() if cgroup is not None else []
         spec_path = path.parent / f"launch-{state.restart_count}.json"
-        # The spec may hold secret env values: only root may read it, and the launcher deletes it at once.
-        descriptor = os.open(spec_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(descriptor, "w") as f:
-            json.dump(launch, f)
+        _write_private_json(spec_path, launch)  # it may hold secret env values; the launcher deletes it at once
         pid_read, pid_write = os.pipe()
         try:
             with path.open("ab") as output:
@@ -459,44 +515,38 @@ class PodWorker:
         init_pid = await asyncio.to_thread(_read_pid, pid_read)
         if init_pid is not None:
             self.init_pids[state.name] = init_pid
-        state.kind, state.reason, state.message = "running", "", ""
-        state.started_at, state.ever_started = now_iso(), True
-        prober = self._prober(container, state, process, launch)
-        kubelet.notify(self)
-        log.info(
-            "container started", pod=f"{self.namespace}/{self.name}", container=state.name, pid=init_pid or process.pid
-        )
-        await kubelet.events.normal(self.pod, "Started", f"Started container {state.name}")
-        if prober is not None:
-            prober.start()
-        try:
-            wait = asyncio.ensure_future(process.wait())
-            stop = asyncio.ensure_future(self.stopping.wait())
-            await asyncio.wait({wait, stop}, return_when=asyncio.FIRST_COMPLETED)
-            if not wait.done():
-                _signal(process.pid, signal.SIGTERM)  # again, for a process started as terminate() ran
-                await kubelet.events.normal(self.pod, "Killing", f"Stopping container {state.name}")
-                try:
-                    await asyncio.wait_for(asyncio.shield(wait), self.grace)
-                except TimeoutError:
-                    self.kill(state.name)
-            stop.cancel()
-            returncode = await wait
-        finally:
-            if prober is not None:
-                await prober.stop()
-            state.probe_ready = state.probe_started = True  # the next run starts its own probes
-            # Whatever is left of the container dies with its init, as in a container's PID namespace.
-            self.kill(state.name)
-            self.processes.pop(state.name, None)
-            self.init_pids.pop(state.name, None)
-            self.cgroups.pop(state.name, None)
-            oom_killed = False
-            if cgroup is not None:
-                oom_killed = cgroup.oom_kills() > 0
-                if not await asyncio.to_thread(cgroup.remove):
-                    log.warning("cgroup not removed", pod=f"{self.namespace}/{self.name}", cgroup=cgroup.paths())
-        return returncode, oom_killed
+        return process, cgroup, launch
+
+    async def _wait_unless_stopping(self, process: asyncio.subprocess.Process, name: str) -> int:
+        """Wait for container ``name`` to exit; once the pod is stopping, SIGTERM it and kill it whole after the
+        grace period. Returns the raw returncode."""
+        wait = asyncio.ensure_future(process.wait())
+        stop = asyncio.ensure_future(self.stopping.wait())
+        await asyncio.wait({wait, stop}, return_when=asyncio.FIRST_COMPLETED)
+        if not wait.done():
+            _signal(process.pid, signal.SIGTERM)  # again, for a process started as terminate() ran
+            await self.kubelet.events.normal(self.pod, "Killing", f"Stopping container {name}")
+            try:
+                await asyncio.wait_for(asyncio.shield(wait), self.grace)
+            except TimeoutError:
+                self.kill(name)
+        stop.cancel()
+        return await wait
+
+    async def _remove_container(self, name: str, cgroup: ContainerCgroup | None) -> bool:
+        """Forget container ``name`` and remove its cgroup; True when the kernel's OOM killer ended a process of
+        it."""
+        # Whatever is left of the container dies with its init, as in a container's PID namespace.
+        self.kill(name)
+        self.processes.pop(name, None)
+        self.init_pids.pop(name, None)
+        self.cgroups.pop(name, None)
+        if cgroup is None:
+            return False
+        oom_killed = cgroup.oom_kills() > 0
+        if not await asyncio.to_thread(cgroup.remove):
+            log.warning("cgroup not removed", pod=f"{self.namespace}/{self.name}", cgroup=cgroup.paths())
+        return oom_killed
 
     def _prober(
         self, container: Obj, state: ContainerState, process: asyncio.subprocess.Process, launch: Obj
