@@ -591,7 +591,8 @@ async def test_invalid_spec_is_refused_with_its_own_message(
 
 # From the Kubernetes documentation (Assigning Pods to Nodes; Pod Topology Spread Constraints).
 DOCS_SCHEDULING: dict[str, Any] = {
-    "labels": {"app.kubernetes.io/name": "orders", "tier": "", "example.com/owner": "team_a.b-c"},
+    # app.kubernetes.io/name and /instance are the operator's (its selectors use them): refused, see selector-app-labels
+    "labels": {"app.kubernetes.io/part-of": "orders", "tier": "", "example.com/owner": "team_a.b-c"},
     "nodeSelector": {"kubernetes.io/os": "linux"},
     "affinity": {
         "nodeAffinity": {

@@ -30,7 +30,7 @@ class ArchiveTarget(BaseModel):
     endpoint: str = Field(alias="endpointURL", pattern=r"^https?://\S+$")
     server_name: str = Field(alias="serverName", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.pg[0-9]{2})?$")
     """The folder under the destination: the cluster's name, with ``.pg<major>`` once a major upgrade made a new
-    PostgreSQL system (``kanri.postgres.backup.upgraded_server_name``)."""
+    PostgreSQL system (``kanri.postgres.backup.archiving.upgraded_server_name``)."""
     region: str | None = Field(default=None, pattern=r"^[a-z0-9-]+$", exclude_if=_none)
 
     def system(self, server: str) -> ArchiveTarget:

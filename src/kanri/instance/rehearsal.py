@@ -12,7 +12,7 @@ promote itself at the end, and checks what came back:
 
 The verdict (:class:`Verdict`) is one JSON object: the last line of stdout, and the pod's termination message
 (``/dev/termination-log``, at most 4096 bytes), which the operator reads from the pod's status
-(:mod:`kanri.postgres.restore_test`). The exit code is 0 when every check passed.
+(:mod:`kanri.postgres.recovery.rehearsal`). The exit code is 0 when every check passed.
 """
 
 from __future__ import annotations

@@ -108,7 +108,7 @@ def _major(version: Any) -> int | None:
 
 def systems(source: ArchiveTarget, major: int | None) -> list[ArchiveTarget]:
     """Where the source's backups of PostgreSQL ``major`` may be: its own server name and, unless that already names
-    one, the system a major upgrade to ``major`` made (``<cluster>.pg<major>``, kanri.postgres.backup): a major
+    one, the system a major upgrade to ``major`` made (``<cluster>.pg<major>``, kanri.postgres.backup.archiving): a major
     upgrade moves a cluster's archive to a folder of its own."""
     if "." in source.server_name or major is None:
         return [source]
