@@ -16,6 +16,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from kanri.postgres.cluster.instances import InstanceReport
+from kanri.runtime import parse_time
 
 __all__ = ["PostgresMetrics", "lsn_bytes"]
 
@@ -36,7 +37,7 @@ def lsn_bytes(lsn: str | None) -> int | None:
 
 def _timestamp(raw: Any) -> float:
     """An RFC 3339 time as written by the API server (``2026-12-02T04:00:00Z``) as Unix time."""
-    return datetime.fromisoformat(str(raw).replace("Z", "+00:00")).timestamp()
+    return parse_time(str(raw)).timestamp()
 
 
 class PostgresMetrics:

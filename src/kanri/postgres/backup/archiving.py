@@ -42,7 +42,7 @@ from kanri.postgres.children import child_meta, owned
 from kanri.postgres.context import ClusterStep
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.labels import cluster_labels
-from kanri.runtime import ApiError, Cache, Client, Kind, get_condition, remove_condition, set_condition
+from kanri.runtime import ApiError, Cache, Client, Kind, get_condition, parse_time, remove_condition, set_condition
 from kanri.runtime.kinds import SECRET
 
 if TYPE_CHECKING:
@@ -331,7 +331,7 @@ def _newer(failed: str | None, archived: str | None) -> bool:
         return False
     if archived is None:
         return True
-    return datetime.fromisoformat(failed) > datetime.fromisoformat(archived)
+    return parse_time(failed) > parse_time(archived)
 
 
 def decide(
@@ -457,7 +457,7 @@ async def report(step: Pass, settings: BackupSettings, verdict: Archiving | None
         else:
             settings.metrics.failing.labels(*key).set(0 if verdict.ok else 1)
             if verdict.last_time is not None:
-                settings.metrics.last_archived.labels(*key).set(datetime.fromisoformat(verdict.last_time).timestamp())
+                settings.metrics.last_archived.labels(*key).set(parse_time(verdict.last_time).timestamp())
     generation = int(step.cluster["metadata"].get("generation", 0))
     old_condition = get_condition(step.status.get("conditions") or [], CONDITION)
     backup = step.status.get("backup") or {}

@@ -22,6 +22,8 @@ from typing import Any
 
 from cronsim import CronSim, CronSimError
 
+from kanri.runtime import parse_optional_time
+
 __all__ = [
     "INITIAL",
     "TERMINAL",
@@ -54,13 +56,12 @@ def parse_time(raw: Any) -> datetime | None:
     """An ISO 8601 time from the API (``Z`` or an offset) as an aware datetime, or None."""
     if isinstance(raw, datetime):
         return raw if raw.tzinfo else raw.replace(tzinfo=UTC)
-    if not isinstance(raw, str) or not raw:
+    if not isinstance(raw, str):
         return None
     try:
-        parsed = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
+        return parse_optional_time(raw)
+    except ValueError:  # not RFC 3339 (a zone is required): treated as absent
         return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def initial_name(cluster: str, server: str | None = None) -> str:

@@ -31,6 +31,7 @@ from datetime import datetime
 from typing import Any
 
 from kanri.postgres.cluster.problems import Problem, runbook
+from kanri.runtime import parse_optional_time
 
 __all__ = ["CRASHES", "PENDING_GRACE", "RESIZE_GRACE", "UNSCHEDULABLE_GRACE", "pod_problems"]
 
@@ -62,13 +63,13 @@ def _short(text: str, limit: int = _MAX_TEXT) -> str:
 
 def _since(stamp: object, now: datetime) -> float | None:
     """Seconds since an RFC 3339 timestamp (None when there is none or it cannot be read)."""
-    if not isinstance(stamp, str) or not stamp:
+    if not isinstance(stamp, str):
         return None
     try:
-        then = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+        then = parse_optional_time(stamp)
     except ValueError:
         return None
-    return (now - then).total_seconds()
+    return None if then is None else (now - then).total_seconds()
 
 
 def _condition(obj: Obj, kind: str) -> Obj | None:

@@ -97,6 +97,7 @@ from kanri.runtime import (
     Result,
     add_finalizer,
     controller_of,
+    deletion_time,
     finalizer_step,
     is_controlled_by,
     remove_finalizer,
@@ -245,8 +246,8 @@ class PostgresClusterReconciler:
                 return None
             case "cleanup":
                 if self.metrics is not None:
-                    deleted = datetime.fromisoformat(cluster["metadata"]["deletionTimestamp"].replace("Z", "+00:00"))
-                    self.metrics.deleting(cluster, deleted.timestamp())
+                    deleted = deletion_time(cluster)
+                    self.metrics.deleting(cluster, deleted.timestamp() if deleted else time.time())
                 cluster = await self.mark_deleting(cluster)
                 await cleanup(self.client, self.cache, self.events, cluster)
                 # then the backups (deletionPolicy Delete waits for the pods: a stopping primary still archives)

@@ -26,7 +26,7 @@ from kanri.postgres.ha.memory import FailoverMemory
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.labels import ROLE
 from kanri.postgres.metrics import PostgresMetrics
-from kanri.runtime import ApiError, Cache, Client, EventRecorder
+from kanri.runtime import ApiError, Cache, Client, EventRecorder, parse_time
 from kanri.runtime.kinds import POD, PVC, SECRET
 
 __all__ = ["FailoverContext", "Operator", "iso", "lsn_text", "now", "parse_time", "status_progress"]
@@ -72,10 +72,6 @@ def now() -> datetime:
 
 def iso(moment: datetime) -> str:
     return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def parse_time(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def lsn_text(position: int) -> str:

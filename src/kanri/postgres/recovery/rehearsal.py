@@ -30,6 +30,7 @@ from cronsim import CronSim, CronSimError
 
 from kanri.postgres import names
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
+from kanri.postgres.backup.plan import parse_time as parse_lenient
 from kanri.postgres.children.images import PostgresImages
 from kanri.postgres.children.rehearsal import REHEARSAL, REQUEST, rehearsal_pod
 from kanri.postgres.kinds import POSTGRES_CLUSTER
@@ -68,15 +69,6 @@ TIMEOUT = timedelta(hours=6)
 """A rehearsal pod that has not ended by then is recorded as failed and removed."""
 
 
-def _time(raw: Any) -> datetime | None:
-    if not isinstance(raw, str) or not raw:
-        return None
-    try:
-        return datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
 def last_record(status: Obj) -> Obj:
     return dict((status.get("backup") or {}).get("lastRestoreTest") or {})
 
@@ -102,7 +94,7 @@ def due(spec: PostgresClusterSpec, cluster: Obj, now: datetime) -> str | None:
     test = spec.backup.restore_test
     if not test.enabled or not (status.get("backup") or {}).get("lastSuccessful"):
         return None  # nothing to restore yet: a rehearsal would only fail
-    since = _time(record.get("time")) or _time(cluster["metadata"].get("creationTimestamp"))
+    since = parse_lenient(record.get("time")) or parse_lenient(cluster["metadata"].get("creationTimestamp"))
     if since is None:
         return None
     moment = next_scheduled(test.schedule, since)
@@ -138,7 +130,7 @@ def outcome(pod: Obj, now: datetime) -> Outcome | None:
     status = pod.get("status") or {}
     phase = status.get("phase")
     request = ((pod["metadata"].get("annotations") or {}).get(REQUEST)) or SCHEDULE
-    created = _time(pod["metadata"].get("creationTimestamp")) or now
+    created = parse_lenient(pod["metadata"].get("creationTimestamp")) or now
     if phase not in ("Succeeded", "Failed"):
         if now - created < TIMEOUT:
             return None
@@ -146,8 +138,8 @@ def outcome(pod: Obj, now: datetime) -> Outcome | None:
         return Outcome({"time": now.isoformat(), "durationSeconds": _seconds(now - created),
                         "result": "Failed", "request": request, "message": late})  # fmt: skip
     terminated = _terminated(pod) or {}
-    finished = _time(terminated.get("finishedAt")) or now
-    started = _time(terminated.get("startedAt")) or created
+    finished = parse_lenient(terminated.get("finishedAt")) or now
+    started = parse_lenient(terminated.get("startedAt")) or created
     raw = str(terminated.get("message") or "")
     verdict: Obj | None = None
     try:
@@ -229,6 +221,6 @@ async def _record(step: Pass, finished: Outcome) -> None:
 
 
 def _metrics(step: Pass, record: Obj) -> None:
-    when = _time(record.get("time"))
+    when = parse_lenient(record.get("time"))
     if step.metrics is not None and when is not None:
         step.metrics.restore_tested(step.namespace, step.name, when, record.get("result") == "Succeeded")

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from kanri.runtime import parse_optional_time
+
 __all__ = ["Action", "Decision", "Observed", "decide"]
 
 Obj = dict[str, Any]
@@ -69,9 +71,7 @@ def _stamp(moment: datetime) -> str:
 
 
 def _parse(value: object) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return parse_optional_time(value) if isinstance(value, str) else None
 
 
 def _changed(old: Obj | None, new: Obj, reason: str, message: str) -> tuple[str, str] | None:

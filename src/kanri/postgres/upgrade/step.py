@@ -35,6 +35,7 @@ import structlog
 from kanri.postgres import names
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.backup.archiving import upgraded_server_name
+from kanri.postgres.backup.plan import parse_time as parse_lenient
 from kanri.postgres.children.images import PostgresImages
 from kanri.postgres.children.upgrade import check_pod, upgrade_pod
 from kanri.postgres.cluster.recorded import PG_MAJOR, SYSTEM_IDENTIFIER
@@ -42,7 +43,7 @@ from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
 from kanri.postgres.pods import oneshot
 from kanri.postgres.upgrade import machine
 from kanri.postgres.upgrade.machine import failed
-from kanri.runtime import ApiError, get_condition
+from kanri.runtime import ApiError, get_condition, parse_optional_time
 from kanri.runtime.kinds import POD, PVC
 
 if TYPE_CHECKING:
@@ -84,15 +85,6 @@ def _stamp(moment: datetime) -> str:
     return moment.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
-def _time(value: object) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
 def stops_instances(status: Obj) -> bool:
     """The instances must be stopped: the upgrade is stopping them or upgrading the primary's data."""
     record = status.get("upgrade") or {}
@@ -124,7 +116,7 @@ def _verdict(pod: Obj, timeout: timedelta, now: datetime) -> Obj | None:
     status = pod.get("status") or {}
     phase = status.get("phase")
     if phase not in ("Succeeded", "Failed"):
-        created = _time(pod["metadata"].get("creationTimestamp")) or now
+        created = parse_lenient(pod["metadata"].get("creationTimestamp")) or now
         if now - created < timeout:
             return None
         return {"result": "Failed", "message": f"the pod did not finish within {timeout} (phase {phase})"}
@@ -304,7 +296,7 @@ async def _starting(step: Pass, record: Obj, plan: InstancePlan, reports: dict[s
     new = dict(record)
     if "servingAt" not in new and head is not None and head.ready and head.data_version == to:
         new["servingAt"] = _stamp(now)
-        stopped = _time(record.get("stoppedAt"))
+        stopped = parse_lenient(record.get("stoppedAt"))
         if stopped is not None:
             new["downtimeSeconds"] = round((now - stopped).total_seconds(), 1)
         new["message"] = f"{primary} serves on PostgreSQL {to}; waiting for the replicas to be cloned again"
@@ -341,7 +333,7 @@ async def run(step: Pass, major: int, plan: InstancePlan, reports: dict[str, Ins
         approved=step.spec.upgrade.approved_version if step.spec.upgrade else None,
         generation=int(step.cluster["metadata"].get("generation", 0)),
         ready=ready.get("status") == "True" and plan.primary is not None,
-        last_backup=datetime.fromisoformat(last_backup.replace("Z", "+00:00")) if last_backup else None,
+        last_backup=parse_optional_time(last_backup),
         record=status.get("upgrade"), now=datetime.now(UTC).replace(microsecond=0),
         backups_in_flight=backups_in_flight(step)))  # fmt: skip
     old = status.get("upgrade")
