@@ -20,9 +20,9 @@ from kanri.postgres.children.statefulset import (
     BACKUP_DIR,
     CONFIG_DIR,
     DATA_DIR,
-    POSTGRES_UID,
     SOCKET_DIR,
-    _container_security,
+    container_security,
+    one_shot_spec,
 )
 from kanri.postgres.labels import cluster_labels
 
@@ -66,26 +66,16 @@ def rehearsal_pod(
         ],
         # the verdict is the termination message; without one (killed, evicted) the log's tail stands in
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "securityContext": _container_security(),
+        "securityContext": container_security(),
     }
-    spec: Obj = {
-        "restartPolicy": "Never",
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "serviceAccountName": names.service_account(name),
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": POSTGRES_UID,
-            "runAsGroup": POSTGRES_UID,
-            "fsGroup": POSTGRES_UID,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-        "containers": [container],
-        "volumes": [
+    spec = one_shot_spec(
+        name,
+        container,
+        [
             {"name": "data", "emptyDir": {"sizeLimit": scratch}},
             {"name": "run", "emptyDir": {}},
             {"name": "config", "configMap": {"name": names.config_map(name)}},
             {"name": "backup", "secret": {"secretName": names.backup_secret(name)}},
         ],
-    }
+    )
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}

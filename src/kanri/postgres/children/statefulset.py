@@ -28,9 +28,12 @@ __all__ = [
     "SPREAD_TOPOLOGY_KEYS",
     "affinity",
     "bootstrap_role",
+    "container_security",
     "environment",
     "image_major",
     "image_of",
+    "one_shot_spec",
+    "pod_security",
     "postgres_image",
     "statefulset",
     "tag_major",
@@ -61,7 +64,33 @@ SPREAD_TOPOLOGY_KEYS = ("kubernetes.io/hostname", "topology.kubernetes.io/zone")
 """The default anti-affinity spreads a cluster's instances over these (nodes first, zones as well)."""
 
 
-def _container_security() -> Obj:
+def pod_security() -> Obj:
+    """The pod securityContext every PostgreSQL pod the operator makes shares (instances, restore rehearsals, upgrade
+    pods): non-root as the image's postgres user, whose group owns the volumes, and RuntimeDefault seccomp."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": POSTGRES_UID,
+        "runAsGroup": POSTGRES_UID,
+        "fsGroup": POSTGRES_UID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def one_shot_spec(cluster: str, container: Obj, pod_volumes: list[Obj]) -> Obj:
+    """The spec of a pod that runs once and answers in its termination message (restore rehearsal, upgrade check,
+    upgrade): never restarted, no service account token or Service variables, restricted like the instance pods."""
+    return {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "serviceAccountName": names.service_account(cluster),
+        "securityContext": pod_security(),
+        "containers": [container],
+        "volumes": pod_volumes,
+    }
+
+
+def container_security() -> Obj:
     """Pod Security Standards ``restricted`` (with the pod's runAsNonRoot and seccompProfile). The root filesystem is
     read-only: the instance manager and PostgreSQL write only under the data volume and the socket dir (an emptyDir)."""
     return {
@@ -173,7 +202,7 @@ def _container(cluster: str, instance: str, role: Role, image: str, spec: Postgr
         "volumeMounts": mounts,
         # A failed run's last log lines land in its terminated state: the operator quotes them (CrashLoopBackOff).
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "securityContext": _container_security(),
+        "securityContext": container_security(),
     }
     # Never BestEffort: default requests where the spec names none (issue 33, DEFAULT_REQUESTS says why)
     container["resources"] = container_resources(spec.resources)
@@ -211,13 +240,7 @@ def _pod_spec(cluster: str, instance: str, role: Role, image: str, spec: Postgre
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,  # no Service variables in PostgreSQL's environment
         "terminationGracePeriodSeconds": 60,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": POSTGRES_UID,
-            "runAsGroup": POSTGRES_UID,
-            "fsGroup": POSTGRES_UID,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": pod_security(),
         "containers": [_container(cluster, instance, role, image, spec)],
         "volumes": pod_volumes,
     }

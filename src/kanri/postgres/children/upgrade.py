@@ -20,12 +20,12 @@ from kanri.postgres.children import child_meta
 from kanri.postgres.children.images import DEFAULT_IMAGES, UPGRADE_IMAGE, PostgresImages
 from kanri.postgres.children.statefulset import (
     DATA_DIR,
-    POSTGRES_UID,
     SOCKET_DIR,
     SUPERUSER_DIR,
     TLS_DIR,
-    _container_security,
+    container_security,
     environment,
+    one_shot_spec,
     volumes,
 )
 from kanri.postgres.labels import REPLICA, cluster_labels
@@ -39,21 +39,7 @@ UPGRADE_LABEL = "kanri.dev/upgrade"
 
 def _pod(cluster: Obj, name: str, kind: str, container: Obj, pod_volumes: list[Obj]) -> Obj:
     meta = child_meta(cluster, name, {**cluster_labels(cluster["metadata"]["name"]), UPGRADE_LABEL: kind})
-    spec: Obj = {
-        "restartPolicy": "Never",
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "serviceAccountName": names.service_account(cluster["metadata"]["name"]),
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": POSTGRES_UID,
-            "runAsGroup": POSTGRES_UID,
-            "fsGroup": POSTGRES_UID,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-        "containers": [container],
-        "volumes": pod_volumes,
-    }
+    spec = one_shot_spec(cluster["metadata"]["name"], container, pod_volumes)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
@@ -66,7 +52,7 @@ def _container(name: str, image: str, args: list[str], env: list[Obj], mounts: l
         "env": env,
         "volumeMounts": mounts,
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "securityContext": _container_security(),
+        "securityContext": container_security(),
     }
 
 
