@@ -1,81 +1,30 @@
-"""Deciding whether a child needs a write: the rule that makes a converged reconcile cost zero writes.
+"""Deciding whether a child needs a write, with the PostgreSQL operator's hash annotation (``kanri.dev/applied-hash``).
 
-A child is (re)applied when either
-
-- the hash of what we would apply differs from the hash recorded on it (``kanri.dev/applied-hash``) — this catches
-  fields we *stopped* setting, which a subset check cannot see; or
-- what we would apply is not a subset of what is there — someone else changed a field we own.
-
-The subset check tolerates what the API server adds (defaults inside containers, ports, probes) and compares
-quantities by value, because the server rewrites them (``1000m`` is stored as ``1``).
+The rule itself is the kit's (:mod:`kanri.kit`: ``needs_apply``, ``is_subset``, ``spec_hash``, ``with_hash``): a child
+is (re)applied when the hash recorded on it differs from the one of what we would apply, or when what we would apply
+is not a subset of what is there (quantities compared by value). This module only binds the annotation, so the
+children the operator made before keep their recorded hashes.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any
 
-from kanri.runtime import parse_quantity
+from kanri import kit
+from kanri.kit import is_subset, spec_hash
 
 __all__ = ["HASH_ANNOTATION", "is_subset", "needs_apply", "spec_hash", "with_hash"]
 
 Obj = dict[str, Any]
 
 HASH_ANNOTATION = "kanri.dev/applied-hash"
-# Under these keys strings are quantities; elsewhere strings compare as text.
-_QUANTITY_PARENTS = frozenset({"requests", "limits", "capacity", "storage"})
-
-
-def spec_hash(desired: Obj) -> str:
-    """A stable hash of a desired object (key order does not matter)."""
-    text = json.dumps(desired, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def with_hash(desired: Obj) -> Obj:
-    """``desired`` with its own hash recorded as an annotation (computed before the annotation is added)."""
-    digest = spec_hash(desired)
-    meta = desired.setdefault("metadata", {})
-    meta["annotations"] = {**(meta.get("annotations") or {}), HASH_ANNOTATION: digest}
-    return desired
+    """``desired`` with its own hash recorded in :data:`HASH_ANNOTATION` (computed before it is added)."""
+    return kit.with_hash(desired, HASH_ANNOTATION)
 
 
 def needs_apply(desired: Obj, current: Obj | None) -> bool:
     """Whether ``desired`` (already carrying its hash, see :func:`with_hash`) must be applied over ``current``."""
-    if current is None:
-        return True
-    wanted = (desired.get("metadata", {}).get("annotations") or {}).get(HASH_ANNOTATION)
-    recorded = (current.get("metadata", {}).get("annotations") or {}).get(HASH_ANNOTATION)
-    return wanted != recorded or not is_subset(desired, current)
-
-
-def is_subset(desired: Any, current: Any, parent: str = "") -> bool:
-    """True when every field of ``desired`` is in ``current`` with the same value (lists element by element)."""
-    if isinstance(desired, dict):
-        if not isinstance(current, dict):
-            return False
-        return all(is_subset(value, current.get(key), key) for key, value in desired.items())
-    if isinstance(desired, list):
-        if not isinstance(current, list) or len(desired) != len(current):
-            return False
-        return all(is_subset(d, c, parent) for d, c in zip(desired, current, strict=True))
-    if desired == current:
-        return True
-    if parent in _QUANTITY_PARENTS or _is_quantity_map_value(parent):
-        return _same_quantity(desired, current)
-    return False
-
-
-def _is_quantity_map_value(parent: str) -> bool:
-    # Resource names inside requests/limits: cpu, memory, ephemeral-storage, hugepages-*.
-    return parent in ("cpu", "memory", "ephemeral-storage") or parent.startswith("hugepages-")
-
-
-def _same_quantity(a: Any, b: Any) -> bool:
-    if not isinstance(a, str | int) or not isinstance(b, str | int):
-        return False
-    try:
-        return parse_quantity(a) == parse_quantity(b)
-    except ValueError:
-        return False
+    return kit.needs_apply(desired, current, HASH_ANNOTATION)
