@@ -59,9 +59,17 @@ def cluster(name: str, ready: bool, degraded: bool, generation: int = 1) -> Obj:
 
 def reports(prefix: str) -> dict[str, InstanceReport]:
     return {
-        f"{prefix}-1": InstanceReport(f"{prefix}-1", "primary", True, True, timeline=2, write_lsn="0/5000148"),
+        f"{prefix}-1": InstanceReport(
+            name=f"{prefix}-1", role="primary", ready=True, running=True, timeline=2, write_lsn="0/5000148"
+        ),
         f"{prefix}-2": InstanceReport(
-            f"{prefix}-2", "replica", True, True, timeline=2, receive_lsn="0/5000100", lag_bytes=4096
+            name=f"{prefix}-2",
+            role="replica",
+            ready=True,
+            running=True,
+            timeline=2,
+            receive_lsn="0/5000100",
+            lag_bytes=4096,
         ),
     }
 

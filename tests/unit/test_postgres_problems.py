@@ -68,9 +68,9 @@ def test_an_adopted_app_secret_for_another_owner_is_reported() -> None:
 
 def test_instance_problems_keep_their_reason_and_name_instance_and_parameter() -> None:
     reports = {
-        "db-1": InstanceReport("db-1", "primary", ready=True, running=True, problems=(
+        "db-1": InstanceReport(name="db-1", role="primary", ready=True, running=True, problems=(
             InstanceProblem("InvalidParameter", 'invalid value for parameter "work_mem"', parameter="work_mem"),)),
-        "db-2": InstanceReport("db-2", "replica", ready=False, running=False, problems=(
+        "db-2": InstanceReport(name="db-2", role="replica", ready=False, running=False, problems=(
             InstanceProblem("DataDirectoryLost", "the volume is empty"),
             InstanceProblem("InvalidSecret", "is empty", secret="replication", key="password"))),
     }  # fmt: skip
@@ -108,8 +108,8 @@ def test_a_refused_write_names_kind_name_and_the_servers_message() -> None:
 
 def observe(problems: tuple[Problem, ...] = (), **extra: Any) -> Observation:
     plan = plan_instances("db", 2, ["db-1", "db-2"], "db-1")
-    reports = {"db-1": InstanceReport("db-1", "primary", ready=True, running=True, timeline=1),
-               "db-2": InstanceReport("db-2", "replica", ready=True, running=True, timeline=1)}  # fmt: skip
+    reports = {"db-1": InstanceReport(name="db-1", role="primary", ready=True, running=True, timeline=1),
+               "db-2": InstanceReport(name="db-2", role="replica", ready=True, running=True, timeline=1)}  # fmt: skip
     return Observation(plan=plan, hibernated=False, generation=1, reports=reports, pods={}, storage=StoragePlan(),
                        problems=problems, **extra)  # fmt: skip
 
@@ -150,7 +150,7 @@ def test_the_data_major_system_identifier_and_upgrade_verdict_are_in_status() ->
 def test_the_same_fault_on_every_instance_is_one_line_and_a_secret_fault_the_operator_found_is_not_repeated() -> None:
     fault = InstanceProblem("InvalidSecret", "app Secret: username is reserved", secret="app", key="username")
     bad = InstanceProblem("InvalidParameter", "invalid value", parameter="work_mem")
-    reports = {name: InstanceReport(name, "replica", ready=True, running=True, problems=(fault, bad))
+    reports = {name: InstanceReport(name=name, role="replica", ready=True, running=True, problems=(fault, bad))
                for name in ("db-1", "db-2")}  # fmt: skip
     assert [p.message for p in report_problems(reports)] == [
         "instances db-1, db-2: app Secret: username is reserved",

@@ -86,7 +86,10 @@ def test_with_no_record_the_highest_timeline_then_lsn_then_the_lowest_name_is_ke
     assert verdict_for(by_lsn, recorded=None).primary == "db-2"  # 1/0 is past 0/9000000
     tie = {"db-2": primary("db-2", 2, "0/5"), "db-1": primary("db-1", 2, "0/5")}
     assert verdict_for(tie, recorded=None).primary == "db-1"
-    unknown = {"db-1": primary("db-1", 2, lsn=""), "db-2": InstanceReport("db-2", "primary", True, True)}
+    unknown = {
+        "db-1": primary("db-1", 2, lsn=""),
+        "db-2": InstanceReport(name="db-2", role="primary", ready=True, running=True),
+    }
     assert verdict_for(unknown, recorded=None).primary == "db-1"  # a report without timeline ranks lowest
 
 

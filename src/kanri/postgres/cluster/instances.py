@@ -10,7 +10,6 @@ is a Protocol so tests (and other transports) can stand in; :class:`HttpInstance
 from __future__ import annotations
 
 import asyncio
-import re
 import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -19,7 +18,10 @@ from typing import Any, Protocol
 import aiohttp
 import structlog
 
-from kanri.contract.problems import MAX_MESSAGE, REASONS
+from kanri.contract.actions import Demoted, FenceRequest, Paused, Promoted
+from kanri.contract.problems import REASONS
+from kanri.contract.status import Archiver, InstanceStatus, Problem
+from kanri.contract.wire import text
 
 __all__ = [
     "PROBLEM_REASONS",
@@ -52,209 +54,17 @@ EXPIRE_TIMEOUT = 330.0
 PROBLEM_REASONS = REASONS
 """The reasons an instance may report a problem with (kanri.contract.problems); anything else is read as
 ``InstanceProblem``."""
-_MAX_TEXT = MAX_MESSAGE  # the instance manager keeps messages to one line of this length; a longer one is cut
 
 
-@dataclass(frozen=True)
-class InstanceProblem:
-    """Something the user must fix that the instance found (``problems[]`` in ``GET /status``). The message never
-    holds a Secret's or a file's content (the instance manager's side of the contract)."""
-
-    reason: str
-    message: str
-    secret: str | None = None
-    """The credential's purpose (``superuser``, ``replication``, ``app``, ``api``) for InvalidSecret."""
-    key: str | None = None
-    parameter: str | None = None
-    """The ``postgresql.conf`` key for InvalidParameter."""
-
-
-@dataclass(frozen=True)
-class ArchiverReport:
-    """The primary's ``pg_stat_archiver`` (times ISO 8601), read by :mod:`kanri.postgres.backup.archiving`."""
-
-    mode: str | None
-    last_archived_wal: str | None
-    last_archived_time: str | None
-    failed_count: int
-    last_failed_wal: str | None
-    last_failed_time: str | None
-
-
-@dataclass(frozen=True)
-class InstanceReport:
-    """What one instance manager says about itself (``GET /status``)."""
-
-    name: str
-    role: str
-    """``primary`` or ``replica`` as reported (PostgreSQL in recovery or not); the reconciler reads a fenced instance
-    as ``fenced`` (``splitbrain.routed``)."""
-    ready: bool
-    running: bool
-    timeline: int | None = None
-    write_lsn: str | None = None
-    receive_lsn: str | None = None
-    replay_lsn: str | None = None
-    lag_bytes: int | None = None
-    pending_restart: bool = False
-    pending_lowers: tuple[str, ...] = ()
-    """Standby limits (``max_connections``, ...) waiting for a restart with a lower value: the primary goes first."""
-    last_error: str | None = None
-    system_identifier: str | None = None
-    """The data directory's ``pg_control`` system identifier (a decimal string): one per cluster, kept by clones."""
-    data_version: int | None = None
-    """The major of the data directory (``PG_VERSION``), reported even when PostgreSQL cannot start."""
-    binary_version: int | None = None
-    """The major of the PostgreSQL binaries the pod runs."""
-    problems: tuple[InstanceProblem, ...] = ()
-    fenced: bool = False
-    """The instance holds a fence marker: its PostgreSQL is kept stopped (``POST /fence``)."""
-    fence_reason: str | None = None
-    replication_paused: bool = False
-    """Its WAL receiver is paused for a failover's election (``POST /replication/pause``)."""
-    rejoin_state: str | None = None
-    """``running``, ``done`` or ``failed`` once ``POST /rejoin`` was asked (None: never)."""
-    rejoin_method: str | None = None
-    """``rewind`` or ``clone``."""
-    rejoin_message: str | None = None
-    rejoin_diverged_bytes: int | None = None
-    """WAL this former primary had written past the new timeline's switchpoint, measured before its rewind or clone
-    (None: not measured)."""
-    rejoin_switchpoint: str | None = None
-    """That switchpoint (an LSN)."""
-    archiver: ArchiverReport | None = None
-    """``pg_stat_archiver`` as reported (read by :mod:`kanri.postgres.backup.archiving`); None when PostgreSQL is
-    down."""
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def _names(value: Any) -> tuple[str, ...]:
-    """A short list of parameter names (anything else in it is ignored)."""
-    if not isinstance(value, list):
-        return ()
-    return tuple(v for v in value[:16] if isinstance(v, str) and 0 < len(v) <= 63)
-
-
-def _text(value: Any) -> str | None:
-    """A short one-line string from an instance (it is shown in status and Events)."""
-    if not isinstance(value, str) or not value.strip():
-        return None
-    flat = " ".join(value.split())
-    return flat if len(flat) <= _MAX_TEXT else flat[: _MAX_TEXT - 1] + "…"
-
-
-def _system_identifier(value: Any) -> str | None:
-    # A uint64 printed in decimal; JSON numbers lose precision above 2**53, hence a string.
-    return value if isinstance(value, str) and value.isdigit() and len(value) <= 20 else None
-
-
-def _problems(value: Any) -> tuple[InstanceProblem, ...]:
-    if not isinstance(value, list):
-        return ()
-    found: list[InstanceProblem] = []
-    for item in value[:16]:  # a misbehaving instance must not fill status
-        if not isinstance(item, dict) or (message := _text(item.get("message"))) is None:
-            continue
-        reason = item.get("reason")
-        found.append(
-            InstanceProblem(
-                reason=reason if reason in PROBLEM_REASONS else "InstanceProblem",
-                message=message,
-                secret=_text(item.get("secret")),
-                key=_text(item.get("key")),
-                parameter=_text(item.get("parameter")),
-            )
-        )
-    return tuple(found)
-
-
-def _archiver(value: Any) -> ArchiverReport | None:
-    if not isinstance(value, dict):
-        return None
-    return ArchiverReport(
-        mode=_text(value.get("mode")),
-        last_archived_wal=_text(value.get("lastArchivedWal")),
-        last_archived_time=_text(value.get("lastArchivedTime")),
-        failed_count=_int(value.get("failedCount")) or 0,
-        last_failed_wal=_text(value.get("lastFailedWal")),
-        last_failed_time=_text(value.get("lastFailedTime")),
-    )
-
-
-def parse_report(body: Any) -> InstanceReport | None:
-    """An :class:`InstanceReport` from the JSON body, or None when it is not one (a wrong answer is no answer)."""
-    if not isinstance(body, dict) or body.get("role") not in ("primary", "replica") or not _str(body.get("name")):
-        return None
-    return InstanceReport(
-        name=str(body["name"]),
-        role=str(body["role"]),
-        ready=body.get("ready") is True,
-        running=body.get("running") is True,
-        timeline=_int(body.get("timeline")),
-        write_lsn=_str(body.get("writeLsn")),
-        receive_lsn=_str(body.get("receiveLsn")),
-        replay_lsn=_str(body.get("replayLsn")),
-        lag_bytes=_int(body.get("lagBytes")),
-        pending_restart=body.get("pendingRestart") is True,
-        pending_lowers=_names(body.get("pendingRestartLowers")),
-        last_error=_str(body.get("lastError")),
-        system_identifier=_system_identifier(body.get("systemIdentifier")),
-        data_version=_int(body.get("dataVersion")),
-        binary_version=_int(body.get("binaryVersion")),
-        problems=_problems(body.get("problems")),
-        fenced=body.get("fenced") is True,
-        fence_reason=_text(body.get("fenceReason")),
-        replication_paused=body.get("replicationPaused") is True,
-        archiver=_archiver(body.get("archiver")),
-        **_rejoin(body.get("rejoin")),
-    )
-
-
-_LSN = re.compile(r"[0-9A-F]{1,8}/[0-9A-F]{1,8}")
-
-
-def _rejoin(value: Any) -> dict[str, Any]:
-    if not isinstance(value, dict) or value.get("state") not in ("running", "done", "failed"):
-        return {}
-    method = value.get("method")
-    found = value.get("divergence")
-    divergence: dict[str, Any] = found if isinstance(found, dict) else {}
-    switchpoint = _text(divergence.get("switchpoint"))
-    return {"rejoin_state": str(value["state"]), "rejoin_method": method if method in ("rewind", "clone") else None,
-            "rejoin_message": _text(value.get("message")), "rejoin_diverged_bytes": _int(divergence.get("bytes")),
-            "rejoin_switchpoint": switchpoint if switchpoint and _LSN.fullmatch(switchpoint) else None}  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Paused:
-    """Where a replica's WAL receiver stopped (``POST /replication/pause``)."""
-
-    receive_lsn: str | None
-    replay_lsn: str | None
-    timeline: int | None
-
-
-@dataclass(frozen=True)
-class Promoted:
-    """A replica promoted (``POST /promote``): the timeline it started and its write position then."""
-
-    timeline: int | None
-    lsn: str | None
-
-
-@dataclass(frozen=True)
-class Demoted:
-    """A primary shut down cleanly and restarting as a replica (``POST /demote``)."""
-
-    checkpoint_lsn: str | None
-    timeline: int | None
+InstanceProblem = Problem
+"""Something the user must fix that the instance found (``problems[]`` in ``GET /status``)."""
+InstanceReport = InstanceStatus
+"""What one instance manager says about itself (``GET /status``); the reconciler reads a fenced instance as
+``fenced`` (``splitbrain.routed``)."""
+ArchiverReport = Archiver
+"""The primary's ``pg_stat_archiver``, read by :mod:`kanri.postgres.backup.archiving`."""
+parse_report = InstanceStatus.read
+"""An :class:`InstanceReport` from the JSON body, or None when it is not one (a wrong answer is no answer)."""
 
 
 class InstanceClient(Protocol):
@@ -403,7 +213,7 @@ class HttpInstanceClient:
             async with self._http().post(self._url(address, path), headers=headers, json=body, **extra) as response:
                 if not 200 <= response.status < 300:
                     log.info("instance refused", address=address, path=path, status=response.status,
-                             reason=_text((await response.json(content_type=None) or {}).get("error")))  # fmt: skip
+                             reason=text((await response.json(content_type=None) or {}).get("error")))  # fmt: skip
                     return None
                 answer = await response.json(content_type=None)
                 return answer if isinstance(answer, dict) else {}
@@ -421,32 +231,26 @@ class HttpInstanceClient:
 
     async def promote(self, address: str, token: str) -> Promoted | None:
         answer = await self._call(address, "/promote", token, timeout=PROMOTE_TIMEOUT)
-        if answer is None or answer.get("promoted") is not True:
-            return None
-        return Promoted(_int(answer.get("timeline")), _str(answer.get("lsn")))
+        return None if answer is None else Promoted.read(answer)
 
     async def fence(self, address: str, token: str, reason: str) -> bool:
         # PostgreSQL's fast shutdown takes a checkpoint: allow it longer than a status read (the marker is written
         # first, and the instance finishes the shutdown even if this request gives up).
-        return await self._post(address, "/fence", token, {"reason": reason}, timeout=FENCE_TIMEOUT)
+        return await self._post(address, "/fence", token, FenceRequest(reason=reason).as_json(), timeout=FENCE_TIMEOUT)
 
     async def unfence(self, address: str, token: str) -> bool:
         return await self._post(address, "/unfence", token)
 
     async def pause_replication(self, address: str, token: str) -> Paused | None:
         answer = await self._call(address, "/replication/pause", token, timeout=PAUSE_TIMEOUT)
-        if answer is None or answer.get("paused") is not True:
-            return None
-        return Paused(_str(answer.get("receiveLsn")), _str(answer.get("replayLsn")), _int(answer.get("timeline")))
+        return None if answer is None else Paused.read(answer)
 
     async def resume_replication(self, address: str, token: str) -> bool:
         return await self._post(address, "/replication/resume", token)
 
     async def demote(self, address: str, token: str) -> Demoted | None:
         answer = await self._call(address, "/demote", token, timeout=DEMOTE_TIMEOUT)
-        if answer is None or answer.get("demoted") is not True:
-            return None
-        return Demoted(_str(answer.get("checkpointLsn")), _int(answer.get("timeline")))
+        return None if answer is None else Demoted.read(answer)
 
     async def rejoin(self, address: str, token: str) -> bool:
         return await self._post(address, "/rejoin", token)
@@ -470,7 +274,7 @@ class HttpInstanceClient:
                                             **extra) as response:  # fmt: skip
                 answer = await response.json(content_type=None)
                 answer = answer if isinstance(answer, dict) else {}
-                error = None if 200 <= response.status < 300 else (_text(answer.get("error")) or "refused")
+                error = None if 200 <= response.status < 300 else (text(answer.get("error")) or "refused")
                 return BackupAnswer(response.status, answer, error)
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             log.info("instance backup request failed", address=address, path=path, error=type(exc).__name__)

@@ -9,7 +9,6 @@ switchpoint, as it measured before rewinding, goes into ``status.lastFailover`` 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 from kanri.postgres.cluster.instances import InstanceReport
@@ -39,7 +38,7 @@ def rejoining(claims: Mapping[str, Obj]) -> dict[str, int]:
 def withhold_rejoining(reports: Mapping[str, InstanceReport], marked: Mapping[str, int]) -> dict[str, InstanceReport]:
     """A former primary's report never counts as a primary: it is read as fenced until it is back as a replica."""
     return {
-        name: replace(report, fenced=True) if name in marked and report.role == "primary" else report
+        name: report.model_copy(update={"fenced": True}) if name in marked and report.role == "primary" else report
         for name, report in reports.items()
     }
 
@@ -57,19 +56,21 @@ async def rejoin_former_primaries(ctx: FailoverContext) -> None:
         raw = ctx.raw.get(instance)
         if raw is None:
             continue
+        rejoin = raw.rejoin
         if raw.role == "replica" and not raw.fenced and (raw.timeline or 0) >= timeline and raw.ready:
             await record_divergence(ctx, instance, raw)
             await ctx.annotate_claim(instance, {REJOIN: None})
-            how = {"rewind": "pg_rewind", "clone": "a fresh clone"}.get(raw.rejoin_method or "", "streaming")
-            detail = f": {raw.rejoin_message}" if raw.rejoin_message else ""
+            how = {"rewind": "pg_rewind", "clone": "a fresh clone"}.get((rejoin and rejoin.method) or "", "streaming")
+            detail = f": {rejoin.message}" if rejoin and rejoin.message else ""
             await ctx.r.events.normal(ctx.cluster, "Rejoined", f"{instance} rejoined as a replica of "
                                        f"timeline {raw.timeline} by {how}{detail}")  # fmt: skip
             continue
-        if raw.rejoin_state == "running" or not serving:
+        state = rejoin.state if rejoin else None
+        if state == "running" or not serving:
             continue
-        if raw.rejoin_state == "failed":
+        if rejoin is not None and rejoin.state == "failed":
             ctx.problems.append(Problem("RejoinFailed", f"{instance} could not rejoin: "
-                                         f"{raw.rejoin_message or 'see its log'}"))  # fmt: skip
+                                         f"{rejoin.message or 'see its log'}"))  # fmt: skip
         asked = ctx.memory.rejoin_requests.get(instance)
         if asked is not None and ctx.r.clock() - asked < REJOIN_COOLDOWN:
             continue
@@ -89,17 +90,19 @@ async def record_divergence(ctx: FailoverContext, instance: str, raw: InstanceRe
     """The WAL the former primary had written past the switchpoint, measured by it before its rewind or clone,
     into the failover's record: the gap estimated at the promotion (its position as last seen) was a lower
     bound; this is the loss itself. Recorded once, and only for the failover that instance was the source of."""
-    measured = raw.rejoin_diverged_bytes
+    divergence = raw.rejoin.divergence if raw.rejoin else None
+    measured = divergence.bytes if divergence else None
+    switchpoint = divergence.switchpoint if divergence else None
     last = dict(ctx.status.get("lastFailover") or {})
     if measured is None or last.get("from") != instance or last.get("divergedBytes") is not None:
         return
     estimated = last.get("lsnGapBytes")
     last["divergedBytes"] = measured
-    if raw.rejoin_switchpoint:
-        last["divergedAt"] = raw.rejoin_switchpoint
+    if switchpoint:
+        last["divergedAt"] = switchpoint
     last["lsnGapBytes"] = max(measured, estimated if isinstance(estimated, int) else 0)
     await ctx.write_status({"lastFailover": last})
-    where = f"past {raw.rejoin_switchpoint}" if raw.rejoin_switchpoint else "past the switchpoint"
+    where = f"past {switchpoint}" if switchpoint else "past the switchpoint"
     was = f"; estimated at the promotion: {estimated} bytes" if estimated is not None else ""
     if measured == 0:
         await ctx.r.events.normal(ctx.cluster, "FailoverLossMeasured", f"{instance} had written nothing "

@@ -25,7 +25,7 @@ Pure functions; the reconciler only wires them (``reconciler.py``: ``fence_rogue
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
@@ -146,7 +146,7 @@ def routed(reports: Mapping[str, InstanceReport], verdict: Verdict) -> dict[str,
             continue
         fence = report.fenced or name in fencing
         # never ready either: it takes no traffic (the one fenced this pass still answered ready a moment ago)
-        found[name] = replace(report, role=FENCED, ready=False) if fence else report
+        found[name] = report.model_copy(update={"role": FENCED, "ready": False}) if fence else report
     return found
 
 
