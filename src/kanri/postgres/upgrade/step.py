@@ -26,12 +26,12 @@ deleted; the pass reports it as ``ForeignPod`` and the step waits until it is go
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
+from kanri.kit import read_verdict
 from kanri.postgres import names
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.backup.archiving import upgraded_server_name
@@ -112,29 +112,10 @@ def config_note(status: Obj) -> Obj | None:
 
 
 def _verdict(pod: Obj, timeout: timedelta, now: datetime) -> Obj | None:
-    """The pod's verdict ({result, message, ...}) once it ended (or ran past ``timeout``); None while it runs."""
-    status = pod.get("status") or {}
-    phase = status.get("phase")
-    if phase not in ("Succeeded", "Failed"):
-        created = parse_lenient(pod["metadata"].get("creationTimestamp")) or now
-        if now - created < timeout:
-            return None
-        return {"result": "Failed", "message": f"the pod did not finish within {timeout} (phase {phase})"}
-    terminated: Obj = {}
-    for container in status.get("containerStatuses") or ():
-        terminated = (container.get("state") or {}).get("terminated") or terminated
-    raw = str(terminated.get("message") or "").strip()
-    for line in reversed(raw.splitlines()):
-        try:
-            found = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(found, dict) and found.get("result") in ("Succeeded", "Failed"):
-            return found
-    why = terminated.get("reason") or status.get("reason") or phase
-    tail = " ".join(raw.splitlines()[-5:])[-1500:]
-    return {"result": "Failed", "message": f"the pod ended without a verdict ({why}, exit code "
-            f"{terminated.get('exitCode')})" + (f": {tail}" if tail else "")}  # fmt: skip
+    """The pod's verdict ({result, message, ...}) once it ended (or ran past ``timeout``); None while it runs. Read
+    by the kit (:func:`kanri.kit.read_verdict`); the fields the pod wrote besides the two stay beside them."""
+    verdict = read_verdict(pod, timeout=timeout, now=now)
+    return None if verdict is None else {**verdict.details, "result": verdict.result, "message": verdict.message}
 
 
 async def _write(step: Pass, old: Obj, new: Obj) -> None:
