@@ -70,6 +70,7 @@ __all__ = [
     "resolve",
     "server_name",
     "upgraded_server_name",
+    "write_keys",
 ]
 
 log = structlog.get_logger("kanri.postgres.backup.archiving")
@@ -434,13 +435,19 @@ async def ensure_credentials(step: Pass, repository: Repository | Unresolved | N
     problem or None when written or not needed."""
     if not isinstance(repository, Repository):
         return None
+    return await write_keys(step, repository, names.backup_secret(step.name))
+
+
+async def write_keys(step: Pass, repository: Repository, secret: str) -> KeysProblem | None:
+    """Apply the key pair the cluster's pods get for ``repository`` (:func:`repository_keys`) as the cluster's Secret
+    ``secret`` (the files :mod:`kanri.contract.backup` names); the problem, or None when it is written. Archiving
+    writes ``<cluster>-backup-credentials`` with it, a recovery ``<cluster>-recovery-credentials``."""
     keys = await repository_keys(step.client, step.cache, repository, step.backup_settings.identities, step.namespace)
     if isinstance(keys, KeysProblem):
         return keys
-    meta = child_meta(step.cluster, names.backup_secret(step.name), cluster_labels(step.name))
+    meta = child_meta(step.cluster, secret, cluster_labels(step.name))
     data = {ACCESS_KEY_FILE: _b64(keys.access_key_id), SECRET_KEY_FILE: _b64(keys.secret_access_key)}
-    desired = owned("v1", "Secret", meta, type="Opaque", data=data)
-    await step.apply(SECRET, desired)
+    await step.apply(SECRET, owned("v1", "Secret", meta, type="Opaque", data=data))
     return None
 
 
