@@ -30,16 +30,14 @@ from typing import Any, Protocol, runtime_checkable
 import structlog
 from pydantic import ValidationError
 
-from kanri.postgres import names
+from kanri.contract.backup import BackupRecord, Expired, WalSwitched
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.backup import plan as backup_plan
 from kanri.postgres.backup.archiving import BackupSettings, Repository, resolve, server_name
-from kanri.postgres.cluster.instances import BackupAnswer
-from kanri.postgres.credentials.secrets import secret_value
+from kanri.postgres.cluster.instances import BackupAnswer, instance_endpoint
 from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
 from kanri.postgres.metrics import PostgresMetrics
 from kanri.runtime import ApiError, Cache, Client, EventRecorder, Request, Result
-from kanri.runtime.kinds import POD, SECRET
 
 __all__ = ["WAIT", "BackupClient", "PostgresBackupReconciler", "Wait", "gate", "siblings"]
 
@@ -196,22 +194,21 @@ class PostgresBackupReconciler:
         meta, status = backup["metadata"], backup.get("status") or {}
         namespace, instance = meta["namespace"], str(status.get("instance") or "")
         key = backup_plan.idempotency_id(meta["uid"])
-        token = secret_value(self.cache.get(SECRET, names.api_secret(backup["spec"]["cluster"]), namespace), "token")
-        pod = self.cache.get(POD, names.pod_name(instance), namespace) if instance else None
-        address = ((pod or {}).get("status") or {}).get("podIP")
-        if token is None or not address:
+        endpoint = instance_endpoint(self.cache, namespace, backup["spec"]["cluster"], instance) if instance else None
+        if endpoint is None:
             answer = BackupAnswer(0, {}, f"instance {instance} has no address (pod gone or not running)")
         else:
+            address, token = endpoint
             answer = await self.instances.backup_record(address, token, key)
             if answer.status == 404:  # never heard of it: the intent was written, the request not yet sent
                 answer = await self.instances.start_backup(address, token, key)
         if answer.status in (200, 202):
-            record = answer.body
-            if record.get("phase") == "Completed":
+            record = BackupRecord.read(answer.body)  # None: not a record yet (asked again after POLL)
+            if record is not None and record.phase == "Completed":
                 await self.completed(backup, cluster, record)
                 return None
-            if record.get("phase") == "Failed":
-                await self.failed(backup, cluster, "BackupFailed", str(record.get("error") or "no reason"))
+            if record is not None and record.phase == "Failed":
+                await self.failed(backup, cluster, "BackupFailed", record.error or "no reason")
                 return None
             return Result(requeue_after=POLL)
         since = backup_plan.parse_time(status.get("startedAt")) or self.now()
@@ -225,28 +222,28 @@ class PostgresBackupReconciler:
 
     # --- the end ---------------------------------------------------------------------------------------------------
 
-    async def completed(self, backup: Obj, cluster: Obj | None, record: Obj) -> None:
+    async def completed(self, backup: Obj, cluster: Obj | None, record: BackupRecord) -> None:
         status = backup.get("status") or {}
-        where = "a replica" if record.get("fromStandby") else "the primary"
+        where = "a replica" if record.from_standby else "the primary"
         fields: Obj = {
             "phase": "Completed", "reason": "Completed",
             "message": f"taken from {status.get('instance')} ({where})",
-            "startedAt": record.get("beginTime") or status.get("startedAt"),
-            "completedAt": record.get("endTime") or record.get("completedAt") or self.now().isoformat(),
-            "backupId": record.get("backupId"), "beginWAL": record.get("beginWal"), "endWAL": record.get("endWal"),
-            "beginLSN": record.get("beginLsn"), "endLSN": record.get("endLsn"), "timeline": record.get("timeline"),
-            "sizeBytes": record.get("sizeBytes"),
+            "startedAt": record.begin_time or status.get("startedAt"),
+            "completedAt": record.end_time or record.completed_at or self.now().isoformat(),
+            "backupId": record.backup_id, "beginWAL": record.begin_wal, "endWAL": record.end_wal,
+            "beginLSN": record.begin_lsn, "endLSN": record.end_lsn, "timeline": record.timeline,
+            "sizeBytes": record.size_bytes,
         }  # fmt: skip
         written = await self.write(backup, {k: v for k, v in fields.items() if v is not None})
         name, of = backup["metadata"]["name"], backup["spec"]["cluster"]
-        size = record.get("sizeBytes")
+        size = record.size_bytes
         text = (
-            f"base backup {name} of {of} completed: {record.get('backupId')}"
+            f"base backup {name} of {of} completed: {record.backup_id}"
             + (f", {size / 1048576:.1f} MiB" if isinstance(size, int) else "")
             + f", from {status.get('instance')}"
         )
         log.info("base backup completed", backup=name, namespace=backup["metadata"]["namespace"],
-                 backup_id=record.get("backupId"))  # fmt: skip
+                 backup_id=record.backup_id)  # fmt: skip
         await self.events.normal(written, "BackupCompleted", text)
         if cluster is not None:
             await self.events.normal(cluster, "BackupCompleted", text)
@@ -264,9 +261,10 @@ class PostgresBackupReconciler:
                         backup=backup)  # fmt: skip
             return
         answer = await self.instances.switch_wal(address, token)
+        switched = WalSwitched.read(answer.body) if answer.status == 200 else None
         if answer.status == 200:
             log.info("WAL switched after a backup", cluster=name, namespace=namespace, backup=backup,
-                     segment=answer.body.get("segment"))  # fmt: skip
+                     segment=switched.segment if switched else None)  # fmt: skip
         else:
             log.warning("WAL not switched after a backup", cluster=name, namespace=namespace, backup=backup,
                         status=answer.status, error=answer.error)  # fmt: skip
@@ -275,10 +273,8 @@ class PostgresBackupReconciler:
         """The current primary's pod address and the cluster's API token (None where there is none)."""
         namespace, name = cluster["metadata"]["namespace"], cluster["metadata"]["name"]
         primary = (cluster.get("status") or {}).get("currentPrimary")
-        pod = self.cache.get(POD, names.pod_name(primary), namespace) if primary else None
-        address = ((pod or {}).get("status") or {}).get("podIP")
-        token = secret_value(self.cache.get(SECRET, names.api_secret(name), namespace), "token")
-        return (str(address) if address else None), token
+        endpoint = instance_endpoint(self.cache, namespace, name, primary) if primary else None
+        return endpoint or (None, None)
 
     async def failed(self, backup: Obj, cluster: Obj | None, reason: str, why: str) -> None:
         fields = {"phase": "Failed", "reason": reason, "message": why[:4000],
@@ -319,9 +315,10 @@ class PostgresBackupReconciler:
         for server in sorted({d.server for d in old}):
             ids = [d.backup_id for d in old if d.server == server]
             answer = await self.instances.expire_backups(address, token, ids, None if server == current else server)
-            if answer.status == 200:
-                deleted |= {f"{server}/{i}" for i in answer.body.get("deleted") or []}
-                failed |= {f"{server}/{k}": str(v) for k, v in (answer.body.get("failed") or {}).items()}
+            expired = Expired.read(answer.body) if answer.status == 200 else None
+            if expired is not None:
+                deleted |= {f"{server}/{i}" for i in expired.deleted}
+                failed |= {f"{server}/{k}": v for k, v in expired.failed.items()}
             elif answer.error:
                 errors.append(answer.error)
         for item in old:

@@ -18,10 +18,14 @@ from typing import Any, Protocol
 import aiohttp
 import structlog
 
-from kanri.contract.actions import Demoted, FenceRequest, Paused, Promoted
+from kanri.contract.actions import BackupRequest, Demoted, FenceRequest, Paused, Promoted
 from kanri.contract.problems import REASONS
 from kanri.contract.status import Archiver, InstanceStatus, Problem
 from kanri.contract.wire import text
+from kanri.postgres import names
+from kanri.postgres.credentials.secrets import secret_value
+from kanri.runtime import Cache
+from kanri.runtime.kinds import POD, SECRET
 
 __all__ = [
     "PROBLEM_REASONS",
@@ -33,7 +37,9 @@ __all__ = [
     "InstanceReport",
     "Paused",
     "Promoted",
+    "api_token",
     "gather_reports",
+    "instance_endpoint",
     "parse_report",
 ]
 
@@ -282,7 +288,7 @@ class HttpInstanceClient:
 
     async def start_backup(self, address: str, token: str, backup: str) -> BackupAnswer:
         """``POST /backups {"id"}``: 202 started, 200 the id is known (its record), 409 another one runs."""
-        return await self._backup_request("POST", address, "/backups", token, {"id": backup})
+        return await self._backup_request("POST", address, "/backups", token, BackupRequest(id=backup).as_json())
 
     async def backup_record(self, address: str, token: str, backup: str) -> BackupAnswer:
         """``GET /backups/{id}``: 200 the record, 404 an id the instance never saw."""
@@ -308,3 +314,17 @@ async def gather_reports(
     names = list(addresses)
     answers = await asyncio.gather(*(client.status(addresses[name], token=token) for name in names))
     return {name: report for name, report in zip(names, answers, strict=True) if report is not None}
+
+
+def api_token(cache: Cache, namespace: str, cluster: str) -> str | None:
+    """The cluster's instance API token (``token`` in the ``<cluster>-api`` Secret, from the cache), or None."""
+    return secret_value(cache.get(SECRET, names.api_secret(cluster), namespace), "token")
+
+
+def instance_endpoint(cache: Cache, namespace: str, cluster: str, instance: str) -> tuple[str, str] | None:
+    """What an action on one instance needs, from the cache: its pod's IP and the cluster's API token; None when
+    either is missing (the pod gone or not running, the Secret not there yet)."""
+    pod = cache.get(POD, names.pod_name(instance), namespace)
+    address = ((pod or {}).get("status") or {}).get("podIP")
+    token = api_token(cache, namespace, cluster)
+    return None if token is None or not address else (str(address), token)
