@@ -32,6 +32,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from pydantic import ValidationError
 
 from kanri.contract.backup import ACCESS_KEY_FILE, SECRET_KEY_FILE
+from kanri.contract.instance_config import ArchiveTarget
 from kanri.postgres import names
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.api.v1alpha1.backup import S3Repository
@@ -306,14 +307,14 @@ def upgraded_server_name(cluster: str, major: int) -> str:
 
 
 def archive_target(repository: Repository | Unresolved | None, server: str) -> Obj | None:
-    """The ``archive`` entry of ``instance.json`` (see :class:`kanri.instance.archive.ArchiveTarget`); ``server`` is
-    :func:`server_name`."""
+    """The ``archive`` entry of ``instance.json`` (:class:`kanri.contract.instance_config.ArchiveTarget`, as the
+    contract serialises it); ``server`` is :func:`server_name`."""
     if not isinstance(repository, Repository):
         return None
-    target: Obj = {"destination": repository.destination, "endpointURL": repository.s3.endpoint, "serverName": server}
-    if repository.s3.region:
-        target["region"] = repository.s3.region
-    return target
+    # constructed, not validated: a repository the instance would refuse is refused there, as before, not raised here
+    target = ArchiveTarget.model_construct(destination=repository.destination, endpoint=repository.s3.endpoint,
+                                           server_name=server, region=repository.s3.region or None)  # fmt: skip
+    return target.model_dump(mode="json", by_alias=True)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
+from kanri.contract.instance_config import UpgradeNote
 from kanri.kit import read_verdict
 from kanri.postgres import names
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
@@ -102,12 +103,13 @@ def in_progress(status: Obj) -> str | None:
 
 
 def config_note(status: Obj) -> Obj | None:
-    """instance.json's ``upgrade`` note (:class:`kanri.instance.config.UpgradeNote`) once the primary's data is of
-    the new major: replicas of an older major clone again from it."""
+    """instance.json's ``upgrade`` note (:class:`kanri.contract.instance_config.UpgradeNote`) once the primary's
+    data is of the new major: replicas of an older major clone again from it."""
     record = status.get("upgrade") or {}
     started = record.get("phase") == "Upgrading" and record.get("step") == "Starting"
     if (started or record.get("phase") == "Succeeded") and record.get("primary"):
-        return {"to": record["to"], "primary": record["primary"]}
+        # constructed, not validated: the note carries the record's values as they are (as before)
+        return UpgradeNote.model_construct(to=record["to"], primary=record["primary"]).model_dump(mode="json")
     return None
 
 
