@@ -70,6 +70,7 @@ __all__ = [
     "repository_keys",
     "resolve",
     "server_name",
+    "source_keys",
     "upgraded_server_name",
     "write_keys",
 ]
@@ -403,6 +404,24 @@ async def repository_keys(client: Client, cache: Cache, repository: Repository, 
     """The key pair the pods of a cluster in ``namespace`` get for ``repository``: for the platform's default
     repository its namespace's own identity (the platform's keys never leave the operator's namespace), else the
     repository's own Secret's; or the problem."""
+    keys = await source_keys(client, cache, repository)
+    if isinstance(keys, KeysProblem) or not repository.default or identities is None:
+        return keys
+    try:
+        return await identities.keys(client, cache, keys, namespace)
+    except IamError as exc:
+        return KeysProblem("TenantIdentityFailing", f"cannot give namespace {namespace} its own identity in the "
+                           f"default repository through the store's IAM API ({exc}); its pods get no keys until "
+                           "then (the platform's keys are never handed out)")  # fmt: skip
+    except ApiError as exc:
+        return KeysProblem("TenantIdentityFailing", f"cannot keep namespace {namespace}'s backup identity in the "
+                           f"operator's namespace: {exc.status} {exc.reason}")  # fmt: skip
+
+
+async def source_keys(client: Client, cache: Cache, repository: Repository) -> S3Keys | KeysProblem:
+    """The repository's own key pair, read from its Secret (the cache first, then the API); or the problem (names
+    only). The operator's own jobs (deleting a cluster's backups) use it as it is; a cluster's pods get
+    :func:`repository_keys`."""
     ref = repository.s3.credentials_secret
     where = f"Secret {repository.secret_namespace}/{ref.name}"
     source = cache.get(SECRET, ref.name, repository.secret_namespace)
@@ -417,18 +436,7 @@ async def repository_keys(client: Client, cache: Cache, repository: Repository, 
     if access is None or secret is None:
         missing = ref.access_key_id_key if access is None else ref.secret_access_key_key
         return KeysProblem("CredentialsMissing", f"{where} has no key {missing!r}")
-    keys = S3Keys(access, secret)
-    if not repository.default or identities is None:
-        return keys
-    try:
-        return await identities.keys(client, cache, keys, namespace)
-    except IamError as exc:
-        return KeysProblem("TenantIdentityFailing", f"cannot give namespace {namespace} its own identity in the "
-                           f"default repository through the store's IAM API ({exc}); its pods get no keys until "
-                           "then (the platform's keys are never handed out)")  # fmt: skip
-    except ApiError as exc:
-        return KeysProblem("TenantIdentityFailing", f"cannot keep namespace {namespace}'s backup identity in the "
-                           f"operator's namespace: {exc.status} {exc.reason}")  # fmt: skip
+    return S3Keys(access, secret)
 
 
 async def ensure_credentials(step: Pass, repository: Repository | Unresolved | None) -> KeysProblem | None:

@@ -21,7 +21,6 @@ A cluster without ``spec.backup``, or whose repository cannot be resolved, has n
 
 from __future__ import annotations
 
-import base64
 import copy
 import re
 from collections.abc import Callable
@@ -32,13 +31,20 @@ import structlog
 from pydantic import ValidationError
 
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
-from kanri.postgres.backup.archiving import BackupSettings, EndpointNotAllowed, Repository, resolve
+from kanri.postgres.backup.archiving import (
+    BackupSettings,
+    EndpointNotAllowed,
+    KeysProblem,
+    Repository,
+    resolve,
+    source_keys,
+)
 from kanri.postgres.backup.repository_work import RepositoryWork, backoff
 from kanri.postgres.backup.s3 import S3Client, S3Keys
 from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
 from kanri.postgres.labels import of_cluster
 from kanri.runtime import ApiError, Cache, Client, EventRecorder, Result, get_condition, set_condition
-from kanri.runtime.kinds import POD, SECRET
+from kanri.runtime.kinds import POD
 
 __all__ = ["CONDITION", "BackupCleanup", "backoff", "prefix"]
 
@@ -174,19 +180,7 @@ class _KeysMissing(Exception):
 
 
 async def _keys(client: Client, cache: Cache, repository: Repository) -> S3Keys:
-    ref = repository.s3.credentials_secret
-    where = f"Secret {repository.secret_namespace}/{ref.name}"
-    secret = cache.get(SECRET, ref.name, repository.secret_namespace)
-    if secret is None:
-        try:
-            secret = await client.get(SECRET, ref.name, repository.secret_namespace)
-        except ApiError as exc:
-            raise _KeysMissing(f"{where} (the repository's credentials) cannot be read: {exc.status}") from None
-    data = secret.get("data") or {}
-    values = []
-    for wanted in (ref.access_key_id_key, ref.secret_access_key_key):
-        raw = data.get(wanted)
-        if not isinstance(raw, str) or not raw:
-            raise _KeysMissing(f"{where} has no key {wanted!r}")
-        values.append(base64.b64decode(raw).decode())
-    return S3Keys(values[0], values[1])
+    keys = await source_keys(client, cache, repository)
+    if isinstance(keys, KeysProblem):
+        raise _KeysMissing(keys.message)
+    return keys
