@@ -26,6 +26,7 @@ deleted; the pass reports it as ``ForeignPod`` and the step waits until it is go
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -120,6 +121,20 @@ def _verdict(pod: Obj, timeout: timedelta, now: datetime) -> Obj | None:
     return None if verdict is None else {**verdict.details, "result": verdict.result, "message": verdict.message}
 
 
+async def _pod_verdict(step: Pass, name: str, build: Callable[[], Obj], timeout: timedelta, now: datetime, what: str,
+                       **fields: str) -> Obj | None:  # fmt: skip
+    """Start the one-shot pod ``name`` (``build()``) when there is none; its verdict once it ended. None meanwhile,
+    and while a pod that is going or is not the operator's holds the name."""
+    pod = step.cache.get(POD, name, step.namespace)
+    if pod is None:
+        if await oneshot.create(step, build()):
+            log.info(f"{what} started", cluster=step.name, namespace=step.namespace, **fields)
+        return None
+    if pod["metadata"].get("deletionTimestamp") or not oneshot.trusted(pod, step.cluster, step.status):
+        return None  # going, or someone else's pod under our name (reported as ForeignPod): never read
+    return _verdict(pod, timeout, now)
+
+
 async def _write(step: Pass, old: Obj, new: Obj) -> None:
     patch = {**{key: None for key in old if key not in new}, **new}
     updated = await step.client.patch_status(POSTGRES_CLUSTER, step.name, {"status": {"upgrade": patch}},
@@ -138,17 +153,10 @@ async def _delete(step: Pass, name: str) -> None:
 async def check(step: Pass, record: Obj, primary: str | None) -> None:
     """Phase Checking: start the check pod, or record what it found."""
     name = names.upgrade_check_pod(step.name)
-    pod = step.cache.get(POD, name, step.namespace)
     now = datetime.now(UTC)
-    if pod is None:
-        if await oneshot.create(
-            step, check_pod(step.cluster, int(record["from"]), int(record["to"]), images=step.images)
-        ):
-            log.info("upgrade check started", cluster=step.name, namespace=step.namespace)
-        return
-    if pod["metadata"].get("deletionTimestamp") or not oneshot.trusted(pod, step.cluster, step.status):
-        return  # going, or someone else's pod under our name (reported as ForeignPod): never read
-    found = _verdict(pod, CHECK_TIMEOUT, now)
+    old, to = int(record["from"]), int(record["to"])
+    found = await _pod_verdict(step, name, lambda: check_pod(step.cluster, old, to, images=step.images), CHECK_TIMEOUT,
+                               now, "upgrade check")  # fmt: skip
     if found is None:
         return
     generation = int(step.cluster["metadata"].get("generation", 0))
@@ -229,15 +237,9 @@ async def advance(step: Pass, record: Obj, plan: InstancePlan, reports: dict[str
 
 async def _run_upgrade_pod(step: Pass, record: Obj, primary: str, now: datetime) -> None:
     name = names.upgrade_pod(step.name)
-    pod = step.cache.get(POD, name, step.namespace)
     old, to = int(record["from"]), int(record["to"])
-    if pod is None:
-        if await oneshot.create(step, upgrade_pod(step.cluster, step.spec, primary, old, to, step.images)):
-            log.info("upgrade pod started", cluster=step.name, namespace=step.namespace, instance=primary)
-        return
-    if pod["metadata"].get("deletionTimestamp") or not oneshot.trusted(pod, step.cluster, step.status):
-        return  # going, or someone else's pod under our name (reported as ForeignPod): never read
-    found = _verdict(pod, UPGRADE_TIMEOUT, now)
+    found = await _pod_verdict(step, name, lambda: upgrade_pod(step.cluster, step.spec, primary, old, to, step.images),
+                               UPGRADE_TIMEOUT, now, "upgrade pod", instance=primary)  # fmt: skip
     if found is None:
         return
     if found["result"] != "Succeeded":
