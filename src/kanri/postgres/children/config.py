@@ -8,9 +8,10 @@ Instances watch the mounted file and reload PostgreSQL themselves; a parameter t
 
 from __future__ import annotations
 
-import json
+from datetime import datetime
 from typing import Any
 
+from kanri.contract.instance_config import ArchiveTarget, ClusterConfig, RecoveryPlan, UpgradeNote
 from kanri.postgres import names
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.children import child_meta, owned
@@ -43,20 +44,29 @@ def instance_config(
     backups a new cluster restores (:func:`kanri.postgres.recovery.bootstrap.entry`), absent once restored or with
     initdb."""
     parameters = dict(spec.postgresql.parameters) if spec.postgresql else {}
-    document: Obj = {
-        "parameters": parameters,
-        "instances": instances,
-        "synchronousStandbys": synchronous_standbys(spec),
-    }
-    if system_identifier is not None:
-        document["systemIdentifier"] = system_identifier
-    if archive is not None:
-        document["archive"] = archive
-    if recovery is not None:
-        document["recovery"] = recovery
-    if upgrade is not None:
-        document["upgrade"] = upgrade  # after a major upgrade: replicas of the old major clone again
-    return json.dumps(document, sort_keys=True, indent=2) + "\n"
+    # constructed, not validated: the entries come already built by their own contract types (archiving's
+    # ArchiveTarget, bootstrap's RecoveryPlan, the upgrade's UpgradeNote); what the instance would refuse is refused
+    # there, as before, not raised here
+    config = ClusterConfig.model_construct(
+        parameters=parameters,
+        instances=tuple(instances),
+        synchronous_standbys=synchronous_standbys(spec),
+        system_identifier=system_identifier,
+        archive=None if archive is None else ArchiveTarget.model_construct(**archive),
+        recovery=None if recovery is None else _recovery_plan(recovery),
+        upgrade=None if upgrade is None else UpgradeNote.model_construct(**upgrade),
+    )
+    return config.render()
+
+
+def _recovery_plan(entry: Obj) -> RecoveryPlan:
+    """:func:`kanri.postgres.recovery.bootstrap.entry`'s dict as the contract's type again (its time parsed back:
+    ``datetime.isoformat`` and ``fromisoformat`` round-trip exactly, so the bytes stay the same)."""
+    fields = dict(entry)
+    fields["source"] = ArchiveTarget.model_construct(**entry["source"])
+    if isinstance(when := entry.get("targetTime"), str):
+        fields["targetTime"] = datetime.fromisoformat(when)
+    return RecoveryPlan.model_construct(**fields)
 
 
 def config_map(

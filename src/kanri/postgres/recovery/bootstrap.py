@@ -25,6 +25,7 @@ import structlog
 from pydantic import ValidationError
 
 from kanri.contract.backup import ACCESS_KEY_FILE, SECRET_KEY_FILE
+from kanri.contract.instance_config import ArchiveTarget, RecoveryPlan
 from kanri.postgres import names
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.api.v1alpha1.bootstrap import Recovery
@@ -127,20 +128,16 @@ def resolve(recovery: Recovery, source: Obj | None, namespace: str, settings: Ba
 
 
 def entry(recovery: Recovery, repository: Repository) -> Obj:
-    """The ``recovery`` entry of ``instance.json`` (:class:`kanri.instance.recovery_plan.RecoveryPlan`)."""
-    source: Obj = {"destination": repository.destination, "endpointURL": repository.s3.endpoint,
-                   "serverName": recovery.source}  # fmt: skip
-    if repository.s3.region:
-        source["region"] = repository.s3.region
-    document: Obj = {"source": source}
-    if recovery.backup is not None:
-        document["backup"] = recovery.backup
-    if recovery.target_time is not None:
-        document["targetTime"] = recovery.target_time.isoformat()
-    if recovery.target_lsn is not None:
-        document["targetLSN"] = recovery.target_lsn
-    if recovery.target_immediate:
-        document["targetImmediate"] = True
+    """The ``recovery`` entry of ``instance.json`` (:class:`kanri.contract.instance_config.RecoveryPlan`, as the
+    contract serialises it: optional keys only when set)."""
+    # constructed, not validated: a plan the instance would refuse is refused there, as before, not raised here
+    s3 = repository.s3
+    source = ArchiveTarget.model_construct(destination=repository.destination, endpoint=s3.endpoint,
+                                           server_name=recovery.source, region=s3.region or None)  # fmt: skip
+    plan = RecoveryPlan.model_construct(source=source, backup=recovery.backup, target_time=recovery.target_time,
+                                        target_lsn=recovery.target_lsn,
+                                        target_immediate=bool(recovery.target_immediate))  # fmt: skip
+    document: Obj = plan.model_dump(mode="json", by_alias=True)
     return document
 
 
