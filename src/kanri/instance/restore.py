@@ -108,8 +108,8 @@ def _major(version: Any) -> int | None:
 
 def systems(source: ArchiveTarget, major: int | None) -> list[ArchiveTarget]:
     """Where the source's backups of PostgreSQL ``major`` may be: its own server name and, unless that already names
-    one, the system a major upgrade to ``major`` made (``<cluster>.pg<major>``, kanri.postgres.backup.archiving): a major
-    upgrade moves a cluster's archive to a folder of its own."""
+    one, the system a major upgrade to ``major`` made (``<cluster>.pg<major>``, kanri.postgres.backup.archiving): a
+    major upgrade moves a cluster's archive to a folder of its own."""
     if "." in source.server_name or major is None:
         return [source]
     return [source, source.system(f"{source.server_name}.pg{major}")]
