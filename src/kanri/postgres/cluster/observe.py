@@ -7,11 +7,10 @@ from typing import Any, Protocol
 
 from kanri.postgres import names
 from kanri.postgres.children.statefulset import bootstrap_role
-from kanri.postgres.cluster.instances import InstanceClient, InstanceReport, gather_reports
+from kanri.postgres.cluster.instances import InstanceClient, InstanceReport, api_token, gather_reports
 from kanri.postgres.context import ClusterStep
-from kanri.postgres.credentials.secrets import secret_value
 from kanri.postgres.labels import PRIMARY, belongs, of_cluster, runs_instance
-from kanri.runtime.kinds import POD, PVC, SECRET, STATEFUL_SET
+from kanri.runtime.kinds import POD, PVC, STATEFUL_SET
 
 __all__ = ["bootstrapping_primary", "claims", "existing_instances", "observe"]
 
@@ -69,7 +68,7 @@ async def observe(step: Pass) -> tuple[dict[str, InstanceReport], dict[str, Obj]
         for instance, pod in pods.items()
         if (ip := (pod.get("status") or {}).get("podIP")) and not pod["metadata"].get("deletionTimestamp")
     }
-    token = secret_value(step.cache.get(SECRET, names.api_secret(step.name), step.namespace), "token")
+    token = api_token(step.cache, step.namespace, step.name)
     reports = await gather_reports(step.instance_client, addresses, token)  # GET /status needs the API token
     # An address can be reused by another pod: trust a report only from the instance it names.
     return {name: report for name, report in reports.items() if report.name == name}, pods

@@ -19,7 +19,6 @@ import structlog
 from pydantic import ValidationError
 
 from kanri.kit import ObjectMemory
-from kanri.postgres import names
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.backup import archiving as backup
 from kanri.postgres.backup import schedule as backup_schedule
@@ -33,7 +32,7 @@ from kanri.postgres.children.rbac import service_account
 from kanri.postgres.children.services import services
 from kanri.postgres.children.statefulset import bootstrap_role, image_major, postgres_image, statefulset
 from kanri.postgres.cluster.deletion import FINALIZER, cleanup
-from kanri.postgres.cluster.instances import InstanceClient, InstanceReport
+from kanri.postgres.cluster.instances import InstanceClient, InstanceReport, instance_endpoint
 from kanri.postgres.cluster.observe import bootstrapping_primary, existing_instances, observe
 from kanri.postgres.cluster.observe import claims as claims_of
 from kanri.postgres.cluster.pod_problems import pod_problems
@@ -54,7 +53,6 @@ from kanri.postgres.cluster.report import report
 from kanri.postgres.cluster.status import Observation
 from kanri.postgres.cluster.sync import ensure
 from kanri.postgres.credentials import step as credentials_step
-from kanri.postgres.credentials.secrets import secret_value
 from kanri.postgres.ha import primary_update
 from kanri.postgres.ha.failover import SUSPECT_INTERVAL
 from kanri.postgres.ha.failover_step import FailoverStep, StepResult
@@ -105,9 +103,7 @@ from kanri.runtime import (
 from kanri.runtime.kinds import (
     CONFIG_MAP,
     NETWORK_POLICY,
-    POD,
     PVC,
-    SECRET,
     SERVICE,
     SERVICE_ACCOUNT,
     STATEFUL_SET,
@@ -665,12 +661,10 @@ class ClusterPass:
         asked = memory.requested.get(target)
         if asked is not None and self.r.clock() - asked < _RESTART_COOLDOWN:
             return target
-        token = secret_value(self.cache.get(SECRET, names.api_secret(self.name), self.namespace), "token")
-        pod = self.cache.get(POD, names.pod_name(target), self.namespace)
-        address = ((pod or {}).get("status") or {}).get("podIP")
-        if token is None or not address:
+        endpoint = instance_endpoint(self.cache, self.namespace, self.name, target)
+        if endpoint is None:
             return None
-        if await self.r.instances.restart(address, token):
+        if await self.r.instances.restart(*endpoint):
             memory.requested[target] = self.r.clock()
             await self.r.events.normal(self.cluster, "RestartingInstance",
                                        f"restarting {target} to apply parameters that need a restart")  # fmt: skip

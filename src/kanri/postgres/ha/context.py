@@ -17,17 +17,15 @@ from typing import Any, Protocol
 import structlog
 
 from kanri.kit import ObjectMemory
-from kanri.postgres import names
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
-from kanri.postgres.cluster.instances import InstanceClient, InstanceReport
+from kanri.postgres.cluster.instances import InstanceClient, InstanceReport, api_token
 from kanri.postgres.cluster.problems import Problem
-from kanri.postgres.credentials.secrets import secret_value
 from kanri.postgres.ha.memory import FailoverMemory
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.labels import ROLE
 from kanri.postgres.metrics import PostgresMetrics
 from kanri.runtime import ApiError, Cache, Client, EventRecorder, parse_time
-from kanri.runtime.kinds import POD, PVC, SECRET
+from kanri.runtime.kinds import POD, PVC
 
 __all__ = ["FailoverContext", "Operator", "iso", "lsn_text", "now", "parse_time", "status_progress"]
 
@@ -118,7 +116,7 @@ class FailoverContext:
         self.memory = reconciler.ha.of(cluster)
         self.status: Obj = cluster.get("status") or {}
         self.annotations: dict[str, str] = dict(meta.get("annotations") or {})
-        self.token = secret_value(reconciler.cache.get(SECRET, names.api_secret(self.name), self.namespace), "token")
+        self.token = api_token(reconciler.cache, self.namespace, self.name)
         self.problems: list[Problem] = []
         self.promoted = False
 

@@ -11,15 +11,13 @@ from typing import Any, Protocol
 
 import structlog
 
-from kanri.postgres import names
-from kanri.postgres.cluster.instances import InstanceClient, InstanceReport
+from kanri.postgres.cluster.instances import InstanceClient, InstanceReport, api_token
 from kanri.postgres.context import ClusterStep
-from kanri.postgres.credentials.secrets import secret_value
 from kanri.postgres.ha.splitbrain import HELP, Verdict
 from kanri.postgres.labels import FENCED, PRIMARY, REPLICA, ROLE, missing_labels
 from kanri.postgres.topology.plan import InstancePlan
 from kanri.runtime import ApiError, Kind
-from kanri.runtime.kinds import POD, SECRET
+from kanri.runtime.kinds import POD
 
 __all__ = ["fence_rogues", "label_pods"]
 
@@ -80,7 +78,7 @@ async def fence_rogues(step: Pass, verdict: Verdict, pods: dict[str, Obj]) -> No
                     "until both report", cluster=step.name, namespace=step.namespace, instance=held)  # fmt: skip
     if not verdict.split or verdict.kept is None:
         return
-    token = secret_value(step.cache.get(SECRET, names.api_secret(step.name), step.namespace), "token")
+    token = api_token(step.cache, step.namespace, step.name)
     for rogue in verdict.fence:
         log.warning("split brain: fencing a second primary", cluster=step.name, namespace=step.namespace,
                     kept=verdict.kept.describe(), fenced=rogue.describe(), kept_by=verdict.kept_by)  # fmt: skip

@@ -24,7 +24,6 @@ from typing import Any, Protocol
 import structlog
 from pydantic import ValidationError
 
-from kanri.contract.backup import ACCESS_KEY_FILE, SECRET_KEY_FILE
 from kanri.contract.instance_config import ArchiveTarget, RecoveryPlan
 from kanri.postgres import names
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
@@ -35,18 +34,14 @@ from kanri.postgres.backup.archiving import (
     ForeignFolder,
     KeysProblem,
     Repository,
-    _b64,
     endpoint_allowed,
     foreign_folder,
-    repository_keys,
+    write_keys,
 )
 from kanri.postgres.backup.archiving import resolve as resolve_own
-from kanri.postgres.children import child_meta, owned
 from kanri.postgres.context import ClusterStep
 from kanri.postgres.kinds import POSTGRES_CLUSTER
-from kanri.postgres.labels import cluster_labels
 from kanri.runtime import Kind, get_condition, set_condition
-from kanri.runtime.kinds import SECRET
 
 __all__ = ["CONDITION", "Restore", "entry", "resolve", "verdict"]
 
@@ -220,16 +215,8 @@ async def prepare(step: Pass, settings: BackupSettings, own_archive: Obj | None,
 
 async def copy_credentials(step: Pass, repository: Repository) -> KeysProblem | None:
     """The key pair for the source repository (:func:`kanri.postgres.backup.archiving.repository_keys`: the namespace's
-    own
-    identity for the default repository) into ``<cluster>-recovery-credentials``; the problem or None."""
-    keys = await repository_keys(step.client, step.cache, repository, step.backup_settings.identities, step.namespace)
-    if isinstance(keys, KeysProblem):
-        return keys
-    meta = child_meta(step.cluster, names.recovery_secret(step.name), cluster_labels(step.name))
-    data = {ACCESS_KEY_FILE: _b64(keys.access_key_id), SECRET_KEY_FILE: _b64(keys.secret_access_key)}
-    desired = owned("v1", "Secret", meta, type="Opaque", data=data)
-    await step.apply(SECRET, desired)
-    return None
+    own identity for the default repository) into ``<cluster>-recovery-credentials``; the problem or None."""
+    return await write_keys(step, repository, names.recovery_secret(step.name))
 
 
 async def report(step: Pass, restore: Restore) -> None:
