@@ -47,6 +47,42 @@ def test_only_the_recorded_uid_with_the_cluster_as_controller_is_trusted() -> No
     assert not oneshot.trusted(pod("orders-restore-test", "pod-uid", owner_uid=None), CLUSTER, status)
 
 
+def test_a_pod_made_under_a_pending_record_is_trusted_by_its_nonce_only() -> None:
+    """An operator killed between its create and the uid's record: the next one still knows the pod as its own."""
+    status = {"oneShotPods": {"orders-upgrade": oneshot.nonce_hash("n0nce")}}
+    ours = pod("orders-upgrade", "pod-uid")
+    ours["metadata"]["annotations"][oneshot.NONCE_ANNOTATION] = "n0nce"
+    assert oneshot.trusted(ours, CLUSTER, status)
+    # the hash in status cannot be turned back into the nonce: a forgery without it, or with another, is foreign
+    assert not oneshot.trusted(pod("orders-upgrade", "forged"), CLUSTER, status)
+    forged = pod("orders-upgrade", "forged")
+    forged["metadata"]["annotations"][oneshot.NONCE_ANNOTATION] = status["oneShotPods"]["orders-upgrade"]
+    assert not oneshot.trusted(forged, CLUSTER, status)
+    # and the nonce under another controller is not ours either
+    other = pod("orders-upgrade", "pod-uid", owner_uid="old-cluster")
+    other["metadata"]["annotations"][oneshot.NONCE_ANNOTATION] = "n0nce"
+    assert not oneshot.trusted(other, CLUSTER, status)
+
+
+async def test_the_pending_record_is_written_before_the_create_and_the_uid_after_it() -> None:
+    api = Api()
+    step = Pass(api)
+    seen: list[Obj] = []
+
+    async def create(kind: Kind, obj: Obj) -> Obj:  # what status holds when the pod is created
+        seen.append(json.loads(json.dumps(api.status)))
+        made = {**obj, "metadata": {**obj["metadata"], "uid": "new-uid"}}
+        api.pods[obj["metadata"]["name"]] = made
+        return made
+
+    api.get = lambda kind, name, namespace=None: None  # type: ignore[method-assign]
+    api.create = create  # type: ignore[method-assign]
+    await restore_test.run(step, 16, archiving=True)  # type: ignore[arg-type]
+    nonce = api.pods["orders-restore-test"]["metadata"]["annotations"][oneshot.NONCE_ANNOTATION]
+    assert seen == [{"oneShotPods": {"orders-restore-test": oneshot.nonce_hash(nonce)}}]
+    assert api.status["oneShotPods"]["orders-restore-test"] == "new-uid"
+
+
 def test_a_foreign_pod_under_any_one_shot_name_is_reported_naming_it() -> None:
     status = {"oneShotPods": {"orders-restore-test": "pod-uid"}}
     pods: dict[str, Obj | None] = {
@@ -200,7 +236,7 @@ async def test_a_409_on_create_is_never_taken_as_the_operators_pod() -> None:
     api.get = lambda kind, name, namespace=None: None  # type: ignore[method-assign]
     api.create = first_create  # type: ignore[method-assign]
     await restore_test.run(step, 16, archiving=True)  # type: ignore[arg-type]
-    assert "oneShotPods" not in api.status
+    assert not (api.status.get("oneShotPods") or {}).get("orders-restore-test"), "no uid, no pending record kept"
     assert not oneshot.trusted(racing, CLUSTER, api.status)
 
 

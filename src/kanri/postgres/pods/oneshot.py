@@ -14,12 +14,18 @@ writer who can read the owner's uid). So neither name, label nor owner reference
   as ``ForeignPod`` (the Degraded condition and a Warning Event) naming it. The step that wants the name waits until
   the pod is gone: the names stay fixed, so a rehearsal or an upgrade can always be found by them.
 
-An operator stopped between creating a pod and recording its uid (one API round trip) leaves a pod it no longer
-trusts: it is reported as ``ForeignPod`` too, and deleting it lets the step start again.
+An operator stopped between creating a pod and recording its uid (one API round trip) must still know the pod as its
+own (an e2e kills operators exactly there: a major upgrade waited forever on its own pod). So before creating, the
+operator records ``pending:<hash>`` for the name, where the hash is of a random nonce the pod carries in the
+annotation ``kanri.dev/one-shot-nonce``; a pod under a pending record is trusted when its nonce hashes to it (and its
+controller is the cluster). Status shows only the hash, so no one can forge the pod before it exists; the record
+becomes the uid right after the create.
 """
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 from typing import Any, Protocol
 
 from kanri.postgres import names
@@ -29,12 +35,28 @@ from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.runtime import ApiError, controller_of
 from kanri.runtime.kinds import POD
 
-__all__ = ["FIELD", "REASON", "create", "foreign_in", "foreign_problems", "forget", "purposes", "recorded", "trusted"]
+__all__ = [
+    "FIELD",
+    "NONCE_ANNOTATION",
+    "PENDING",
+    "REASON",
+    "create",
+    "foreign_in",
+    "foreign_problems",
+    "forget",
+    "nonce_hash",
+    "purposes",
+    "recorded",
+    "trusted",
+]
 
 Obj = dict[str, Any]
 FIELD = "oneShotPods"
 """``status.oneShotPods``: pod name -> uid of each one-shot pod the operator created and has not seen gone."""
 REASON = "ForeignPod"
+NONCE_ANNOTATION = "kanri.dev/one-shot-nonce"
+"""The random nonce a one-shot pod carries; status holds only its hash while the create is under way."""
+PENDING = "pending:"
 
 
 class Pass(ClusterStep, Protocol):
@@ -58,18 +80,25 @@ def recorded(status: Obj, name: str) -> str | None:
     return str(value) if value else None
 
 
+def nonce_hash(nonce: str) -> str:
+    """What status records for a pod being created with ``nonce`` (fits the record's 64 characters)."""
+    return PENDING + hashlib.sha256(nonce.encode()).hexdigest()[:32]
+
+
 def trusted(pod: Obj, cluster: Obj, status: Obj) -> bool:
-    """The operator created ``pod`` for ``cluster``: its uid is the one recorded in status and its controller
-    reference is the cluster itself (see the module docstring)."""
+    """The operator created ``pod`` for ``cluster``: its uid is the one recorded in status — or, while the record is
+    still pending, its nonce hashes to the record — and its controller reference is the cluster itself (see the
+    module docstring)."""
     meta = pod.get("metadata") or {}
     uid = meta.get("uid")
     ref = controller_of(pod) or {}
-    return (
-        bool(uid)
-        and uid == recorded(status, str(meta.get("name")))
-        and ref.get("kind") == POSTGRES_CLUSTER.kind
-        and ref.get("uid") == cluster["metadata"].get("uid")
-    )
+    record = recorded(status, str(meta.get("name")))
+    if record is not None and record.startswith(PENDING):
+        nonce = (meta.get("annotations") or {}).get(NONCE_ANNOTATION)
+        ours = isinstance(nonce, str) and secrets.compare_digest(nonce_hash(nonce), record)
+    else:
+        ours = bool(uid) and uid == record
+    return ours and ref.get("kind") == POSTGRES_CLUSTER.kind and ref.get("uid") == cluster["metadata"].get("uid")
 
 
 def foreign_problems(pods: dict[str, Obj | None], cluster: Obj, status: Obj) -> list[Problem]:
@@ -110,11 +139,20 @@ async def create(step: Pass, pod: Obj) -> bool:
     already there: ours when its uid is recorded (the cache has not seen it yet), else a foreign one the pass
     reports once the cache has it."""
     name = pod["metadata"]["name"]
+    record = recorded(step.status, name)
+    nonce: str | None = None
+    if record is None or record.startswith(PENDING):  # a recorded uid: a pod of ours the cache may not show yet
+        nonce = secrets.token_hex(16)
+        meta = pod["metadata"]
+        pod = {**pod, "metadata": {**meta, "annotations": {**(meta.get("annotations") or {}), NONCE_ANNOTATION: nonce}}}
+        await _record(step, name, nonce_hash(nonce))  # before the create: a kill after it leaves a pod still ours
     try:
         made = await step.client.create(POD, pod)
     except ApiError as exc:
         if exc.status != 409:
             step.rejected(POD, name, exc)
+        if nonce is not None:
+            await _record(step, name, None)  # nothing of ours was made (a 409: the name is someone else's pod)
         return False
     await _record(step, name, str(made["metadata"]["uid"]))
     return True
