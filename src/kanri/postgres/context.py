@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.cluster.problems import Problem
+from kanri.postgres.metrics import PostgresMetrics
 from kanri.runtime import ApiError, Cache, Client, EventRecorder, Kind
 
 __all__ = ["ChildStep", "ClusterStep"]
@@ -49,6 +50,19 @@ class ClusterStep(Protocol):
     def adopt_status(self, updated: Obj) -> None:
         """Take the status a status write returned as the pass's own (later steps read it, not the cache's)."""
         ...
+
+
+class MeasuredStep(ClusterStep, Protocol):
+    """A step that reads the spec, whether the instances run, and reports to the operator's metrics."""
+
+    @property
+    def spec(self) -> PostgresClusterSpec: ...
+
+    @property
+    def running(self) -> bool: ...
+
+    @property
+    def metrics(self) -> PostgresMetrics | None: ...
 
 
 class ChildStep(ClusterStep, Protocol):

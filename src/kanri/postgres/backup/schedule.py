@@ -20,14 +20,12 @@ from typing import Any, Protocol
 
 import structlog
 
-from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.backup import plan as backup_plan
 from kanri.postgres.backup.archiving import BackupSettings, Repository, Unresolved, server_name
 from kanri.postgres.backup.controller import siblings
-from kanri.postgres.context import ClusterStep
+from kanri.postgres.context import MeasuredStep
 from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
 from kanri.postgres.labels import cluster_labels
-from kanri.postgres.metrics import PostgresMetrics
 from kanri.runtime import ApiError, owner_reference, set_condition
 
 __all__ = ["CONDITION", "SLOT_ANNOTATION", "due", "iso", "run"]
@@ -36,17 +34,8 @@ log = structlog.get_logger("kanri.postgres.backup.schedule")
 Obj = dict[str, Any]
 
 
-class Pass(ClusterStep, Protocol):
+class Pass(MeasuredStep, Protocol):
     """What the backup schedule needs from the reconcile pass."""
-
-    @property
-    def spec(self) -> PostgresClusterSpec: ...
-
-    @property
-    def running(self) -> bool: ...
-
-    @property
-    def metrics(self) -> PostgresMetrics | None: ...
 
     @property
     def backup_settings(self) -> BackupSettings: ...

@@ -33,8 +33,8 @@ from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.backup.plan import parse_time as parse_lenient
 from kanri.postgres.children.images import PostgresImages
 from kanri.postgres.children.rehearsal import REHEARSAL, REQUEST, rehearsal_pod
+from kanri.postgres.context import MeasuredStep
 from kanri.postgres.kinds import POSTGRES_CLUSTER
-from kanri.postgres.metrics import PostgresMetrics
 from kanri.postgres.pods import oneshot
 from kanri.runtime import ApiError
 from kanri.runtime.kinds import POD
@@ -45,17 +45,8 @@ log = structlog.get_logger("kanri.postgres.recovery.rehearsal")
 Obj = dict[str, Any]
 
 
-class Pass(oneshot.Pass, Protocol):
+class Pass(oneshot.Pass, MeasuredStep, Protocol):
     """What a restore rehearsal needs from the reconcile pass."""
-
-    @property
-    def spec(self) -> PostgresClusterSpec: ...
-
-    @property
-    def running(self) -> bool: ...
-
-    @property
-    def metrics(self) -> PostgresMetrics | None: ...
 
     @property
     def images(self) -> PostgresImages: ...
