@@ -183,8 +183,10 @@ lint: $(VENV)/.installed
 typecheck: $(VENV)/.installed
 	$(BIN)/mypy
 
+# The 30 slowest tests are printed, and every test's time is kept in .build/test-report.xml (JUnit): the suite has a
+# 60-minute budget, and these say where it goes.
 test: setup lint typecheck
-	$(BIN)/pytest
+	$(BIN)/pytest --durations=30 --junitxml=.build/test-report.xml
 
 bench: setup
 	$(BIN)/python bench/controlplane.py
