@@ -8,7 +8,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: setup system up down test lint typecheck unit integration controlplane bench helm backup-tools pg-binaries
 
-setup: system $(VENV)/.installed controlplane helm sbom backup-tools pg-binaries registry-tools images
+setup: system $(VENV)/.installed controlplane helm sbom backup-tools pg-binaries registry-tools images kafka-dist
 
 # Debian packages the local cluster uses: nft (kube-proxy's nftables mode, the node chaos verbs' partition rules),
 # openssl (each node signs its kubelet serving certificate); and prometheus for its promtool (the alert rules' checks
@@ -21,6 +21,8 @@ setup: system $(VENV)/.installed controlplane helm sbom backup-tools pg-binaries
 # mmdebstrap builds the images' Debian root filesystem (docs/images.md).
 # runc runs the built images in tests/integration/test_images_run.py (an unpacked OCI bundle, no daemon).
 SYSTEM_PACKAGES := nftables openssl prometheus gcc libpq-dev python3-dev python3-venv mmdebstrap runc
+# kafka: java runs the Kafka broker, maven fetches its jars (kafka-dist)
+SYSTEM_PACKAGES += openjdk-17-jre-headless maven
 system:
 	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
@@ -168,6 +170,28 @@ backup-tools: system
 # with nothing new pinned this takes a fraction of a second (src/kanri/local/pg_binaries.py).
 pg-binaries: $(VENV)/.installed
 	$(BIN)/python -m kanri.local.pg_binaries
+
+# --- kafka (issue 30) ---
+# The Kafka broker's jars (org.apache.kafka:kafka_2.13, pinned in images/kafka/pom.xml, from Maven Central) in
+# .build/kafka/libs, for the kanri.dev/kafka pods on the local cluster and the host broker of the integration tests.
+# Maven checks each download's checksum (-C); then every jar must match images/kafka/jars.sha256 and the folder must
+# hold no other jar. With the pins unchanged and the jars intact this only hashes them (~0.3 s).
+KAFKA_DIST := .build/kafka
+.PHONY: kafka-dist
+kafka-dist: system
+	@stamp=$$(cat images/kafka/pom.xml images/kafka/jars.sha256 | sha256sum | cut -d' ' -f1); \
+	if [ "$$(cat $(KAFKA_DIST)/.stamp 2>/dev/null)" != "$$stamp" ] || \
+		! (cd $(KAFKA_DIST)/libs && sha256sum --quiet --strict -c $(CURDIR)/images/kafka/jars.sha256); then \
+		echo "fetching the Kafka broker's jars (images/kafka/pom.xml)"; \
+		rm -rf $(KAFKA_DIST) && mkdir -p $(KAFKA_DIST) && \
+		mvn -q -B -C -f images/kafka/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+			-DoutputDirectory=$(CURDIR)/$(KAFKA_DIST)/libs && \
+		(cd $(KAFKA_DIST)/libs && sha256sum --quiet --strict -c $(CURDIR)/images/kafka/jars.sha256) && \
+		[ "$$(ls $(KAFKA_DIST)/libs | sort)" = "$$(cut -d' ' -f3 images/kafka/jars.sha256 | sort)" ] || \
+		{ echo "the Kafka jars differ from images/kafka/jars.sha256"; rm -rf $(KAFKA_DIST); exit 1; }; \
+		chmod -R a+rX $(KAFKA_DIST) && echo "$$stamp" > $(KAFKA_DIST)/.stamp; \
+	fi
+# --- end kafka ---
 
 up: setup
 	$(BIN)/kanri up
