@@ -1,0 +1,1 @@
+"""kanri.cloud: the cloud-resource operator (DatabaseInstance, DatabaseClass). See docs/cloud.md."""
