@@ -14,6 +14,7 @@ from kanri.runtime import CustomResource, crd_yaml
 # An operator added here has its CRDs in deploy/crds/ (tests/unit/test_crds_fresh.py keeps the files current).
 OPERATOR_APIS: dict[str, str] = {
     "postgres": "kanri.postgres.api",
+    "cache": "kanri.cache.api",
 }
 
 
