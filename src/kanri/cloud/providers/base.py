@@ -88,7 +88,7 @@ class Observed:
     engine: str | None = None
     engine_version: str | None = None
     size: str | None = None
-    """The provider's own size (an RDS DBInstanceClass), compared after the class's mapping."""
+    """The provider's own size (an RDS DBInstanceClass), compared with ``Provider.size_for(desired)``."""
     storage_gib: int | None = None
     public: bool | None = None
     backup_retention_days: int | None = None
@@ -224,6 +224,7 @@ class Provider(Protocol):
         keep their own credentials ignore it)."""
         ...
 
-    def size_of(self, observed: Observed) -> str | None:
-        """The size class name ``observed.size`` maps back to (None: no class name maps to it)."""
+    def size_for(self, desired: Desired) -> str:
+        """The provider's own size for ``desired`` (an RDS DBInstanceClass), compared with ``Observed.size``. Raises
+        ``UserMustFix(field="size")`` when the class profile does not map ``desired.size``."""
         ...
