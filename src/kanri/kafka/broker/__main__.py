@@ -1,0 +1,3 @@
+from kanri.kafka.broker.launch import main
+
+main()

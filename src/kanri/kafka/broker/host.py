@@ -1,0 +1,94 @@
+"""One KRaft node as a process of this machine, from the jars ``make kafka-dist`` fetched: the real broker the
+topic logic's integration tests and the benchmarks talk to (no pod, no image)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient
+
+from kanri.kafka.broker.settings import new_cluster_id
+
+#: Where ``make kafka-dist`` puts the jars, from this checkout's root.
+DIST_LIBS = Path(__file__).resolve().parents[4] / ".build" / "kafka" / "libs"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class HostBroker:
+    """A running single-node cluster: ``bootstrap`` is its address, ``log`` its output."""
+
+    bootstrap: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def admin(self) -> AdminClient:
+        return AdminClient({"bootstrap.servers": self.bootstrap})
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def _wait_ready(broker: HostBroker, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    last = "no answer yet"
+    while time.monotonic() < deadline:
+        if broker.process.poll() is not None:
+            raise RuntimeError(f"the broker exited with {broker.process.returncode}; see {broker.log}")
+        try:
+            if broker.admin().list_topics(timeout=2).brokers:
+                return
+        except Exception as exc:  # the admin client raises KafkaException until the listener answers
+            last = repr(exc)
+        time.sleep(0.3)
+    broker.stop()
+    raise TimeoutError(f"the broker did not answer within {timeout} s (last: {last}); see {broker.log}")
+
+
+@contextlib.contextmanager
+def host_broker(workdir: Path, libs: Path = DIST_LIBS, timeout: float = 60.0) -> Iterator[HostBroker]:
+    """Start one combined broker+controller on 127.0.0.1 with its data under ``workdir``; stop it after the block."""
+    if not (libs / "kafka-clients-4.4.0.jar").exists():
+        raise FileNotFoundError(f"no Kafka jars in {libs}: run `make kafka-dist`")
+    port, controller_port = free_port(), free_port()
+    env = os.environ | {
+        "KAFKA_CLUSTER_ID": new_cluster_id(),
+        "KAFKA_VOTERS": "0=127.0.0.1",
+        "KAFKA_NODE_ID": "0",
+        "KAFKA_HOST": "127.0.0.1",
+        "KAFKA_BIND": "127.0.0.1",
+        "KAFKA_PORT": str(port),
+        "KAFKA_CONTROLLER_PORT": str(controller_port),
+        "KAFKA_DATA_DIR": str(workdir),
+        "KAFKA_LIBS": str(libs),
+    }
+    workdir.mkdir(parents=True, exist_ok=True)
+    log = workdir / "broker.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen([sys.executable, "-m", "kanri.kafka.broker"], env=env, stdout=out,
+                                   stderr=subprocess.STDOUT)  # fmt: skip
+    broker = HostBroker(f"127.0.0.1:{port}", process, log)
+    try:
+        _wait_ready(broker, timeout)
+        yield broker
+    finally:
+        broker.stop()

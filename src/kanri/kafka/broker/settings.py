@@ -1,0 +1,107 @@
+"""A KRaft node's settings and the ``server.properties`` they make: pure, so the pods and the tests' host broker
+write the same file."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+#: Keys the operator decides; a user's broker config may not set them (the API refuses them too).
+OWNED_KEYS = frozenset(
+    {
+        "process.roles",
+        "node.id",
+        "controller.quorum.voters",
+        "controller.quorum.bootstrap.servers",
+        "listeners",
+        "advertised.listeners",
+        "listener.security.protocol.map",
+        "controller.listener.names",
+        "inter.broker.listener.name",
+        "log.dirs",
+        "log.dir",
+        "metadata.log.dir",
+        "broker.id",
+    }
+)
+
+
+def new_cluster_id() -> str:
+    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding (what ``kafka-storage random-uuid``
+    prints)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+@dataclass(frozen=True)
+class NodeSettings:
+    """One combined broker+controller node of a KRaft quorum."""
+
+    node_id: int
+    host: str
+    """The name clients and the other nodes reach this node by (advertised)."""
+    voters: Mapping[int, str]
+    """Every controller's node id -> its host."""
+    data_dir: str
+    port: int = 9092
+    controller_port: int = 9093
+    bind: str = ""
+    """The address listeners bind to: "" is every interface."""
+    extra: Mapping[str, str] = field(default_factory=dict)
+    """The user's broker config (never an owned key)."""
+
+    def properties(self) -> dict[str, str]:
+        """Every key of ``server.properties``: the owned ones, defaults sized to the quorum, then the user's."""
+        replicas = len(self.voters)
+        # internal topics must fit the cluster: a one-node quorum cannot hold three replicas of __consumer_offsets
+        internal_rf = str(min(3, replicas))
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": str(self.node_id),
+            "controller.quorum.voters": ",".join(
+                f"{nid}@{host}:{self.controller_port}" for nid, host in sorted(self.voters.items())
+            ),
+            "listeners": f"PLAINTEXT://{self.bind}:{self.port},CONTROLLER://{self.bind}:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "log.dirs": self.data_dir,
+            "offsets.topic.replication.factor": internal_rf,
+            "transaction.state.log.replication.factor": internal_rf,
+            "transaction.state.log.min.isr": str(min(2, replicas)),
+            "share.coordinator.state.topic.replication.factor": internal_rf,
+            "share.coordinator.state.topic.min.isr": str(min(2, replicas)),
+            "group.initial.rebalance.delay.ms": "0",
+            "auto.create.topics.enable": "false",
+        }
+        refused = sorted(set(self.extra) & OWNED_KEYS)
+        if refused:
+            raise ValueError(f"broker config may not set {', '.join(refused)}: the operator owns them")
+        return props | dict(self.extra)
+
+    def render(self) -> str:
+        return "".join(f"{key}={value}\n" for key, value in self.properties().items())
+
+
+def parse_voters(text: str) -> dict[int, str]:
+    """``"0=host-0,1=host-1"`` -> ``{0: "host-0", 1: "host-1"}``."""
+    voters = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        node, sep, host = item.partition("=")
+        if not sep or not node.isdigit() or not host:
+            raise ValueError(f"a voter is <node id>=<host>, not {item!r}")
+        voters[int(node)] = host
+    return voters
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """A ``key=value`` file (comments and blank lines skipped), as the user's broker config is mounted."""
+    props = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith(("#", "!")):
+            key, _, value = line.partition("=")
+            props[key.strip()] = value.strip()
+    return props

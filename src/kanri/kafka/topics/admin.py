@@ -1,0 +1,181 @@
+"""What the topic logic asks a Kafka cluster, as plain records: one admin client per cluster, every call awaited
+(the client's futures are threads' futures) and bounded by a timeout.
+
+Metadata is eventually consistent: right after a change a broker may still answer with the old partition count, so
+callers decide from what they read *now* and look again (never "change, then read once and trust it").
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicCollection, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+# the admin package re-exports these without declaring them public; mypy wants the modules that define them
+from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
+from confluent_kafka.admin._listoffsets import OffsetSpec
+from confluent_kafka.admin._resource import ResourceType
+from confluent_kafka.cimpl import NewPartitions, NewTopic
+
+T = TypeVar("T")
+_LATEST: Any = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+_EARLIEST: Any = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+
+
+class AdminError(Exception):
+    """Kafka refused or did not answer: ``code`` is Kafka's error name (``INVALID_PARTITIONS``, ``_TIMED_OUT``…),
+    ``retriable`` whether asking again may help."""
+
+    def __init__(self, code: str, message: str, retriable: bool) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.retriable = retriable
+
+
+@dataclass(frozen=True)
+class TopicState:
+    """A topic as Kafka reports it now."""
+
+    name: str
+    partitions: int
+    replication_factor: int
+    """The smallest replica count of any partition (a reassignment under way shows the larger one)."""
+    config: Mapping[str, str]
+    """The topic's own settings (``DYNAMIC_TOPIC_CONFIG``), not the broker defaults."""
+    under_replicated: int = 0
+    """Partitions whose in-sync replicas are fewer than their replicas."""
+    retention_ms: int | None = None
+    """The effective ``retention.ms`` (own or default); -1 or None: kept forever."""
+
+
+@dataclass(frozen=True)
+class GroupLag:
+    """One consumer group that reads the topic: committed offsets on it, or members assigned to it."""
+
+    group: str
+    state: str
+    """``STABLE``, ``PREPARING_REBALANCE``, ``COMPLETING_REBALANCE``, ``EMPTY``, ``DEAD`` or ``UNKNOWN``."""
+    lag: int
+    """Messages kept that it has not consumed: over every partition, end offset - committed offset, or - the first
+    kept offset where it committed nothing (a partition it never read, or one a growth step added)."""
+    members: int = 0
+    committed: Mapping[int, int] = field(default_factory=dict)
+
+
+async def _wait(future: Future[T], timeout: float) -> T:
+    try:
+        return await asyncio.wait_for(asyncio.wrap_future(future), timeout)
+    except KafkaException as exc:
+        error = exc.args[0]
+        raise AdminError(error.name(), error.str(), bool(error.retriable())) from None
+    except TimeoutError:
+        raise AdminError("_TIMED_OUT", f"no answer within {timeout} s", True) from None
+
+
+class TopicAdmin:
+    """The admin calls the topic logic needs, against one cluster's bootstrap address."""
+
+    def __init__(self, bootstrap: str, timeout: float = 15.0) -> None:
+        self.bootstrap = bootstrap
+        self.timeout = timeout
+        self._client = AdminClient({"bootstrap.servers": bootstrap, "socket.connection.setup.timeout.ms": 5000})
+
+    async def describe(self, name: str) -> TopicState | None:
+        """The topic now, or None when Kafka has no such topic."""
+        futures = self._client.describe_topics(TopicCollection([name]), request_timeout=self.timeout)
+        try:
+            description: Any = await _wait(futures[name], self.timeout)
+        except AdminError as exc:
+            if exc.code == "UNKNOWN_TOPIC_OR_PART":
+                return None
+            raise
+        partitions = description.partitions
+        replicas = min((len(p.replicas) for p in partitions), default=0)
+        under = sum(1 for p in partitions if len(p.isr) < len(p.replicas))
+        own, retention = await self._config(name)
+        return TopicState(name, len(partitions), replicas, own, under, retention)
+
+    async def _config(self, name: str) -> tuple[dict[str, str], int | None]:
+        resource = ConfigResource(ResourceType.TOPIC, name)
+        entries: dict[str, Any] = await _wait(self._client.describe_configs([resource])[resource], self.timeout)
+        own = {
+            key: str(entry.value)
+            for key, entry in entries.items()
+            if entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value and entry.value is not None
+        }
+        retention = entries.get("retention.ms")
+        return own, int(retention.value) if retention is not None and retention.value is not None else None
+
+    async def create(self, name: str, partitions: int, replication_factor: int, config: Mapping[str, str]) -> None:
+        topic = NewTopic(name, num_partitions=partitions, replication_factor=replication_factor, config=dict(config))
+        await _wait(self._client.create_topics([topic], request_timeout=self.timeout)[name], self.timeout)
+
+    async def grow(self, name: str, total: int) -> None:
+        """Make the topic ``total`` partitions (Kafka refuses fewer with ``INVALID_PARTITIONS``)."""
+        futures = self._client.create_partitions([NewPartitions(name, total)], request_timeout=self.timeout)
+        await _wait(futures[name], self.timeout)
+
+    async def set_config(self, name: str, values: Mapping[str, str], remove: list[str]) -> None:
+        """Set ``values`` and drop ``remove`` (back to the broker default) on the topic, leaving other keys alone."""
+        entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in sorted(values.items())]
+        entries += [ConfigEntry(k, "", incremental_operation=AlterConfigOpType.DELETE) for k in sorted(remove)]
+        resource = ConfigResource(ResourceType.TOPIC, name, incremental_configs=entries)
+        await _wait(self._client.incremental_alter_configs([resource])[resource], self.timeout)
+
+    async def delete(self, name: str) -> None:
+        futures = self._client.delete_topics([name], operation_timeout=self.timeout, request_timeout=self.timeout)
+        try:
+            await _wait(futures[name], self.timeout)
+        except AdminError as exc:
+            if exc.code != "UNKNOWN_TOPIC_OR_PART":
+                raise
+
+    async def end_offsets(self, name: str, partitions: int, earliest: bool = False) -> dict[int, int]:
+        """The next offset to be written in each partition (the high watermark), or with ``earliest`` the first
+        offset still kept (retention moves it)."""
+        spec = _EARLIEST if earliest else _LATEST
+        request = {TopicPartition(name, p): spec for p in range(partitions)}
+        futures = self._client.list_offsets(request, request_timeout=self.timeout)
+        answers = {tp.partition: await _wait(f, self.timeout) for tp, f in futures.items()}
+        return {p: int(info.offset) for p, info in answers.items()}
+
+    async def groups_on(self, name: str, partitions: int) -> list[GroupLag]:
+        """Every consumer group with committed offsets on the topic or members assigned to it, with its lag."""
+        listing: Any = await _wait(self._client.list_consumer_groups(request_timeout=self.timeout), self.timeout)
+        ids = sorted(g.group_id for g in listing.valid)
+        if not ids:
+            return []
+        described = self._client.describe_consumer_groups(ids, request_timeout=self.timeout)
+        readers: list[tuple[Any, dict[int, int]]] = []
+        for group in ids:
+            description: Any = await _wait(described[group], self.timeout)
+            committed = await self._committed(group, name)
+            if committed or any(_assigned(member, name) for member in description.members):
+                readers.append((description, committed))
+        if not readers:
+            return []
+        ends = await self.end_offsets(name, partitions)
+        starts = await self.end_offsets(name, partitions, earliest=True)
+        groups = []
+        for description, committed in readers:
+            lag = sum(max(0, end - committed.get(p, starts.get(p, end))) for p, end in ends.items())
+            state = str(getattr(description.state, "name", description.state))
+            groups.append(GroupLag(description.group_id, state, lag, len(description.members), committed))
+        return groups
+
+    async def _committed(self, group: str, name: str) -> dict[int, int]:
+        request = [ConsumerGroupTopicPartitions(group)]
+        futures = self._client.list_consumer_group_offsets(request, request_timeout=self.timeout)
+        answer: Any = await _wait(futures[group], self.timeout)
+        return {tp.partition: int(tp.offset) for tp in answer.topic_partitions if tp.topic == name and tp.offset >= 0}
+
+
+def _assigned(member: Any, topic: str) -> bool:
+    assignment = member.assignment
+    return bool(assignment) and any(tp.topic == topic for tp in assignment.topic_partitions)

@@ -1,0 +1,61 @@
+"""A KRaft node's server.properties and the launcher's reading of its environment (kanri.kafka.broker)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kanri.kafka.broker.launch import settings_from
+from kanri.kafka.broker.settings import NodeSettings, new_cluster_id, parse_properties, parse_voters
+
+
+def test_a_three_node_quorum_lists_every_voter_and_sizes_internal_topics() -> None:
+    voters = {0: "orders-0.orders-brokers", 1: "orders-1.orders-brokers", 2: "orders-2.b"}
+    node = NodeSettings(node_id=1, host="orders-1.orders-brokers", data_dir="/data/log", voters=voters)
+    props = node.properties()
+    assert (
+        props["controller.quorum.voters"]
+        == "0@orders-0.orders-brokers:9093,1@orders-1.orders-brokers:9093,2@orders-2.b:9093"
+    )
+    assert props["advertised.listeners"] == "PLAINTEXT://orders-1.orders-brokers:9092"
+    assert props["offsets.topic.replication.factor"] == "3"
+    assert props["process.roles"] == "broker,controller"
+    assert "node.id=1\n" in node.render()
+
+
+def test_a_single_node_cannot_ask_for_three_replicas_of_internal_topics() -> None:
+    node = NodeSettings(node_id=0, host="127.0.0.1", voters={0: "127.0.0.1"}, data_dir="/d")
+    assert node.properties()["offsets.topic.replication.factor"] == "1"
+    assert node.properties()["transaction.state.log.min.isr"] == "1"
+
+
+def test_user_config_goes_in_but_an_owned_key_is_refused() -> None:
+    node = NodeSettings(node_id=0, host="h", voters={0: "h"}, data_dir="/d", extra={"num.io.threads": "4"})
+    assert node.properties()["num.io.threads"] == "4"
+    owned = NodeSettings(node_id=0, host="h", voters={0: "h"}, data_dir="/d", extra={"log.dirs": "/elsewhere"})
+    with pytest.raises(ValueError, match=r"log\.dirs"):
+        owned.properties()
+
+
+def test_the_node_id_comes_from_the_pods_ordinal_when_not_given() -> None:
+    env = {"HOSTNAME": "orders-2", "KAFKA_VOTERS": "0=a,1=b,2=c", "KAFKA_DATA_DIR": "/var/lib/kafka",
+           "KAFKA_HOST_SUFFIX": ".orders-brokers.ns.svc"}  # fmt: skip
+    settings = settings_from(env)
+    assert settings.node_id == 2
+    assert settings.host == "orders-2.orders-brokers.ns.svc"
+    assert settings.data_dir == "/var/lib/kafka/log"
+    with pytest.raises(ValueError, match="ordinal"):
+        settings_from(env | {"HOSTNAME": "orders"})
+
+
+def test_voters_and_properties_parse_and_bad_voters_are_named() -> None:
+    assert parse_voters("0=a, 1=b") == {0: "a", 1: "b"}
+    with pytest.raises(ValueError, match="x@a"):
+        parse_voters("x@a")
+    assert parse_properties("# c\nretention.ms = 10\n\n!x\na=b=c\n") == {"retention.ms": "10", "a": "b=c"}
+
+
+def test_cluster_ids_are_22_url_safe_characters_and_differ() -> None:
+    first, second = new_cluster_id(), new_cluster_id()
+    assert len(first) == 22
+    assert first != second
+    assert set(first) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
