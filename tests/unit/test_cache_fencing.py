@@ -60,8 +60,9 @@ def test_follows_the_one_primary() -> None:
 
 def test_two_primaries_follow_the_one_the_sentinels_name_or_fence() -> None:
     peers = [node("c-1", "primary"), node("c-2", "primary", replid=NEW)]
-    assert isinstance(decide_start(node("c-0", offset=0), peers, "c-2", bootstrap=False), Follow)
-    assert decide_start(node("c-0", offset=0), peers, "c-2", bootstrap=False).primary == "c-2"  # type: ignore[union-attr]
+    chosen = decide_start(node("c-0", offset=0), peers, "c-2", bootstrap=False)
+    assert isinstance(chosen, Follow)
+    assert chosen.primary == "c-2"
     assert isinstance(decide_start(node("c-0", offset=0), peers, None, bootstrap=False), Fence)
 
 
@@ -78,12 +79,12 @@ def test_an_empty_restarted_primary_never_leads_its_replicas() -> None:
 def test_a_primary_that_came_back_behind_asks_for_a_failover() -> None:
     me = node("c-0", replid=FRESH, offset=0, keys=90)  # its append-only file lost the last second
     decision = decide_start(me, [node("c-1", offset=100)], "c-0", bootstrap=True)
-    assert decision == Fence(decision.reason, failover=True)  # type: ignore[union-attr]
+    assert decision == Fence(decision.reason, failover=True)
 
 
 def test_a_node_behind_that_the_sentinels_do_not_name_waits_without_a_failover() -> None:
     decision = decide_start(node("c-2", replid=FRESH, offset=0), [node("c-1", offset=100)], None, bootstrap=False)
-    assert decision == Fence(decision.reason, failover=False)  # type: ignore[union-attr]
+    assert decision == Fence(decision.reason, failover=False)
 
 
 def test_the_named_primary_leads_when_it_holds_every_peer() -> None:
