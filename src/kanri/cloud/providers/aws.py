@@ -27,11 +27,12 @@ from kanri.cloud.providers.base import (
     Observed,
     Operation,
     ProviderError,
+    ProviderSetup,
     Retryable,
     UserMustFix,
 )
 
-__all__ = ["CAPABILITIES", "AwsProvider"]
+__all__ = ["CAPABILITIES", "AwsProvider", "provider"]
 
 CAPABILITIES = Capabilities(
     # Allowed CIDRs need VPC security groups, which this provider does not manage: set, they are Unsupported.
@@ -167,3 +168,18 @@ class AwsProvider:
             return None
         return Connection(host=observed.host, port=observed.port, dbname=observed.dbname or aws_shapes.DATABASE_NAME,
                           username=observed.username or aws_shapes.MASTER_USERNAME, password=password)  # fmt: skip
+
+
+def provider(setup: ProviderSetup) -> AwsProvider:
+    """The aws provider a DatabaseClass configures (the registry's entry)."""
+    profile = setup.spec.aws
+    if profile is None:
+        raise UserMustFix(f"DatabaseClass {setup.class_name} has no aws profile", reason="NoProfile")
+    return AwsProvider(
+        region=profile.region,
+        endpoint_url=profile.endpoint_url,
+        account=profile.account,
+        sizes=profile.sizes,
+        credentials=setup.credentials,
+        subnet_group=profile.subnet_group,
+    )

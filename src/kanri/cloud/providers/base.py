@@ -12,7 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+if TYPE_CHECKING:
+    from kanri.cloud.api import DatabaseClassSpec
+    from kanri.runtime import Client
 
 __all__ = [
     "COMMON_FIELDS",
@@ -24,6 +28,7 @@ __all__ = [
     "OperationKind",
     "Provider",
     "ProviderError",
+    "ProviderSetup",
     "Retryable",
     "Throttled",
     "UserMustFix",
@@ -149,6 +154,22 @@ class Capabilities:
     """Fields the provider cannot change in place once the database exists (named in status when changed)."""
     sizes: frozenset[str] | None = None
     """Size names it can map (None: whatever the class profile maps)."""
+
+
+@dataclass(frozen=True)
+class ProviderSetup:
+    """What a provider is built from: one DatabaseClass. Each provider module exposes
+    ``def provider(setup: ProviderSetup) -> Provider`` (kanri.cloud.providers.registry calls it)."""
+
+    class_name: str
+    spec: DatabaseClassSpec
+    credentials: Mapping[str, str] | None
+    """The class's credentials Secret's data, decoded (None: no Secret named). Never logged."""
+    client: Client
+    """The Kubernetes API (the kanri provider's PostgresClusters live there)."""
+
+    def __repr__(self) -> str:
+        return f"ProviderSetup(class_name={self.class_name!r}, provider={self.spec.provider!r})"
 
 
 class ProviderError(Exception):
