@@ -1,0 +1,180 @@
+"""The node's configuration files: containerd's ``config.toml``, the ``KubeletConfiguration``, the kubelet's
+kubeconfig and the CNI network list. Pure functions of the node and where things are, written at each start.
+
+The choices that matter here, and why:
+
+- cgroup v1 (this machine's hierarchy): containerd 2.x still supports it; the kubelet refuses it from 1.35 on unless
+  ``failCgroupV1: false``. No systemd runs, so both use the ``cgroupfs`` driver, and ``cgroupRoot`` is the node's
+  own cgroup so that every pod of the node lives under it (a stop kills the subtree).
+- The kubelet API authenticates clients by the cluster CA or a TokenReview and authorizes them by a
+  SubjectAccessReview (``Webhook``), as a kubeadm node does; anonymous requests are refused.
+- ``protectKernelDefaults: true``: the kubelet would otherwise rewrite machine-wide sysctls (``kernel.panic``,
+  ``vm.overcommit_memory``); inside the node it reads files that already hold the values it wants (launch.py).
+- Eviction thresholds are low: the node shares the machine's disk with everything else, and a kubelet that evicts
+  pods because another program filled the disk would test nothing of kanri's.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from kanri.local.realnode.spec import CNI_LEASES, CONTAINERD_SOCKET, CONTAINERD_STATE, NodeLayout, NodeSpec
+
+#: The values the kubelet insists on (pkg/kubelet/cm: setupKernelTunables), shown to it inside the node.
+KERNEL_TUNABLES = {
+    "vm/overcommit_memory": 1,
+    "vm/panic_on_oom": 0,
+    "kernel/panic": 10,
+    "kernel/panic_on_oops": 1,
+    "kernel/keys/root_maxkeys": 1000000,
+    "kernel/keys/root_maxbytes": 25000000,
+}
+
+
+def _toml(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return json.dumps(str(value))
+
+
+def _toml_tables(tables: dict[str, dict[str, object]]) -> str:
+    lines = ["version = 3"]
+    for name, keys in tables.items():
+        if name:
+            lines.append(f"\n[{name}]")
+        lines.extend(f"{key} = {_toml(value)}" for key, value in keys.items())
+    return "\n".join(lines) + "\n"
+
+
+def containerd_config(layout: NodeLayout, bin_dir: Path, pause_image: str) -> str:
+    """containerd's config.toml (version 3): CRI with the runc shim, overlayfs, the node's CNI and pause image."""
+    cri_runtime = "plugins.'io.containerd.cri.v1.runtime'"
+    runc = f"{cri_runtime}.containerd.runtimes.runc"
+    tables: dict[str, dict[str, object]] = {
+        "": {"root": str(layout.containerd_root), "state": str(CONTAINERD_STATE)},
+        "grpc": {"address": str(CONTAINERD_SOCKET)},
+        "ttrpc": {"address": f"{CONTAINERD_SOCKET}.ttrpc"},
+        "plugins.'io.containerd.cri.v1.images'": {"snapshotter": "overlayfs"},
+        "plugins.'io.containerd.cri.v1.images'.pinned_images": {"sandbox": pause_image},
+        cri_runtime: {"netns_mounts_under_state_dir": True, "enable_selinux": False},
+        f"{cri_runtime}.containerd": {"default_runtime_name": "runc"},
+        runc: {"runtime_type": "io.containerd.runc.v2"},
+        f"{runc}.options": {"BinaryName": str(bin_dir / "runc"), "SystemdCgroup": False},
+        f"{cri_runtime}.cni": {"bin_dirs": [str(bin_dir / "cni")], "conf_dir": str(layout.cni_conf)},
+        "plugins.'io.containerd.grpc.v1.cri'": {"stream_server_address": "127.0.0.1", "stream_server_port": "0"},
+    }
+    return _toml_tables(tables)
+
+
+def kubelet_config(layout: NodeLayout, spec: NodeSpec, resolv_conf: Path) -> dict[str, Any]:
+    """The ``KubeletConfiguration`` (written as JSON, which the kubelet reads as YAML)."""
+    pki = layout.pki
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "failCgroupV1": False,
+        "cgroupDriver": "cgroupfs",
+        "cgroupRoot": f"/{spec.cgroup}",
+        "containerRuntimeEndpoint": f"unix://{CONTAINERD_SOCKET}",
+        "address": spec.ip,
+        "port": 10250,
+        "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1",
+        "healthzPort": 10248,
+        "tlsCertFile": str(pki / "serving.crt"),
+        "tlsPrivateKeyFile": str(pki / "serving.key"),
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": True},
+            "x509": {"clientCAFile": str(pki / "ca.crt")},
+        },
+        "authorization": {"mode": "Webhook"},
+        "podLogsDir": str(layout.pod_logs),
+        "resolvConf": str(resolv_conf),
+        "clusterDomain": "cluster.local",
+        "protectKernelDefaults": True,
+        "failSwapOn": False,
+        "serializeImagePulls": False,
+        "nodeStatusUpdateFrequency": "10s",
+        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
+        "imageGCHighThresholdPercent": 99,
+        "imageGCLowThresholdPercent": 98,
+    }
+
+
+def kubeconfig(layout: NodeLayout, spec: NodeSpec, apiserver_port: int) -> dict[str, Any]:
+    """The kubelet's kubeconfig: the API server at the host bridge address (DNAT to its loopback listener).
+
+    The API server's certificate names ``localhost`` and 127.0.0.1, not the bridge address, so the client checks
+    it for ``localhost`` (``tls-server-name``)."""
+    pki = layout.pki
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "local",
+                "cluster": {
+                    "server": f"https://{spec.gateway}:{apiserver_port}",
+                    "certificate-authority": str(pki / "ca.crt"),
+                    "tls-server-name": "localhost",
+                },
+            }
+        ],
+        "users": [
+            {
+                "name": f"system:node:{spec.name}",
+                "user": {"client-certificate": str(pki / "client.crt"), "client-key": str(pki / "client.key")},
+            }
+        ],
+        "contexts": [{"name": "node", "context": {"cluster": "local", "user": f"system:node:{spec.name}"}}],
+        "current-context": "node",
+    }
+
+
+def cni_network(spec: NodeSpec) -> dict[str, Any]:
+    """The node's pod network: the CNI bridge plugin (``cni0``, the pods' gateway) with host-local addresses.
+
+    Leases live under /run (the node's tmpfs): after a stop no pod holds an address, and none is leaked."""
+    return {
+        "cniVersion": "1.0.0",
+        "name": "kanri-realnode",
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": "cni0",
+                "isGateway": True,
+                "ipMasq": False,
+                "hairpinMode": True,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": spec.pod_cidr}]],
+                    "routes": [{"dst": "0.0.0.0/0"}],
+                    "dataDir": str(CNI_LEASES),
+                },
+            },
+            {"type": "portmap", "capabilities": {"portMappings": True}, "backend": "nftables"},
+        ],
+    }
+
+
+def write_all(layout: NodeLayout, spec: NodeSpec, bin_dir: Path, pause_image: str, apiserver_port: int) -> None:
+    """Write every configuration file of the node into its directory."""
+    layout.root.mkdir(parents=True, exist_ok=True)
+    layout.containerd_config.write_text(containerd_config(layout, bin_dir, pause_image))
+    resolv = layout.root / "resolv.conf"
+    resolv.write_text(Path("/etc/resolv.conf").read_text())
+    layout.kubelet_config.write_text(json.dumps(kubelet_config(layout, spec, resolv), indent=2) + "\n")
+    layout.kubeconfig.write_text(json.dumps(kubeconfig(layout, spec, apiserver_port), indent=2) + "\n")
+    layout.kubeconfig.chmod(0o600)
+    layout.cni_conf.mkdir(exist_ok=True)
+    (layout.cni_conf / "10-kanri.conflist").write_text(json.dumps(cni_network(spec), indent=2) + "\n")
+    layout.sysctl_dir.mkdir(exist_ok=True)
+    for name, value in KERNEL_TUNABLES.items():
+        (layout.sysctl_dir / name.replace("/", ".")).write_text(f"{value}\n")

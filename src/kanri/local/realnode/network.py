@@ -1,0 +1,112 @@
+"""The real nodes' network on the host: one bridge, and per node a network namespace joined to it by a veth pair.
+
+Layout::
+
+    host netns:  kanri-rn0 (bridge, 10.250.0.1/24) ── rnh<id> ═══ eth0 (10.250.0.<10+i>/24)  netns kanri-rn-<id>
+                                                                   cni0 (10.251.<i>.1/24) ── the node's pods
+
+The API server listens on the host's 127.0.0.1 only. A node reaches it at the bridge address: a DNAT rule of the
+host (nftables table ``ip kanri-realnode``) sends the port on to 127.0.0.1, which the bridge accepts because its
+``route_localnet`` is on. The API server reaches each kubelet at the node's address through the bridge's connected
+route. Inside the node, the CNI bridge plugin (run by containerd) gives each pod its own namespace and address.
+
+A stopped node leaves nothing: its namespace dies with its last process (its veth pair with it), and the bridge and
+the table go with the last node.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from kanri.local.realnode.spec import HOST_BRIDGE, NODE_NETWORK, NodeSpec
+
+NAT_TABLE = "kanri-realnode"
+NETNS_DIR = Path("/run/netns")
+
+
+class NetworkError(RuntimeError):
+    """An ``ip`` or ``nft`` command failed; the message carries its stderr."""
+
+
+def _run(*args: str, check: bool = True, stdin: str | None = None) -> str:
+    result = subprocess.run(args, input=stdin, capture_output=True, text=True)
+    if check and result.returncode != 0:
+        raise NetworkError(f"{' '.join(args)}: {result.stderr.strip()}")
+    return result.stdout
+
+
+def _link_exists(name: str) -> bool:
+    return Path(f"/sys/class/net/{name}").exists()
+
+
+def ensure_host_network(apiserver_port: int) -> None:
+    """Create the bridge and the API server's DNAT rule unless they exist (idempotent; the rule names the port)."""
+    gateway = f"{NODE_NETWORK.network_address + 1}"
+    if not _link_exists(HOST_BRIDGE):
+        _run("ip", "link", "add", HOST_BRIDGE, "type", "bridge")
+        _run("ip", "addr", "add", f"{gateway}/{NODE_NETWORK.prefixlen}", "dev", HOST_BRIDGE)
+    _run("ip", "link", "set", HOST_BRIDGE, "up")
+    # DNAT to 127.0.0.1 is dropped as a martian unless the receiving interface allows loopback destinations.
+    Path(f"/proc/sys/net/ipv4/conf/{HOST_BRIDGE}/route_localnet").write_text("1\n")
+    rules = f"""
+table ip {NAT_TABLE} {{}}
+delete table ip {NAT_TABLE}
+table ip {NAT_TABLE} {{
+    chain apiserver {{
+        type nat hook prerouting priority dstnat; policy accept;
+        iifname "{HOST_BRIDGE}" ip daddr {gateway} tcp dport {apiserver_port} dnat to 127.0.0.1:{apiserver_port}
+    }}
+}}
+"""
+    _run("nft", "-f", "-", stdin=rules)
+
+
+def add_node_network(spec: NodeSpec) -> None:
+    """Create the node's namespace and its veth pair (``eth0`` inside, on the host bridge outside)."""
+    remove_node_network(spec)
+    _run("ip", "netns", "add", spec.netns)
+    peer = f"rnn{spec.short_id}"
+    _run("ip", "link", "add", spec.host_link, "type", "veth", "peer", "name", peer, "netns", spec.netns)
+    _run("ip", "link", "set", spec.host_link, "master", HOST_BRIDGE, "up")
+    inside = ("ip", "-n", spec.netns)
+    _run(*inside, "link", "set", peer, "name", "eth0")
+    _run(*inside, "addr", "add", f"{spec.ip}/{NODE_NETWORK.prefixlen}", "dev", "eth0")
+    _run(*inside, "link", "set", "eth0", "up")
+    _run(*inside, "link", "set", "lo", "up")
+    _run(*inside, "route", "add", "default", "via", spec.gateway)
+
+
+def remove_node_network(spec: NodeSpec) -> None:
+    """Remove the node's veth pair and namespace name (the namespace itself dies with its last process)."""
+    if _link_exists(spec.host_link):
+        _run("ip", "link", "del", spec.host_link, check=False)
+    if (NETNS_DIR / spec.netns).exists():
+        _run("ip", "netns", "del", spec.netns)
+
+
+def remove_host_network_if_unused() -> None:
+    """Remove the bridge and the DNAT table once no node's link is on the bridge."""
+    if _link_exists(HOST_BRIDGE):
+        if any(Path(f"/sys/class/net/{HOST_BRIDGE}/brif").iterdir()):
+            return
+        _run("ip", "link", "del", HOST_BRIDGE)
+    _run("nft", "delete", "table", "ip", NAT_TABLE, check=False)
+
+
+def leftovers(spec: NodeSpec) -> list[str]:
+    """What of the node's network still exists (empty once it is stopped)."""
+    found = []
+    if (NETNS_DIR / spec.netns).exists():
+        found.append(f"network namespace {spec.netns}")
+    if _link_exists(spec.host_link):
+        found.append(f"link {spec.host_link}")
+    return found
+
+
+def host_leftovers() -> list[str]:
+    """The bridge and the DNAT table, if either exists (empty once the last node is stopped)."""
+    found = [f"bridge {HOST_BRIDGE}"] if _link_exists(HOST_BRIDGE) else []
+    if _run("nft", "list", "table", "ip", NAT_TABLE, check=False):
+        found.append(f"nftables table ip {NAT_TABLE}")
+    return found

@@ -1,0 +1,189 @@
+"""One real node: :meth:`RealNode.start` brings it up registered with a local control plane and waits until it is
+Ready; :meth:`RealNode.stop` kills all of it at once and removes its namespace, links and cgroups.
+
+The node's directory keeps what a machine's disk would (containerd's images, the kubelet's root dir, pod logs), so a
+start after a stop finds its images and the same Node object comes back Ready.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from kanri.local import paths
+from kanri.local.realnode import cgroups, configs, network
+from kanri.local.realnode.images import BuiltImage, built_images
+from kanri.local.realnode.launch import LaunchPlan
+from kanri.local.realnode.pki import issue_node_certificates
+from kanri.local.realnode.spec import NodeLayout, NodeSpec
+
+PAUSE_IMAGE = "kanri-pause"
+_LOG_TAIL = 30
+
+#: kubeadm's grant: the API server's kubelet client may use every kubelet API (logs, exec, port-forward). The
+#: kubelet asks the API server (SubjectAccessReview) whether its caller may; without this binding it may not.
+APISERVER_KUBELET_BINDING = {
+    "apiVersion": "rbac.authorization.k8s.io/v1",
+    "kind": "ClusterRoleBinding",
+    "metadata": {"name": "kanri:apiserver-kubelet-client"},
+    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:kubelet-api-admin"},
+    "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "kube-apiserver-kubelet-client"}],
+}
+
+
+class RealNodeError(RuntimeError):
+    """The node did not come up (the message carries the tail of the log that says why) or did not stop clean."""
+
+
+def node_bin_dir() -> Path:
+    """Where ``make node-components`` (nodes/build.sh) puts the node's binaries."""
+    return paths.build_dir() / "node" / "bin"
+
+
+class RealNode:
+    """One node named ``spec.name`` whose files live in ``data_dir``, for the control plane of ``control_plane_dir``.
+
+    ``images`` are the built images (names in ``.build/images/images.json``) imported at start besides the pause
+    image; pods name them ``kanri.local/<repository>:<tag>``.
+    """
+
+    def __init__(
+        self,
+        spec: NodeSpec,
+        data_dir: Path,
+        control_plane_dir: Path,
+        *,
+        images: tuple[str, ...] = (),
+        bin_dir: Path | None = None,
+        images_dir: Path | None = None,
+    ) -> None:
+        self.spec = spec
+        self.layout = NodeLayout(data_dir)
+        self.control_plane_dir = control_plane_dir
+        self.bin_dir = bin_dir or node_bin_dir()
+        self._images_dir = images_dir or paths.build_dir() / "images"
+        self._image_names = (PAUSE_IMAGE, *images)
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def admin_kubeconfig(self) -> Path:
+        return self.control_plane_dir / "admin.kubeconfig"
+
+    def image(self, name: str) -> BuiltImage:
+        """The built image ``name`` as this node knows it."""
+        return built_images(self._images_dir)[name]
+
+    def start(self, timeout: float = 120.0) -> float:
+        """Start the node (after removing whatever a crashed run left) and wait until it is Ready; the seconds
+        that took."""
+        started = time.monotonic()
+        self.stop()
+        missing = [b for b in ("kubelet", "containerd", "runc", "ctr") if not (self.bin_dir / b).is_file()]
+        if missing:
+            raise RealNodeError(f"{', '.join(missing)} missing in {self.bin_dir}: run `make node-components`")
+        self._prepare()
+        launch_log = self.layout.launch_log.open("ab")
+        command = [
+            "nsenter", f"--net={network.NETNS_DIR / self.spec.netns}",
+            "unshare", "--mount", "--propagation", "slave",
+            sys.executable, "-m", "kanri.local.realnode.launch", str(self.layout.launch_plan),
+        ]  # fmt: skip
+        self._process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=launch_log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self._wait_ready(started + timeout)
+        return time.monotonic() - started
+
+    def _prepare(self) -> None:
+        spec, layout = self.spec, self.layout
+        config = json.loads((self.control_plane_dir / "config.json").read_text())
+        port = int(config["apiserverPort"])
+        images = built_images(self._images_dir)
+        cgroups.create(spec.cgroup)
+        network.ensure_host_network(port)
+        network.add_node_network(spec)
+        control_plane_pki = self.control_plane_dir / "pki"
+        issue_node_certificates(control_plane_pki, layout.pki, spec.name, spec.ip)
+        shutil.copyfile(control_plane_pki / "ca.crt", layout.pki / "ca.crt")
+        configs.write_all(layout, spec, self.bin_dir, images[PAUSE_IMAGE].ref, port)
+        for directory in (layout.containerd_root, layout.kubelet_root, layout.pod_logs):
+            directory.mkdir(exist_ok=True)
+        self._kubectl("apply", "--server-side", "-f", "-", stdin=json.dumps(APISERVER_KUBELET_BINDING))
+        plan = LaunchPlan(
+            root=str(layout.root),
+            cgroup=spec.cgroup,
+            bin_dir=str(self.bin_dir),
+            images=[(str(images[n].layout), images[n].base_name) for n in self._image_names],
+            kubelet_args=[
+                f"--config={layout.kubelet_config}",
+                f"--kubeconfig={layout.kubeconfig}",
+                f"--root-dir={layout.kubelet_root}",
+                f"--hostname-override={spec.name}",
+                f"--node-ip={spec.ip}",
+                f"--node-labels=topology.kubernetes.io/zone={spec.zone}",
+                "--v=1",
+            ],
+        )
+        plan.save(layout.launch_plan)
+
+    def _kubectl(self, *args: str, stdin: str | None = None) -> str:
+        result = subprocess.run(
+            ["kubectl", f"--kubeconfig={self.admin_kubeconfig}", *args], input=stdin, capture_output=True, text=True
+        )
+        if result.returncode != 0:
+            raise RealNodeError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
+        return result.stdout
+
+    def is_ready(self) -> bool:
+        """Whether the Node object's Ready condition is True right now."""
+        try:
+            node = json.loads(self._kubectl("get", "node", self.spec.name, "-o", "json"))
+        except RealNodeError:
+            return False
+        conditions = node.get("status", {}).get("conditions", [])
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+    def _wait_ready(self, deadline: float) -> None:
+        while not self.is_ready():
+            if self._process is not None and self._process.poll() is not None:
+                raise RealNodeError(f"node {self.spec.name} exited with {self._process.returncode}\n{self.log_tail()}")
+            if time.monotonic() > deadline:
+                raise RealNodeError(f"node {self.spec.name} not Ready in time\n{self.log_tail()}")
+            time.sleep(0.5)
+
+    def log_tail(self) -> str:
+        """The last lines of the launcher's, containerd's and the kubelet's logs."""
+        parts = []
+        for log in (self.layout.launch_log, self.layout.containerd_log, self.layout.kubelet_log):
+            if log.is_file():
+                lines = log.read_text(errors="replace").splitlines()[-_LOG_TAIL:]
+                parts.append(f"--- {log.name}\n" + "\n".join(lines))
+        return "\n".join(parts)
+
+    def pids(self) -> set[int]:
+        """Every process of the node (kubelet, containerd, shims, containers)."""
+        return cgroups.members(self.spec.cgroup)
+
+    def stop(self) -> None:
+        """Kill every process of the node at once (SIGKILL, like a power loss), then remove its cgroups,
+        namespace and links; the bridge goes with the last node. The node's directory stays."""
+        cgroups.kill_all(self.spec.cgroup)
+        if self._process is not None:
+            self._process.wait()
+            self._process = None
+        cgroups.remove(self.spec.cgroup)
+        network.remove_node_network(self.spec)
+        network.remove_host_network_if_unused()
+
+    def leftovers(self) -> list[str]:
+        """What of the node still exists on the machine (empty after :meth:`stop`)."""
+        mounts = [
+            f"mount {line.split()[4]}"
+            for line in Path("/proc/self/mountinfo").read_text().splitlines()
+            if str(self.layout.root) in line.split()[4]
+        ]
+        return network.leftovers(self.spec) + cgroups.leftovers(self.spec.cgroup) + mounts

@@ -1,0 +1,126 @@
+"""What one real node is: its name, zone, addresses and the files it keeps (one directory per node)."""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+#: The host bridge every real node's ``eth0`` is joined to, and its network: the bridge holds the first address
+#: (the nodes' gateway, and where they reach the API server), node ``i`` gets ``.10 + i``. Apart from the home-made
+#: node's pod network (``kanri0``, 10.244.0.0/16) and the Service range (10.96.0.0/16).
+HOST_BRIDGE = "kanri-rn0"
+NODE_NETWORK = ipaddress.IPv4Network("10.250.0.0/24")
+#: Node ``i``'s pods get ``10.251.i.0/24`` (the CNI bridge inside the node's network namespace).
+POD_SUPERNET = ipaddress.IPv4Network("10.251.0.0/16")
+MAX_NODES = 200
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One node: its Kubernetes name, its zone label and its index on the host bridge (distinct per node)."""
+
+    name: str
+    zone: str
+    index: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.index < MAX_NODES:
+            raise ValueError(f"node index {self.index} is outside 0..{MAX_NODES - 1}")
+
+    @property
+    def gateway(self) -> str:
+        return str(NODE_NETWORK.network_address + 1)
+
+    @property
+    def ip(self) -> str:
+        return str(NODE_NETWORK.network_address + 10 + self.index)
+
+    @property
+    def pod_cidr(self) -> str:
+        return str(list(POD_SUPERNET.subnets(new_prefix=24))[self.index])
+
+    @property
+    def short_id(self) -> str:
+        """Eight hex digits naming the node's links and cgroup (a link name has at most 15 characters)."""
+        return hashlib.sha256(self.name.encode()).hexdigest()[:8]
+
+    @property
+    def netns(self) -> str:
+        return f"kanri-rn-{self.short_id}"
+
+    @property
+    def host_link(self) -> str:
+        return f"rnh{self.short_id}"
+
+    @property
+    def cgroup(self) -> str:
+        """The node's cgroup (the same path in every hierarchy): kubelet's ``cgroupRoot`` and its daemons' home."""
+        return f"kanri-rn-{self.short_id}"
+
+
+@dataclass(frozen=True)
+class NodeLayout:
+    """The node's directory: configuration, certificates, state that survives a stop, and logs."""
+
+    root: Path
+
+    @property
+    def pki(self) -> Path:
+        return self.root / "pki"
+
+    @property
+    def containerd_config(self) -> Path:
+        return self.root / "containerd.toml"
+
+    @property
+    def containerd_root(self) -> Path:
+        return self.root / "containerd"
+
+    @property
+    def kubelet_config(self) -> Path:
+        return self.root / "kubelet.yaml"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.root / "kubelet.kubeconfig"
+
+    @property
+    def kubelet_root(self) -> Path:
+        return self.root / "kubelet"
+
+    @property
+    def pod_logs(self) -> Path:
+        return self.root / "pod-logs"
+
+    @property
+    def cni_conf(self) -> Path:
+        return self.root / "cni"
+
+    @property
+    def sysctl_dir(self) -> Path:
+        return self.root / "sysctl"
+
+    @property
+    def launch_plan(self) -> Path:
+        return self.root / "launch.json"
+
+    @property
+    def launch_log(self) -> Path:
+        return self.root / "launch.log"
+
+    @property
+    def containerd_log(self) -> Path:
+        return self.root / "containerd.log"
+
+    @property
+    def kubelet_log(self) -> Path:
+        return self.root / "kubelet.log"
+
+
+#: Inside the node's mount namespace ``/run`` is a tmpfs of its own: containerd's state (shim sockets, runc state,
+#: the pods' network namespaces, CNI leases) lives there and vanishes with the node, as a machine's /run does.
+CONTAINERD_STATE = Path("/run/containerd")
+CONTAINERD_SOCKET = CONTAINERD_STATE / "containerd.sock"
+CNI_LEASES = Path("/run/cni/networks")
