@@ -20,7 +20,8 @@ setup: system $(VENV)/.installed controlplane helm sbom backup-tools pg-binaries
 # its venv.
 # mmdebstrap builds the images' Debian root filesystem (docs/images.md).
 # runc runs the built images in tests/integration/test_images_run.py (an unpacked OCI bundle, no daemon).
-SYSTEM_PACKAGES := nftables openssl prometheus gcc libpq-dev python3-dev python3-venv mmdebstrap runc
+# libseccomp-dev: the real nodes' runc is built with cgo against it (seccomp profiles; node-components below).
+SYSTEM_PACKAGES := nftables openssl prometheus gcc libpq-dev python3-dev python3-venv mmdebstrap runc libseccomp-dev
 # kafka: java runs the Kafka broker, maven fetches its jars (kafka-dist)
 SYSTEM_PACKAGES += openjdk-17-jre-headless maven
 system:
@@ -192,6 +193,14 @@ kafka-dist: system
 		chmod -R a+rX $(KAFKA_DIST) && echo "$$stamp" > $(KAFKA_DIST)/.stamp; \
 	fi
 # --- end kafka ---
+
+# The parts of a real Kubernetes node (docs/real-nodes.md), built from their Go modules at pinned versions into
+# .build/node/bin by nodes/build.sh: kubelet and kube-proxy (k8s.io/kubernetes, pinned in nodes/go.mod like the
+# control plane), containerd + its runc shim + ctr, runc, the CNI plugins, crictl. Each is rebuilt only when missing or
+# its pin changed (stamped next to the binary); with nothing to do this takes milliseconds.
+.PHONY: node-components
+node-components: system
+	nodes/build.sh .build/node/bin
 
 up: setup
 	$(BIN)/kanri up
