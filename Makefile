@@ -8,7 +8,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: setup system up down test lint typecheck unit integration controlplane bench helm backup-tools pg-binaries
 
-setup: system $(VENV)/.installed controlplane helm sbom backup-tools pg-binaries registry-tools images kafka-dist
+setup: system $(VENV)/.installed controlplane helm sbom backup-tools pg-binaries registry-tools images kafka-dist node-components
 
 # Debian packages the local cluster uses: nft (kube-proxy's nftables mode, the node chaos verbs' partition rules),
 # openssl (each node signs its kubelet serving certificate); and prometheus for its promtool (the alert rules' checks
