@@ -11,7 +11,6 @@ them.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from .wire import RdsError, is_true
@@ -80,7 +79,7 @@ def _storage(wanted: int, current: Current) -> int:
             "You can't currently modify the storage of this DB instance because the previous storage change is "
             "being optimized.",
         )
-    return max(wanted, math.ceil(current.storage * 1.1))
+    return max(wanted, -(-current.storage * 11 // 10))  # +10 % rounded up, in integers (110.00000000000001 is not 111)
 
 
 def _major(version: str) -> tuple[int, ...]:
