@@ -15,6 +15,7 @@ from kanri.runtime import CustomResource, crd_yaml
 OPERATOR_APIS: dict[str, str] = {
     "postgres": "kanri.postgres.api",
     "cache": "kanri.cache.api",
+    "kafka": "kanri.kafka.api",
 }
 
 
