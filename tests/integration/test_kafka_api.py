@@ -60,8 +60,8 @@ async def test_unknown_and_operator_owned_topic_settings_are_refused(client: Cli
     assert "the operator sets them" in message
     ok = await client.create(TOPIC_KIND, topic(namespace, config={"retention.ms": "3600000"}))
     assert ok["spec"]["config"] == {"retention.ms": "3600000"}
-    message = await refused(client.create(TOPIC_KIND, topic(namespace, partitions=0) | {"metadata": {
-        "name": "empty", "namespace": namespace}}))  # fmt: skip
+    empty = topic(namespace, partitions=0) | {"metadata": {"name": "empty", "namespace": namespace}}
+    message = await refused(client.create(TOPIC_KIND, empty))
     assert "partitions" in message
 
 
@@ -81,6 +81,6 @@ async def test_a_cluster_refuses_owned_broker_settings_and_a_shrinking_volume(cl
     await client.patch(CLUSTER_KIND, "events", {"spec": {"storage": {"size": "2Gi"}}}, namespace)
     message = await refused(client.patch(CLUSTER_KIND, "events", {"spec": {"storage": {"size": "1Gi"}}}, namespace))
     assert "storage.size may not shrink (from 2Gi to 1Gi)" in message
-    message = await refused(client.create(CLUSTER_KIND, cluster() | {"metadata": {"name": "Bad_Name",
-                                                                                  "namespace": namespace}}))  # fmt: skip
+    bad_name = cluster() | {"metadata": {"name": "Bad_Name", "namespace": namespace}}
+    message = await refused(client.create(CLUSTER_KIND, bad_name))
     assert "name must start with a letter" in message
