@@ -167,6 +167,8 @@ class OperationRecord(kr.KubeModel):
     started: kr.Time
     fields: list[str] = Field(default_factory=list)
     """The common fields a Modify changes."""
+    generation: int | None = None
+    """The DatabaseInstance's metadata.generation the operation was started for."""
     outcome: Literal["Pending", "InProgress", "Succeeded", "Failed"] = "Pending"
     """Pending: recorded, the call not known to have been accepted yet."""
     message: str | None = None

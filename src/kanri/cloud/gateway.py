@@ -1,0 +1,55 @@
+"""Every provider call goes through a Gateway: the request budget is paid first (or the call is put off with the
+seconds to wait), throttling answers pause the budget, and each call is counted by outcome."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from kanri.cloud.budget import Budgets
+from kanri.cloud.metrics import CloudMetrics
+from kanri.cloud.providers.base import Provider, ProviderError, Retryable, Throttled
+
+__all__ = ["BudgetSpent", "Gateway"]
+
+T = TypeVar("T")
+
+
+class BudgetSpent(Exception):
+    """The call was not made: the request budget is spent (or paused after throttling) for ``wait`` seconds."""
+
+    def __init__(self, wait: float, *, throttled: bool, budget: str) -> None:
+        super().__init__(f"request budget {budget} spent: next call in {wait:.1f}s")
+        self.wait, self.throttled, self.budget = wait, throttled, budget
+
+
+class Gateway:
+    """One provider with its budget: ``await gateway.call("describe", lambda p: p.describe(id))``."""
+
+    def __init__(self, provider: Provider, budgets: Budgets, metrics: CloudMetrics, *, rate: float,
+                 burst: int) -> None:  # fmt: skip
+        self.provider, self.budgets, self.metrics = provider, budgets, metrics
+        self.rate, self.burst = rate, burst
+        self.key = provider.budget_key()
+
+    async def call(self, action: str, call: Callable[[Provider], Awaitable[T]]) -> T:
+        """Pay the budget and make the call; raises BudgetSpent instead of waiting."""
+        wait = self.budgets.take(self.key, self.rate, self.burst)
+        if wait > 0:
+            self.metrics.budget_waits.labels(self.provider.name, self.key).inc()
+            raise BudgetSpent(wait, throttled=False, budget=self.key)
+        try:
+            result = await call(self.provider)
+        except Throttled:
+            self.metrics.calls.labels(self.provider.name, action, "throttled").inc()
+            pause = self.budgets.penalise(self.key, self.rate, self.burst)
+            raise BudgetSpent(pause, throttled=True, budget=self.key) from None
+        except Retryable:
+            self.metrics.calls.labels(self.provider.name, action, "retryable").inc()
+            raise
+        except ProviderError:
+            self.metrics.calls.labels(self.provider.name, action, "refused").inc()
+            raise
+        self.budgets.bucket(self.key, self.rate, self.burst).succeeded()
+        self.metrics.calls.labels(self.provider.name, action, "ok").inc()
+        return result
