@@ -16,6 +16,7 @@ OPERATOR_APIS: dict[str, str] = {
     "postgres": "kanri.postgres.api",
     "cache": "kanri.cache.api",
     "kafka": "kanri.kafka.api",
+    "cloud": "kanri.cloud.api",  # issue 32: DatabaseInstance, DatabaseClass
 }
 
 
