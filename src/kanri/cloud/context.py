@@ -8,6 +8,7 @@ from kanri import kit
 from kanri.cloud.api import DatabaseClassSpec, DatabaseInstanceSpec
 from kanri.cloud.gateway import Gateway
 from kanri.cloud.metrics import CloudMetrics
+from kanri.cloud.polling import poll_delay
 from kanri.cloud.providers.base import Desired
 
 __all__ = ["CloudContext", "PollMemory"]
@@ -19,6 +20,8 @@ class PollMemory:
 
     state: str = ""
     looks: int = 0
+    scale: float = 1.0
+    """Multiplies every poll delay (tests run the emulator's minutes in seconds)."""
 
     def seen(self, state: str) -> int:
         """Count a look at ``state``; the looks before this one in the same state."""
@@ -27,6 +30,10 @@ class PollMemory:
         else:
             self.looks += 1
         return self.looks
+
+    def delay(self, state: str) -> float:
+        """Seconds until the next look at a database in ``state`` (backing off while it stays there)."""
+        return poll_delay(state, self.seen(state)) * self.scale
 
 
 @dataclass

@@ -9,7 +9,6 @@ from kanri.cloud import operations
 from kanri.cloud.api import OperationRecord
 from kanri.cloud.context import CloudContext
 from kanri.cloud.names import LABELS
-from kanri.cloud.polling import poll_delay
 from kanri.runtime import Result
 from kanri.runtime.kinds import SECRET
 
@@ -45,7 +44,7 @@ async def delete(c: CloudContext) -> Result | None:
         return Result(requeue_after=300)
     state = observed.state if observed is not None else "deleting"
     c.ledger.condition("Ready", False, "Deleting", f"{c.external_id or c.desired.identifier} is {state}")
-    return Result(requeue_after=poll_delay(state, c.poll.seen(state)))
+    return Result(requeue_after=c.poll.delay(state))
 
 
 async def _gone(c: CloudContext, record: OperationRecord | None) -> None:

@@ -10,7 +10,7 @@ from kanri.cloud.conditions import user_must_fix
 from kanri.cloud.context import CloudContext
 from kanri.cloud.names import APPROVE_DOWNTIME
 from kanri.cloud.operation import started
-from kanri.cloud.polling import RESYNC, poll_delay
+from kanri.cloud.polling import RESYNC
 from kanri.cloud.providers.base import Observed
 from kanri.runtime import Result
 
@@ -19,7 +19,7 @@ __all__ = ["converge"]
 
 def _later(c: CloudContext, observed: Observed | None) -> Result:
     state = observed.state if observed is not None else "creating"
-    return Result(requeue_after=poll_delay(state, c.poll.seen(state)))
+    return Result(requeue_after=c.poll.delay(state))
 
 
 def _ready(c: CloudContext, observed: Observed, connected: bool) -> None:

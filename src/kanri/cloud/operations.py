@@ -56,7 +56,7 @@ async def start(c: CloudContext, record: OperationRecord) -> Result:
     c.metrics.operation(c.uid, c.gateway.provider.name, record.kind)
     await call(c, record)
     c.ledger.condition("Synced", False, "OperationInProgress", f"{record.kind} {record.id} accepted by the provider")
-    return Result(requeue_after=poll_delay("creating", 0))
+    return Result(requeue_after=poll_delay("creating", 0) * c.poll.scale)
 
 
 def create_record(c: CloudContext) -> OperationRecord:

@@ -44,12 +44,12 @@ class Unresolved(Exception):
 
 class DatabaseInstanceReconciler:
     def __init__(self, manager: kr.Manager, *, registry: CollectorRegistry = REGISTRY,
-                 budgets: Budgets | None = None) -> None:  # fmt: skip
+                 budgets: Budgets | None = None, poll_scale: float = 1.0) -> None:  # fmt: skip
         self.cache, self.client = manager.cache, manager.client
         self.events = kr.EventRecorder(self.client, component=FIELD_MANAGER)
         self.metrics = CloudMetrics(registry)
         self.budgets = budgets or Budgets()
-        self.poll = kit.ObjectMemory(PollMemory)
+        self.poll = kit.ObjectMemory(lambda: PollMemory(scale=poll_scale))
         self._providers: dict[str, tuple[str, Provider]] = {}
 
     async def reconcile(self, request: kr.Request) -> kr.Result | None:
@@ -181,10 +181,10 @@ def _check_capabilities(ctx: kit.ObjectPass, spec: DatabaseInstanceSpec, provide
 
 
 def controller(manager: kr.Manager, *, registry: CollectorRegistry = REGISTRY, budgets: Budgets | None = None,
-               options: kr.ControllerOptions | None = None) -> kr.Controller:  # fmt: skip
+               options: kr.ControllerOptions | None = None, poll_scale: float = 1.0) -> kr.Controller:  # fmt: skip
     """The DatabaseInstance controller: its connection Secrets (kept data, no owner) map back by label; a class's
     change queues every instance naming it."""
-    reconciler = DatabaseInstanceReconciler(manager, registry=registry, budgets=budgets)
+    reconciler = DatabaseInstanceReconciler(manager, registry=registry, budgets=budgets, poll_scale=poll_scale)
 
     def instances_of(found: Mapping[str, Any]) -> list[kr.Request]:
         name = (found.get("metadata") or {}).get("name")
