@@ -408,7 +408,7 @@ class KanriProvider:
 
     async def _delete_instance_volumes(self, namespace: str, name: str) -> None:
         """The instances' data claims (not the backups'): each held by its pod until the pod is gone."""
-        selector = f"{_PG_CLUSTER_LABEL}={name},{_PG_INSTANCE_LABEL}"
+        selector = f"{_PG_CLUSTER_LABEL}={name},{_PG_INSTANCE_LABEL},app.kubernetes.io/name=postgresql"
         claims, _ = await _api("list PVCs", self._client.list(PVC, namespace, label_selector=selector))
         for claim in claims:
             await _api("delete PVC", self._client.delete(PVC, claim["metadata"]["name"], namespace))
