@@ -228,6 +228,9 @@ class KafkaTopicSpec(
     consumer group has unconsumed messages (or the retention window has passed) and an approval names it."""
     managed: bool = True
     """false: the operator lets go of the topic (no change, no deletion), reporting only."""
+    deletion_timeout_seconds: Annotated[int, Field(ge=60, le=2592000)] = 3600
+    """How long a deletion may wait (for consumers, the approval, or a cluster that is gone) before the operator
+    gives up: the topic is kept and the KafkaTopic goes (a Warning Event says so)."""
 
 
 class GrowthStep(KubeModel):

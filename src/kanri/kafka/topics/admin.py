@@ -25,6 +25,7 @@ from confluent_kafka.cimpl import NewPartitions, NewTopic
 T = TypeVar("T")
 _LATEST: Any = OffsetSpec.latest()  # type: ignore[no-untyped-call]
 _EARLIEST: Any = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+_NEWEST: Any = OffsetSpec.max_timestamp()  # type: ignore[no-untyped-call]
 
 
 class AdminError(Exception):
@@ -144,6 +145,19 @@ class TopicAdmin:
         futures = self._client.list_offsets(request, request_timeout=self.timeout)
         answers = {tp.partition: await _wait(f, self.timeout) for tp, f in futures.items()}
         return {p: int(info.offset) for p, info in answers.items()}
+
+    async def newest_timestamp(self, name: str, partitions: int) -> int | None:
+        """The timestamp (ms) of the newest message in the topic; None when it holds none."""
+        request = {TopicPartition(name, p): _NEWEST for p in range(partitions)}
+        futures = self._client.list_offsets(request, request_timeout=self.timeout)
+        stamps = [int((await _wait(f, self.timeout)).timestamp) for f in futures.values()]
+        newest = max(stamps, default=-1)
+        return newest if newest >= 0 else None
+
+    async def brokers(self) -> int:
+        """How many brokers the cluster reports."""
+        metadata = await asyncio.to_thread(self._client.list_topics, timeout=self.timeout)
+        return len(metadata.brokers)
 
     async def groups_on(self, name: str, partitions: int) -> list[GroupLag]:
         """Every consumer group with committed offsets on the topic or members assigned to it, with its lag."""

@@ -1,0 +1,91 @@
+"""What a topic step may use: the kit's pass context plus the topic's spec, its name in Kafka, the admin client of
+its cluster and what Kafka reported this pass. Steps depend on :class:`TopicContext`, never on the reconciler."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from kanri import kit
+from kanri.kafka.api import FIELD_MANAGER, LABELS, TOPIC_KIND, KafkaTopicSpec
+from kanri.kafka.topics.admin import TopicAdmin, TopicState
+from kanri.kafka.topics.ownership import topic_name
+from kanri.runtime import Cache, Client, EventRecorder, Result
+
+#: Problem reasons, most serious first (the Degraded condition names the first).
+SEVERITY = ("ResourceConflict", "ReplicationFactorTooLarge", "TopicRefused", "ReplicationFactorChange",
+            "DeletionBlocked")  # fmt: skip
+
+
+class TopicContext(kit.PassContext, Protocol):
+    @property
+    def spec(self) -> KafkaTopicSpec: ...
+
+    @property
+    def topic(self) -> str:
+        """The topic's name in Kafka."""
+        ...
+
+    def now(self) -> datetime: ...
+
+    admin: TopicAdmin | None
+    """The cluster's admin client, once the connect step found the cluster."""
+    observed: TopicState | None
+    """The topic as Kafka reported it this pass (None: it does not exist, or was not asked yet)."""
+
+
+class Admins:
+    """One admin client per cluster address, shared by every topic on that cluster (librdkafka runs threads per
+    client: 1,000 topics on one cluster still make one client)."""
+
+    def __init__(self, factory: Callable[[str], TopicAdmin] = TopicAdmin) -> None:
+        self._factory = factory
+        self._clients: dict[str, TopicAdmin] = {}
+
+    def of(self, bootstrap: str) -> TopicAdmin:
+        if bootstrap not in self._clients:
+            self._clients[bootstrap] = self._factory(bootstrap)
+        return self._clients[bootstrap]
+
+
+class TopicPass(kit.ObjectPass):
+    """One pass over one KafkaTopic (implements :class:`TopicContext`)."""
+
+    def __init__(
+        self,
+        *,
+        client: Client,
+        cache: Cache,
+        events: EventRecorder,
+        obj: dict[str, Any],
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        super().__init__(client=client, cache=cache, events=events, kind=TOPIC_KIND, obj=obj, labels=LABELS,
+                         field_manager=FIELD_MANAGER, severity=SEVERITY)  # fmt: skip
+        self._spec = KafkaTopicSpec.model_validate(self.obj.get("spec") or {})
+        self._clock = clock
+        self.admin: TopicAdmin | None = None
+        self.observed: TopicState | None = None
+
+    @property
+    def spec(self) -> KafkaTopicSpec:
+        return self._spec
+
+    @property
+    def topic(self) -> str:
+        return topic_name(self.obj)
+
+    def now(self) -> datetime:
+        return self._clock()
+
+    async def run_topic(self, steps: Iterable[Callable[[TopicContext], Awaitable[Result | None]]]) -> Result | None:
+        """:meth:`kanri.kit.ObjectPass.run` for topic steps: in order until one returns a Result, then one status
+        write."""
+        for step in steps:
+            ended = await step(self)
+            if ended is not None:
+                if ended.requeue_after is not None:
+                    self.requeue(ended.requeue_after)
+                break
+        return await self.finish()
