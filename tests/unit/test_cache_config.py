@@ -65,7 +65,7 @@ def test_replicas_never_serve_data_of_unknown_age() -> None:
 
 def test_no_password_in_the_derived_configuration() -> None:
     lines = server_config(spec(dataPolicy="Durable", storage={"size": "1Gi"})) + sentinel_config(
-        "orders", spec(dataPolicy="Regenerable"), "orders-0.orders-headless"
+        "orders", spec(dataPolicy="Regenerable")
     )
     assert not [line for line in lines if "pass" in line or "auth" in line]
 
@@ -84,7 +84,7 @@ def test_quorum_is_a_majority_of_the_sentinels(replicas: int, expected: int) -> 
 
 
 def test_sentinel_monitors_the_cache_with_its_quorum_and_down_after() -> None:
-    lines = sentinel_config("orders", spec(dataPolicy="Regenerable", replicas=5, downAfterMilliseconds=1000), "h0")
-    assert "sentinel monitor orders h0 6379 3" in lines
+    lines = sentinel_config("orders", spec(dataPolicy="Regenerable", replicas=5, downAfterMilliseconds=1000))
+    assert "sentinel monitor orders {primary} 3" in lines
     assert "sentinel down-after-milliseconds orders 1000" in lines
     assert "sentinel failover-timeout orders 10000" in lines

@@ -16,10 +16,10 @@ def node(host: str, role: str = "replica", replid: str = OLD, offset: int = 100,
 
 
 def test_history_is_read_from_info_replication() -> None:
-    info = {"role": "slave", "master_host": "c-0", "master_link_status": "up", "master_replid": OLD,
-            "master_repl_offset": 42, "master_replid2": 0, "second_repl_offset": -1}  # fmt: skip
+    info = {"role": "slave", "master_host": "c-0", "master_port": 6379, "master_link_status": "up",
+            "master_replid": OLD, "master_repl_offset": 42, "master_replid2": 0, "second_repl_offset": -1}  # fmt: skip
     read = History.from_info("c-1", info, keys=7)
-    assert read == History("c-1", "replica", OLD, 42, NO_ID, -1, "c-0", True, 7)
+    assert read == History("c-1", "replica", OLD, 42, NO_ID, -1, "c-0:6379", True, 7)
     primary = History.from_info("c-0", {"role": "master", "master_replid": NEW, "master_repl_offset": 9})
     assert (primary.role, primary.primary_host, primary.link_up) == ("primary", None, False)
 

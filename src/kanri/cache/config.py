@@ -9,7 +9,15 @@ from __future__ import annotations
 from kanri.cache.api import CacheSpec, Durability
 from kanri.runtime import parse_quantity
 
-__all__ = ["SENTINEL_PORT", "VALKEY_PORT", "maxmemory_bytes", "quorum", "sentinel_config", "server_config"]
+__all__ = [
+    "PRIMARY_PLACEHOLDER",
+    "SENTINEL_PORT",
+    "VALKEY_PORT",
+    "maxmemory_bytes",
+    "quorum",
+    "sentinel_config",
+    "server_config",
+]
 
 VALKEY_PORT = 6379
 SENTINEL_PORT = 26379
@@ -74,16 +82,18 @@ def quorum(replicas: int) -> int:
     return replicas // 2 + 1
 
 
-def sentinel_config(master: str, spec: CacheSpec, primary_host: str) -> list[str]:
-    """sentinel.conf for monitoring ``master`` (the cache's name) whose primary is ``primary_host`` at first;
-    Sentinel rewrites its file as it learns, so the agent writes this only when the file does not exist yet."""
+PRIMARY_PLACEHOLDER = "{primary}"
+"""Where the agent puts the primary's ``host port`` when it writes Sentinel's first file."""
+
+
+def sentinel_config(master: str, spec: CacheSpec) -> list[str]:
+    """sentinel.conf's template for monitoring ``master`` (the cache's name); the agent fills in the primary it finds
+    and this Sentinel's own address. Sentinel rewrites its file as it learns, so it is written only once."""
     return [
-        f"port {SENTINEL_PORT}",
         "protected-mode no",
-        f"dir {DATA_DIR}",
         "sentinel resolve-hostnames yes",
         "sentinel announce-hostnames yes",
-        f"sentinel monitor {master} {primary_host} {VALKEY_PORT} {quorum(spec.replicas)}",
+        f"sentinel monitor {master} {PRIMARY_PLACEHOLDER} {quorum(spec.replicas)}",
         f"sentinel down-after-milliseconds {master} {spec.down_after_milliseconds}",
         f"sentinel failover-timeout {master} {max(10_000, spec.down_after_milliseconds * 4)}",
         f"sentinel parallel-syncs {master} 1",

@@ -27,13 +27,14 @@ class History:
     """One node's replication history and role, as ``INFO replication`` reports it."""
 
     host: str
+    """Its address, ``host:port``."""
     role: Literal["primary", "replica"]
     replid: str
     offset: int
     replid2: str = NO_ID
     second_offset: int = -1
     primary_host: str | None = None
-    """A replica's primary (None for a primary)."""
+    """A replica's primary, ``host:port`` (None for a primary)."""
     link_up: bool = False
     """A replica's link to its primary is up."""
     keys: int = 0
@@ -50,7 +51,7 @@ class History:
             offset=int(info.get("master_repl_offset", 0)),
             replid2=str(info.get("master_replid2", NO_ID) or NO_ID),
             second_offset=int(info.get("second_repl_offset", -1)),
-            primary_host=str(info["master_host"]) if replica and info.get("master_host") else None,
+            primary_host=f"{info['master_host']}:{info.get('master_port', 6379)}" if replica else None,
             link_up=replica and info.get("master_link_status") == "up",
             keys=keys,
         )

@@ -1,0 +1,219 @@
+"""The agent's actions on real Valkey processes: start the server fenced, read histories, take the decided role, and
+write Sentinel's file once. What to do is :mod:`kanri.cache.agent.fencing`'s call; this module only does it.
+
+Addresses are ``host:port`` strings (pods use their stable DNS names, tests use 127.0.0.1 and their own ports), so the
+same code runs in a pod and against local processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+import valkey.asyncio as valkey
+from valkey.exceptions import ValkeyError
+
+from kanri.cache.agent.fencing import Fence, Follow, History, Lead, StartDecision, decide_start
+
+__all__ = [
+    "FENCED_PRIMARY",
+    "Node",
+    "ask_failover",
+    "command",
+    "history",
+    "named_primary",
+    "peers_of",
+    "runtime_config",
+    "sentinel_file",
+    "split",
+    "start_server",
+    "stop",
+    "take_role",
+]
+
+log = structlog.get_logger("kanri.cache.agent")
+
+FENCED_PRIMARY = "127.0.0.1 1"
+"""A primary that never answers: a server started as its replica refuses writes and refuses to be synced from."""
+FAILOVER_RETRY = 10.0
+"""Seconds between two failover requests while the pod stays fenced."""
+REFUSED_RETRY = 1.0
+"""Seconds before asking again after every Sentinel refused (``NOGOODSLAVE``: no replica it could promote yet)."""
+
+
+def split(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host, int(port)
+
+
+@dataclass(frozen=True)
+class Node:
+    """One pod's part in a cache: its own address, its peers', the Sentinels', and the password."""
+
+    master: str
+    """The Sentinels' name for the cache (the Cache's name)."""
+    me: str
+    peers: tuple[str, ...]
+    sentinels: tuple[str, ...]
+    password: str
+    bootstrap: bool = False
+    """The first pod of the cache: it leads when no pod has any data yet."""
+
+    def client(self, address: str) -> valkey.Valkey:
+        host, port = split(address)
+        return valkey.Valkey(host=host, port=port, password=self.password, socket_timeout=1.0,
+                             socket_connect_timeout=1.0, decode_responses=True)  # fmt: skip
+
+
+def runtime_config(base: str, node: Node, *, data_dir: Path | None = None) -> str:
+    """The server's file: the ConfigMap's lines, then this pod's port, password and fenced start (last wins)."""
+    host, port = split(node.me)
+    lines = [line for line in base.splitlines() if not (data_dir and line.startswith("dir "))]
+    lines += [f"dir {data_dir}"] if data_dir else []  # Valkey changes into ``dir`` as it reads the line
+    lines += [f"port {port}", f"requirepass {node.password}", f"masterauth {node.password}"]
+    lines += [f"replicaof {FENCED_PRIMARY}"]
+    lines += [f"replica-announce-ip {host}", f"replica-announce-port {port}"]
+    return "\n".join(lines) + "\n"
+
+
+def sentinel_file(template: str, node: Node, primary: str, *, data_dir: Path | None = None) -> str:
+    """Sentinel's first file: the ConfigMap's template with the primary, this Sentinel's address (``node.me``) and
+    the passwords."""
+    host, port = split(primary)
+    me_host, me_port = split(node.me)
+    text = template.replace("{primary}", f"{host} {port}").rstrip("\n")
+    if data_dir is not None:
+        text += f"\ndir {data_dir}"
+    return (
+        f"{text}\nport {me_port}\nsentinel announce-ip {me_host}\nrequirepass {node.password}\n"
+        f"sentinel auth-pass {node.master} {node.password}\nsentinel sentinel-pass {node.password}\n"
+    )
+
+
+async def command(client: valkey.Valkey, *args: str | int) -> Any:
+    """One command (valkey-py's ``execute_command`` is untyped)."""
+    return await client.execute_command(*args)  # type: ignore[no-untyped-call]
+
+
+async def history(node: Node, address: str) -> History | None:
+    """``address``'s history, or None when it does not answer (or is still loading its data)."""
+    client = node.client(address)
+    try:
+        info = await client.info("replication")
+        # INFO, not DBSIZE: a replica without its primary refuses data commands (replica-serve-stale-data no)
+        keyspace = await client.info("keyspace")
+        keys = sum(int(db.get("keys", 0)) for db in keyspace.values() if isinstance(db, dict))
+    except (ValkeyError, OSError) as exc:
+        log.debug("no history", address=address, error=type(exc).__name__)
+        return None
+    finally:
+        await client.aclose()
+    return History.from_info(address, info, keys)
+
+
+async def named_primary(node: Node) -> str | None:
+    """The primary most Sentinels that answered name (None when none answered)."""
+
+    async def ask(address: str) -> str | None:
+        client = node.client(address)
+        try:
+            answer = await command(client, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", node.master)
+        except (ValkeyError, OSError):
+            return None
+        finally:
+            await client.aclose()
+        return f"{answer[0]}:{answer[1]}" if answer else None
+
+    answers = [a for a in await asyncio.gather(*(ask(s) for s in node.sentinels)) if a is not None]
+    return Counter(answers).most_common(1)[0][0] if answers else None
+
+
+async def ask_failover(node: Node) -> bool:
+    """Ask one Sentinel to promote the best replica now (without waiting for down-after)."""
+    for address in node.sentinels:
+        client = node.client(address)
+        try:
+            await command(client, "SENTINEL", "FAILOVER", node.master)
+            log.warning("asked Sentinel for a failover", sentinel=address)
+            return True
+        except (ValkeyError, OSError) as exc:
+            log.debug("Sentinel refused a failover", sentinel=address, error=str(exc))
+        finally:
+            await client.aclose()
+    return False
+
+
+async def act(node: Node, decision: StartDecision) -> bool:
+    """Carry out ``decision`` on this pod's server; True when the pod has its role."""
+    client = node.client(node.me)
+    try:
+        match decision:
+            case Follow(primary=primary):
+                host, port = split(primary)
+                await command(client, "REPLICAOF", host, port)
+                return True
+            case Lead():
+                await command(client, "REPLICAOF", "NO", "ONE")
+                return True
+            case Fence():
+                return False
+    finally:
+        await client.aclose()
+
+
+async def decide(node: Node) -> StartDecision | None:
+    """What this pod should do now (None while its own server does not answer)."""
+    me = await history(node, node.me)
+    if me is None:
+        return None
+    peers = [h for h in await asyncio.gather(*(history(node, p) for p in node.peers)) if h is not None]
+    return decide_start(me, peers, await named_primary(node), bootstrap=node.bootstrap)
+
+
+async def take_role(node: Node, *, interval: float = 0.5) -> StartDecision:
+    """Decide and act until the pod follows a primary or leads; asks for a failover (at most every
+    :data:`FAILOVER_RETRY` s) while the decision says so. Returns the decision carried out."""
+    loop = asyncio.get_running_loop()
+    next_ask = 0.0
+    last_reason = ""
+    while True:
+        decision = await decide(node)
+        if decision is not None:
+            if decision.reason != last_reason:
+                log.info("role decision", decision=type(decision).__name__, reason=decision.reason)
+                last_reason = decision.reason
+            if await act(node, decision):
+                return decision
+            if isinstance(decision, Fence) and decision.failover and loop.time() >= next_ask:
+                # a refusal (no replica known yet) is asked again soon; an accepted request gets time to finish
+                next_ask = loop.time() + (FAILOVER_RETRY if await ask_failover(node) else REFUSED_RETRY)
+        await asyncio.sleep(interval)
+
+
+async def start_server(binary: Path, config: Path) -> asyncio.subprocess.Process:
+    """Start ``valkey-server config`` (the password is in the file, never in the arguments)."""
+    return await asyncio.create_subprocess_exec(str(binary), str(config))
+
+
+async def stop(process: asyncio.subprocess.Process, timeout: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL after ``timeout``."""
+    if process.returncode is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        process.terminate()
+    try:
+        await asyncio.wait_for(process.wait(), timeout)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        await process.wait()
+
+
+def peers_of(addresses: Sequence[str], me: str) -> tuple[str, ...]:
+    return tuple(a for a in addresses if a != me)
