@@ -26,6 +26,7 @@ from kanri.runtime import parse_optional_time
 
 __all__ = [
     "INITIAL",
+    "PRE_UPGRADE",
     "TERMINAL",
     "TRIGGER_LABEL",
     "Done",
@@ -44,8 +45,9 @@ __all__ = [
 
 Obj = dict[str, Any]
 TRIGGER_LABEL = "kanri.dev/backup-trigger"
-"""``initial`` or ``schedule`` on the backups the operator creates (a user's own carry none)."""
+"""``initial``, ``schedule`` or ``pre-upgrade`` on the backups the operator creates (a user's own carry none)."""
 INITIAL = "initial"
+PRE_UPGRADE = "pre-upgrade"
 TERMINAL = frozenset({"Completed", "Failed"})
 MAX_LAG_BYTES = 64 * 1024 * 1024
 """A replica further behind than this is not "healthy" for a backup: it would miss recent writes until it catches

@@ -20,18 +20,26 @@ from typing import Any, Protocol
 
 import structlog
 
+from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.backup import plan as backup_plan
 from kanri.postgres.backup.archiving import BackupSettings, Repository, Unresolved, server_name
 from kanri.postgres.backup.controller import siblings
-from kanri.postgres.context import MeasuredStep
+from kanri.postgres.context import ClusterStep, MeasuredStep
 from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
 from kanri.postgres.labels import cluster_labels
 from kanri.runtime import ApiError, owner_reference, set_condition
 
-__all__ = ["CONDITION", "SLOT_ANNOTATION", "due", "iso", "run"]
+__all__ = ["CONDITION", "SLOT_ANNOTATION", "backup_object", "due", "iso", "run"]
 
 log = structlog.get_logger("kanri.postgres.backup.schedule")
 Obj = dict[str, Any]
+
+
+class Owner(ClusterStep, Protocol):
+    """What a backup the operator asks for is made from: the cluster and its spec (its deletion policy)."""
+
+    @property
+    def spec(self) -> PostgresClusterSpec: ...
 
 
 class Pass(MeasuredStep, Protocol):
@@ -67,7 +75,9 @@ def due(cluster: Obj, schedule: str, now: datetime) -> tuple[str, datetime, str]
     return backup_plan.scheduled_name(name, slot), slot, "schedule"
 
 
-def _backup_object(step: Pass, name: str, slot: datetime, trigger: str) -> Obj:
+def backup_object(step: Owner, name: str, slot: datetime, trigger: str) -> Obj:
+    """A PostgresBackup the operator asks for: labelled with its ``trigger``, annotated with the moment it stands
+    for, owned by the cluster under deletionPolicy Delete."""
     meta: Obj = {
         "name": name,
         "namespace": step.namespace,
@@ -93,7 +103,7 @@ async def run(step: Pass, repository: Repository | Unresolved | None) -> None:
     if isinstance(repository, Repository) and step.running and (wanted := due(step.cluster, backup.schedule, now)):
         name, slot, trigger = wanted
         try:
-            await step.client.create(POSTGRES_BACKUP, _backup_object(step, name, slot, trigger))
+            await step.client.create(POSTGRES_BACKUP, backup_object(step, name, slot, trigger))
             log.info("base backup asked", cluster=step.name, namespace=step.namespace, backup=name, trigger=trigger)
             kind = "the first backup" if trigger == backup_plan.INITIAL else f"the schedule's {iso(slot)} slot"
             await step.events.normal(step.cluster, "BackupScheduled", f"created PostgresBackup {name} for {kind}")

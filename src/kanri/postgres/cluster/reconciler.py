@@ -455,7 +455,8 @@ class ClusterPass:
                            scaled=changes.scaled, restarting=changes.restarting, rolling=self.rolling,
                            waiting_to_roll=tuple(self.waiting_to_roll), problems=tuple(self.problems),
                            removal_waiting=data.removal_waiting, major=data.major,
-                           upgrade=upgrade_verdict(data.major, self.spec.version, approved),
+                           upgrade=upgrade_verdict(data.major, self.spec.version, approved,
+                                                   upgrade_step.repository_missing(self)),
                            system_identifier=data.system_identifier, split_brain=seen.split_brain,
                            failover=step.progress, primary_waiting=self.primary_waiting,
                            upgrading=upgrade_step.in_progress(self.status))  # fmt: skip

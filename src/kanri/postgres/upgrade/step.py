@@ -36,8 +36,10 @@ from kanri.contract.instance_config import UpgradeNote
 from kanri.kit import read_verdict
 from kanri.postgres import names
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
-from kanri.postgres.backup.archiving import upgraded_server_name
+from kanri.postgres.backup.archiving import BackupSettings, Repository, resolve, upgraded_server_name
+from kanri.postgres.backup.plan import PRE_UPGRADE
 from kanri.postgres.backup.plan import parse_time as parse_lenient
+from kanri.postgres.backup.schedule import backup_object
 from kanri.postgres.children.images import PostgresImages
 from kanri.postgres.children.upgrade import check_pod, upgrade_pod
 from kanri.postgres.cluster.recorded import PG_MAJOR, SYSTEM_IDENTIFIER
@@ -60,6 +62,7 @@ __all__ = [
     "check",
     "config_note",
     "in_progress",
+    "repository_missing",
     "run",
     "stops_instances",
     "sweep",
@@ -77,6 +80,9 @@ class Pass(oneshot.Pass, Protocol):
 
     @property
     def images(self) -> PostgresImages: ...
+
+    @property
+    def backup_settings(self) -> BackupSettings: ...
 
 
 CHECK_TIMEOUT = timedelta(hours=1)
@@ -299,11 +305,47 @@ async def _starting(step: Pass, record: Obj, plan: InstancePlan, reports: dict[s
         await _write(step, record, new)
 
 
+def _backups(step: Pass) -> dict[str, str]:
+    """The cluster's PostgresBackups: name -> phase (Pending before the controller wrote one)."""
+    found = step.cache.list(POSTGRES_BACKUP, step.namespace)
+    return {b["metadata"]["name"]: str((b.get("status") or {}).get("phase") or "Pending") for b in found
+            if (b.get("spec") or {}).get("cluster") == step.name}  # fmt: skip
+
+
 def backups_in_flight(step: Pass) -> tuple[str, ...]:
     """The cluster's PostgresBackups that are Pending or Running."""
-    found = step.cache.list(POSTGRES_BACKUP, step.namespace)
-    return tuple(sorted(b["metadata"]["name"] for b in found if (b.get("spec") or {}).get("cluster") == step.name
-                        and (b.get("status") or {}).get("phase", "Pending") in ("Pending", "Running")))  # fmt: skip
+    return tuple(sorted(name for name, phase in _backups(step).items() if phase in ("Pending", "Running")))
+
+
+def _repository_missing(step: Pass) -> str | None:
+    """Why the cluster has no backup repository its pre-upgrade backup could go to; None when it has one."""
+    found = resolve(step.spec, step.namespace, step.backup_settings)
+    if isinstance(found, Repository):
+        return None
+    return "spec.backup is not set" if found is None else str(found)
+
+
+def repository_missing(step: Pass) -> str | None:
+    """Why an approved upgrade cannot have its fresh backup (no usable repository), for the ``MajorUpgrade``
+    condition; None when it can, or when ``spec.upgrade.withoutBackup`` approved it without one."""
+    wanted = step.spec.upgrade
+    if wanted is not None and wanted.without_backup:
+        return None
+    return _repository_missing(step)
+
+
+async def _ask_for_backup(step: Pass, name: str, record: Obj) -> None:
+    """Create the pre-upgrade PostgresBackup (409: created before an operator restart, nothing to do)."""
+    moment = parse_lenient(record.get("approvedAt")) or datetime.now(UTC)
+    try:
+        await step.client.create(POSTGRES_BACKUP, backup_object(step, name, moment, PRE_UPGRADE))
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+        return
+    log.info("pre-upgrade backup asked", cluster=step.name, namespace=step.namespace, backup=name)
+    await step.events.normal(step.cluster, "UpgradeBackupRequested", f"created PostgresBackup {name}: the fresh "
+                             f"backup the upgrade {record.get('from')} -> {record.get('to')} waits for")  # fmt: skip
 
 
 async def run(step: Pass, major: int, plan: InstancePlan, reports: dict[str, InstanceReport]) -> bool:
@@ -320,7 +362,9 @@ async def run(step: Pass, major: int, plan: InstancePlan, reports: dict[str, Ins
         ready=ready.get("status") == "True" and plan.primary is not None,
         last_backup=parse_optional_time(last_backup),
         record=status.get("upgrade"), now=datetime.now(UTC).replace(microsecond=0),
-        backups_in_flight=backups_in_flight(step)))  # fmt: skip
+        backups_in_flight=backups_in_flight(step), cluster=step.name, repository=_repository_missing(step),
+        without_backup=bool(step.spec.upgrade and step.spec.upgrade.without_backup),
+        backups=_backups(step)))  # fmt: skip
     old = status.get("upgrade")
     if decision.record != old:
         patch = decision.record
@@ -332,6 +376,8 @@ async def run(step: Pass, major: int, plan: InstancePlan, reports: dict[str, Ins
         if decision.event is not None:
             await step.events.normal(step.cluster, *decision.event)
     record = step.status.get("upgrade")
+    if decision.backup is not None and record is not None:
+        await _ask_for_backup(step, decision.backup, record)  # after approvedAt (its name's source) is recorded
     await sweep(step, record)
     if record is None or decision.action == "none":
         return False

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kanri.postgres.cluster.instances import InstanceReport
+from kanri.postgres.upgrade.machine import no_repository
 
 __all__ = ["UpgradeVerdict", "running_major", "upgrade_verdict"]
 
@@ -47,8 +48,11 @@ class UpgradeVerdict:
     """Worth a Warning Event when the condition turns to it (the user asked for something that does not happen)."""
 
 
-def upgrade_verdict(running: int, version: int, approved: int | None) -> UpgradeVerdict:
-    """What ``spec.version`` = ``version`` means for data of major ``running``."""
+def upgrade_verdict(
+    running: int, version: int, approved: int | None, repository_missing: str | None = None
+) -> UpgradeVerdict:
+    """What ``spec.version`` = ``version`` means for data of major ``running`` (``repository_missing``: why an
+    approved upgrade's fresh backup cannot be taken, :func:`kanri.postgres.upgrade.step.repository_missing`)."""
     if version == running:
         return UpgradeVerdict("NotRequested", f"PostgreSQL {running} runs, as spec.version asks", warn=False)
     if version < running:
@@ -65,6 +69,8 @@ def upgrade_verdict(running: int, version: int, approved: int | None) -> Upgrade
             f"spec.upgrade.approvedVersion: {version}; PostgreSQL {running} keeps running until then",
             warn=True,
         )
+    if repository_missing is not None:
+        return UpgradeVerdict("NoBackupRepository", no_repository(running, version, repository_missing), warn=True)
     return UpgradeVerdict(
         "UpgradeApproved",
         f"the upgrade from {running} to {version} is approved: status.upgrade shows its gates and steps "

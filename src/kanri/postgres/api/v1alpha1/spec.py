@@ -29,15 +29,29 @@ IMAGE_NAME_PATTERN = r"^[a-z0-9]([a-z0-9._/-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9._-]+
 _IMAGE_TAG = "self.imageName.substring(self.imageName.lastIndexOf(':') + 1)"
 
 
-class Upgrade(ApiModel):
+class Upgrade(
+    ApiModel,
+    validations=[
+        # Skipping the pre-upgrade backup is part of one approval, never a standing setting of the cluster.
+        cel(
+            "!has(self.withoutBackup) || !self.withoutBackup || has(self.approvedVersion)",
+            "upgrade.withoutBackup needs upgrade.approvedVersion: it approves one upgrade without a fresh backup",
+        ),
+    ],
+):
     """Approval of a major version upgrade. A rise of version is carried out only when approvedVersion equals the
     new version, so a change of version alone (say, a merged pull request) never upgrades a database. Before
-    upgrading, the operator checks compatibility (pg_upgrade --check) and takes a fresh backup; status.upgrade shows
-    the progress. Default: nothing approved."""
+    upgrading, the operator checks compatibility (pg_upgrade --check) and takes a fresh backup itself (a
+    PostgresBackup named <cluster>-pre-upgrade-<to>-<approval time>); status.upgrade shows the progress. Default:
+    nothing approved."""
 
     approved_version: Annotated[int, Field(ge=_MIN_VERSION, le=_MAX_VERSION)] | None = None
     """The PostgreSQL major the operator may upgrade to (14 to 18). Setting it to the value of version, together
     with or after raising version, starts the upgrade. Changing it while an upgrade runs does not stop that upgrade."""
+
+    without_backup: bool | None = None
+    """Upgrade without the fresh backup (only together with approvedVersion). Needed for a cluster without a backup
+    repository, whose upgrade otherwise waits; with a repository it skips the pre-upgrade backup. Default: false."""
 
 
 class PostgresClusterSpec(
