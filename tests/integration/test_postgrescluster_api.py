@@ -560,8 +560,11 @@ INVALID = [
         ('unsupported resource name(s): ["gpu", "nvidia.com/gpu"]',),
     ),
     Refused("approved-version-13", {"upgrade": {"approvedVersion": 13}}, ("spec.upgrade.approvedVersion",)),
-    Refused("without-backup-alone", {"upgrade": {"withoutBackup": True}}, ("upgrade.withoutBackup needs "
-            "upgrade.approvedVersion",)),  # fmt: skip
+    Refused(
+        "without-backup-alone",
+        {"upgrade": {"withoutBackup": True}},
+        ("upgrade.withoutBackup needs upgrade.approvedVersion",),
+    ),
     Refused(
         "image-of-another-major",
         {"imageName": "kanri.dev/postgres:16.9"},
