@@ -1,8 +1,9 @@
 """Major upgrades carried out end to end (issue 14 item 3): PyPI PostgreSQL 14 → 15 in the local node's pods, real
 Barman Cloud backups into the local object store (the fresh-backup gate), the real ``pg_upgrade``.
 
-- A primary and two replicas with data and extensions: unapproved it waits and keeps serving 14; approved, it waits
-  for a backup taken after the approval; then the check pod, the stop, ``pg_upgrade --link`` on the primary's volume,
+- A primary and two replicas with data and extensions: unapproved it waits and keeps serving 14; approved, the
+  operator takes the fresh backup itself (``<cluster>-pre-upgrade-15-<approvedAt>``, issue 29 item 1: nobody runs
+  ``kanri backup``) and waits for it; then the check pod, the stop, ``pg_upgrade --link`` on the primary's volume,
   the replicas cloned again: every instance runs 15, the data is checksummed equal, the extensions are there
   (pg_stat_statements updated by the update_extensions.sql pg_upgrade wrote), the statistics rebuilt, the downtime
   is recorded, writes go on and reach both replicas.
@@ -25,9 +26,7 @@ from typing import Any
 import psycopg
 import pytest
 import pytest_asyncio
-from typer.testing import CliRunner
 
-from kanri.cli.main import app
 from kanri.local import Endpoint
 from kanri.local.pg_binaries import installed, newest_per_major
 from kanri.local.seaweedfs import S3_BUCKET, S3_SERVICE, backup_tools_bin
@@ -35,7 +34,8 @@ from kanri.postgres import names
 from kanri.postgres.api.v1alpha1.backup import S3Repository
 from kanri.postgres.cluster.instances import HttpInstanceClient
 from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
-from kanri.runtime import ApiError, Client
+from kanri.postgres.upgrade.machine import pre_upgrade_backup
+from kanri.runtime import ApiError, Client, parse_optional_time
 from kanri.runtime.kinds import EVENT, POD, SECRET, STATEFUL_SET
 from tests.e2e.postgres_helpers import cluster, every_instance_has, pod_ips, ready, write_row
 from tests.e2e.test_backup_archiving_e2e import (  # noqa: F401  (node, store: the fixtures)
@@ -148,16 +148,18 @@ async def _superuser_at(client: Client, namespace: str, name: str, host: str, qu
         return None
 
 
-async def _backup(control_plane: Endpoint, namespace: str, name: str, backup: str) -> None:
-    argv = ["backup", name, "--name", backup, "--wait", "--timeout", "240", "-n", namespace,
-            "--kubeconfig", str(control_plane.kubeconfig)]  # fmt: skip
-    result = await asyncio.to_thread(CliRunner().invoke, app, argv)
-    assert result.exit_code == 0, result.output
+async def _pre_upgrade_backup(client: Client, namespace: str, name: str, to: int) -> str:
+    """The backup the operator took for the approved upgrade on its own, once Completed: its name."""
+    record = await eventually(lambda: _record(client, namespace, name, "WaitingForPreconditions"), timeout=60)
+    approved_at = parse_optional_time(record["approvedAt"])
+    assert approved_at is not None
+    backup = pre_upgrade_backup(name, to, approved_at)
+    await eventually(lambda: _completed(client, namespace, backup), timeout=240, interval=1)
+    return backup
 
 
 async def test_a_cluster_of_three_is_upgraded_from_14_to_15_after_approval_and_a_fresh_backup(
     client: Client,
-    control_plane: Endpoint,
     upgrading_operator: Operator,
     namespace: str,
     store: Store,  # noqa: F811
@@ -182,7 +184,9 @@ async def test_a_cluster_of_three_is_upgraded_from_14_to_15_after_approval_and_a
         await client.patch(POSTGRES_CLUSTER, "up", {"spec": {"upgrade": {"approvedVersion": 15}}}, namespace)
         gated = await eventually(lambda: _record(client, namespace, "up", "WaitingForPreconditions"), timeout=60)
         assert "no base backup completed after the approval" in gated["message"]
-        await _backup(control_plane, namespace, "up", "up-before-15")
+        assert "the pre-upgrade backup up-pre-upgrade-15-" in gated["message"]
+        # nobody runs `kanri backup`: the operator takes it
+        await _pre_upgrade_backup(client, namespace, "up", 15)
         # a commit after the last backup, in a WAL segment nothing closes before the stop: the upgrade must archive
         # it, or the old system's archive would end before the upgrade and this commit could not be restored
         await superuser_rows(client, namespace, "up", "CREATE TABLE marker AS SELECT 42 AS answer")
@@ -229,7 +233,7 @@ async def test_a_cluster_of_three_is_upgraded_from_14_to_15_after_approval_and_a
         assert any(key.endswith("backup.info") for key in new_base), new_base
         assert await store.keys_under(f"{folder}/up.pg15/wals/")
         old_bases = {key.split("/")[4] for key in await store.keys_under(f"{folder}/up/base/")}
-        assert len(old_bases) == 2, old_bases  # up-initial and up-before-15, on PostgreSQL 14
+        assert len(old_bases) == 2, old_bases  # up-initial and the pre-upgrade backup, on PostgreSQL 14
         assert await store.keys_under(f"{folder}/up/wals/{last_segment[:16]}/{last_segment}"), last_segment
 
         # the way back: the old system restored, to its end, into a new cluster of the old major (docs: Rollback)
@@ -242,7 +246,8 @@ async def test_a_cluster_of_three_is_upgraded_from_14_to_15_after_approval_and_a
         reasons = await _reasons(client, namespace)
         # every step as an Event (with client-go's per-object spam filter the last ones were dropped: the stop and
         # start add routine Events about the cluster; the recorder's budget is per object and reason now)
-        for reason in ("UpgradeWaitingForApproval", "UpgradeWaitingForPreconditions", "UpgradeChecking",
+        for reason in ("UpgradeWaitingForApproval", "UpgradeWaitingForPreconditions", "UpgradeBackupRequested",
+                       "UpgradeChecking",
                        "UpgradeCheckPassed", "UpgradeStopping", "UpgradeRunning", "UpgradeDataUpgraded",
                        "UpgradeSucceeded"):  # fmt: skip
             assert reason in reasons, reasons
@@ -251,7 +256,6 @@ async def test_a_cluster_of_three_is_upgraded_from_14_to_15_after_approval_and_a
 
 async def test_an_upgrade_the_check_refuses_fails_and_the_cluster_keeps_serving_14(
     client: Client,
-    control_plane: Endpoint,
     upgrading_operator: Operator,
     namespace: str,
 ) -> None:
@@ -263,8 +267,7 @@ async def test_an_upgrade_the_check_refuses_fails_and_the_cluster_keeps_serving_
         await superuser_rows(client, namespace, "bad", "CREATE TABLE procs (p regproc)")
         await client.patch(POSTGRES_CLUSTER, "bad", {"spec": {"version": 15, "upgrade": {"approvedVersion": 15}}},
                            namespace)  # fmt: skip
-        await eventually(lambda: _record(client, namespace, "bad", "WaitingForPreconditions"), timeout=60)
-        await _backup(control_plane, namespace, "bad", "bad-before-15")
+        await _pre_upgrade_backup(client, namespace, "bad", 15)
         failed = await eventually(lambda: _record(client, namespace, "bad", "Failed"), timeout=300, interval=1)
         assert "reg*" in failed["message"], failed["message"]
         assert "procs" in failed["message"], failed["message"]
@@ -328,7 +331,6 @@ async def _event_seen(client: Client, namespace: str, reason: str) -> bool:
 @pytest.mark.skipif(not {17, 18} <= set(_NEWEST), reason="PyPI PostgreSQL 17 and 18 not installed")
 async def test_a_primary_and_a_replica_on_a_pinned_17_are_upgraded_to_18_by_operators_killed_mid_way(
     client: Client,
-    control_plane: Endpoint,
     upgrading_operator: Operator,
     namespace: str,
     store: Store,  # noqa: F811
@@ -357,7 +359,7 @@ async def test_a_primary_and_a_replica_on_a_pinned_17_are_upgraded_to_18_by_oper
         await eventually(lambda: _record(client, namespace, "hop", "WaitingForPreconditions"), timeout=60)
         # waiting: the instances keep 17.10, not the spec's 18.6 nor 17's default (an unasked-for minor update)
         assert await _images(client, namespace, "hop", 2) == {"kanri.dev/postgres:17.10"}
-        await _backup(control_plane, namespace, "hop", "hop-before-18")
+        await _pre_upgrade_backup(client, namespace, "hop", 18)
     cuts: list[str] = []
     for step in _STEPS:
         async with _operator_process(upgrading_operator, repository) as doomed:
