@@ -74,13 +74,13 @@ PRESERVED_V1, PRESERVED_V2 = PETS.annotation("v1"), PETS.annotation("v2")
 
 names = st.text(alphabet="abcxyz-", min_size=1, max_size=8)
 small = st.integers(min_value=0, max_value=500)
-annotations = st.dictionaries(st.sampled_from(["a.io/x", "b.io/y", "note"]), names, max_size=2)
+annotation_maps = st.dictionaries(st.sampled_from(["a.io/x", "b.io/y", "note"]), names, max_size=2)
 
 
 @st.composite
 def metadata(draw: st.DrawFn) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": draw(names), "namespace": "ns", "uid": "u-1", "resourceVersion": "7"}
-    if extra := draw(annotations):
+    if extra := draw(annotation_maps):
         meta["annotations"] = extra
     if draw(st.booleans()):
         meta["labels"] = {"app": draw(names)}

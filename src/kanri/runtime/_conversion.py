@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar
 
 import structlog
 from pydantic import ValidationError
@@ -115,7 +115,7 @@ class Conversion(Generic[H]):
             if not isinstance(stored, dict):
                 raise ValueError("not an object")
             projected = self._body(self._plain(self._plain({**stored, "apiVersion": target}, source), target))
-            merged = _three_way(current, projected, stored)
+            merged: Obj = _three_way(current, projected, stored)
             self._plain({**merged, "apiVersion": target}, target)  # still valid in the target version?
         except (ValueError, ConversionError) as error:
             # A damaged or outdated annotation must not block reads: the object as its version shows it wins.
@@ -137,8 +137,7 @@ class Conversion(Generic[H]):
                 result = self._spokes[source_api_version].to_hub(result)
             if target_api_version in self._spokes:
                 result = self._spokes[target_api_version].from_hub(result)
-        dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
-        return cast(Obj, dumped)
+        return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
     def _model(self, api_version: str) -> type[CustomResource]:
         model = self._models.get(api_version)

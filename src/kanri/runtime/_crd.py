@@ -86,6 +86,8 @@ class ResourceInfo:
     scale: Scale | None
     served: bool
     storage: bool
+    deprecated: bool = False
+    deprecation_warning: str | None = None
 
     @property
     def api_version(self) -> str:
@@ -134,7 +136,9 @@ class CustomResource(KubeModel):
     Keywords: ``group``, ``version``, ``kind``, ``plural`` (required together); ``singular`` (default: kind in lower
     case), ``short_names``, ``categories``, ``scope`` (``"Namespaced"`` or ``"Cluster"``), ``printer_columns``,
     ``status_subresource`` (default: on when the model has a ``status`` field), ``scale`` (a :class:`Scale`),
-    ``served`` / ``storage`` (for several versions of one kind) and ``validations`` (CEL rules on the whole object).
+    ``served`` / ``storage`` (for several versions of one kind), ``deprecated`` / ``deprecation_warning`` (the API
+    server then sends that warning to every client using the version) and ``validations`` (CEL rules on the whole
+    object).
     A subclass without them is an abstract base for other resources. The declaration is ``Cls.resource``.
 
     ``apiVersion`` and ``kind`` default to the declared ones and are checked on validation; ``metadata`` stays a
@@ -163,6 +167,8 @@ class CustomResource(KubeModel):
         scale: Scale | None = None,
         served: bool = True,
         storage: bool = True,
+        deprecated: bool = False,
+        deprecation_warning: str | None = None,
         validations: Sequence[Rule] = (),
         **kwargs: Any,
     ) -> None:
@@ -191,6 +197,8 @@ class CustomResource(KubeModel):
             scale=scale,
             served=served,
             storage=storage,
+            deprecated=deprecated or deprecation_warning is not None,
+            deprecation_warning=deprecation_warning,
         )
 
     @model_validator(mode="before")
@@ -209,9 +217,13 @@ class CustomResource(KubeModel):
         return data
 
 
-def crd_for(*resources: type[CustomResource]) -> dict[str, Any]:
+def crd_for(*resources: type[CustomResource], webhook: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The CustomResourceDefinition (``apiextensions.k8s.io/v1``) serving ``resources``: one entry in
     ``spec.versions`` per resource class, all of the same kind; exactly one may be the storage version.
+
+    ``webhook`` is the ``clientConfig`` of a conversion webhook (``{"service": {"name", "namespace", "path"}}`` in a
+    cluster, ``{"url": ...}`` outside one, with or without ``caBundle``): versions then convert through it
+    (``strategy: Webhook``) instead of only changing ``apiVersion`` (``strategy: None``).
 
     Output is deterministic: keys are sorted at every level (as controller-gen does), lists keep their order.
     """
@@ -247,26 +259,29 @@ def crd_for(*resources: type[CustomResource]) -> dict[str, Any]:
         names["shortNames"] = list(first.short_names)
     if first.categories:
         names["categories"] = list(first.categories)
+    spec: dict[str, Any] = {
+        "group": first.group,
+        "names": names,
+        "scope": first.scope,
+        "versions": [_version(resource, info) for resource, info in zip(resources, infos, strict=True)],
+    }
+    if webhook is not None:
+        conversion = {"clientConfig": dict(webhook), "conversionReviewVersions": ["v1"]}
+        spec["conversion"] = {"strategy": "Webhook", "webhook": conversion}
     crd = {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {"name": first.crd_name},
-        "spec": {
-            "group": first.group,
-            "names": names,
-            "scope": first.scope,
-            "versions": [_version(resource, info) for resource, info in zip(resources, infos, strict=True)],
-        },
+        "spec": spec,
     }
     sorted_crd: dict[str, Any] = _sorted(crd)
     return sorted_crd
 
 
-def crd_yaml(*resources: type[CustomResource]) -> str:
+def crd_yaml(*resources: type[CustomResource], webhook: Mapping[str, Any] | None = None) -> str:
     """:func:`crd_for` as a YAML document (stable text, suitable for committing under ``deploy/``)."""
-    return yaml.dump(
-        crd_for(*resources), Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True, width=120
-    )
+    crd = crd_for(*resources, webhook=webhook)
+    return yaml.dump(crd, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True, width=120)
 
 
 class _Dumper(yaml.SafeDumper):
@@ -299,6 +314,10 @@ def _version(resource: type[CustomResource], info: ResourceInfo) -> dict[str, An
         "storage": info.storage,
         "schema": {"openAPIV3Schema": schema},
     }
+    if info.deprecated:
+        entry["deprecated"] = True
+    if info.deprecation_warning is not None:
+        entry["deprecationWarning"] = info.deprecation_warning
     subresources: dict[str, Any] = {}
     status = info.status_subresource
     if status is None:
