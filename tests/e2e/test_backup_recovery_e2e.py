@@ -4,6 +4,8 @@ PostgreSQL 15 and Barman Cloud in the pods, the object store a workload of the l
 One source cluster with its first base backup. Row 1 is written, the server's clock read (the moment "between"),
 row 2 written and its segment archived. Then:
 
+- recoverable from day one (issue 29 item 2): the first rehearsal runs by itself once the first backup completed (not
+  at the weekly slot), and ``kanri status`` shows it;
 - point-in-time recovery: a new cluster with ``bootstrap.recovery {source, targetTime: between}`` is Ready and holds
   row 1 and not row 2, through its own Service, as its own app user;
 - a rehearsal on demand (``kanri.dev/restore-test``) restores the latest backup plus the archive in a throwaway pod,
@@ -28,7 +30,7 @@ from kanri.local.node import LocalNode
 from kanri.local.seaweedfs import backup_tools_bin
 from kanri.postgres.cluster.instances import HttpInstanceClient
 from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
-from kanri.postgres.recovery.rehearsal import ANNOTATION
+from kanri.postgres.recovery.rehearsal import ANNOTATION, FIRST_BACKUP
 from kanri.runtime import Client
 from kanri.runtime.kinds import EVENT, POD
 from tests.e2e.postgres_helpers import cluster, cluster_ip, credentials, gone, ready, rows_through, write_row
@@ -79,6 +81,13 @@ async def rehearse(client: Client, namespace: str, request: str) -> Obj:
     return record
 
 
+async def first_rehearsal(client: Client, namespace: str) -> Obj | None:
+    """The rehearsal the operator ran on its own after the first backup, once recorded."""
+    status = (await client.get(POSTGRES_CLUSTER, NAME, namespace)).get("status") or {}
+    record = (status.get("backup") or {}).get("lastRestoreTest") or {}
+    return dict(record) if record.get("request") == FIRST_BACKUP else None
+
+
 async def events(client: Client, namespace: str, reason: str) -> list[Obj]:
     found, _ = await client.list(EVENT, namespace)
     return [e for e in found if e.get("reason") == reason]
@@ -112,6 +121,17 @@ async def test_a_point_in_time_restore_and_rehearsals_that_pass_and_fail_loudly_
             user, password = await credentials(client, namespace, "pitr-back")
             restored = await rows_through(await cluster_ip(client, namespace, "pitr-back-rw"), user, password)
             assert restored == [1], restored
+
+            # nobody asked: the first rehearsal ran once the first backup completed (meanwhile, beside the restore)
+            first = await eventually(lambda: first_rehearsal(client, namespace), timeout=240, interval=1)
+            print(f"\nfirst rehearsal, after the first backup: {first}")
+            assert first["result"] == "Succeeded", first
+            output = await asyncio.to_thread(
+                invoke, "status", NAME, "-n", namespace, "--kubeconfig", str(control_plane.kubeconfig)
+            )
+            backups = next(line for line in output.splitlines() if line.startswith("Backups:"))
+            assert "last restore rehearsal Succeeded" in backups, backups
+            await eventually(lambda: gone(client, namespace, f"{NAME}-restore-test", POD), timeout=60, interval=1)
 
             # a rehearsal of the good backup: every check passes, the pod is removed
             good = await rehearse(client, namespace, "first")

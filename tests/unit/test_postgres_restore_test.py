@@ -8,7 +8,7 @@ from typing import Any
 
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.children.rehearsal import REQUEST, rehearsal_pod
-from kanri.postgres.recovery.rehearsal import SCHEDULE, TIMEOUT, due, next_scheduled, outcome
+from kanri.postgres.recovery.rehearsal import FIRST_BACKUP, SCHEDULE, TIMEOUT, due, next_scheduled, outcome
 
 NOW = datetime(2026, 12, 6, 6, 0, tzinfo=UTC)  # a Sunday, after the default 05:00 rehearsal time
 
@@ -38,8 +38,21 @@ def test_on_demand_works_before_the_first_backup_and_with_the_schedule_off() -> 
     assert due(spec(restoreTest={"enabled": False}), cluster("now", backed_up=False), NOW) == "now"
 
 
-def test_the_schedule_counts_from_the_last_rehearsal_or_the_creation() -> None:
-    assert due(spec(), cluster(), NOW) == SCHEDULE  # created Tuesday: Sunday 05:00 has passed
+def test_the_first_rehearsal_follows_the_first_backup_not_the_next_slot() -> None:
+    # created Tuesday 00:00, backed up 03:05 the same day, it is Tuesday 04:00: the weekly slot is 5 days away
+    tuesday = datetime(2026, 12, 1, 4, 0, tzinfo=UTC)
+    assert due(spec(), cluster(), tuesday) == FIRST_BACKUP
+    assert due(spec(), cluster(backed_up=False), tuesday) is None  # nothing to restore yet
+    assert due(spec(restoreTest={"enabled": False}), cluster(), tuesday) is None
+    # answered (whatever the result): from then on the schedule counts from it
+    for result in ("Succeeded", "Failed"):
+        answered = {"time": "2026-12-01T03:09:00Z", "result": result, "request": FIRST_BACKUP, "durationSeconds": 40}
+        assert due(spec(), cluster(last=answered), tuesday) is None
+    # an annotation asked meanwhile goes first (its value is what the record answers)
+    assert due(spec(), cluster("now"), tuesday) == "now"
+
+
+def test_the_schedule_counts_from_the_last_rehearsal() -> None:
     last = {"time": "2026-12-06T05:10:00Z", "result": "Succeeded", "request": SCHEDULE, "durationSeconds": 3}
     assert due(spec(), cluster(last=last), NOW) is None  # next Sunday
     assert due(spec(), cluster(last=last), NOW + timedelta(days=7)) == SCHEDULE

@@ -1,7 +1,8 @@
 """Restore rehearsals on the operator's side: when one is due, its throwaway pod, and what it found.
 
-Due (:func:`due`): on ``spec.backup.restoreTest.schedule`` (cron, UTC; counted from the last rehearsal, or from the
-cluster's creation before the first) once the cluster has a successful base backup, and on demand whenever the
+Due (:func:`due`): the first as soon as the cluster's first base backup completed (:data:`FIRST_BACKUP`: a cluster
+nobody ever restored is not known to be recoverable, and the weekly slot could be days away), then on
+``spec.backup.restoreTest.schedule`` (cron, UTC; counted from the last rehearsal), and on demand whenever the
 annotation ``kanri.dev/restore-test`` carries a value no rehearsal has answered yet (the value handled is kept as
 ``status.backup.lastRestoreTest.request``, so each new value runs once). One rehearsal at a time per cluster: the
 pod's name is fixed (``<cluster>-restore-test``, :mod:`kanri.postgres.children.rehearsal`).
@@ -39,7 +40,7 @@ from kanri.postgres.pods import oneshot
 from kanri.runtime import ApiError
 from kanri.runtime.kinds import POD
 
-__all__ = ["ANNOTATION", "SCHEDULE", "TIMEOUT", "due", "next_scheduled", "outcome", "run"]
+__all__ = ["ANNOTATION", "FIRST_BACKUP", "SCHEDULE", "TIMEOUT", "due", "next_scheduled", "outcome", "run"]
 
 log = structlog.get_logger("kanri.postgres.recovery.rehearsal")
 Obj = dict[str, Any]
@@ -56,6 +57,8 @@ ANNOTATION = REHEARSAL
 """``kubectl annotate pgc NAME kanri.dev/restore-test=<any new value>``: rehearse now."""
 SCHEDULE = "schedule"
 """The request recorded for a scheduled rehearsal."""
+FIRST_BACKUP = "first-backup"
+"""The request recorded for the first rehearsal, run once the first base backup completed."""
 TIMEOUT = timedelta(hours=6)
 """A rehearsal pod that has not ended by then is recorded as failed and removed."""
 
@@ -74,7 +77,8 @@ def next_scheduled(schedule: str, since: datetime) -> datetime | None:
 
 
 def due(spec: PostgresClusterSpec, cluster: Obj, now: datetime) -> str | None:
-    """What asks for a rehearsal now (the annotation's new value, or :data:`SCHEDULE`), or None."""
+    """What asks for a rehearsal now (the annotation's new value, :data:`FIRST_BACKUP` or :data:`SCHEDULE`), or
+    None."""
     if spec.backup is None:
         return None
     status = cluster.get("status") or {}
@@ -85,9 +89,9 @@ def due(spec: PostgresClusterSpec, cluster: Obj, now: datetime) -> str | None:
     test = spec.backup.restore_test
     if not test.enabled or not (status.get("backup") or {}).get("lastSuccessful"):
         return None  # nothing to restore yet: a rehearsal would only fail
-    since = parse_lenient(record.get("time")) or parse_lenient(cluster["metadata"].get("creationTimestamp"))
+    since = parse_lenient(record.get("time"))
     if since is None:
-        return None
+        return FIRST_BACKUP  # never rehearsed, and a backup completed: now, not at the next slot
     moment = next_scheduled(test.schedule, since)
     return SCHEDULE if moment is not None and moment <= now else None
 
@@ -190,7 +194,7 @@ async def run(step: Pass, major: int, archiving: bool) -> None:
         return
     if not await oneshot.create(step, rehearsal_pod(step.cluster, major, request, images=step.images)):
         return
-    kind = "on request" if request != SCHEDULE else "on schedule"
+    kind = {SCHEDULE: "on schedule", FIRST_BACKUP: "after the first backup"}.get(request, "on request")
     log.info("restore rehearsal started", cluster=step.name, namespace=step.namespace, request=request)
     await step.events.normal(step.cluster, "RestoreTestStarted", f"restore rehearsal started {kind}: pod {name} "
                                "restores the latest backup and checks it")  # fmt: skip
