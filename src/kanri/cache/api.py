@@ -167,8 +167,6 @@ class CacheStatus(kit.KitStatus):
     """Pods that came back empty or behind and are kept as replicas, never sources."""
     failovers: list[FailoverRecord] = Field(default_factory=list, max_length=20)
     """The most recent failovers, newest last (at most 20)."""
-    primary_offset: int | None = None
-    """The primary's replication offset at the last look."""
 
 
 class Cache(

@@ -1,0 +1,185 @@
+"""What the operator writes for a Cache (pure builders of the desired objects; the steps write them).
+
+- ``<name>-config`` ConfigMap: valkey.conf and Sentinel's template, derived from the policy (:mod:`kanri.cache.config`).
+- ``<name>-password`` Secret: generated once, never owned (``deletionPolicy`` decides), mounted as a file.
+- Services: ``<name>-hl`` (headless, every pod's stable DNS name, ready or not: the agents and Sentinels use them),
+  ``<name>-rw`` (the primary), ``<name>-ro`` (the readable pods per ``readPolicy``), ``<name>-sentinel``.
+  ``-rw`` and ``-ro`` select the role labels the operator puts on pods (:data:`ROLE`, :data:`READABLE`).
+- ``<name>`` StatefulSet: one pod per replica, each running the agent's server (container ``valkey``) and a Sentinel
+  (container ``sentinel``), so failover needs no operator; Durable pods claim a volume each.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from kanri.cache.api import LABELS, CacheSpec
+from kanri.cache.config import SENTINEL_PORT, VALKEY_PORT, sentinel_config, server_config
+from kanri.runtime import child_name
+
+__all__ = [
+    "IMAGE",
+    "READABLE",
+    "ROLE",
+    "VALKEY_UID",
+    "config_map",
+    "password_secret",
+    "pod_address",
+    "services",
+    "statefulset",
+]
+
+Obj = dict[str, Any]
+IMAGE = "kanri.dev/valkey"
+VALKEY_UID = 999
+ROLE = LABELS.key("role")
+"""On each pod, set by the operator from what the pod reports: ``primary`` or ``replica`` (``-rw`` selects primary)."""
+READABLE = LABELS.key("readable")
+"""On each pod: ``"true"`` when ``readPolicy`` lets ``-ro`` send reads to it."""
+PASSWORD_KEY = "password"
+CONFIG_DIR = "/etc/cache/config"
+SECRET_DIR = "/etc/cache/secret"
+DATA_DIR = "/data"
+RUN_DIR = "/run/cache"
+SENTINEL_DIR = "/sentinel"
+
+
+def config_name(cache: str) -> str:
+    return child_name(cache, "config")
+
+
+def password_name(cache: str) -> str:
+    return child_name(cache, "password")
+
+
+def headless_name(cache: str) -> str:
+    return child_name(cache, "hl")
+
+
+def pod_address(cache: str, namespace: str, index: int, port: int = VALKEY_PORT) -> str:
+    """``host:port`` of pod ``index`` by its stable DNS name (what the agents and Sentinels use)."""
+    return f"{cache}-{index}.{headless_name(cache)}.{namespace}.svc.cluster.local:{port}"
+
+
+def config_map(cache: str, spec: CacheSpec) -> Obj:
+    return {
+        "metadata": {"name": config_name(cache), "labels": LABELS.labels(cache)},
+        "data": {
+            "valkey.conf": "\n".join(server_config(spec)) + "\n",
+            "sentinel.conf": "\n".join(sentinel_config(cache, spec)) + "\n",
+        },
+    }
+
+
+def password_secret(cache: str) -> Obj:
+    """Generated once (create-once): the value never leaves the Secret but as a mounted file."""
+    return {
+        "metadata": {"name": password_name(cache), "labels": LABELS.labels(cache)},
+        "stringData": {PASSWORD_KEY: secrets.token_urlsafe(32)},
+    }
+
+
+def _service(cache: str, suffix: str, selector: Obj, port: int, **extra: Any) -> Obj:
+    return {
+        "metadata": {"name": child_name(cache, suffix), "labels": LABELS.labels(cache)},
+        "spec": {"selector": selector, "ports": [{"name": "valkey", "port": port, "targetPort": port}], **extra},
+    }
+
+
+def services(cache: str) -> list[Obj]:
+    pods = LABELS.selector(cache)
+    headless = _service(cache, "hl", pods, VALKEY_PORT, clusterIP="None", publishNotReadyAddresses=True)
+    headless["spec"]["ports"].append({"name": "sentinel", "port": SENTINEL_PORT, "targetPort": SENTINEL_PORT})
+    return [
+        headless,
+        _service(cache, "rw", pods | {ROLE: "primary"}, VALKEY_PORT),
+        _service(cache, "ro", pods | {READABLE: "true"}, VALKEY_PORT),
+        _service(cache, "sentinel", pods, SENTINEL_PORT),
+    ]
+
+
+def _container(name: str, mode: str, cache: str, spec: CacheSpec, port: int) -> Obj:
+    env = [
+        {"name": "CACHE_NAME", "value": cache},
+        {"name": "CACHE_REPLICAS", "value": str(spec.replicas)},
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        {"name": "CACHE_SERVICE", "value": headless_name(cache)},
+    ]
+    mounts = [
+        {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+        {"name": "password", "mountPath": SECRET_DIR, "readOnly": True},
+        {"name": "data", "mountPath": DATA_DIR},
+        {"name": "run", "mountPath": RUN_DIR},
+        {"name": "sentinel", "mountPath": SENTINEL_DIR},
+    ]
+    container: Obj = {
+        "name": name,
+        "image": f"{IMAGE}:{spec.version}",
+        "args": [mode],
+        "env": env,
+        "ports": [{"name": name, "containerPort": port}],
+        "volumeMounts": mounts,
+        "readinessProbe": {"tcpSocket": {"port": port}, "periodSeconds": 2},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    if name == "valkey" and spec.resources is not None:
+        container["resources"] = {k: dict(v) for k, v in (("requests", spec.resources.requests),
+                                                            ("limits", spec.resources.limits)) if v}  # fmt: skip
+    return container
+
+
+def statefulset(cache: str, spec: CacheSpec) -> Obj:
+    volumes: list[Obj] = [
+        {"name": "config", "configMap": {"name": config_name(cache)}},
+        {"name": "password", "secret": {"secretName": password_name(cache)}},
+        {"name": "run", "emptyDir": {"medium": "Memory"}},
+        {"name": "sentinel", "emptyDir": {}},
+    ]
+    claims: list[Obj] = []
+    if spec.storage is None:
+        volumes.append({"name": "data", "emptyDir": {}})
+    else:
+        claim_spec: Obj = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": spec.storage.size}}}
+        if spec.storage.storage_class_name:
+            claim_spec["storageClassName"] = spec.storage.storage_class_name
+        claims.append({"metadata": {"name": "data", "labels": LABELS.labels(cache)}, "spec": claim_spec})
+    pod_spec: Obj = {
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": 10,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": VALKEY_UID,
+            "runAsGroup": VALKEY_UID,
+            "fsGroup": VALKEY_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [
+            _container("valkey", "server", cache, spec, VALKEY_PORT),
+            _container("sentinel", "sentinel", cache, spec, SENTINEL_PORT),
+        ],
+        "volumes": volumes,
+    }
+    body: Obj = {
+        "metadata": {"name": cache, "labels": LABELS.labels(cache)},
+        "spec": {
+            "serviceName": headless_name(cache),
+            "replicas": spec.replicas,
+            # every pod starts at once: the agents, not the start order, decide who leads
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": LABELS.selector(cache)},
+            "template": {"metadata": {"labels": LABELS.labels(cache)}, "spec": pod_spec},
+            # Retain: the volumes stay when the StatefulSet goes; deletionPolicy decides (kit.carry_out)
+            "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},
+        },
+    }
+    if claims:
+        body["spec"]["volumeClaimTemplates"] = claims
+    return body

@@ -1,0 +1,97 @@
+"""What the operator reads from a Cache's pods, and what it concludes (pure): the primary, every pod that claims to be
+one, which replicas ``readPolicy`` lets serve reads, and a failover Sentinel made since the last look with the
+replication bytes it may have lost."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import valkey.asyncio as valkey
+from valkey.exceptions import ValkeyError
+
+from kanri.cache.agent.fencing import History, missing_bytes
+from kanri.cache.api import FailoverRecord, ReadPolicy
+from kanri.cache.config import VALKEY_PORT
+
+__all__ = ["Assessment", "Lag", "assess", "failover_record", "probe"]
+
+
+@dataclass(frozen=True)
+class Lag:
+    """A replica's distance from its primary: replication bytes and seconds since it last heard from it."""
+
+    bytes: int
+    seconds: int | None
+
+
+@dataclass(frozen=True)
+class Assessment:
+    primaries: list[str]
+    """Pods that report themselves primary (more than one: never Ready)."""
+    primary: str | None
+    """The one primary (None when there are none or several)."""
+    linked: list[str]
+    """Replicas whose link to the primary is up."""
+    readable: list[str]
+    """Pods ``-ro`` routes to."""
+    lags: dict[str, Lag] = field(default_factory=dict)
+
+
+def readable_replica(policy: ReadPolicy, lag: Lag) -> bool:
+    """A linked replica may serve reads when its lag is within every bound the policy states."""
+    if policy.serve_from == "Primary":
+        return False
+    if policy.max_lag_bytes is not None and lag.bytes > policy.max_lag_bytes:
+        return False
+    return policy.max_lag_seconds is None or (lag.seconds is not None and lag.seconds <= policy.max_lag_seconds)
+
+
+def assess(pods: Mapping[str, History | None], io_seconds: Mapping[str, int | None], policy: ReadPolicy
+           ) -> Assessment:  # fmt: skip
+    """``pods``: each pod's history (None: it did not answer), keyed by pod name; ``io_seconds``: a replica's
+    seconds since its primary last spoke (``master_last_io_seconds_ago``)."""
+    primaries = sorted(name for name, h in pods.items() if h is not None and h.role == "primary")
+    primary = primaries[0] if len(primaries) == 1 else None
+    lead = pods[primary] if primary else None
+    linked: list[str] = []
+    lags: dict[str, Lag] = {}
+    for name, history in sorted(pods.items()):
+        if lead is None or history is None or history.role != "replica" or not history.link_up:
+            continue
+        if history.primary_host is None or not history.primary_host.startswith(f"{primary}."):
+            continue
+        linked.append(name)
+        lags[name] = Lag(max(0, lead.offset - history.offset), io_seconds.get(name))
+    readable = [name for name in linked if readable_replica(policy, lags[name])]
+    if primary is not None and not readable:
+        readable = [primary]  # Primary policy, or no replica within the bounds: reads go to the primary
+    return Assessment(primaries, primary, linked, readable, lags)
+
+
+def failover_record(before: str | None, before_history: History | None, after: str, after_history: History,
+                    now: datetime) -> FailoverRecord:  # fmt: skip
+    """A failover from ``before`` to ``after`` as observed: the bytes the old primary had (at the operator's last
+    look) that the new one never received. Writes acknowledged with WAIT by a replica that was promoted are never
+    among them; what ``WAIT`` did not confirm may be."""
+    loss = missing_bytes(after_history, before_history) if before_history is not None else None
+    return FailoverRecord(time=now, from_pod=before, to_pod=after, possible_loss_bytes=loss,
+                          reason="observed by the operator: Sentinel promoted another pod")  # fmt: skip
+
+
+async def probe(address: str, password: str, timeout: float = 2.0) -> tuple[History | None, int | None]:
+    """One pod's history and (for a replica) seconds since its primary last spoke; (None, None) when it does not
+    answer."""
+    client = valkey.Valkey(host=address, port=VALKEY_PORT, password=password, socket_timeout=timeout,
+                           socket_connect_timeout=timeout, decode_responses=True)  # fmt: skip
+    try:
+        info = await client.info("replication")
+        keyspace = await client.info("keyspace")
+    except (TimeoutError, ValkeyError, OSError):
+        return None, None
+    finally:
+        await client.aclose()
+    keys = sum(int(db.get("keys", 0)) for db in keyspace.values() if isinstance(db, dict))
+    seconds = info.get("master_last_io_seconds_ago")
+    return History.from_info(address, info, keys), (int(seconds) if seconds is not None else None)

@@ -1,0 +1,129 @@
+"""A Cache's steps, free functions of the pass context (kanri.kit.PassContext), in pass order: the password, the
+configuration, the Services, the StatefulSet, then what the pods report (roles, routing, failovers, Ready)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+from kanri import kit
+from kanri import runtime as kr
+from kanri.cache import children
+from kanri.cache.agent.fencing import History
+from kanri.cache.api import CacheSpec, CacheStatus, FailoverRecord
+from kanri.cache.observe import Assessment, assess, failover_record, probe
+from kanri.runtime.kinds import CONFIG_MAP, POD, SECRET, SERVICE, STATEFUL_SET
+
+__all__ = ["LAST_PRIMARY", "STEPS", "spec_of"]
+
+LOOK_AGAIN = 5.0
+"""Seconds between two looks at the pods (Sentinel may fail over at any time, with or without the operator)."""
+LAST_PRIMARY: kit.ObjectMemory[dict[str, History]] = kit.ObjectMemory(dict)
+"""The primary's history at the operator's last look, by pod name: what a failover's possible loss is measured from."""
+
+
+def spec_of(ctx: kit.PassContext) -> CacheSpec:
+    return CacheSpec.model_validate(ctx.obj.get("spec") or {})
+
+
+def status_of(ctx: kit.PassContext) -> CacheStatus:
+    return CacheStatus.model_validate(ctx.ledger.status or {})
+
+
+async def write_children(ctx: kit.PassContext) -> kr.Result | None:
+    """The password (created once, not owned: deletionPolicy keeps or deletes it), the ConfigMap, the Services and
+    the StatefulSet, each written only when it differs."""
+    spec = spec_of(ctx)
+    if await ctx.children.create_once(SECRET, children.password_secret(ctx.name), owned=False) == "created":
+        await ctx.events.normal(ctx.obj, "PasswordCreated", f"generated Secret {children.password_name(ctx.name)}")
+    await ctx.children.apply(CONFIG_MAP, children.config_map(ctx.name, spec))
+    for service in children.services(ctx.name):
+        await ctx.children.apply(SERVICE, service)
+    await ctx.children.apply(STATEFUL_SET, children.statefulset(ctx.name, spec))
+    return None
+
+
+async def _observe(ctx: kit.PassContext, password: str) -> tuple[dict[str, History | None], dict[str, int | None]]:
+    addresses = kit.pod_addresses(ctx.cache, ctx.labels, ctx.obj)
+    names = sorted(addresses)
+    answers = await asyncio.gather(*(probe(addresses[name], password) for name in names))
+    histories = {name: answer[0] for name, answer in zip(names, answers, strict=True)}
+    return histories, {name: answer[1] for name, answer in zip(names, answers, strict=True)}
+
+
+async def _label_pods(ctx: kit.PassContext, seen: Assessment, histories: dict[str, History | None]) -> None:
+    """The role and readable labels ``-rw`` and ``-ro`` select, from what each pod reported (a silent pod keeps
+    none: it leaves both Services)."""
+    for pod in ctx.cache.list(POD, ctx.namespace, ctx.labels.selector(ctx.name)):
+        name = pod["metadata"]["name"]
+        history = histories.get(name)
+        role = history.role if history is not None else None
+        wanted = {children.ROLE: role, children.READABLE: "true" if name in seen.readable else None}
+        labels = pod["metadata"].get("labels") or {}
+        if all(labels.get(key) == value for key, value in wanted.items()):
+            continue
+        await ctx.client.patch(POD, name, {"metadata": {"labels": wanted}}, ctx.namespace)
+
+
+async def _record_failover(ctx: kit.PassContext, status: CacheStatus, seen: Assessment,
+                           histories: dict[str, History | None]) -> list[FailoverRecord]:  # fmt: skip
+    """A primary other than the one on record is a failover (Sentinel's, perhaps while the operator was down)."""
+    records = list(status.failovers)
+    before = status.current_primary
+    if seen.primary is None or before is None or seen.primary == before:
+        return records
+    after = histories[seen.primary]
+    assert after is not None
+    record = failover_record(before, LAST_PRIMARY.of(ctx.obj).get(before), seen.primary, after, datetime.now(UTC))
+    loss = "unknown" if record.possible_loss_bytes is None else f"{record.possible_loss_bytes} bytes"
+    await ctx.events.warning(ctx.obj, "FailedOver", f"primary moved from {before} to {seen.primary}; writes not "
+                             f"confirmed by WAIT that may be lost: {loss}")  # fmt: skip
+    return [*records, record][-20:]
+
+
+def _readiness(spec: CacheSpec, seen: Assessment, answered: int) -> tuple[bool, str, str]:
+    if len(seen.primaries) > 1:
+        return False, "SeveralPrimaries", f"{len(seen.primaries)} pods claim to be primary: {', '.join(seen.primaries)}"
+    if seen.primary is None:
+        return False, "NoPrimary", f"{answered} of {spec.replicas} pods answered and none is the primary yet"
+    if len(seen.linked) < spec.replicas - 1:
+        return False, "ReplicasNotLinked", f"{len(seen.linked)} of {spec.replicas - 1} replicas replicate from " \
+                                           f"{seen.primary}"  # fmt: skip
+    return True, "Replicating", f"{seen.primary} is the primary; {len(seen.linked)} replicas linked"
+
+
+async def observe_pods(ctx: kit.PassContext) -> kr.Result | None:
+    """Read every pod's role and history, route the Services, record a failover, and say whether it is Ready."""
+    ctx.requeue(LOOK_AGAIN)
+    spec, status = spec_of(ctx), status_of(ctx)
+    password = kit.secret_token(ctx.cache, ctx.namespace, children.password_name(ctx.name), children.PASSWORD_KEY)
+    if password is None:
+        ctx.ledger.stage("phase", "Pending")
+        ctx.ledger.condition("Ready", False, "Provisioning", "the password Secret is not in the cache yet")
+        return None
+    histories, io_seconds = await _observe(ctx, password)
+    seen = assess(histories, io_seconds, spec.read_policy)
+    await _label_pods(ctx, seen, histories)
+    failovers = await _record_failover(ctx, status, seen, histories)
+    lead = histories.get(seen.primary) if seen.primary else None
+    if seen.primary is not None and lead is not None:
+        LAST_PRIMARY.of(ctx.obj)[seen.primary] = lead
+    answered = sum(1 for history in histories.values() if history is not None)
+    ready, reason, message = _readiness(spec, seen, answered)
+    ctx.ledger.condition("Ready", ready, reason, message)
+    primary = seen.primary or (status.current_primary if not seen.primaries else None)
+    fields: dict[str, Any] = {
+        "phase": "Ready" if ready else ("Provisioning" if status.current_primary is None else "Degraded"),
+        "currentPrimary": primary,
+        "writablePrimaries": seen.primaries,
+        "readyReplicas": len(seen.linked),
+        "readableReplicas": [name for name in seen.readable if name != seen.primary],
+        "failovers": [record.model_dump(mode="json", by_alias=True, exclude_none=True) for record in failovers],
+    }
+    for key, value in fields.items():
+        ctx.ledger.stage(key, value)
+    return None
+
+
+STEPS: tuple[kit.Step, ...] = (write_children, observe_pods)

@@ -1,0 +1,71 @@
+"""What the operator concludes from its pods' reports: the primary, several primaries, readable replicas per
+readPolicy, and a failover's possible loss."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from kanri.cache.agent.fencing import History
+from kanri.cache.api import ReadPolicy
+from kanri.cache.observe import Lag, assess, failover_record, readable_replica
+
+OLD, NEW = "a" * 40, "b" * 40
+HOST = "c-0.c-hl.ns.svc.cluster.local:6379"
+PRIMARY_ONLY = ReadPolicy()
+WITHIN_2S = ReadPolicy(serve_from="Replicas", max_lag_seconds=2)
+WITHIN_100B = ReadPolicy(serve_from="Replicas", max_lag_bytes=100)
+
+
+def primary(offset: int = 1000) -> History:
+    return History("10.0.0.1", "primary", OLD, offset)
+
+
+def replica(offset: int = 1000, link: bool = True, of: str = HOST) -> History:
+    return History("10.0.0.2", "replica", OLD, offset, primary_host=of, link_up=link)
+
+
+def test_one_primary_and_linked_replicas() -> None:
+    seen = assess({"c-0": primary(), "c-1": replica(), "c-2": replica(link=False)}, {}, PRIMARY_ONLY)
+    assert (seen.primary, seen.primaries, seen.linked) == ("c-0", ["c-0"], ["c-1"])
+
+
+def test_two_primaries_name_none() -> None:
+    seen = assess({"c-0": primary(), "c-1": History("x", "primary", NEW, 5)}, {}, PRIMARY_ONLY)
+    assert seen.primary is None
+    assert seen.primaries == ["c-0", "c-1"]
+    assert seen.readable == []
+
+
+def test_a_replica_of_another_primary_is_not_linked() -> None:
+    seen = assess({"c-0": primary(), "c-1": replica(of="c-9.c-hl:6379")}, {}, PRIMARY_ONLY)
+    assert seen.linked == []
+
+
+def test_primary_policy_reads_from_the_primary_only() -> None:
+    assert assess({"c-0": primary(), "c-1": replica()}, {"c-1": 0}, PRIMARY_ONLY).readable == ["c-0"]
+
+
+def test_replicas_within_the_lag_serve_reads() -> None:
+    pods = {"c-0": primary(1000), "c-1": replica(990), "c-2": replica(500)}
+    assert assess(pods, {"c-1": 0, "c-2": 1}, WITHIN_100B).readable == ["c-1"]
+    assert assess(pods, {"c-1": 1, "c-2": 5}, WITHIN_2S).readable == ["c-1"]
+
+
+def test_no_replica_within_the_lag_sends_reads_to_the_primary() -> None:
+    assert assess({"c-0": primary(1000), "c-1": replica(10)}, {}, WITHIN_100B).readable == ["c-0"]
+
+
+def test_unknown_lag_seconds_is_not_within_a_bound() -> None:
+    assert not readable_replica(WITHIN_2S, Lag(0, None))
+    assert readable_replica(WITHIN_2S, Lag(0, 2))
+
+
+def test_a_failover_records_what_the_old_primary_had_beyond_the_switch() -> None:
+    promoted = History("10.0.0.2", "primary", NEW, 50, replid2=OLD, second_offset=900)
+    record = failover_record("c-0", primary(1000), "c-1", promoted, datetime(2026, 1, 1, tzinfo=UTC))
+    assert (record.from_pod, record.to_pod, record.possible_loss_bytes) == ("c-0", "c-1", 100)
+
+
+def test_a_failover_without_a_last_look_has_unknown_loss() -> None:
+    promoted = History("10.0.0.2", "primary", NEW, 50, replid2=OLD, second_offset=900)
+    assert failover_record(None, None, "c-1", promoted, datetime.now(UTC)).possible_loss_bytes is None
