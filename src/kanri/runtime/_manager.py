@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,6 +99,7 @@ class Manager:
         self._queue_metrics = WorkQueueMetrics(self.registry)
         self._controllers: list[Controller] = []
         self._runnables: list[tuple[str, Callable[[], Awaitable[None]]]] = []
+        self._servers: list[tuple[str, Callable[[], Coroutine[Any, Any, None]], Callable[[], bool] | None]] = []
         self._stop_requested = asyncio.Event()
         self._stopped = asyncio.Event()
         self._running = False
@@ -120,6 +121,15 @@ class Manager:
         (logged)."""
         self._runnables.append((name, run))
 
+    def add_server(
+        self, name: str, run: Callable[[], Coroutine[Any, Any, None]], *, ready: Callable[[], bool] | None = None
+    ) -> None:
+        """Register work every replica runs from the start, leader or not (before ``run``), such as a conversion
+        webhook the API server may call on any replica. ``run()`` is cancelled when the manager stops; raising ends
+        the manager (a replica that cannot serve should not look healthy). ``ready()``, when given, must also be
+        True for /readyz to answer ok."""
+        self._servers.append((name, run, ready))
+
     @property
     def controllers(self) -> list[Controller]:
         return list(self._controllers)
@@ -140,8 +150,8 @@ class Manager:
             await self._stopped.wait()
 
     def ready(self) -> bool:
-        """Ready when every informer has synced (leader or standby alike)."""
-        return self.cache.synced()
+        """Ready when every informer has synced and every server says ready (leader or standby alike)."""
+        return self.cache.synced() and all(ready() for _, _, ready in self._servers if ready is not None)
 
     async def run(self, *, handle_signals: bool = True) -> None:
         """Run until :meth:`stop`, SIGTERM/SIGINT (when ``handle_signals``), or loss of leadership."""
@@ -154,6 +164,7 @@ class Manager:
         try:
             async with asyncio.TaskGroup() as group:
                 background = [group.create_task(self.cache.run(), name="cache")]
+                background += [group.create_task(run(), name=f"server {name}") for name, run, _ in self._servers]
                 if self.options.health_port is not None:
                     background.append(group.create_task(self._serve_health(), name="health"))
                 leading = group.create_task(self._campaign(), name="leader")
@@ -252,7 +263,7 @@ class Manager:
     async def _readyz(self, _: web.Request) -> web.Response:
         if self.ready():
             return web.Response(text="ok")
-        return web.Response(status=503, text="caches not synced")
+        return web.Response(status=503, text="caches not synced or a server not ready")
 
     async def _metrics(self, request: web.Request) -> web.Response:
         if self._metrics_auth is not None:
