@@ -8,6 +8,8 @@ from kanri.runtime._client import Client, ClientMetrics, RetryPolicy, Unlimited
 from kanri.runtime._clock import Clock, FakeClock, SystemClock
 from kanri.runtime._conditions import get_condition, is_true, remove_condition, set_condition
 from kanri.runtime._controller import Controller, ControllerOptions, Reconciler, Result
+from kanri.runtime._conversion import Conversion, ConversionError, Conversions
+from kanri.runtime._conversion_webhook import ConversionWebhook, WebhookOptions
 from kanri.runtime._crd import CustomResource, PrinterColumn, Scale, SchemaError, crd_for, crd_yaml
 from kanri.runtime._errors import ApiError, PermanentError, ReconcileError, TransientError
 from kanri.runtime._events import EventRecorder
@@ -49,6 +51,10 @@ __all__ = [
     "Conditions",
     "Controller",
     "ControllerOptions",
+    "Conversion",
+    "ConversionError",
+    "ConversionWebhook",
+    "Conversions",
     "CrdNotEstablished",
     "CustomResource",
     "EventRecorder",
@@ -81,6 +87,7 @@ __all__ = [
     "TransientError",
     "Unlimited",
     "WatchTiming",
+    "WebhookOptions",
     "WorkQueue",
     "add_finalizer",
     "as_view",
