@@ -1,6 +1,10 @@
 """A complete operator on kanri.runtime: each Greeting gets a ConfigMap holding its message.
 
 python examples/greeting/operator.py --kubeconfig PATH --install-crd
+
+Greeting is served in two versions: ``v1`` (api.py; the hub and the storage version) and the deprecated
+``v1alpha1`` (versions.py). With ``--webhook-url`` or ``--webhook-service`` the operator serves the conversion
+webhook between them in every replica (see docs/runtime-versions.md).
 """
 
 from __future__ import annotations
@@ -8,32 +12,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from pydantic import Field
-
+from examples.greeting.api import GREETING, Greeting, GreetingPublish, GreetingSpec, GreetingStatus
+from examples.greeting.versions import GREETINGS, GreetingV1Alpha1
 from examples.greeting.views import GreetingView
 from kanri import runtime as kr
 from kanri.runtime.kinds import CONFIG_MAP
 
-
-class GreetingSpec(kr.KubeModel):
-    message: str
-    """The text to put in the ConfigMap."""
-
-
-class GreetingStatus(kr.KubeModel):
-    observed_generation: int | None = None
-    conditions: kr.Conditions = Field(default_factory=list)
-
-
-class Greeting(kr.CustomResource, group="example.kanri.dev", version="v1", kind="Greeting", plural="greetings",
-               short_names=("gr",), printer_columns=(kr.PrinterColumn("Message", ".spec.message"),)):  # fmt: skip
-    """A message the operator publishes as a ConfigMap."""
-
-    spec: GreetingSpec
-    status: GreetingStatus | None = None
-
-
-GREETING = Greeting.resource.api_kind
+__all__ = [
+    "GREETING",
+    "GREETINGS",
+    "Greeting",
+    "GreetingPublish",
+    "GreetingReconciler",
+    "GreetingSpec",
+    "GreetingStatus",
+    "GreetingV1Alpha1",
+    "greeting_crd",
+]
 
 
 class GreetingReconciler:
@@ -46,7 +41,11 @@ class GreetingReconciler:
         if greeting is None or "deletionTimestamp" in greeting["metadata"]:
             return None  # the garbage collector removes the ConfigMap through its ownerReference
         name = kr.child_name(request.name, "greeting")
-        data = {"message": greeting["spec"]["message"]}
+        spec = greeting["spec"]
+        publish = spec.get("publish")
+        data = {publish["key"] if publish is not None else "message": spec["message"]}
+        if "language" in spec:
+            data["language"] = spec["language"]
         current = self.cache.get(CONFIG_MAP, name, request.namespace)
         if current is None or current.get("data") != data:  # write only what differs
             owner = [kr.owner_reference(greeting)]
@@ -70,17 +69,38 @@ async def main() -> None:
     parser.add_argument("--install-crd", action="store_true")
     parser.add_argument("--health-port", type=int, default=8081)
     parser.add_argument("--health-host", default="127.0.0.1", help="0.0.0.0 in a pod, for the kubelet's probes")
+    parser.add_argument("--namespace", default="default", help="where the webhook's certificate Secret lives")
+    webhook = parser.add_mutually_exclusive_group()
+    webhook.add_argument("--webhook-url", help="serve conversion; the API server calls this URL (outside a cluster)")
+    webhook.add_argument("--webhook-service", help="serve conversion behind this Service (in a cluster)")
+    parser.add_argument("--webhook-port", type=int, default=9443)
     args = parser.parse_args()
     kr.configure_logging()
     async with await kr.Client.auto(args.kubeconfig) as client:
-        if args.install_crd:
-            await kr.install_crd(client, Greeting, field_manager="greeting-operator")  # returns once it is served
         options = kr.ManagerOptions(
             name="greeting-operator", health_host=args.health_host, health_port=args.health_port
         )
         manager = kr.Manager(client, options)
+        conversion: kr.WebhookOptions | None = None
+        if args.webhook_url or args.webhook_service:
+            conversion = kr.WebhookOptions(
+                namespace=args.namespace, secret="greeting-operator-webhook", url=args.webhook_url,
+                service=args.webhook_service, port=args.webhook_port,
+            )  # fmt: skip
+            server = kr.ConversionWebhook(client, kr.Conversions(GREETINGS), conversion, registry=manager.registry)
+            manager.add_server("conversion", server.run, ready=server.ready)
+        if args.install_crd:
+            crd = greeting_crd(conversion)
+            await kr.install_crd(client, crd, field_manager="greeting-operator")  # returns once it is served
         manager.add(kr.Controller("greeting", GreetingReconciler(manager), for_kind=GREETING).owns(CONFIG_MAP))
         await manager.run()
+
+
+def greeting_crd(webhook: kr.WebhookOptions | None) -> dict[str, object]:
+    """Both versions, converted by the webhook when there is one (without: v1 only, no conversion needed)."""
+    if webhook is None:
+        return kr.crd_for(Greeting)
+    return kr.crd_for(*GREETINGS.resources, webhook=webhook.client_config())
 
 
 if __name__ == "__main__":

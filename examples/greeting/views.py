@@ -13,9 +13,20 @@ if TYPE_CHECKING:
     from typing_extensions import ReadOnly
 
 
+class GreetingPublishView(TypedDict):
+    """Where the message goes in the ConfigMap (default: key ``message``)."""
+
+    key: ReadOnly[str]
+    """The ConfigMap key holding the message."""
+
+
 class GreetingSpecView(TypedDict):
     message: ReadOnly[str]
     """The text to put in the ConfigMap."""
+    publish: ReadOnly[NotRequired[GreetingPublishView]]
+    """Where the message goes in the ConfigMap (default: key ``message``)."""
+    language: ReadOnly[NotRequired[str]]
+    """The message's language (a BCP 47 tag such as ``ja``), published under the key ``language``."""
 
 
 class ConditionView(TypedDict):
