@@ -36,17 +36,18 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from kanri.postgres.cluster.instances import InstanceReport
 from kanri.postgres.cluster.problems import Problem, ordered
+from kanri.postgres.ha.primary_update import PLANNED
 from kanri.postgres.ha.splitbrain import fenced_names
 from kanri.postgres.labels import FENCED
 from kanri.postgres.topology.plan import InstancePlan
 from kanri.postgres.topology.storage import StoragePlan
 from kanri.postgres.upgrade.versions import UpgradeVerdict
-from kanri.runtime import get_condition, set_condition
+from kanri.runtime import get_condition, parse_optional_time, set_condition
 
 __all__ = ["MANAGED_FIELDS", "Observation", "compute_status", "condition_flipped", "status_patch"]
 
@@ -210,9 +211,10 @@ def _progressing(obs: Observation, seen: _Seen) -> Verdict:
     return False, "Converged", "the cluster matches its spec"
 
 
-def _degraded(obs: Observation, seen: _Seen, problems: list[Problem], details: str) -> Verdict:
+def _degraded(obs: Observation, seen: _Seen, problems: list[Problem], details: str, switching: str | None) -> Verdict:
     # A replica being created (the cluster provisioning or scaling up) whose first clone ran before its primary or
-    # slot was there reports that as its lastError; that is the creation still in progress, not a degradation.
+    # slot was there reports that as its lastError; that is the creation still in progress, not a degradation. Nor
+    # is a planned switchover's former primary, restarting as a replica.
     creating = seen.never_ready or seen.scaling
     errors = [
         name
@@ -220,11 +222,14 @@ def _degraded(obs: Observation, seen: _Seen, problems: list[Problem], details: s
         if (r := obs.reports.get(name)) is not None
         and r.last_error
         and not (creating and r.role == "replica" and not r.ready)
+        and name != switching
     ]
     if problems:
         return True, problems[0].reason, "; ".join(p.message for p in problems)
     if errors:
         return True, "InstanceErrors", f"instances report errors: {', '.join(errors)}"
+    if switching is not None and set(seen.not_ready) <= {switching}:
+        return False, "AsExpected", f"planned switchover: {switching} comes back as a replica"
     if seen.primary_ready and seen.not_ready and not creating:
         return True, "ReplicasNotReady", f"the primary serves; {details}"
     return False, "AsExpected", "no instance reports a problem"
@@ -241,11 +246,34 @@ def _storage_resizing(obs: Observation) -> Verdict:
     return False, "Resized", "every volume has its requested size"
 
 
-def _phase(obs: Observation, seen: _Seen, problems: list[Problem]) -> str:
+SWITCHOVER_SETTLE = timedelta(seconds=60)
+"""After a planned switchover, how long its former primary may take to serve as a replica before the cluster reads
+as Degraded (it restarts as a standby of the new primary: seconds, as a rule)."""
+
+
+def _switching_over(old: Obj, obs: Observation, now: datetime) -> str | None:
+    """The former primary of a planned switchover (issue 29 item 13) that runs, or that finished within
+    :data:`SWITCHOVER_SETTLE` while the former primary is not ready again as a replica; None otherwise. A planned
+    switchover is no failure: the cluster reads as SwitchingOver, not FailingOver nor Degraded."""
+    if obs.failover:
+        return str(obs.failover.get("from")) if obs.failover.get("reason") in PLANNED else None
+    last = old.get("lastFailover") or {}
+    raw = last.get("time")
+    when = parse_optional_time(raw) if isinstance(raw, str) else None
+    former = last.get("from")
+    if last.get("reason") not in PLANNED or when is None or now - when > SWITCHOVER_SETTLE or not former:
+        return None
+    report = obs.reports.get(str(former))
+    return None if report is not None and report.ready and report.role == "replica" else str(former)
+
+
+def _phase(obs: Observation, seen: _Seen, problems: list[Problem], switching: str | None) -> str:
     if obs.upgrading:
         return "Upgrading"
     if obs.hibernated:
         return "Hibernated"
+    if switching is not None and (obs.failover or not problems):
+        return "SwitchingOver"
     if obs.failover:
         return "FailingOver"
     if seen.primary_ready and not seen.not_ready and not problems and not obs.removal_waiting:
@@ -269,9 +297,10 @@ def compute_status(old: Obj, obs: Observation, now: datetime) -> Obj:
 
     details = "; ".join(_why_not_ready(name, obs) for name in seen.not_ready)
     problems = ordered(obs.problems)
+    switching = _switching_over(old, obs, now)
     condition("Ready", _ready(obs, seen, details))
     condition("Progressing", _progressing(obs, seen))
-    condition("Degraded", _degraded(obs, seen, problems, details))
+    condition("Degraded", _degraded(obs, seen, problems, details, switching))
     condition("StorageResizing", _storage_resizing(obs))
     if obs.upgrade is not None:
         condition("MajorUpgrade", (False, obs.upgrade.reason, obs.upgrade.message))
@@ -284,7 +313,7 @@ def compute_status(old: Obj, obs: Observation, now: datetime) -> Obj:
     primary = seen.primary
     primary_report = obs.reports.get(primary) if primary else None
     return {
-        "phase": _phase(obs, seen, problems),
+        "phase": _phase(obs, seen, problems, switching),
         "conditions": conditions,
         "observedGeneration": obs.generation,
         "currentPrimary": primary,

@@ -200,11 +200,15 @@ def guard(
     ``standbys``: how many replicas the primary had (the synchronous set); ``approved``: the instance named by
     ``kanri.dev/approve-failover``, which overrides the guard when it is one of the candidates."""
     best = best_candidate(candidates)
+    # Every acknowledged commit is on a candidate that answered only in mode Sync with the quorum heard; otherwise
+    # the primary may have acknowledged commits after it was last seen, whatever the gap as last seen.
+    every_commit_heard = sync_mode and sync_quorum_heard(standbys, sync_standbys, len(candidates))
     if approved is not None:
         chosen = next((c for c in candidates if c.name == approved), None)
         if chosen is not None:
             gap = gap_bytes(primary_lsn, chosen)
-            return Decision(chosen, gap, data_loss_possible=gap != 0, approved=True,
+            lossless = every_commit_heard and chosen == best  # the best holds every acknowledged commit
+            return Decision(chosen, gap, data_loss_possible=not lossless and not switchover, approved=True,
                             message=f"promotion of {chosen.name} approved by {APPROVE}")  # fmt: skip
     if best is None:
         return Decision(None, None, "NoCandidate", "no replica answered: nothing can be promoted yet")
@@ -213,7 +217,7 @@ def guard(
     ask = f"approve with: kubectl annotate pgc <cluster> {APPROVE}={best.name}"
     if switchover:
         return Decision(best, gap, data_loss_possible=False)
-    if sync_mode and sync_quorum_heard(standbys, sync_standbys, len(candidates)):
+    if every_commit_heard:
         # Every acknowledged commit is on the best candidate: the gap (if any) holds only unacknowledged WAL.
         return Decision(best, gap, data_loss_possible=False)
     if policy == "Manual":

@@ -18,6 +18,7 @@ from typing import Any
 
 from kanri.postgres.cluster.problems import Problem
 from kanri.postgres.cluster.recorded import LAST_PRIMARY, TIMELINE
+from kanri.postgres.ha import loss
 from kanri.postgres.ha import switchover as switchovers
 from kanri.postgres.ha.context import FailoverContext, Operator, iso, log, parse_time, status_progress
 from kanri.postgres.ha.context import now as _now
@@ -275,8 +276,9 @@ class FailoverStep(FailoverContext):
         }
         progress.pop("blockedReason", None)
         progress.pop("message", None)
-        if decision.gap is not None:
-            progress["lsnGapBytes"] = decision.gap
+        progress.pop("lsnGapBytes", None)  # as a Blocked phase had it: recorded again only as loss.recorded_gap says
+        if (gap := loss.recorded_gap(decision.gap, decision.data_loss_possible)) is not None:
+            progress["lsnGapBytes"] = gap
         if decision.approved:
             progress["approvedBy"] = self.annotations.get(APPROVE)
         await self.set_progress(status_progress(progress))
@@ -399,8 +401,8 @@ class FailoverStep(FailoverContext):
         if switchover:
             record["lsnGapBytes"] = 0
             record["dataLossPossible"] = False
-        elif progress.get("lsnGapBytes") is not None:
-            record["lsnGapBytes"] = progress["lsnGapBytes"]
+        elif (gap := loss.recorded_gap(progress.get("lsnGapBytes"), record["dataLossPossible"])) is not None:
+            record["lsnGapBytes"] = gap  # a 0 as last seen bounds nothing while loss is possible: not recorded
         if timeline:
             record["timeline"] = timeline
         if progress.get("approvedBy"):
@@ -420,11 +422,12 @@ class FailoverStep(FailoverContext):
             await self.r.events.normal(self.cluster, "PrimaryRestored", f"{old} is the primary again (timeline "
                                        f"{timeline or '?'}) after the switchover was abandoned")  # fmt: skip
         else:
-            gap = record.get("lsnGapBytes")
-            loss = (f"possible data loss: up to {gap} bytes of WAL as last seen (more if {old} wrote after that)"
-                    if record["dataLossPossible"] else "no acknowledged commit lost")  # fmt: skip
+            gap = progress.get("lsnGapBytes")
+            if gap is None and lsn_bytes(progress.get("primaryLSN")) is not None:
+                gap = 0  # the position was known, the gap 0 as last seen (loss.recorded_gap leaves it out)
+            lost = loss.promotion_loss(old, gap, record["dataLossPossible"])
             await self.r.events.warning(self.cluster, "FailedOver", f"promoted {target} (timeline {timeline or '?'}) "
-                                        f"after {old} failed ({progress.get('reason')}); {loss}")  # fmt: skip
+                                        f"after {old} failed ({progress.get('reason')}); {lost}")  # fmt: skip
         if self.r.metrics is not None:
             self.r.metrics.promoted(self.namespace, self.name, str(progress.get("reason")))
         self.memory.primary_seen = None

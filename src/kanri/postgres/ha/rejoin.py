@@ -13,6 +13,7 @@ from typing import Any
 
 from kanri.postgres.cluster.instances import InstanceReport
 from kanri.postgres.cluster.problems import Problem
+from kanri.postgres.ha import loss
 from kanri.postgres.ha.context import FailoverContext
 from kanri.postgres.ha.failover import REJOIN
 from kanri.postgres.labels import FENCED
@@ -89,7 +90,8 @@ async def rejoin_former_primaries(ctx: FailoverContext) -> None:
 async def record_divergence(ctx: FailoverContext, instance: str, raw: InstanceReport) -> None:
     """The WAL the former primary had written past the switchpoint, measured by it before its rewind or clone,
     into the failover's record: the gap estimated at the promotion (its position as last seen) was a lower
-    bound; this is the loss itself. Recorded once, and only for the failover that instance was the source of."""
+    bound; this is the loss itself (:func:`kanri.postgres.ha.loss.measured`: measured 0, no loss is possible any
+    more). Recorded once, and only for the failover that instance was the source of."""
     divergence = raw.rejoin.divergence if raw.rejoin else None
     measured = divergence.bytes if divergence else None
     switchpoint = divergence.switchpoint if divergence else None
@@ -97,18 +99,14 @@ async def record_divergence(ctx: FailoverContext, instance: str, raw: InstanceRe
     if measured is None or last.get("from") != instance or last.get("divergedBytes") is not None:
         return
     estimated = last.get("lsnGapBytes")
-    last["divergedBytes"] = measured
+    where = f"past {switchpoint}" if switchpoint else "past the switchpoint"
+    told = loss.measured(instance, measured, where, possible=bool(last.get("dataLossPossible")),
+                         estimated=estimated if isinstance(estimated, int) else None)  # fmt: skip
+    last.update({"divergedBytes": measured, "lsnGapBytes": told.gap, "dataLossPossible": told.possible})
     if switchpoint:
         last["divergedAt"] = switchpoint
-    last["lsnGapBytes"] = max(measured, estimated if isinstance(estimated, int) else 0)
     await ctx.write_status({"lastFailover": last})
-    where = f"past {switchpoint}" if switchpoint else "past the switchpoint"
-    was = f"; estimated at the promotion: {estimated} bytes" if estimated is not None else ""
-    if measured == 0:
-        await ctx.r.events.normal(ctx.cluster, "FailoverLossMeasured", f"{instance} had written nothing "
-                                   f"{where} on its timeline: the failover lost nothing{was}")  # fmt: skip
-        return
-    which = ("commits acknowledged from it are lost" if last.get("dataLossPossible")
-             else "none of it was acknowledged: the promoted standby was synchronous")  # fmt: skip
-    message = f"{instance} had written {measured} bytes of WAL {where} on its old timeline, discarded when it "
-    await ctx.r.events.warning(ctx.cluster, "FailoverLossMeasured", f"{message}rejoined; {which}{was}")
+    if told.warning:
+        await ctx.r.events.warning(ctx.cluster, "FailoverLossMeasured", told.message)
+    else:
+        await ctx.r.events.normal(ctx.cluster, "FailoverLossMeasured", told.message)

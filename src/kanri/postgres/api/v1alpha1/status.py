@@ -33,7 +33,16 @@ __all__ = [
 ]
 
 Phase = Literal[
-    "Pending", "Provisioning", "Ready", "Degraded", "Scaling", "Upgrading", "FailingOver", "Hibernated", "Deleting"
+    "Pending",
+    "Provisioning",
+    "Ready",
+    "Degraded",
+    "Scaling",
+    "Upgrading",
+    "FailingOver",
+    "SwitchingOver",
+    "Hibernated",
+    "Deleting",
 ]
 PHASES: tuple[Phase, ...] = get_args(Phase)
 InstanceRole = Literal["Primary", "Replica", "Fenced"]
@@ -278,8 +287,8 @@ class PostgresClusterStatus(ApiModel):
     """What the operator observed. Written only by the operator."""
 
     phase: Phase | None = None
-    """Lifecycle phase: Pending, Provisioning, Ready, Degraded, Scaling, Upgrading, FailingOver, Hibernated or
-    Deleting."""
+    """Lifecycle phase: Pending, Provisioning, Ready, Degraded, Scaling, Upgrading, FailingOver, SwitchingOver (a
+    planned switchover, until its former primary serves as a replica), Hibernated or Deleting."""
     conditions: Annotated[Conditions, Field(max_length=32)] = Field(default_factory=list)
     """Ready, Progressing and Degraded (and others as needed), one entry per type."""
     observed_generation: Annotated[int, Field(ge=0)] | None = None
