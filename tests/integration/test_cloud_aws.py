@@ -22,7 +22,7 @@ from kanri.local import Endpoint
 from kanri.runtime import ApiError, Client, Manager, ManagerOptions, get_condition, install_crd
 from kanri.runtime.kinds import SECRET
 from tests.rds_emulator import Delays, RdsEmulator
-from tests.support import eventually
+from tests.support import NotYet, eventually
 
 pytestmark = pytest.mark.integration
 
@@ -91,13 +91,18 @@ async def reason_is(client: Client, namespace: str, name: str, kind: str, reason
     return obj if condition(obj, kind).get("reason") == reason else None
 
 
-async def ready(client: Client, namespace: str, name: str) -> Obj:
+async def ready(client: Client, namespace: str, name: str, timeout: float = 60) -> Obj:
+    last: list[Obj] = [{}]
+
     async def check() -> Obj | None:
-        obj = await client.get(INSTANCE, name, namespace)
+        obj = last[0] = await client.get(INSTANCE, name, namespace)
         current = (obj.get("status") or {}).get("observedGeneration") == obj["metadata"]["generation"]
         return obj if current and condition(obj, "Ready").get("status") == "True" else None
 
-    return await eventually(check, timeout=60)
+    try:
+        return await eventually(check, timeout=timeout)
+    except NotYet:
+        raise NotYet(f"{name} not Ready; status: {last[0].get('status')}") from None
 
 
 async def test_an_instance_is_created_once_connects_and_costs_no_update_once_converged(
@@ -131,3 +136,122 @@ async def test_an_instance_is_created_once_connects_and_costs_no_update_once_con
     assert rds.log.count("ModifyDBInstance", instance=identifier) == 0
     after = {call.action for call in rds.log.calls(instance=identifier)[-3:]}
     assert after == {"DescribeDBInstances"}, after
+
+
+async def test_an_operator_stopped_mid_create_resumes_without_a_second_instance(
+    client: Client, rds: RdsEmulator, namespace: str, db_class: str
+) -> None:
+    # a real stop: the operator goes away once the create is on record, a new one finishes it
+    await client.create(INSTANCE, instance("first", namespace, db_class))
+    async with operator(client, namespace):
+
+        async def on_record() -> Obj | None:
+            obj = await client.get(INSTANCE, "first", namespace)
+            return obj if (obj.get("status") or {}).get("operation") else None
+
+        await eventually(on_record, timeout=30)
+    # the moment a crash loses most: RDS accepted the create, the operator died before recording it accepted
+    created = await client.create(INSTANCE, instance("second", namespace, db_class))
+    second = naming.identifier(namespace, "second")
+    body = {"metadata": {"resourceVersion": created["metadata"]["resourceVersion"]}, "status": {"operation": {
+        "kind": "Create", "id": f"create-{created['metadata']['uid']}", "targetState": "available",
+        "started": "2026-01-01T00:00:00Z", "outcome": "Pending"}}}  # fmt: skip
+    await client.patch_status(INSTANCE, "second", body, namespace)
+    await asyncio.to_thread(rds.client(REGION).create_db_instance, DBInstanceIdentifier=second,
+                            DBInstanceClass="db.t3.micro", Engine="postgres", EngineVersion="16", AllocatedStorage=20,
+                            MasterUsername="kanri", MasterUserPassword="set-before-the-crash", DBName="app",
+                            Tags=[{"Key": "kanri.dev/owner-uid", "Value": created["metadata"]["uid"]}])  # fmt: skip
+    async with operator(client, namespace):
+        for name in ("first", "second"):
+            obj = await ready(client, namespace, name)
+            assert obj["status"]["lastOperation"]["outcome"] == "Succeeded"
+    for name in ("first", "second"):
+        identifier = naming.identifier(namespace, name)
+        assert rds.log.count("CreateDBInstance", instance=identifier, outcome="ok") == 1, rds.log.calls(
+            instance=identifier
+        )
+    listed = await asyncio.to_thread(rds.client(REGION).describe_db_instances)
+    ours = [db["DBInstanceIdentifier"] for db in listed["DBInstances"] if namespace in db["DBInstanceIdentifier"]]
+    assert sorted(ours) == sorted(naming.identifier(namespace, n) for n in ("first", "second"))
+
+
+def peak(calls: list[float], window: float = 1.0) -> int:
+    """The most calls in any ``window`` seconds."""
+    times = sorted(calls)
+    return max((sum(1 for t in times[i:] if t - start < window) for i, start in enumerate(times)), default=0)
+
+
+async def test_five_instances_at_once_stay_within_the_request_budget(
+    client: Client, rds: RdsEmulator, namespace: str, db_class: str
+) -> None:
+    await client.patch(CLASS, db_class, {"spec": {"requestBudget": {"requestsPerSecond": 2, "burst": 2}}})
+    names = [f"db{i}" for i in range(5)]
+    for name in names:
+        await client.create(INSTANCE, instance(name, namespace, db_class))
+    async with operator(client, namespace) as registry:
+        for name in names:
+            await ready(client, namespace, name)
+        budget = {"provider": "aws", "budget": f"aws:{db_class}@{rds.endpoint}/{REGION}"}
+        waits = registry.get_sample_value("kanri_cloud_budget_waits_total", budget)
+    times = [call.at for name in names for call in rds.log.calls(instance=naming.identifier(namespace, name))]
+    # a bucket of 2/s with a burst of 2 lets at most 4 calls into any one second, plus one follow-up on credit
+    assert peak(times) <= 5, sorted(times)
+    assert (waits or 0) > 0
+    assert all(rds.log.count("CreateDBInstance", instance=naming.identifier(namespace, n)) == 1 for n in names)
+
+
+async def test_a_throttled_provider_shows_the_budget_condition_and_converges(
+    client: Client, rds: RdsEmulator, namespace: str, db_class: str
+) -> None:
+    await client.create(INSTANCE, instance("slow", namespace, db_class))
+    rds.faults.throttle(3)
+    async with operator(client, namespace):
+        seen = await eventually(lambda: reason_is(client, namespace, "slow", "Synced", "WaitingForAPIBudget"),
+                                timeout=30)  # fmt: skip
+        assert "throttled" in condition(seen, "Synced")["message"]
+        await ready(client, namespace, "slow")
+    assert rds.log.count(outcome="ThrottlingException") >= 3
+
+
+async def gone(client: Client, namespace: str, name: str) -> bool:
+    try:
+        await client.get(INSTANCE, name, namespace)
+    except ApiError as error:
+        return error.not_found
+    return False
+
+
+async def test_retain_keeps_the_database_and_its_secret_after_the_object_is_deleted(
+    client: Client, rds: RdsEmulator, namespace: str, db_class: str
+) -> None:
+    await client.create(INSTANCE, instance("kept", namespace, db_class))
+    identifier = naming.identifier(namespace, "kept")
+    async with operator(client, namespace):
+        await ready(client, namespace, "kept")
+        await client.delete(INSTANCE, "kept", namespace)
+        await eventually(lambda: gone(client, namespace, "kept"), timeout=30)
+    found = await asyncio.to_thread(rds.client(REGION).describe_db_instances, DBInstanceIdentifier=identifier)
+    assert found["DBInstances"][0]["DBInstanceStatus"] == "available"
+    assert rds.log.count("DeleteDBInstance", instance=identifier) == 0
+    secret = await client.get(SECRET, naming.connection_secret("kept"), namespace)
+    assert "password" in secret["data"]
+
+
+async def test_delete_takes_the_final_snapshot_first(
+    client: Client, rds: RdsEmulator, namespace: str, db_class: str
+) -> None:
+    created = await client.create(INSTANCE, instance("doomed", namespace, db_class, deletionPolicy="Delete"))
+    identifier = naming.identifier(namespace, "doomed")
+    async with operator(client, namespace):
+        await ready(client, namespace, "doomed")
+        await client.delete(INSTANCE, "doomed", namespace)
+        await eventually(lambda: gone(client, namespace, "doomed"), timeout=60)
+    rds_client = rds.client(REGION)
+    with pytest.raises(Exception, match="DBInstanceNotFound"):
+        await asyncio.to_thread(rds_client.describe_db_instances, DBInstanceIdentifier=identifier)
+    snapshot = naming.final_snapshot_id(identifier, created["metadata"]["uid"])
+    found = await asyncio.to_thread(rds_client.describe_db_snapshots, DBSnapshotIdentifier=snapshot)
+    assert found["DBSnapshots"][0]["DBInstanceIdentifier"] == identifier
+    assert rds.log.count("DeleteDBInstance", instance=identifier, outcome="ok") == 1
+    with pytest.raises(ApiError):
+        await client.get(SECRET, naming.connection_secret("doomed"), namespace)

@@ -25,12 +25,16 @@ class TokenBucket:
         self.tokens = min(float(self.burst), self.tokens + max(0.0, now - self.updated) * self.rate)
         self.updated = now
 
-    def take(self, now: float) -> float:
-        """0.0 when a token was taken, else the seconds until one will be there."""
+    def take(self, now: float, *, credit: bool = False) -> float:
+        """0.0 when a token was taken, else the seconds until one will be there.
+
+        ``credit``: a follow-up call of a pass that already paid its first one may borrow one token while the bucket
+        is not in debt (it goes down to -1; others wait until it is paid back). Without it, passes that need two
+        calls (look, then create) livelock under contention: every token goes to someone's first call."""
         self._refill(now)
         if now < self.paused_until:
             return self.paused_until - now
-        if self.tokens >= 1.0:
+        if self.tokens >= 1.0 or (credit and self.tokens >= 0.0):
             self.tokens -= 1.0
             return 0.0
         return (1.0 - self.tokens) / self.rate
@@ -68,9 +72,9 @@ class Budgets:
             bucket.tokens = min(bucket.tokens, float(burst))
         return bucket
 
-    def take(self, key: str, rate: float, burst: int) -> float:
-        """0.0 when the call may go now, else the seconds to wait."""
-        return self.bucket(key, rate, burst).take(self.clock.now())
+    def take(self, key: str, rate: float, burst: int, *, credit: bool = False) -> float:
+        """0.0 when the call may go now, else the seconds to wait (``credit``: see TokenBucket.take)."""
+        return self.bucket(key, rate, burst).take(self.clock.now(), credit=credit)
 
     def penalise(self, key: str, rate: float, burst: int) -> float:
         return self.bucket(key, rate, burst).penalise(self.clock.now())

@@ -37,6 +37,6 @@ def provider_error(ledger: kit.StatusLedger, error: ProviderError) -> None:
 
 
 def budget_spent(ledger: kit.StatusLedger, spent: BudgetSpent) -> None:
-    why = "the provider throttled us; backing off" if spent.throttled else "the request budget is spent"
-    ledger.condition("Synced", False, "WaitingForAPIBudget",
-                     f"{why} ({spent.budget}): next call in {spent.wait:.1f}s")  # fmt: skip
+    # no wait time in the message: a message that changed every pass would write status (and trigger a pass) each time
+    why = "the provider throttled calls; backing off" if spent.throttled else "the request budget is spent"
+    ledger.condition("Synced", False, "WaitingForAPIBudget", f"{why} ({spent.budget}); calling again when it allows")

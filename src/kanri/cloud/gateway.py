@@ -24,20 +24,24 @@ class BudgetSpent(Exception):
 
 
 class Gateway:
-    """One provider with its budget: ``await gateway.call("describe", lambda p: p.describe(id))``."""
+    """One provider with its budget, for one pass: ``await gateway.call("describe", lambda p: p.describe(id))``."""
 
     def __init__(self, provider: Provider, budgets: Budgets, metrics: CloudMetrics, *, rate: float,
                  burst: int) -> None:  # fmt: skip
         self.provider, self.budgets, self.metrics = provider, budgets, metrics
         self.rate, self.burst = rate, burst
         self.key = provider.budget_key()
+        self.calls = 0
+        """Calls this gateway (one pass) made: the first is paid from the bucket, a follow-up may borrow."""
 
     async def call(self, action: str, call: Callable[[Provider], Awaitable[T]]) -> T:
         """Pay the budget and make the call; raises BudgetSpent instead of waiting."""
-        wait = self.budgets.take(self.key, self.rate, self.burst)
+        bucket, now = self.budgets.bucket(self.key, self.rate, self.burst), self.budgets.clock.now()
+        wait = bucket.take(now, credit=self.calls > 0)
         if wait > 0:
             self.metrics.budget_waits.labels(self.provider.name, self.key).inc()
-            raise BudgetSpent(wait, throttled=False, budget=self.key)
+            raise BudgetSpent(wait, throttled=now < bucket.paused_until, budget=self.key)
+        self.calls += 1
         try:
             result = await call(self.provider)
         except Throttled:

@@ -46,7 +46,10 @@ async def _resume(c: CloudContext, record: OperationRecord) -> tuple[Result | No
     if verdict.action in ("call", "wait"):
         c.ledger.condition("Synced", False, "OperationInProgress",
                            f"{record.kind} {record.id}: {verdict.message or 'sent to the provider'}")  # fmt: skip
-        if observed is not None:
+        if record.kind == "Create":  # not Ready before the create ends, even in a state that serves (backing-up)
+            state = observed.state if observed is not None else "not visible yet"
+            c.ledger.condition("Ready", False, "Creating", f"{record.kind} {record.id}: the database is {state}")
+        elif observed is not None:
             _ready(c, observed, bool(c.ledger.status.get("connectionSecret")))
         return _later(c, observed), observed
     if verdict.action == "failed":
