@@ -10,6 +10,10 @@ The choices that matter here, and why:
   SubjectAccessReview (``Webhook``), as a kubeadm node does; anonymous requests are refused.
 - ``protectKernelDefaults: true``: the kubelet would otherwise rewrite machine-wide sysctls (``kernel.panic``,
   ``vm.overcommit_memory``); inside the node it reads files that already hold the values it wants (launch.py).
+- No process on this machine may lower an ``oom_score_adj`` (CAP_SYS_RESOURCE is outside every bounding set), so
+  containerd clamps the pods' scores at its own (``restrict_oom_score_adj``, made for rootless containerd) and the
+  kubelet keeps 0 for itself: pods the kubelet would protect from the OOM killer (the pause process at -998,
+  Guaranteed pods at -997) are not protected more than containerd here.
 - Eviction thresholds are low: the node shares the machine's disk with everything else, and a kubelet that evicts
   pods because another program filled the disk would test nothing of kanri's.
 """
@@ -62,7 +66,12 @@ def containerd_config(layout: NodeLayout, bin_dir: Path, pause_image: str) -> st
         "ttrpc": {"address": f"{CONTAINERD_SOCKET}.ttrpc"},
         "plugins.'io.containerd.cri.v1.images'": {"snapshotter": "overlayfs"},
         "plugins.'io.containerd.cri.v1.images'.pinned_images": {"sandbox": pause_image},
-        cri_runtime: {"netns_mounts_under_state_dir": True, "enable_selinux": False},
+        cri_runtime: {
+            "netns_mounts_under_state_dir": True,
+            "enable_selinux": False,
+            # no oom_score_adj below containerd's own (0): this machine withholds CAP_SYS_RESOURCE from everyone
+            "restrict_oom_score_adj": True,
+        },
         f"{cri_runtime}.containerd": {"default_runtime_name": "runc"},
         runc: {"runtime_type": "io.containerd.runc.v2"},
         f"{runc}.options": {"BinaryName": str(bin_dir / "runc"), "SystemdCgroup": False},
@@ -100,6 +109,7 @@ def kubelet_config(layout: NodeLayout, spec: NodeSpec, resolv_conf: Path) -> dic
         "clusterDomain": "cluster.local",
         "protectKernelDefaults": True,
         "failSwapOn": False,
+        "oomScoreAdj": 0,  # the kubelet's own; it may not go lower here (no CAP_SYS_RESOURCE, see containerd_config)
         "serializeImagePulls": False,
         "nodeStatusUpdateFrequency": "10s",
         "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%"},

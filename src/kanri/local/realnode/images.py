@@ -1,5 +1,8 @@
 """The images a real node imports into containerd at start: OCI layouts ``make images`` built under
-``.build/images/`` (listed in its ``images.json``), each named ``kanri.local/<repository>:<tag>`` on the node."""
+``.build/images/`` (listed in its ``images.json``), each named ``kanri.local/<repository>:<tag>`` on the node.
+
+The catalog's reader is ``kanri.images.catalog``; kanri.local may import only the runtime (tests/unit/test_layers.py,
+and kanri.images imports kanri.local), so the three fields a node needs are read here."""
 
 from __future__ import annotations
 

@@ -16,34 +16,14 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from kanri.local.realnode import cgroups
 from kanri.local.realnode.configs import KERNEL_TUNABLES
+from kanri.local.realnode.plan import LaunchPlan
 from kanri.local.realnode.spec import CONTAINERD_SOCKET, NodeLayout
 
 CONTAINERD_START_TIMEOUT = 60.0
-
-
-@dataclass(frozen=True)
-class LaunchPlan:
-    """What the launcher needs, written by :class:`~kanri.local.realnode.node.RealNode` as JSON."""
-
-    root: str
-    cgroup: str
-    bin_dir: str
-    images: list[tuple[str, str]]  # (OCI layout directory, repository to import its tag into)
-    kubelet_args: list[str]
-
-    def save(self, path: Path) -> None:
-        path.write_text(json.dumps(self.__dict__, indent=2) + "\n")
-
-    @classmethod
-    def load(cls, path: Path) -> LaunchPlan:
-        data = json.loads(path.read_text())
-        data["images"] = [tuple(pair) for pair in data["images"]]
-        return cls(**data)
 
 
 def _mount(*args: str) -> None:

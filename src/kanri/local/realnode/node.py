@@ -17,8 +17,8 @@ from pathlib import Path
 from kanri.local import paths
 from kanri.local.realnode import cgroups, configs, network
 from kanri.local.realnode.images import BuiltImage, built_images
-from kanri.local.realnode.launch import LaunchPlan
 from kanri.local.realnode.pki import issue_node_certificates
+from kanri.local.realnode.plan import LaunchPlan
 from kanri.local.realnode.spec import NodeLayout, NodeSpec
 
 PAUSE_IMAGE = "kanri-pause"
@@ -48,7 +48,8 @@ class RealNode:
     """One node named ``spec.name`` whose files live in ``data_dir``, for the control plane of ``control_plane_dir``.
 
     ``images`` are the built images (names in ``.build/images/images.json``) imported at start besides the pause
-    image; pods name them ``kanri.local/<repository>:<tag>``.
+    image; pods name them ``kanri.local/<repository>:<tag>``. ``extra_layouts`` are more OCI layouts, each with the
+    repository its tag is imported into.
     """
 
     def __init__(
@@ -58,6 +59,7 @@ class RealNode:
         control_plane_dir: Path,
         *,
         images: tuple[str, ...] = (),
+        extra_layouts: tuple[tuple[Path, str], ...] = (),
         bin_dir: Path | None = None,
         images_dir: Path | None = None,
     ) -> None:
@@ -67,6 +69,7 @@ class RealNode:
         self.bin_dir = bin_dir or node_bin_dir()
         self._images_dir = images_dir or paths.build_dir() / "images"
         self._image_names = (PAUSE_IMAGE, *images)
+        self._extra_layouts = extra_layouts
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -117,7 +120,8 @@ class RealNode:
             root=str(layout.root),
             cgroup=spec.cgroup,
             bin_dir=str(self.bin_dir),
-            images=[(str(images[n].layout), images[n].base_name) for n in self._image_names],
+            images=[(str(images[n].layout), images[n].base_name) for n in self._image_names]
+            + [(str(layout_dir), repository) for layout_dir, repository in self._extra_layouts],
             kubelet_args=[
                 f"--config={layout.kubelet_config}",
                 f"--kubeconfig={layout.kubeconfig}",

@@ -1,0 +1,207 @@
+"""One real Kubernetes node — the upstream kubelet v1.37.2, containerd 2.4.2, runc 1.5.3 and the CNI plugins, built
+from their Go modules — registered with the session's control plane (docs/real-nodes.md).
+
+Each rule below is enforced by the real components, not by kanri: the kubelet reports the OOM kill the kernel did in
+the cgroup runc set up, runc mounts the root filesystem read-only, the kubelet refuses to run a root image under
+``runAsNonRoot``. ``kubectl logs`` and ``kubectl exec`` go API server -> kubelet -> containerd's streaming server.
+
+Run alone and serialized with the other tests that use the machine's pod networks:
+``flock /tmp/kanri-e2e.lock .venv/bin/pytest tests/integration/test_real_node.py -q``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kanri.local.controlplane import Endpoint
+from kanri.local.realnode import NodeSpec, RealNode
+from kanri.local.realnode.images import IMAGE_REGISTRY
+from tests.integration.realnode_support import kubectl, pod, root_variant
+from tests.support import eventually
+
+pytestmark = [pytest.mark.timeout(240), pytest.mark.asyncio(loop_scope="session")]
+
+NODE = "real-node-a"
+ZONE = "zone-a"
+ROOT_IMAGE_REPOSITORY = f"{IMAGE_REGISTRY}/kanri-tools-root"
+
+
+@pytest.fixture(scope="module")
+def real_node(control_plane: Endpoint, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealNode]:
+    """A real node on the session's control plane, with the tools image and a root-user variant of it."""
+    work = tmp_path_factory.mktemp("real-node")
+    probe = RealNode(NodeSpec(NODE, ZONE, 0), work / "node", control_plane.kubeconfig.parent)
+    root_variant(probe.image("kanri-tools").layout, work / "tools-root")
+    node = RealNode(
+        NodeSpec(NODE, ZONE, 0),
+        work / "node",
+        control_plane.kubeconfig.parent,
+        images=("kanri-tools",),
+        extra_layouts=((work / "tools-root", ROOT_IMAGE_REPOSITORY),),
+    )
+    seconds = node.start()
+    print(f"real node {NODE}: start -> Ready in {seconds:.1f} s")
+    try:
+        yield node
+    finally:
+        node.stop()
+        assert node.leftovers() == []
+
+
+@pytest.fixture
+def kubeconfig(control_plane: Endpoint) -> Path:
+    return control_plane.kubeconfig
+
+
+def alive(pids: set[int]) -> set[int]:
+    return {pid for pid in pids if Path(f"/proc/{pid}").exists()}
+
+
+def tools_image(node: RealNode) -> str:
+    return node.image("kanri-tools").ref
+
+
+async def create(kubeconfig: Path, namespace: str, manifest: dict[str, Any]) -> None:
+    await kubectl(kubeconfig, "-n", namespace, "create", "-f", "-", "-o", "name", stdin=manifest)
+
+
+async def pod_status(kubeconfig: Path, namespace: str, name: str) -> dict[str, Any]:
+    status: dict[str, Any] = json.loads(await kubectl(kubeconfig, "-n", namespace, "get", "pod", name, "-o", "json"))[
+        "status"
+    ]
+    return status
+
+
+def container_state(status: dict[str, Any]) -> dict[str, Any]:
+    """The main container's state (``{}`` before the kubelet reported one)."""
+    statuses = status.get("containerStatuses") or [{}]
+    state: dict[str, Any] = statuses[0].get("state", {})
+    return state
+
+
+async def terminated(kubeconfig: Path, namespace: str, name: str) -> dict[str, Any]:
+    """The main container's terminated state, once the kubelet reported it."""
+
+    async def check() -> dict[str, Any] | None:
+        state = container_state(await pod_status(kubeconfig, namespace, name))
+        return state.get("terminated")
+
+    result: dict[str, Any] = await eventually(check, timeout=60)
+    return result
+
+
+async def running(kubeconfig: Path, namespace: str, name: str) -> dict[str, Any]:
+    async def check() -> dict[str, Any] | None:
+        status = await pod_status(kubeconfig, namespace, name)
+        return status if status.get("phase") == "Running" else None
+
+    result: dict[str, Any] = await eventually(check, timeout=60)
+    return result
+
+
+async def test_node_registers_ready_with_containerd_as_its_runtime(real_node: RealNode, kubeconfig: Path) -> None:
+    wide = await kubectl(kubeconfig, "get", "nodes", NODE, "-o", "wide", "--no-headers")
+    assert " Ready " in wide, wide
+    assert "containerd://2.4.2" in wide, wide
+    assert "v1.37.2" in wide, wide
+    node = json.loads(await kubectl(kubeconfig, "get", "node", NODE, "-o", "json"))
+    assert node["metadata"]["labels"]["topology.kubernetes.io/zone"] == ZONE
+    addresses = {a["type"]: a["address"] for a in node["status"]["addresses"]}
+    assert addresses["InternalIP"] == real_node.spec.ip
+
+
+async def test_logs_and_exec_go_through_the_real_kubelet(real_node: RealNode, kubeconfig: Path, namespace: str) -> None:
+    command = ["bash", "-c", "echo hello from a real node; exec sleep 3600"]
+    started = time.monotonic()
+    await create(kubeconfig, namespace, pod("talker", NODE, tools_image(real_node), command, restart="Always"))
+    await running(kubeconfig, namespace, "talker")
+    print(f"pod create -> Running in {time.monotonic() - started:.1f} s")
+
+    async def logged() -> str | None:
+        out = await kubectl(kubeconfig, "-n", namespace, "logs", "talker", check=False)
+        return out if "hello from a real node" in out else None
+
+    await eventually(logged, timeout=30)
+    out = await kubectl(kubeconfig, "-n", namespace, "exec", "talker", "--", "bash", "-c", "echo $((6 * 7)); id -u")
+    assert out.split() == ["42", "65532"]  # the image's own user, as runc set it
+
+
+async def test_memory_limit_is_enforced_and_reported_as_oomkilled(
+    real_node: RealNode, kubeconfig: Path, namespace: str
+) -> None:
+    # bash keeps the 64 MiB a command substitution reads in memory: over the 32 MiB limit the kernel kills it.
+    command = ["bash", "-c", "x=$(head -c 67108864 /dev/zero | tr '\\0' a); echo survived ${#x}"]
+    limits = {"resources": {"limits": {"memory": "32Mi"}, "requests": {"memory": "32Mi"}}}
+    await create(kubeconfig, namespace, pod("hog", NODE, tools_image(real_node), command, container=limits))
+    state = await terminated(kubeconfig, namespace, "hog")
+    assert state["reason"] == "OOMKilled", state
+    assert state["exitCode"] == 137, state
+
+
+async def test_read_only_root_filesystem_cannot_be_written(
+    real_node: RealNode, kubeconfig: Path, namespace: str
+) -> None:
+    # /tmp is writable by the image's user: only the read-only mount runc made can refuse the write.
+    security = {"securityContext": {"readOnlyRootFilesystem": True}}
+    await create(
+        kubeconfig, namespace, pod("ro", NODE, tools_image(real_node), ["touch", "/tmp/probe"], container=security)
+    )
+    await create(kubeconfig, namespace, pod("rw", NODE, tools_image(real_node), ["touch", "/tmp/probe"]))
+    assert (await terminated(kubeconfig, namespace, "rw"))["exitCode"] == 0
+    state = await terminated(kubeconfig, namespace, "ro")
+    assert state["exitCode"] == 1, state
+    logs = await kubectl(kubeconfig, "-n", namespace, "logs", "ro")
+    assert "Read-only file system" in logs, logs
+
+
+async def test_run_as_non_root_refuses_a_root_image(real_node: RealNode, kubeconfig: Path, namespace: str) -> None:
+    image = f"{ROOT_IMAGE_REPOSITORY}:{real_node.image('kanri-tools').tag}"
+    security = {"securityContext": {"runAsNonRoot": True}}
+    await create(kubeconfig, namespace, pod("rooted", NODE, image, ["id", "-u"], container=security))
+
+    async def refused() -> dict[str, Any] | None:
+        waiting: dict[str, Any] | None = container_state(await pod_status(kubeconfig, namespace, "rooted")).get(
+            "waiting"
+        )
+        return waiting if waiting and waiting.get("reason") == "CreateContainerConfigError" else None
+
+    waiting = await eventually(refused, timeout=60)
+    assert "non-root" in waiting.get("message", ""), waiting
+    # the same image without the rule runs, as root: the refusal came from the rule, not from a broken image
+    await create(kubeconfig, namespace, pod("rooted-allowed", NODE, image, ["id", "-u"]))
+    assert (await terminated(kubeconfig, namespace, "rooted-allowed"))["exitCode"] == 0
+    assert (await kubectl(kubeconfig, "-n", namespace, "logs", "rooted-allowed")).strip() == "0"
+
+
+async def test_stop_kills_the_whole_node_at_once_and_start_brings_it_back(
+    real_node: RealNode, kubeconfig: Path, namespace: str
+) -> None:
+    await create(
+        kubeconfig, namespace, pod("survivor", NODE, tools_image(real_node), ["sleep", "3600"], restart="Always")
+    )
+    await running(kubeconfig, namespace, "survivor")
+    pids = real_node.pids()
+    assert len(pids) >= 5, pids  # kubelet, containerd, a shim, the pause process, sleep at least
+    await asyncio.to_thread(real_node.stop)
+    assert alive(pids) == set()
+    assert real_node.leftovers() == []
+
+    seconds = await asyncio.to_thread(real_node.start)
+    print(f"real node {NODE}: restart -> Ready in {seconds:.1f} s")
+
+    # the kubelet finds the pod's containers dead with the node (containerd kept their records, not their
+    # processes) and starts the pod again in a new sandbox
+    async def restarted() -> dict[str, Any] | None:
+        status = await pod_status(kubeconfig, namespace, "survivor")
+        restarts = (status.get("containerStatuses") or [{}])[0].get("restartCount", 0)
+        return status if status.get("phase") == "Running" and restarts >= 1 else None
+
+    again = await eventually(restarted, timeout=90)
+    assert again["containerStatuses"][0]["ready"], again
