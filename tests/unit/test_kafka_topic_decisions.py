@@ -139,3 +139,12 @@ def test_the_oldest_of_two_topics_naming_one_kafka_topic_owns_it() -> None:
     assert topic_name(second) == "orders"
     tie = topic("orders-tie", "2026-12-01T00:00:00Z", "a", topic_name="orders")
     assert owner(first, [first, tie]) is tie  # same second: the uid decides, the same way every time
+
+
+def test_within_one_second_the_topic_that_already_manages_it_wins() -> None:
+    first = topic("orders", "2026-12-01T00:00:00Z", "z")
+    first["status"] = {"topicName": "orders", "phase": "Ready"}
+    second = topic("orders-copy", "2026-12-01T00:00:00Z", "a", topic_name="orders")
+    assert owner(second, [first, second]) is first
+    first["status"]["phase"] = "Conflict"
+    assert owner(second, [first, second]) is second

@@ -4,6 +4,7 @@ topic logic's integration tests and the benchmarks talk to (no pod, no image).""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 import subprocess
@@ -12,10 +13,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
 from kanri.kafka.broker.settings import new_cluster_id
+
+_LOG = logging.getLogger("kanri.kafka.host")
 
 #: Where ``make kafka-dist`` puts the jars, from this checkout's root.
 DIST_LIBS = Path(__file__).resolve().parents[4] / ".build" / "kafka" / "libs"
@@ -36,7 +40,8 @@ class HostBroker:
     log: Path
 
     def admin(self) -> AdminClient:
-        return AdminClient({"bootstrap.servers": self.bootstrap})
+        config: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "logger": _LOG}
+        return AdminClient(config)
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -51,11 +56,12 @@ class HostBroker:
 def _wait_ready(broker: HostBroker, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     last = "no answer yet"
+    admin = broker.admin()
     while time.monotonic() < deadline:
         if broker.process.poll() is not None:
             raise RuntimeError(f"the broker exited with {broker.process.returncode}; see {broker.log}")
         try:
-            if broker.admin().list_topics(timeout=2).brokers:
+            if admin.list_topics(timeout=2).brokers:
                 return
         except Exception as exc:  # the admin client raises KafkaException until the listener answers
             last = repr(exc)

@@ -8,6 +8,7 @@ callers decide from what they read *now* and look again (never "change, then rea
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewPartitions, NewTopic
 
 T = TypeVar("T")
+_LOG = logging.getLogger("kanri.kafka.admin")
 _LATEST: Any = OffsetSpec.latest()  # type: ignore[no-untyped-call]
 _EARLIEST: Any = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
 _NEWEST: Any = OffsetSpec.max_timestamp()  # type: ignore[no-untyped-call]
@@ -85,7 +87,10 @@ class TopicAdmin:
     def __init__(self, bootstrap: str, timeout: float = 15.0) -> None:
         self.bootstrap = bootstrap
         self.timeout = timeout
-        self._client = AdminClient({"bootstrap.servers": bootstrap, "socket.connection.setup.timeout.ms": 5000})
+        # librdkafka's own log (every failed connect, while a broker restarts) goes to Python logging, not stderr
+        config: dict[str, Any] = {"bootstrap.servers": bootstrap, "socket.connection.setup.timeout.ms": 5000,
+                                  "logger": _LOG}  # fmt: skip
+        self._client = AdminClient(config)
 
     async def describe(self, name: str) -> TopicState | None:
         """The topic now, or None when Kafka has no such topic."""

@@ -8,6 +8,7 @@ INVALID_PARTITIONS and counts as done once Kafka reports the count. The step is 
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from kanri.kafka.api import APPROVE_GROWTH, GrowthRecord, GrowthStep
@@ -41,7 +42,7 @@ async def grow(ctx: TopicContext) -> Result | None:
     decision = growth.decide(
         topic=ctx.topic, current=current, desired=desired, growth=ctx.spec.partition_growth, groups=groups,
         key_ordered=ctx.spec.key_ordered, approval=_approval(ctx),
-        last_step_time=record.last_step_time if record else None, now=ctx.now(),
+        last_step_time=record.last_step_time if record else _last_step_time(ctx), now=ctx.now(),
     )  # fmt: skip
     record = record or GrowthRecord(target=desired)
     record = record.model_copy(update={"target": desired})
@@ -66,9 +67,12 @@ async def _carry_on(ctx: TopicContext, record: GrowthRecord, step: GrowthStep) -
         done = step.model_copy(update={"time": ctx.now()})
         steps = [*(ctx.ledger.status.get("steps") or []), done.model_dump(mode="json", by_alias=True)]
         ctx.ledger.stage("steps", steps[-MAX_STEPS:])
+        if ctx.spec.partitions <= step.to_partitions:
+            ctx.ledger.stage("growth", None)  # the growth is done; status.steps keeps its record
+            return None
         ctx.ledger.stage("growth", _plain(record.model_copy(update={"step": None, "last_step_time": ctx.now()})))
         not_ready(ctx, "Growing", "StepDone", f"step {step.from_partitions}->{step.to_partitions} done")
-        return Result(requeue_after=0.5) if ctx.spec.partitions > step.to_partitions else None
+        return Result(requeue_after=0.5)
     try:
         await ctx.admin.grow(ctx.topic, step.to_partitions)
     except AdminError as exc:
@@ -77,6 +81,12 @@ async def _carry_on(ctx: TopicContext, record: GrowthRecord, step: GrowthStep) -
     message = f"step {step.from_partitions}->{step.to_partitions} asked; waiting for Kafka to report it"
     not_ready(ctx, "Growing", "Growing", message)
     return Result(requeue_after=1)
+
+
+def _last_step_time(ctx: TopicContext) -> datetime | None:
+    """When the last growth step was done: a new growth pauses after it too."""
+    steps = ctx.ledger.status.get("steps") or []
+    return GrowthStep.model_validate(steps[-1]).time if steps else None
 
 
 def _approval(ctx: TopicContext) -> str:

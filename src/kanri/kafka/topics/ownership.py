@@ -1,5 +1,8 @@
-"""Two KafkaTopics naming one topic of one cluster: the older (by creation time, then uid) owns it; the other only
-reports the conflict. Deciding from the cache alone keeps the answer the same in every pass and every replica."""
+"""Two KafkaTopics naming one topic of one cluster: the older owns it; the other only reports the conflict.
+
+Creation times have a resolution of one second, so within one second the KafkaTopic that already manages the topic
+(its status names it and is not in conflict) wins, then the smaller uid. Deciding from the cache alone keeps the
+answer the same in every pass and every replica."""
 
 from __future__ import annotations
 
@@ -14,9 +17,14 @@ def topic_name(obj: Obj) -> str:
     return str((obj.get("spec") or {}).get("topicName") or obj["metadata"]["name"])
 
 
-def _age_key(obj: Obj) -> tuple[str, str]:
+def _holds(obj: Obj) -> bool:
+    status = obj.get("status") or {}
+    return status.get("topicName") == topic_name(obj) and status.get("phase") != "Conflict"
+
+
+def _age_key(obj: Obj) -> tuple[str, bool, str]:
     meta = obj["metadata"]
-    return str(meta.get("creationTimestamp") or ""), str(meta.get("uid") or "")
+    return str(meta.get("creationTimestamp") or ""), not _holds(obj), str(meta.get("uid") or "")
 
 
 def claimants(obj: Obj, topics: Iterable[Obj]) -> list[Obj]:
