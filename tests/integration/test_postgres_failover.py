@@ -293,6 +293,13 @@ async def test_a_switchover_demotes_the_primary_and_promotes_the_target_once_it_
 
             progress = await eventually(waiting_for_the_target, timeout=20)
             assert "/demote" in fakes["sw-1"].asked
+
+            async def phase() -> str | None:  # a planned switchover is no failure (issue 29 item 13)
+                found = str((await status_of(client, namespace, "sw")).get("phase"))
+                assert found not in ("FailingOver", "Degraded"), found
+                return found if found == "SwitchingOver" else None
+
+            await eventually(phase, timeout=10)
             assert progress["checkpointLSN"] == "0/3000100"
             # The target has not received the shutdown checkpoint yet: no promotion.
             await asyncio.sleep(2)
