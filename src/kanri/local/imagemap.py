@@ -28,6 +28,7 @@ local up --image-map``) come first and so win.
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import sys
 import sysconfig
 from pathlib import Path
@@ -44,6 +45,8 @@ UPGRADE_IMAGE = "kanri.dev/postgres-upgrade"
 OPERATOR_IMAGE = "kanri.dev/operator"
 POSTGRES_UID = 26
 OPERATOR_UID = 65532
+KAFKA_IMAGE = "kanri.dev/kafka"  # kafka operator (issue 30)
+KAFKA_UID = 1001  # kafka operator (issue 30)
 VALKEY_IMAGE = "kanri.dev/valkey"  # cache operator (issue 31)
 VALKEY_UID = 999
 SYSTEM_PYTHON = Path("/usr/bin/python3")
@@ -147,6 +150,7 @@ def default_image_map(python: Path = SYSTEM_PYTHON) -> list[dict[str, Any]]:
     )
     entries += seaweedfs_entries(interpreter, base_env)
     entries += valkey_entries(interpreter, base_env)  # cache operator (issue 31)
+    entries += kafka_entries(interpreter, base_env)  # kafka operator (issue 30)
     return entries + registry_aliases(entries)
 
 
@@ -157,6 +161,7 @@ BUILT_REPOSITORIES = {
     OPERATOR_IMAGE: "kanri-operator",
     SEAWEEDFS_IMAGE.rpartition(":")[0]: "kanri-seaweedfs",
     VALKEY_IMAGE: "kanri-valkey",  # cache operator (issue 31)
+    KAFKA_IMAGE: "kanri-kafka",  # kafka operator (issue 30)
 }
 
 
@@ -204,6 +209,26 @@ def valkey_entries(interpreter: str, base_env: dict[str, str]) -> list[dict[str,
             "env": base_env | {"PATH": _PATH, "HOME": "/tmp", "VALKEY_SERVER": str(binary)},
             "users": [{"name": "valkey", "uid": VALKEY_UID, "gid": VALKEY_UID, "home": "/tmp"}],
             "paths": [str(binary.parent)],
+        }
+    ]
+
+
+def kafka_entries(interpreter: str, base_env: dict[str, str]) -> list[dict[str, Any]]:
+    """``kanri.dev/kafka:4.4.0`` (kafka operator, issue 30): one KRaft node (``python -m kanri.kafka.broker``
+    writes its config, formats its storage once and execs java) with the jars ``make kafka-dist`` put in this
+    checkout's ``.build/kafka/libs`` and the host's java (under ``/usr``, which every container sees), as the image's
+    ``kafka`` user (uid/gid 1001). None without the jars or java (its pods fail ImageNotMapped)."""
+    libs = Path(kanri.__file__).resolve().parents[2] / ".build" / "kafka" / "libs"
+    java = shutil.which("java")
+    if java is None or not (libs / "kafka-clients-4.4.0.jar").exists():
+        return []
+    env = {"PATH": _PATH, "HOME": "/tmp", "KAFKA_LIBS": str(libs), "KAFKA_JAVA": str(Path(java).resolve())}
+    return [
+        {
+            "image": f"{KAFKA_IMAGE}:4.4.0",
+            "command": [interpreter, "-m", "kanri.kafka.broker"],
+            "env": base_env | env,
+            "users": [{"name": "kafka", "uid": KAFKA_UID, "gid": KAFKA_UID, "home": "/tmp"}],
         }
     ]
 

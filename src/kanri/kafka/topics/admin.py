@@ -161,8 +161,19 @@ class TopicAdmin:
 
     async def brokers(self) -> int:
         """How many brokers the cluster reports."""
-        metadata = await asyncio.to_thread(self._client.list_topics, timeout=self.timeout)
-        return len(metadata.brokers)
+        return (await self.health())[0]
+
+    async def health(self) -> tuple[int, int, int]:
+        """Brokers, under-replicated partitions and partitions without a leader, over every topic."""
+        try:
+            metadata = await asyncio.to_thread(self._client.list_topics, timeout=self.timeout)
+        except KafkaException as exc:
+            error = exc.args[0]
+            raise AdminError(error.name(), error.str(), bool(error.retriable())) from None
+        partitions = [p for topic in metadata.topics.values() for p in topic.partitions.values()]
+        under = sum(1 for p in partitions if len(p.isrs) < len(p.replicas))
+        offline = sum(1 for p in partitions if p.leader < 0)
+        return len(metadata.brokers), under, offline
 
     async def groups_on(self, name: str, partitions: int) -> list[GroupLag]:
         """Every consumer group with committed offsets on the topic or members assigned to it, with its lag."""

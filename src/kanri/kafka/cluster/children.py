@@ -1,0 +1,129 @@
+"""What the operator writes for a KafkaCluster (pure builders; the steps write them).
+
+- ``<name>-kraft`` ConfigMap: the KRaft cluster id, generated once and never owned (the volumes formatted with it
+  stay with ``deletionPolicy: Retain``, and a new cluster of the same name must find the same id).
+- ``<name>-brokers``: headless, every node's stable DNS name, ready or not (the controller quorum's voters).
+- ``<name>-bootstrap``: the clients' Service, ready brokers only.
+- ``<name>`` StatefulSet: one combined controller+broker per replica, started together (a quorum needs a majority
+  of voters up before any is ready), each with its volume. Brokers advertise their pod IP: clients outside the pod
+  network's DNS (the operator, a test) reach them too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kanri.kafka.api import LABELS, KafkaClusterSpec
+from kanri.kafka.broker.settings import new_cluster_id
+from kanri.runtime import child_name
+
+Obj = dict[str, Any]
+IMAGE = "kanri.dev/kafka"
+KAFKA_UID = 1001
+CLIENT_PORT = 9092
+CONTROLLER_PORT = 9093
+DATA_DIR = "/var/lib/kafka"
+CONFIG_DIR = "/etc/kafka/user"
+CLUSTER_ID_KEY = "clusterId"
+
+
+def kraft_name(cluster: str) -> str:
+    return child_name(cluster, "kraft")
+
+
+def headless_name(cluster: str) -> str:
+    return child_name(cluster, "brokers")
+
+
+def bootstrap_name(cluster: str) -> str:
+    return child_name(cluster, "bootstrap")
+
+
+def config_name(cluster: str) -> str:
+    return child_name(cluster, "config")
+
+
+def voters(cluster: str, namespace: str, replicas: int) -> str:
+    """``KAFKA_VOTERS``: every node by its stable name under the headless Service."""
+    suffix = f"{headless_name(cluster)}.{namespace}.svc.cluster.local"
+    return ",".join(f"{i}={cluster}-{i}.{suffix}" for i in range(replicas))
+
+
+def kraft_config_map(cluster: str) -> Obj:
+    """Created once (create-once): a second write would give the nodes another id than their storage holds."""
+    return {"metadata": {"name": kraft_name(cluster), "labels": LABELS.labels(cluster)},
+            "data": {CLUSTER_ID_KEY: new_cluster_id()}}  # fmt: skip
+
+
+def config_map(cluster: str, spec: KafkaClusterSpec) -> Obj:
+    """The user's broker config as a properties file (the launcher refuses owned keys again)."""
+    text = "".join(f"{key}={value}\n" for key, value in sorted(spec.config.items()))
+    return {"metadata": {"name": config_name(cluster), "labels": LABELS.labels(cluster)},
+            "data": {"broker.properties": text}}  # fmt: skip
+
+
+def _service(cluster: str, name: str, **extra: Any) -> Obj:
+    ports = [{"name": "kafka", "port": CLIENT_PORT, "targetPort": CLIENT_PORT}]
+    if extra.get("clusterIP") == "None":
+        ports.append({"name": "controller", "port": CONTROLLER_PORT, "targetPort": CONTROLLER_PORT})
+    return {"metadata": {"name": name, "labels": LABELS.labels(cluster)},
+            "spec": {"selector": LABELS.selector(cluster), "ports": ports, **extra}}  # fmt: skip
+
+
+def services(cluster: str) -> list[Obj]:
+    return [
+        _service(cluster, headless_name(cluster), clusterIP="None", publishNotReadyAddresses=True),
+        _service(cluster, bootstrap_name(cluster)),
+    ]
+
+
+def _env(cluster: str, namespace: str, spec: KafkaClusterSpec) -> list[Obj]:
+    return [
+        {"name": "KAFKA_CLUSTER_ID",
+         "valueFrom": {"configMapKeyRef": {"name": kraft_name(cluster), "key": CLUSTER_ID_KEY}}},
+        {"name": "KAFKA_VOTERS", "value": voters(cluster, namespace, spec.replicas)},
+        {"name": "KAFKA_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "KAFKA_DATA_DIR", "value": DATA_DIR},
+        {"name": "KAFKA_CONFIG_FILE", "value": f"{CONFIG_DIR}/broker.properties"},
+    ]  # fmt: skip
+
+
+def statefulset(cluster: str, namespace: str, spec: KafkaClusterSpec) -> Obj:
+    claim_spec: Obj = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": spec.storage.size}}}
+    if spec.storage.storage_class_name:
+        claim_spec["storageClassName"] = spec.storage.storage_class_name
+    container: Obj = {
+        "name": "kafka",
+        "image": f"{IMAGE}:{spec.version}",
+        "env": _env(cluster, namespace, spec),
+        "ports": [{"name": "kafka", "containerPort": CLIENT_PORT},
+                  {"name": "controller", "containerPort": CONTROLLER_PORT}],
+        "volumeMounts": [{"name": "data", "mountPath": DATA_DIR},
+                         {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
+        "readinessProbe": {"tcpSocket": {"port": CLIENT_PORT}, "periodSeconds": 2},
+        "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True,
+                            "capabilities": {"drop": ["ALL"]}},
+    }  # fmt: skip
+    pod_spec: Obj = {
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": 30,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": KAFKA_UID, "runAsGroup": KAFKA_UID,
+                            "fsGroup": KAFKA_UID, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [container],
+        "volumes": [{"name": "config", "configMap": {"name": config_name(cluster)}}],
+    }  # fmt: skip
+    return {
+        "metadata": {"name": cluster, "labels": LABELS.labels(cluster)},
+        "spec": {
+            "serviceName": headless_name(cluster),
+            "replicas": spec.replicas,
+            "podManagementPolicy": "Parallel",  # a quorum needs a majority of voters up before any is ready
+            "selector": {"matchLabels": LABELS.selector(cluster)},
+            "template": {"metadata": {"labels": LABELS.labels(cluster)}, "spec": pod_spec},
+            # Retain: the volumes stay when the StatefulSet goes; deletionPolicy decides (kit.carry_out)
+            "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},
+            "volumeClaimTemplates": [{"metadata": {"name": "data", "labels": LABELS.labels(cluster)},
+                                      "spec": claim_spec}],
+        },
+    }  # fmt: skip

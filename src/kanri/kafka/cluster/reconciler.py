@@ -1,0 +1,50 @@
+"""The KafkaCluster controller: loads the cluster, handles deletion (kit.finalize: the volumes and the cluster id
+kept or deleted per ``deletionPolicy``), and runs the steps in one pass."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kanri import kit
+from kanri import runtime as kr
+from kanri.kafka.api import CLUSTER_FINALIZER, CLUSTER_KIND, FIELD_MANAGER, LABELS
+from kanri.kafka.cluster import steps
+from kanri.kafka.topics.context import Admins
+from kanri.runtime.kinds import CONFIG_MAP, POD, PVC, SERVICE, STATEFUL_SET
+
+
+class ClusterReconciler:
+    def __init__(self, manager: kr.Manager, *, admins: Admins | None = None) -> None:
+        self.cache, self.client = manager.cache, manager.client
+        self.events = kr.EventRecorder(self.client, component=FIELD_MANAGER)
+        self.steps: list[kit.Step] = [steps.write_children, steps.observe(admins or Admins())]
+
+    async def reconcile(self, request: kr.Request) -> kr.Result | None:
+        obj = self.cache.get(CLUSTER_KIND, request.name, request.namespace)
+        if obj is None:
+            return None
+        return await kit.finalize(self.client, CLUSTER_KIND, obj, CLUSTER_FINALIZER, apply=self.apply,
+                                  cleanup=self.cleanup)  # fmt: skip
+
+    async def apply(self, obj: dict[str, Any]) -> kr.Result | None:
+        ctx = kit.ObjectPass(client=self.client, cache=self.cache, events=self.events, kind=CLUSTER_KIND, obj=obj,
+                             labels=LABELS, field_manager=FIELD_MANAGER)  # fmt: skip
+        return await ctx.run(self.steps)
+
+    async def cleanup(self, obj: dict[str, Any]) -> kr.Result | None:
+        data = kit.data_of(self.cache, [PVC, CONFIG_MAP], LABELS, obj)
+        kept = [(kind, found) for kind, found in data if not _owned_by(found, obj)]
+        await kit.carry_out(kit.deletion_policy(obj), self.client, self.events, obj, kept)
+        return None
+
+
+def _owned_by(child: dict[str, Any], owner: dict[str, Any]) -> bool:
+    refs = child["metadata"].get("ownerReferences") or []
+    return any(ref.get("uid") == owner["metadata"].get("uid") and ref.get("controller") for ref in refs)
+
+
+def controller(manager: kr.Manager, *, admins: Admins | None = None) -> kr.Controller:
+    """Owns the StatefulSet, Services and the config ConfigMap; pods and claims are mapped back by label."""
+    built = kr.Controller("kafkacluster", ClusterReconciler(manager, admins=admins), for_kind=CLUSTER_KIND)
+    built = built.owns(STATEFUL_SET).owns(SERVICE).owns(CONFIG_MAP)
+    return built.watches(POD, LABELS.owner_requests).watches(PVC, LABELS.owner_requests)
