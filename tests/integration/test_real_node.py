@@ -61,7 +61,16 @@ def kubeconfig(control_plane: Endpoint) -> Path:
 
 
 def alive(pids: set[int]) -> set[int]:
-    return {pid for pid in pids if Path(f"/proc/{pid}").exists()}
+    """Those of ``pids`` that still run: a zombie is dead (the machine's init reaps the node's orphans in its time)."""
+    running = set()
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        except FileNotFoundError:
+            continue
+        if state != "Z":
+            running.add(pid)
+    return running
 
 
 def tools_image(node: RealNode) -> str:

@@ -7,6 +7,7 @@ start after a stop finds its images and the same Node object comes back Ready.
 
 from __future__ import annotations
 
+import datetime
 import json
 import shutil
 import subprocess
@@ -142,17 +143,25 @@ class RealNode:
             raise RealNodeError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
         return result.stdout
 
-    def is_ready(self) -> bool:
-        """Whether the Node object's Ready condition is True right now."""
+    def is_ready(self, since: datetime.datetime | None = None) -> bool:
+        """Whether the Node object's Ready condition is True, as a kubelet reported it at ``since`` or later.
+
+        Without ``since`` a stopped node counts as Ready until the node controller notices (20 s here): ``start``
+        asks for a report of the kubelet it launched."""
         try:
             node = json.loads(self._kubectl("get", "node", self.spec.name, "-o", "json"))
         except RealNodeError:
             return False
-        conditions = node.get("status", {}).get("conditions", [])
-        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+        for condition in node.get("status", {}).get("conditions", []):
+            if condition["type"] == "Ready" and condition["status"] == "True":
+                heartbeat = datetime.datetime.fromisoformat(condition["lastHeartbeatTime"])
+                return since is None or heartbeat >= since
+        return False
 
     def _wait_ready(self, deadline: float) -> None:
-        while not self.is_ready():
+        # the API's times have whole seconds
+        launched = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+        while not self.is_ready(since=launched):
             if self._process is not None and self._process.poll() is not None:
                 raise RealNodeError(f"node {self.spec.name} exited with {self._process.returncode}\n{self.log_tail()}")
             if time.monotonic() > deadline:
