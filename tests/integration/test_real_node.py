@@ -189,6 +189,42 @@ async def test_run_as_non_root_refuses_a_root_image(real_node: RealNode, kubecon
     assert (await kubectl(kubeconfig, "-n", namespace, "logs", "rooted-allowed")).strip() == "0"
 
 
+# Creating a user namespace needs no capability, and the image's user may do it, unless a seccomp filter says no:
+# the runtime's default profile (RuntimeDefault) refuses unshare(CLONE_NEWUSER) to a container without CAP_SYS_ADMIN.
+UNSHARE_USERNS = [
+    "python3",
+    "-c",
+    "import ctypes; libc = ctypes.CDLL(None, use_errno=True); "
+    "print('unshare', libc.unshare(0x10000000), ctypes.get_errno())",
+]
+
+
+async def test_seccomp_runtime_default_refuses_a_filtered_syscall(
+    real_node: RealNode, kubeconfig: Path, namespace: str
+) -> None:
+    confined = {"securityContext": {"seccompProfile": {"type": "RuntimeDefault"}}}
+    image = tools_image(real_node)
+    await create(kubeconfig, namespace, pod("confined", NODE, image, UNSHARE_USERNS, container=confined))
+    await create(kubeconfig, namespace, pod("unconfined", NODE, image, UNSHARE_USERNS))  # the kubelet's default
+    await terminated(kubeconfig, namespace, "confined")
+    await terminated(kubeconfig, namespace, "unconfined")
+    assert (await kubectl(kubeconfig, "-n", namespace, "logs", "unconfined")).split() == ["unshare", "0", "0"]
+    assert (await kubectl(kubeconfig, "-n", namespace, "logs", "confined")).split() == ["unshare", "-1", "1"]  # EPERM
+
+
+async def test_dropped_capabilities_bind_even_root(real_node: RealNode, kubeconfig: Path, namespace: str) -> None:
+    # root may give a file away only with CAP_CHOWN, which the runtime's default set grants and ALL drops
+    image = f"{ROOT_IMAGE_REPOSITORY}:{real_node.image('kanri-tools').tag}"
+    give_away = ["bash", "-c", "touch /tmp/f && chown 1234 /tmp/f && echo given"]
+    dropped = {"securityContext": {"capabilities": {"drop": ["ALL"]}}}
+    await create(kubeconfig, namespace, pod("dropped", NODE, image, give_away, container=dropped))
+    await create(kubeconfig, namespace, pod("default-caps", NODE, image, give_away))
+    assert (await terminated(kubeconfig, namespace, "default-caps"))["exitCode"] == 0
+    assert (await terminated(kubeconfig, namespace, "dropped"))["exitCode"] == 1
+    logs = await kubectl(kubeconfig, "-n", namespace, "logs", "dropped")
+    assert "Operation not permitted" in logs, logs
+
+
 async def test_stop_kills_the_whole_node_at_once_and_start_brings_it_back(
     real_node: RealNode, kubeconfig: Path, namespace: str
 ) -> None:
