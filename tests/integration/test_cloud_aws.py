@@ -213,12 +213,21 @@ async def test_a_throttled_provider_shows_the_budget_condition_and_converges(
     assert rds.log.count(outcome="ThrottlingException") >= 3
 
 
-async def gone(client: Client, namespace: str, name: str) -> bool:
+async def deleted(client: Client, namespace: str, name: str, timeout: float = 60) -> None:
+    """Wait until the object is gone; the failure names its last status."""
+    last: list[Obj] = [{}]
+
+    async def gone() -> bool:
+        try:
+            last[0] = await client.get(INSTANCE, name, namespace)
+        except ApiError as error:
+            return error.not_found
+        return False
+
     try:
-        await client.get(INSTANCE, name, namespace)
-    except ApiError as error:
-        return error.not_found
-    return False
+        await eventually(gone, timeout=timeout)
+    except NotYet:
+        raise NotYet(f"{name} not deleted; status: {last[0].get('status')}") from None
 
 
 async def test_retain_keeps_the_database_and_its_secret_after_the_object_is_deleted(
@@ -229,7 +238,7 @@ async def test_retain_keeps_the_database_and_its_secret_after_the_object_is_dele
     async with operator(client, namespace):
         await ready(client, namespace, "kept")
         await client.delete(INSTANCE, "kept", namespace)
-        await eventually(lambda: gone(client, namespace, "kept"), timeout=30)
+        await deleted(client, namespace, "kept")
     found = await asyncio.to_thread(rds.client(REGION).describe_db_instances, DBInstanceIdentifier=identifier)
     assert found["DBInstances"][0]["DBInstanceStatus"] == "available"
     assert rds.log.count("DeleteDBInstance", instance=identifier) == 0
@@ -245,7 +254,7 @@ async def test_delete_takes_the_final_snapshot_first(
     async with operator(client, namespace):
         await ready(client, namespace, "doomed")
         await client.delete(INSTANCE, "doomed", namespace)
-        await eventually(lambda: gone(client, namespace, "doomed"), timeout=60)
+        await deleted(client, namespace, "doomed")
     rds_client = rds.client(REGION)
     with pytest.raises(Exception, match="DBInstanceNotFound"):
         await asyncio.to_thread(rds_client.describe_db_instances, DBInstanceIdentifier=identifier)

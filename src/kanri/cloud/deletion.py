@@ -44,7 +44,7 @@ async def delete(c: CloudContext) -> Result | None:
         return Result(requeue_after=300)
     state = observed.state if observed is not None else "deleting"
     c.ledger.condition("Ready", False, "Deleting", f"{c.external_id or c.desired.identifier} is {state}")
-    return Result(requeue_after=c.poll.delay(state))
+    return Result(requeue_after=operations.delay(c, record, observed))
 
 
 async def _gone(c: CloudContext, record: OperationRecord | None) -> None:

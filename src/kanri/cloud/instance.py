@@ -51,7 +51,7 @@ async def _resume(c: CloudContext, record: OperationRecord) -> tuple[Result | No
             c.ledger.condition("Ready", False, "Creating", f"{record.kind} {record.id}: the database is {state}")
         elif observed is not None:
             _ready(c, observed, bool(c.ledger.status.get("connectionSecret")))
-        return _later(c, observed), observed
+        return Result(requeue_after=operations.delay(c, record, observed)), observed
     if verdict.action == "failed":
         user_must_fix(c.ledger, "OperationFailed", f"{record.kind} {record.id} failed: {verdict.message}")
         return Result(requeue_after=RESYNC), observed

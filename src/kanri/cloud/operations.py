@@ -12,7 +12,7 @@ from kanri.cloud.polling import poll_delay
 from kanri.cloud.providers.base import Observed
 from kanri.runtime import Result
 
-__all__ = ["advance", "call", "create_record", "delete_record", "look", "record_observed", "start"]
+__all__ = ["advance", "call", "create_record", "delay", "delete_record", "look", "record_observed", "start"]
 
 
 async def look(c: CloudContext) -> Observed | None:
@@ -66,6 +66,16 @@ def create_record(c: CloudContext) -> OperationRecord:
 def delete_record(c: CloudContext) -> OperationRecord:
     snapshot = naming.final_snapshot_id(c.external_id or c.desired.identifier, c.uid)
     return started("Delete", snapshot, "deleted", generation=c.generation)
+
+
+_IN_FLIGHT = {"Create": "creating", "Modify": "modifying", "Delete": "deleting"}
+
+
+def delay(c: CloudContext, record: OperationRecord, observed: Observed | None) -> float:
+    """When to look again at an operation in flight: by the state seen, where "available" (not changed yet, or the
+    change not visible yet) counts as the operation's own state, never as settled (which waits for the resync)."""
+    state = observed.state if observed is not None and observed.state != "available" else _IN_FLIGHT[record.kind]
+    return c.poll.delay(state)
 
 
 async def advance(c: CloudContext, record: OperationRecord) -> tuple[Verdict, Observed | None]:

@@ -7,7 +7,6 @@ condition and a requeue-after, so one provider's outage never holds a worker ano
 from __future__ import annotations
 
 import base64
-import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -85,10 +84,11 @@ class DatabaseInstanceReconciler:
         try:
             if kit.deletion_policy(obj) == "Retain" or observe_only:
                 why = "managementPolicy ObserveOnly" if observe_only else "deletionPolicy Retain"
-                with contextlib.suppress(Unresolved, ProviderError):
-                    await deletion.retain(ctx, await self._context(ctx, for_deletion=True), why=why)
-                    return await ctx.finish()
-                await deletion.retain(ctx, None, why=why)
+                try:
+                    release = await self._context(ctx, for_deletion=True)
+                except (Unresolved, ProviderError):
+                    release = None  # no class or provider any more: nothing to release the database from
+                await deletion.retain(ctx, release, why=why)
             else:
                 result = await deletion.delete(await self._context(ctx, for_deletion=True))
         except Unresolved as stop:
@@ -96,10 +96,13 @@ class DatabaseInstanceReconciler:
             result = kr.Result(requeue_after=stop.retry or 60.0)
         except (BudgetSpent, ProviderError) as error:
             result = self._provider_trouble(ctx, error)
-        if result is not None and result.requeue_after is not None:
+        if result is None:
+            # Done: no status write, which would move the resourceVersion that kit.finalize's guarded removal of
+            # the finalizer is made against (a 409, and the whole cleanup again); the object is about to go.
+            return None
+        if result.requeue_after is not None:
             ctx.requeue(result.requeue_after)
-        after = await ctx.finish()
-        return after if result is not None else None
+        return await ctx.finish()
 
     def _provider_trouble(self, ctx: kit.ObjectPass, error: BudgetSpent | ProviderError) -> kr.Result:
         if isinstance(error, BudgetSpent):
