@@ -16,13 +16,17 @@ the table go with the last node.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 from kanri.local.realnode.spec import HOST_BRIDGE, NODE_NETWORK, NodeSpec
 
 NAT_TABLE = "kanri-realnode"
 NETNS_DIR = Path("/run/netns")
+HOST_LOCK = Path("/run/kanri-realnode.lock")
 
 
 class NetworkError(RuntimeError):
@@ -40,8 +44,19 @@ def _link_exists(name: str) -> bool:
     return Path(f"/sys/class/net/{name}").exists()
 
 
+@contextlib.contextmanager
+def host_lock() -> Iterator[None]:
+    """Held while a node changes the host's side (the bridge, the table): two nodes starting or stopping at once
+    must not remove what the other just made."""
+    with HOST_LOCK.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def ensure_host_network(apiserver_port: int) -> None:
-    """Create the bridge and the API server's DNAT rule unless they exist (idempotent; the rule names the port)."""
+    """Create the bridge, the table and the DNAT rule for this API server port unless they exist (idempotent).
+
+    One rule per port: the nodes of two local clusters share the bridge, each reaching its own API server."""
     gateway = f"{NODE_NETWORK.network_address + 1}"
     if not _link_exists(HOST_BRIDGE):
         _run("ip", "link", "add", HOST_BRIDGE, "type", "bridge")
@@ -49,17 +64,12 @@ def ensure_host_network(apiserver_port: int) -> None:
     _run("ip", "link", "set", HOST_BRIDGE, "up")
     # DNAT to 127.0.0.1 is dropped as a martian unless the receiving interface allows loopback destinations.
     Path(f"/proc/sys/net/ipv4/conf/{HOST_BRIDGE}/route_localnet").write_text("1\n")
-    rules = f"""
-table ip {NAT_TABLE} {{}}
-delete table ip {NAT_TABLE}
-table ip {NAT_TABLE} {{
-    chain apiserver {{
-        type nat hook prerouting priority dstnat; policy accept;
-        iifname "{HOST_BRIDGE}" ip daddr {gateway} tcp dport {apiserver_port} dnat to 127.0.0.1:{apiserver_port}
-    }}
-}}
-"""
-    _run("nft", "-f", "-", stdin=rules)
+    _run("nft", "add", "table", "ip", NAT_TABLE)
+    chain = "{ type nat hook prerouting priority dstnat; policy accept; }"
+    _run("nft", "add", "chain", "ip", NAT_TABLE, "apiserver", chain)
+    match = f'iifname "{HOST_BRIDGE}" ip daddr {gateway} tcp dport {apiserver_port}'
+    if f"dport {apiserver_port} " not in _run("nft", "list", "chain", "ip", NAT_TABLE, "apiserver"):
+        _run("nft", f"add rule ip {NAT_TABLE} apiserver {match} dnat to 127.0.0.1:{apiserver_port}")
 
 
 def add_node_network(spec: NodeSpec) -> None:

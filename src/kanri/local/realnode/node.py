@@ -108,8 +108,9 @@ class RealNode:
         port = int(config["apiserverPort"])
         images = built_images(self._images_dir)
         cgroups.create(spec.cgroup)
-        network.ensure_host_network(port)
-        network.add_node_network(spec)
+        with network.host_lock():
+            network.ensure_host_network(port)
+            network.add_node_network(spec)
         control_plane_pki = self.control_plane_dir / "pki"
         issue_node_certificates(control_plane_pki, layout.pki, spec.name, spec.ip)
         shutil.copyfile(control_plane_pki / "ca.crt", layout.pki / "ca.crt")
@@ -189,8 +190,9 @@ class RealNode:
             self._process.wait()
             self._process = None
         cgroups.remove(self.spec.cgroup)
-        network.remove_node_network(self.spec)
-        network.remove_host_network_if_unused()
+        with network.host_lock():
+            network.remove_node_network(self.spec)
+            network.remove_host_network_if_unused()
 
     def leftovers(self) -> list[str]:
         """What of the node still exists on the machine (empty after :meth:`stop`)."""
