@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 
 from kanri.local.controlplane import Endpoint
+from kanri.local.paths import build_dir
 from kanri.local.realnode import NodeSpec, RealNode
-from kanri.local.realnode.images import IMAGE_REGISTRY
+from kanri.local.realnode.images import IMAGE_REGISTRY, built_images
 from tests.integration.realnode_support import kubectl, pod, root_variant
 from tests.support import eventually
 
@@ -37,8 +38,7 @@ ROOT_IMAGE_REPOSITORY = f"{IMAGE_REGISTRY}/kanri-tools-root"
 def real_node(control_plane: Endpoint, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealNode]:
     """A real node on the session's control plane, with the tools image and a root-user variant of it."""
     work = tmp_path_factory.mktemp("real-node")
-    probe = RealNode(NodeSpec(NODE, ZONE, 0), work / "node", control_plane.kubeconfig.parent)
-    root_variant(probe.image("kanri-tools").layout, work / "tools-root")
+    root_variant(built_images(build_dir() / "images")["kanri-tools"].layout, work / "tools-root")
     node = RealNode(
         NodeSpec(NODE, ZONE, 0),
         work / "node",
