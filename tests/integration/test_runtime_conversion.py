@@ -15,11 +15,13 @@ import secrets
 import socket
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import aiohttp
 import pytest
 import pytest_asyncio
+from cryptography import x509
 
 from examples.greeting.operator import GREETING, GREETINGS, Greeting, GreetingReconciler, greeting_crd
 from kanri.local import Endpoint
@@ -43,8 +45,19 @@ OLD = Kind("example.kanri.dev/v1alpha1", "Greeting", "greetings")
 PRESERVED = "example.kanri.dev/preserved-v1"
 
 
+class Clock:
+    """Wall-clock time that a test can move forward (certificate expiry)."""
+
+    def __init__(self) -> None:
+        self.offset = timedelta()
+
+    def __call__(self) -> datetime:
+        return datetime.now(UTC) + self.offset
+
+
 @dataclass
 class Operator:
+    clock: Clock
     client: Client
     namespace: str
     manager: Manager
@@ -72,12 +85,13 @@ async def operator(control_plane: Endpoint) -> AsyncIterator[Operator]:
         await install_crd(client, greeting_crd(options), field_manager="conversion-tests")
         manager = Manager(client, ManagerOptions(name="greeting-conversion", leader_election=False, health_port=0,
                                                  namespace=namespace))  # fmt: skip
-        webhook = ConversionWebhook(client, Conversions(GREETINGS), options, registry=manager.registry)
+        clock = Clock()
+        webhook = ConversionWebhook(client, Conversions(GREETINGS), options, registry=manager.registry, now=clock)
         manager.add_server("conversion", webhook.run, ready=webhook.ready)
         manager.add(Controller("greeting", GreetingReconciler(manager), for_kind=GREETING).owns(CONFIG_MAP))
         task = asyncio.create_task(manager.run(handle_signals=False))
         try:
-            yield Operator(client, namespace, manager, webhook, options, kubeconfig, task)
+            yield Operator(clock, client, namespace, manager, webhook, options, kubeconfig, task)
         finally:
             await manager.stop()
             with contextlib.suppress(asyncio.CancelledError):
@@ -170,6 +184,30 @@ async def _data(
             return None
         raise
     return data if expect is None or data == expect else None
+
+
+async def test_the_certificate_is_rotated_before_expiry_without_a_failed_conversion(operator: Operator) -> None:
+    await wait_ready(operator)
+    client, ns = operator.client, operator.namespace
+    before = (await client.get(SECRET, "greeting-webhook", ns))["data"]["ca.crt"]
+    operator.clock.offset = timedelta(days=61)  # less than a third of 90 days left
+    await asyncio.wait_for(operator.webhook.rotated.wait(), timeout=30)
+    operator.clock.offset = timedelta()  # the new certificate is fresh
+
+    async def bundle_in_crd() -> str | None:
+        crd = await client.get(CRD, Greeting.resource.crd_name)
+        bundle: str = crd["spec"]["conversion"]["webhook"]["clientConfig"]["caBundle"]
+        return bundle if bundle != before else None
+
+    bundle = await eventually(bundle_in_crd, timeout=30)
+    secret = await client.get(SECRET, "greeting-webhook", ns)
+    assert bundle == secret["data"]["ca.crt"]
+    new_ca, old_ca = x509.load_pem_x509_certificates(base64.b64decode(bundle))
+    assert old_ca == x509.load_pem_x509_certificate(base64.b64decode(before))  # the old one is still trusted
+    served = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    served.verify_directly_issued_by(new_ca)
+    await wait_ready(operator)
+    assert (await client.get(OLD, "hello", ns))["spec"]["text"] == "ohayou"  # converted with the new certificate
 
 
 async def test_with_the_webhook_down_reads_in_v1alpha1_fail_or_miss_objects_and_v1_still_works(

@@ -109,7 +109,7 @@ class WebhookOptions:
 class ConversionWebhook:
     """Serves ``conversions`` to the API server. Run it in every replica: ``manager.add_server("conversion",
     webhook.run, ready=webhook.ready)``; the client needs get/create/update on the Secret, and get/patch on the
-    CRDs of the converted kinds."""
+    CRDs of the converted kinds. ``now`` decides when the certificate is due for renewal (tests move it)."""
 
     def __init__(
         self,
@@ -132,6 +132,8 @@ class ConversionWebhook:
         self.port: int | None = None
         self.last_problem: str | None = None
         """Why the webhook is not ready (or the last check failed), for logs and tests."""
+        self.rotated = asyncio.Event()
+        """Set each time this replica starts serving a new certificate after its first one."""
         registry = registry if registry is not None else CollectorRegistry()
         self._seconds = Histogram(
             "kanri_conversion_webhook_duration_seconds", "Time to answer one ConversionReview.", ["result"],
@@ -174,6 +176,7 @@ class ConversionWebhook:
                 log.info("conversion webhook certificate rotated", secret=self.options.secret)
                 self._load(certs)
                 self._certs = certs
+                self.rotated.set()
             await self._patch_crds(certs)
             await self._self_test(certs)
         except (ApiError, OSError, aiohttp.ClientError, RuntimeError, ValueError) as error:

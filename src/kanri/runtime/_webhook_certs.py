@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import ipaddress
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cryptography import x509
@@ -159,8 +159,9 @@ class CertificateStore:
         self.dns_names, self.ip_addresses, self.valid_for = dns_names, ip_addresses, valid_for
 
     async def current(self, now: datetime) -> WebhookCertificates:
-        """The certificates to serve: the Secret's, after creating or rotating them if they are missing, due or do
-        not name every host. A replica that loses the race to write reads the winner's."""
+        """The certificates to serve: the Secret's, after creating or rotating them if they are missing, due at
+        ``now`` or do not name every host. New ones are issued at the real time (``now`` may be a test's clock).
+        A replica that loses the race to write reads the winner's."""
         for _ in range(5):
             try:
                 secret: Obj | None = await self.client.get(SECRET, self.name, self.namespace)
@@ -172,7 +173,7 @@ class CertificateStore:
             if certs is not None and not certs.due(now) and certs.covers(self.dns_names, self.ip_addresses):
                 return certs
             fresh = issue_certificates(
-                self.dns_names, self.ip_addresses, now=now, valid_for=self.valid_for, previous=certs
+                self.dns_names, self.ip_addresses, now=datetime.now(UTC), valid_for=self.valid_for, previous=certs
             )
             try:
                 await self._write(secret, fresh)
