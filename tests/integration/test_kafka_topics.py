@@ -23,7 +23,7 @@ from kanri.kafka.broker.host import HostBroker, host_broker
 from kanri.kafka.topics.admin import TopicAdmin
 from kanri.kafka.topics.reconciler import controller
 from kanri.local import Endpoint
-from kanri.runtime import Client, Manager, ManagerOptions, get_condition, install_crd
+from kanri.runtime import ApiError, Client, Manager, ManagerOptions, get_condition, install_crd
 from kanri.runtime.kinds import EVENT
 from tests.support import eventually
 
@@ -47,8 +47,13 @@ async def client(control_plane: Endpoint) -> AsyncIterator[Client]:
 @contextlib.asynccontextmanager
 async def operator(client: Client, namespace: str, broker: HostBroker) -> AsyncIterator[TopicAdmin]:
     """The topic controller for ``namespace``, with a KafkaCluster ``events`` that points at the host broker."""
-    cluster = await client.create(CLUSTER_KIND, {"metadata": {"name": "events", "namespace": namespace},
-                                                 "spec": {"storage": {"size": "1Gi"}}})  # fmt: skip
+    body = {"metadata": {"name": "events", "namespace": namespace}, "spec": {"storage": {"size": "1Gi"}}}
+    try:
+        cluster = await client.create(CLUSTER_KIND, body)
+    except ApiError as exc:  # a second operator in the same test: the cluster is there already
+        if exc.status != 409:
+            raise
+        cluster = await client.get(CLUSTER_KIND, "events", namespace)
     cluster["status"] = {"bootstrap": broker.bootstrap}
     await client.replace_status(CLUSTER_KIND, cluster)
     options = ManagerOptions(name="kafka-operator", namespace=namespace, leader_election=False, health_port=0,
@@ -257,3 +262,22 @@ async def test_deletion_waits_for_consumers_and_an_approval_and_retain_keeps_the
         loose = await admin.describe("loose")
         assert loose is not None  # managed: false: neither grown to 3 nor deleted
         assert loose.partitions == 1
+
+
+async def test_a_step_on_record_is_finished_after_a_restart_without_deciding_it_again(
+    client: Client, namespace: str, broker: HostBroker
+) -> None:
+    spec = {"keyOrdered": True, "partitions": 6, "partitionGrowth": {"stepSize": 2, "pauseSeconds": 0}}
+    async with operator(client, namespace, broker) as admin:
+        await client.create(TOPIC_KIND, topic(namespace, "ledger", **spec))
+        await eventually(lambda: condition(client, namespace, "ledger", "TopicReady"), timeout=60)
+    # the operator stopped right after committing an (approved) step 6->8, before asking Kafka
+    await client.patch(TOPIC_KIND, "ledger", {"spec": {"partitions": 10}}, namespace)
+    step = {"fromPartitions": 6, "toPartitions": 8, "time": "2026-12-06T10:00:00Z", "checks": "no consumer groups"}
+    await client.patch_status(TOPIC_KIND, "ledger", {"status": {"growth": {"target": 10, "step": step}}}, namespace)
+    async with operator(client, namespace, broker) as admin:
+        # no approval annotation: the recorded step is carried out, the next one (8->10) waits for its approval
+        waiting = await eventually(lambda: condition(client, namespace, "ledger", "ApprovalRequired"), timeout=60)
+        assert (await admin.describe("ledger")).partitions == 8  # type: ignore[union-attr]
+        assert waiting["status"]["growth"]["blockedBy"].count("ledger 8->10") == 1
+        assert [(s["fromPartitions"], s["toPartitions"]) for s in waiting["status"]["steps"]] == [(6, 8)]
