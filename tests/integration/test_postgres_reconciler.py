@@ -734,6 +734,23 @@ async def test_the_running_major_comes_from_the_data_and_a_recreate_reports_what
             await eventually(lambda: _warning(client, namespace, "atlas", "UpgradeNotApproved"), timeout=30)
             await eventually(lambda: _warning(client, namespace, "atlas", "OwnerMismatch"), timeout=30)
 
+            # Approved, but the cluster has no backup repository for the fresh backup: said at once, with both ways
+            # on (issue 29 item 1), and nothing is checked or stopped.
+            await client.patch(POSTGRES_CLUSTER, "atlas", {"spec": {"upgrade": {"approvedVersion": 16}}}, namespace)
+            no_repository = await eventually(
+                lambda: condition_reason(client, namespace, "atlas", "MajorUpgrade", "NoBackupRepository"), timeout=30
+            )
+            assert "configure spec.backup" in no_repository["message"], no_repository
+            assert "spec.upgrade.withoutBackup: true" in no_repository["message"], no_repository
+
+            async def waiting() -> Obj | None:
+                found = await status_field(client, namespace, "atlas", "upgrade")
+                return found if (found or {}).get("phase") == "WaitingForPreconditions" else None
+
+            record = await eventually(waiting, timeout=30)
+            assert "no usable backup repository (spec.backup is not set)" in record["message"], record
+            assert await image() == "kanri.dev/postgres:15"
+
 
 async def test_bad_secrets_and_instance_problems_are_named_each_told_once(
     control_plane: Endpoint, client: Client, namespace: str
