@@ -1,0 +1,23 @@
+"""The Kafka operator's process: the KafkaCluster and KafkaTopic controllers in one manager (``kanri kafka run``)."""
+
+from __future__ import annotations
+
+from kanri import runtime as kr
+from kanri.kafka.api import FIELD_MANAGER, KafkaCluster, KafkaTopic
+from kanri.kafka.cluster.reconciler import controller as cluster_controller
+from kanri.kafka.topics.context import Admins
+from kanri.kafka.topics.reconciler import controller as topic_controller
+
+
+async def run(kubeconfig: str | None, *, install_crds: bool, health_port: int, namespace: str | None = None) -> None:
+    """Run both controllers until cancelled (one admin client per Kafka cluster, shared by them)."""
+    async with await kr.Client.auto(kubeconfig) as client:
+        if install_crds:
+            for kind in (KafkaCluster, KafkaTopic):
+                await kr.install_crd(client, kind, field_manager=FIELD_MANAGER)
+        options = kr.ManagerOptions(name=FIELD_MANAGER, health_port=health_port, namespace=namespace)
+        manager = kr.Manager(client, options)
+        admins = Admins()
+        manager.add(cluster_controller(manager, admins=admins))
+        manager.add(topic_controller(manager, admins=admins))
+        await manager.run()
