@@ -22,7 +22,7 @@ import pytest
 
 from kanri.local.controlplane import Endpoint
 from kanri.local.paths import build_dir
-from kanri.local.realnode import NodeSpec, RealNode
+from kanri.local.realnode import NodeSpec, RealNode, cgroups
 from kanri.local.realnode.images import IMAGE_REGISTRY, built_images
 from tests.integration.realnode_support import kubectl, pod, root_variant
 from tests.support import eventually
@@ -250,3 +250,19 @@ async def test_stop_kills_the_whole_node_at_once_and_start_brings_it_back(
 
     again = await eventually(restarted, timeout=90)
     assert again["containerStatuses"][0]["ready"], again
+
+
+async def test_a_node_killed_without_clean_up_starts_again_from_a_new_process(
+    real_node: RealNode, kubeconfig: Path
+) -> None:
+    # a crash of everything: the node's processes die, its namespace, links and cgroups stay behind
+    await asyncio.to_thread(cgroups.kill_all, real_node.spec.cgroup)
+    assert real_node.leftovers() != []
+    # a new RealNode (as a new `kanri` process would make) cleans up by name and starts the node again
+    again = RealNode(real_node.spec, real_node.layout.root, real_node.control_plane_dir, images=("kanri-tools",))
+    seconds = await asyncio.to_thread(again.start)
+    print(f"real node {NODE}: start after a crash -> Ready in {seconds:.1f} s")
+    wide = await kubectl(kubeconfig, "get", "nodes", NODE, "-o", "wide", "--no-headers")
+    assert " Ready " in wide, wide
+    await asyncio.to_thread(again.stop)
+    assert again.leftovers() == []

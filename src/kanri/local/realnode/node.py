@@ -90,6 +90,7 @@ class RealNode:
         if missing:
             raise RealNodeError(f"{', '.join(missing)} missing in {self.bin_dir}: run `make node-components`")
         self._prepare()
+        previous = self._ready_heartbeat()
         launch_log = self.layout.launch_log.open("ab")
         command = [
             "nsenter", f"--net={network.NETNS_DIR / self.spec.netns}",
@@ -99,7 +100,7 @@ class RealNode:
         self._process = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=launch_log, stderr=subprocess.STDOUT, start_new_session=True
         )
-        self._wait_ready(started + timeout)
+        self._wait_ready(started + timeout, previous)
         return time.monotonic() - started
 
     def _prepare(self) -> None:
@@ -144,25 +145,30 @@ class RealNode:
             raise RealNodeError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
         return result.stdout
 
-    def is_ready(self, since: datetime.datetime | None = None) -> bool:
-        """Whether the Node object's Ready condition is True, as a kubelet reported it at ``since`` or later.
-
-        Without ``since`` a stopped node counts as Ready until the node controller notices (20 s here): ``start``
-        asks for a report of the kubelet it launched."""
+    def _ready_heartbeat(self) -> datetime.datetime | None:
+        """When a kubelet last reported the Node Ready (None: no such Node, or not Ready)."""
         try:
             node = json.loads(self._kubectl("get", "node", self.spec.name, "-o", "json"))
         except RealNodeError:
-            return False
+            return None
         for condition in node.get("status", {}).get("conditions", []):
             if condition["type"] == "Ready" and condition["status"] == "True":
-                heartbeat = datetime.datetime.fromisoformat(condition["lastHeartbeatTime"])
-                return since is None or heartbeat >= since
-        return False
+                return datetime.datetime.fromisoformat(condition["lastHeartbeatTime"])
+        return None
 
-    def _wait_ready(self, deadline: float) -> None:
-        # the API's times have whole seconds
+    def is_ready(self) -> bool:
+        """Whether the Node object's Ready condition is True (as the control plane sees it: a node stopped less
+        than the node controller's grace period ago still counts)."""
+        return self._ready_heartbeat() is not None
+
+    def _wait_ready(self, deadline: float, previous: datetime.datetime | None) -> None:
+        """Wait for a Ready report of the kubelet just launched: newer than ``previous`` (the last report before the
+        launch, by a kubelet now dead) and not older than the launch (the API's times have whole seconds)."""
         launched = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
-        while not self.is_ready(since=launched):
+        while True:
+            heartbeat = self._ready_heartbeat()
+            if heartbeat is not None and heartbeat >= launched and (previous is None or heartbeat > previous):
+                return
             if self._process is not None and self._process.poll() is not None:
                 raise RealNodeError(f"node {self.spec.name} exited with {self._process.returncode}\n{self.log_tail()}")
             if time.monotonic() > deadline:
