@@ -38,6 +38,7 @@ from kanri.runtime import (
     WebhookOptions,
     install_crd,
 )
+from kanri.runtime._webhook_certs import CertificateStore, WebhookCertificates
 from kanri.runtime.kinds import CONFIG_MAP, CRD, NAMESPACE, SECRET
 from tests.support import NotYet, eventually
 
@@ -256,3 +257,22 @@ async def test_with_the_webhook_down_reads_in_v1alpha1_fail_or_miss_objects_and_
 async def _names(listing: Awaitable[tuple[list[dict[str, Any]], str]]) -> list[str]:
     items, _ = await listing
     return sorted(item["metadata"]["name"] for item in items)
+
+
+async def test_replicas_racing_to_create_or_rotate_the_certificate_end_up_serving_the_same_one(
+    client: Client, namespace: str
+) -> None:
+    def store() -> CertificateStore:
+        return CertificateStore(client, namespace, "racing", dns_names=("op.ops.svc",), valid_for=timedelta(days=90))
+
+    replicas = [store() for _ in range(3)]
+    now = datetime.now(UTC)
+    first = await asyncio.gather(*(replica.current(now) for replica in replicas))
+    assert first[0] == first[1] == first[2]
+    assert await replicas[0].current(now) == first[0]  # not due: nothing new
+    later = now + timedelta(days=61)
+    rotated = await asyncio.gather(*(replica.current(later) for replica in replicas))
+    secret = WebhookCertificates.from_secret(await client.get(SECRET, "racing", namespace))
+    assert rotated[0] == rotated[1] == rotated[2] == secret
+    assert rotated[0] != first[0]
+    assert first[0].ca_bundle in rotated[0].ca_bundle  # the previous CA stays in the bundle

@@ -162,6 +162,7 @@ class CertificateStore:
         """The certificates to serve: the Secret's, after creating or rotating them if they are missing, due at
         ``now`` or do not name every host. New ones are issued at the real time (``now`` may be a test's clock).
         A replica that loses the race to write reads the winner's."""
+        lost_race = False
         for _ in range(5):
             try:
                 secret: Obj | None = await self.client.get(SECRET, self.name, self.namespace)
@@ -170,7 +171,9 @@ class CertificateStore:
                     raise
                 secret = None
             certs = WebhookCertificates.from_secret(secret) if secret is not None else None
-            if certs is not None and not certs.due(now) and certs.covers(self.dns_names, self.ip_addresses):
+            # After losing a race the winner's certificates are the new ones: take them even if `now` says due.
+            fresh_enough = lost_race or not certs.due(now) if certs is not None else False
+            if certs is not None and fresh_enough and certs.covers(self.dns_names, self.ip_addresses):
                 return certs
             fresh = issue_certificates(
                 self.dns_names, self.ip_addresses, now=datetime.now(UTC), valid_for=self.valid_for, previous=certs
@@ -179,7 +182,8 @@ class CertificateStore:
                 await self._write(secret, fresh)
             except ApiError as error:
                 if error.conflict:
-                    continue  # another replica rotated first: use its certificates
+                    lost_race = True  # another replica wrote first: use its certificates
+                    continue
                 raise
             return fresh
         raise RuntimeError(f"Secret {self.namespace}/{self.name}: kept losing write races; giving up for now")
