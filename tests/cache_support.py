@@ -16,7 +16,7 @@ import valkey.asyncio as valkey
 from valkey.exceptions import ValkeyError
 
 from kanri.cache.agent.fencing import History, StartDecision
-from kanri.cache.agent.node import Node, command, history, runtime_config, sentinel_file, start_server, stop, take_role
+from kanri.cache.agent.node import Node, history, runtime_config, sentinel_file, start_server, stop, take_role
 from kanri.cache.api import CacheSpec
 from kanri.cache.config import sentinel_config, server_config
 
@@ -131,7 +131,9 @@ class LocalCache:
             await client.aclose()
 
     def client(self, address: str) -> valkey.Valkey:
-        return self.pods[0].server.client(address)
+        host, _, port = address.rpartition(":")
+        return valkey.Valkey(host=host, port=int(port), password=self.password, socket_timeout=1.0,
+                             socket_connect_timeout=1.0, decode_responses=True)  # fmt: skip
 
     async def close(self) -> None:
         for pod in self.pods:
@@ -179,7 +181,7 @@ class Ledger:
             try:
                 await client.set(key, sequence)
                 sequence += 1
-                replicated = int(await command(client, "WAIT", self.replicas, 500))
+                replicated = int(await client.execute_command("WAIT", self.replicas, 500))  # type: ignore[no-untyped-call]
             except (ValkeyError, OSError):
                 self.errors += 1
                 await client.aclose()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest_asyncio
 import valkey.asyncio as valkey
+from valkey.exceptions import ValkeyError
 
 from kanri.cache.agent.node import command
 from kanri.cache.api import CacheSpec
@@ -50,12 +51,9 @@ async def converged(cache: LocalCache, primary: int) -> str:
 async def sentinel_knows(cache: LocalCache, sentinel: str, replicas: int) -> bool:
     """``sentinel`` knows every replica and every other Sentinel (it learns them from the primary's INFO, every 10 s):
     before that, it has no replica to promote."""
-    client = cache.client(sentinel)
-    try:
-        known = await command(client, "SENTINEL", "REPLICAS", cache.name)
-        others = await command(client, "SENTINEL", "SENTINELS", cache.name)
-    finally:
-        await client.aclose()
+    node = cache.pods[0].server
+    known = await command(node, sentinel, "SENTINEL", "REPLICAS", cache.name)
+    others = await command(node, sentinel, "SENTINEL", "SENTINELS", cache.name)
     return len(known) == replicas and len(others) == len(cache.pods) - 1
 
 
@@ -66,7 +64,8 @@ async def write(cache: LocalCache, address: str, count: int) -> None:
             for i in range(count):
                 pipe.set(f"key:{i}", i)
             await pipe.execute()
-        assert int(await command(client, "WAIT", len(cache.pods) - 1, 5000)) == len(cache.pods) - 1
+        wait = await client.execute_command("WAIT", len(cache.pods) - 1, 5000)  # type: ignore[no-untyped-call]
+        assert int(wait) == len(cache.pods) - 1
     finally:
         await client.aclose()
 
@@ -102,7 +101,14 @@ async def test_a_plain_restart_of_an_empty_primary_wipes_its_replica(tmp_path: P
     try:
         await eventually(lambda: answers(writer), timeout=10)
         await writer.set("precious", "1")
-        await eventually(lambda: reader.get("precious"), timeout=10)
+
+        async def replicated() -> str | None:
+            try:
+                return await reader.get("precious")  # type: ignore[no-any-return]
+            except (ValkeyError, OSError):
+                return None
+
+        await eventually(replicated, timeout=10)
         primary.kill()
         await primary.wait()
         primary = await asyncio.create_subprocess_exec(str(BINARY), "--port", str(primary_port), *base)
@@ -111,7 +117,7 @@ async def test_a_plain_restart_of_an_empty_primary_wipes_its_replica(tmp_path: P
             try:
                 info = await reader.info("replication")
                 return info.get("master_link_status") == "up" and int(await reader.dbsize()) == 0
-            except OSError:
+            except (ValkeyError, OSError):
                 return False
 
         assert await eventually(wiped, timeout=20)

