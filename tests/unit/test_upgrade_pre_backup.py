@@ -3,10 +3,15 @@ operator creates, one per approval; a cluster without a repository says so and n
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
+from kanri.postgres.api.v1alpha1.backup import S3Repository
+from kanri.postgres.backup.archiving import BackupSettings
 from kanri.postgres.upgrade.machine import Observed, decide, failed, pre_upgrade_backup
+from kanri.postgres.upgrade.step import repository_missing
 from kanri.postgres.upgrade.versions import upgrade_verdict
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -89,3 +94,30 @@ def test_without_backup_drops_only_the_backup_gate() -> None:
     assert busy.action == "none"
     assert busy.record is not None
     assert "base backup orders-initial has not finished" in busy.record["message"]
+
+
+@dataclass
+class _Pass:
+    """The three things repository_missing reads of a pass."""
+
+    spec: PostgresClusterSpec
+    namespace: str = "shop"
+    backup_settings: BackupSettings = field(default_factory=BackupSettings)
+
+
+def _spec(**fields: Any) -> PostgresClusterSpec:
+    return PostgresClusterSpec.model_validate({"version": 15, "storage": {"size": "1Gi"}, **fields})
+
+
+def test_the_repository_the_pre_upgrade_backup_would_go_to_is_named_when_missing() -> None:
+    approved = {"upgrade": {"approvedVersion": 15}}
+    assert repository_missing(_Pass(_spec(**approved))) == "spec.backup is not set"  # type: ignore[arg-type]
+    # backups asked for, but neither a repository of its own nor a platform default
+    asked = _spec(backup={"retentionDays": 7}, **approved)
+    assert repository_missing(_Pass(asked)) == "NoRepository"  # type: ignore[arg-type]
+    platform = BackupSettings(default_repository=S3Repository.model_validate(
+        {"bucket": "kanri-backups", "endpoint": "http://s3:8333", "credentialsSecret": {"name": "k"}}))  # fmt: skip
+    assert repository_missing(_Pass(asked, backup_settings=platform)) is None  # type: ignore[arg-type]
+    # approved without a backup: nothing is missing
+    without = _spec(upgrade={"approvedVersion": 15, "withoutBackup": True})
+    assert repository_missing(_Pass(without)) is None  # type: ignore[arg-type]
