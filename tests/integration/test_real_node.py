@@ -25,7 +25,7 @@ from kanri.local.paths import build_dir
 from kanri.local.realnode import NodeSpec, RealNode, cgroups
 from kanri.local.realnode.images import IMAGE_REGISTRY, built_images
 from tests.integration.realnode_support import kubectl, pod, root_variant
-from tests.support import eventually
+from tests.support import NotYet, eventually
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.asyncio(loop_scope="session")]
 
@@ -243,12 +243,18 @@ async def test_stop_kills_the_whole_node_at_once_and_start_brings_it_back(
 
     # the kubelet finds the pod's containers dead with the node (containerd kept their records, not their
     # processes) and starts the pod again in a new sandbox
+    seen: list[dict[str, Any]] = []
+
     async def restarted() -> dict[str, Any] | None:
         status = await pod_status(kubeconfig, namespace, "survivor")
+        seen[:] = [status]
         restarts = (status.get("containerStatuses") or [{}])[0].get("restartCount", 0)
         return status if status.get("phase") == "Running" and restarts >= 1 else None
 
-    again = await eventually(restarted, timeout=90)
+    try:
+        again = await eventually(restarted, timeout=90)
+    except NotYet as error:
+        raise AssertionError(f"{error}; the pod's last status: {seen}\n{real_node.log_tail()}") from None
     assert again["containerStatuses"][0]["ready"], again
 
 
