@@ -35,7 +35,7 @@ from kanri.runtime.kinds import PVC, SECRET
 from tests.e2e.postgres_helpers import cluster_ip
 from tests.e2e.test_backup_archiving_e2e import Store, start_store
 from tests.postgres_support import Operator
-from tests.support import eventually, is_gone
+from tests.support import eventually
 
 Obj = dict[str, Any]
 pytestmark = [
@@ -112,6 +112,17 @@ async def query(client: Client, namespace: str, secret: str, sql: str) -> list[t
         return await cursor.fetchall() if cursor.description else []
 
 
+async def gone(read: Any) -> bool:
+    """True once ``read()`` answers 404 (kanri's Client raises ApiError, not kubernetes_asyncio's)."""
+    try:
+        await read()
+    except ApiError as error:
+        if error.not_found:
+            return True
+        raise
+    return False
+
+
 async def answers(client: Client, namespace: str, secret: str, sql: str) -> list[tuple[Any, ...]] | None:
     try:
         return await query(client, namespace, secret, sql)
@@ -149,7 +160,7 @@ async def _retain_half(client: Client, namespace: str, db_class: str) -> None:
 
     # Retain (the default): the DatabaseInstance goes, the cluster keeps running, let go of.
     await client.delete(INSTANCE, "orders", namespace)
-    await eventually(lambda: is_gone(lambda: client.get(INSTANCE, "orders", namespace)), timeout=60)
+    await eventually(lambda: gone(lambda: client.get(INSTANCE, "orders", namespace)), timeout=60)
     kept = await client.get(POSTGRES_CLUSTER, "orders", namespace)
     assert not kept["metadata"].get("deletionTimestamp")
     assert OWNER_LABEL not in (kept["metadata"].get("labels") or {})
@@ -171,10 +182,10 @@ async def _delete_half(client: Client, namespace: str, db_class: str, store: Sto
 
     await client.delete(INSTANCE, "again", namespace)
     final = naming.final_snapshot_id(f"{namespace}/orders", obj["metadata"]["uid"])
-    await eventually(lambda: is_gone(lambda: client.get(INSTANCE, "again", namespace)), timeout=240, interval=1)
+    await eventually(lambda: gone(lambda: client.get(INSTANCE, "again", namespace)), timeout=240, interval=1)
     backup = await client.get(POSTGRES_BACKUP, final, namespace)
     assert backup["status"]["phase"] == "Completed", backup.get("status")
-    await eventually(lambda: is_gone(lambda: client.get(POSTGRES_CLUSTER, "orders", namespace)), timeout=120)
+    await eventually(lambda: gone(lambda: client.get(POSTGRES_CLUSTER, "orders", namespace)), timeout=120)
 
     async def claims_gone() -> bool:
         found, _ = await client.list(PVC, namespace, label_selector="kanri.dev/cluster=orders,kanri.dev/instance")
