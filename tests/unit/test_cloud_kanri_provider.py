@@ -166,7 +166,10 @@ def test_a_change_the_operator_has_not_seen_is_modifying() -> None:
 
 def test_deletion_and_the_final_backup_show_in_the_state() -> None:
     ready = created(desired(), phase="Ready", observedGeneration=1)
+    assert kanri.state_of(ready, "Pending") == "backing-up"
     assert kanri.state_of(ready, "Running") == "backing-up"
+    assert kanri.state_of(ready, "Failed") == "available"  # delete is called again and names the failure
+    assert kanri.state_of(ready, "Missing") == "available"  # delete is called again and asks for it again
     assert kanri.state_of(ready, "Completed") == "available"  # then the delete is called again and goes on
     ready["metadata"]["deletionTimestamp"] = "2026-12-06T10:00:00Z"
     assert kanri.state_of(ready, "Completed") == "deleting"

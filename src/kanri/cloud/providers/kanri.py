@@ -183,8 +183,10 @@ def state_of(cluster: Obj, final_backup_phase: str | None) -> str:
     meta, status = cluster.get("metadata") or {}, cluster.get("status") or {}
     if meta.get("deletionTimestamp"):
         return "deleting"
-    if final_backup_phase is not None and final_backup_phase != "Completed":
-        return "backing-up"  # the final backup of a Delete runs
+    if final_backup_phase in ("Pending", "Running"):
+        # The final backup of a Delete runs. Completed, Failed or Missing read as the cluster's own state, so the
+        # cloud operator calls delete again: it goes on, names the failure, or asks for the backup again.
+        return "backing-up"
     phase = status.get("phase") or "Pending"
     if status.get("observedGeneration") != meta.get("generation") and phase != "Pending":
         return "modifying"  # a spec change the operator has not acted on yet
