@@ -69,3 +69,20 @@ def test_a_failover_records_what_the_old_primary_had_beyond_the_switch() -> None
 def test_a_failover_without_a_last_look_has_unknown_loss() -> None:
     promoted = History("10.0.0.2", "primary", NEW, 50, replid2=OLD, second_offset=900)
     assert failover_record(None, None, "c-1", promoted, datetime.now(UTC)).possible_loss_bytes is None
+
+
+def test_metrics_follow_the_status_and_go_with_the_cache() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from kanri.cache.metrics import CacheMetrics
+
+    registry = CollectorRegistry()
+    metrics = CacheMetrics(registry)
+    status = {"writablePrimaries": ["c-0", "c-1"], "readyReplicas": 1, "failovers": [{}],
+              "conditions": [{"type": "Ready", "status": "False"}]}  # fmt: skip
+    metrics.observe({"metadata": {"name": "c", "namespace": "ns"}, "status": status})
+    labels = {"namespace": "ns", "cache": "c"}
+    assert registry.get_sample_value("kanri_cache_cache_primaries", labels) == 2
+    assert registry.get_sample_value("kanri_cache_cache_ready", labels) == 0
+    metrics.forget("ns", "c")
+    assert registry.get_sample_value("kanri_cache_cache_primaries", labels) is None

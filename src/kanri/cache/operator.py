@@ -14,6 +14,7 @@ from typing import Any
 from kanri import kit
 from kanri import runtime as kr
 from kanri.cache.api import FIELD_MANAGER, FINALIZER, KIND, LABELS, Cache
+from kanri.cache.metrics import CacheMetrics
 from kanri.cache.steps import LAST_PRIMARY, STEPS
 from kanri.runtime.kinds import CONFIG_MAP, POD, PVC, SECRET, SERVICE, STATEFUL_SET
 
@@ -28,18 +29,22 @@ class CacheReconciler:
     def __init__(self, manager: kr.Manager) -> None:
         self.cache, self.client = manager.cache, manager.client
         self.events = kr.EventRecorder(self.client, component=FIELD_MANAGER)
+        self.metrics = CacheMetrics(manager.registry)
 
     async def reconcile(self, request: kr.Request) -> kr.Result | None:
         obj = self.cache.get(KIND, request.name, request.namespace)
         if obj is None:  # gone: owned children follow by garbage collection; volumes and password per policy
             LAST_PRIMARY.drop(request.namespace, request.name)
+            self.metrics.forget(request.namespace, request.name)
             return None
         return await kit.finalize(self.client, KIND, obj, FINALIZER, apply=self.apply, cleanup=self.cleanup)
 
     async def apply(self, obj: dict[str, Any]) -> kr.Result | None:
         ctx = kit.ObjectPass(client=self.client, cache=self.cache, events=self.events, kind=KIND, obj=obj,
                              labels=LABELS, field_manager=FIELD_MANAGER, severity=SEVERITY)  # fmt: skip
-        return await ctx.run(STEPS)
+        result = await ctx.run(STEPS)
+        self.metrics.observe(ctx.obj)
+        return result
 
     async def cleanup(self, obj: dict[str, Any]) -> kr.Result | None:
         data = kit.data_of(self.cache, [PVC, SECRET], LABELS, obj)
