@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -91,6 +92,9 @@ class TopicAdmin:
         config: dict[str, Any] = {"bootstrap.servers": bootstrap, "socket.connection.setup.timeout.ms": 5000,
                                   "logger": _LOG}  # fmt: skip
         self._client = AdminClient(config)
+        self._snapshot: tuple[float, dict[str, TopicState]] | None = None
+        self._snapshot_lock = asyncio.Lock()
+        self._written: dict[str, float] = {}
 
     async def describe(self, name: str) -> TopicState | None:
         """The topic now, or None when Kafka has no such topic."""
@@ -110,13 +114,48 @@ class TopicAdmin:
     async def _config(self, name: str) -> tuple[dict[str, str], int | None]:
         resource = ConfigResource(ResourceType.TOPIC, name)
         entries: dict[str, Any] = await _wait(self._client.describe_configs([resource])[resource], self.timeout)
-        own = {
-            key: str(entry.value)
-            for key, entry in entries.items()
-            if entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value and entry.value is not None
-        }
-        retention = entries.get("retention.ms")
-        return own, int(retention.value) if retention is not None and retention.value is not None else None
+        return _own_config(entries)
+
+    async def snapshot(self, max_age: float) -> dict[str, TopicState]:
+        """Every topic of the cluster (internal ones aside), read at most once per ``max_age`` seconds and shared by
+        every caller: one metadata request and one config request for all topics, instead of two requests per
+        topic per look (a thousand topics at rest cost a thousand looks every resync). :meth:`state` reads a topic
+        written since on its own."""
+        async with self._snapshot_lock:
+            if self._snapshot is not None and time.monotonic() - self._snapshot[0] < max_age:
+                return self._snapshot[1]
+            taken = time.monotonic()
+            try:
+                metadata = await asyncio.to_thread(self._client.list_topics, timeout=self.timeout)
+            except KafkaException as exc:
+                error = exc.args[0]
+                raise AdminError(error.name(), error.str(), bool(error.retriable())) from None
+            topics = {n: t for n, t in metadata.topics.items() if not n.startswith("__") and t.error is None}
+            resources = [ConfigResource(ResourceType.TOPIC, name) for name in topics]
+            futures = self._client.describe_configs(resources, request_timeout=self.timeout) if resources else {}
+            states = {}
+            for resource, future in futures.items():
+                name = resource.name
+                own, retention = _own_config(await _wait(future, self.timeout))
+                parts = list(topics[name].partitions.values())
+                replicas = min((len(p.replicas) for p in parts), default=0)
+                under = sum(1 for p in parts if len(p.isrs) < len(p.replicas))
+                states[name] = TopicState(name, len(parts), replicas, own, under, retention)
+            self._snapshot = (taken, states)
+            return states
+
+    def written(self, name: str) -> None:
+        """The topic was just changed: until a snapshot taken after now, :meth:`state` asks Kafka for it alone."""
+        self._written[name] = time.monotonic()
+
+    async def state(self, name: str, max_age: float) -> TopicState | None:
+        """The topic from the shared :meth:`snapshot`, or read alone when it was written since that was taken."""
+        states = await self.snapshot(max_age)
+        assert self._snapshot is not None
+        if self._written.get(name, -1.0) >= self._snapshot[0]:
+            return await self.describe(name)
+        self._written.pop(name, None)
+        return states.get(name)
 
     async def create(self, name: str, partitions: int, replication_factor: int, config: Mapping[str, str]) -> None:
         topic = NewTopic(name, num_partitions=partitions, replication_factor=replication_factor, config=dict(config))
@@ -209,3 +248,14 @@ class TopicAdmin:
 def _assigned(member: Any, topic: str) -> bool:
     assignment = member.assignment
     return bool(assignment) and any(tp.topic == topic for tp in assignment.topic_partitions)
+
+
+def _own_config(entries: Mapping[str, Any]) -> tuple[dict[str, str], int | None]:
+    """The topic's own settings (``DYNAMIC_TOPIC_CONFIG``) and its effective ``retention.ms``."""
+    own = {
+        key: str(entry.value)
+        for key, entry in entries.items()
+        if entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value and entry.value is not None
+    }
+    retention = entries.get("retention.ms")
+    return own, int(retention.value) if retention is not None and retention.value is not None else None

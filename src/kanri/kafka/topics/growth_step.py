@@ -78,6 +78,7 @@ async def _carry_on(ctx: TopicContext, record: GrowthRecord, step: GrowthStep) -
     except AdminError as exc:
         if exc.code != "INVALID_PARTITIONS":  # INVALID_PARTITIONS: Kafka already has them (a repeated request)
             raise
+    ctx.admin.written(ctx.topic)
     message = f"step {step.from_partitions}->{step.to_partitions} asked; waiting for Kafka to report it"
     not_ready(ctx, "Growing", "Growing", message)
     return Result(requeue_after=1)

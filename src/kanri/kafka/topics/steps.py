@@ -19,6 +19,9 @@ TopicStep = Callable[[TopicContext], Awaitable[Result | None]]
 
 #: How often a converged topic is looked at again: drift made outside kanri is found within this.
 RESYNC_SECONDS = 30.0
+#: How old the shared read of every topic of a cluster may be (TopicAdmin.snapshot); a topic kanri changed itself
+#: is read alone until a newer snapshot.
+SNAPSHOT_AGE = 5.0
 
 
 def not_ready(ctx: TopicContext, phase: str, reason: str, message: str) -> None:
@@ -73,7 +76,7 @@ async def observe(ctx: TopicContext) -> Result | None:
     """What Kafka reports now; a cluster that does not answer ends the pass (looked at again soon)."""
     assert ctx.admin is not None
     try:
-        ctx.observed = await ctx.admin.describe(ctx.topic)
+        ctx.observed = await ctx.admin.state(ctx.topic, SNAPSHOT_AGE)
     except AdminError as exc:
         not_ready(ctx, "Pending", "KafkaUnreachable", f"cluster {ctx.spec.cluster}: {exc}")
         return Result(requeue_after=10)
@@ -100,8 +103,10 @@ async def create(ctx: TopicContext) -> Result | None:
             ctx.problems.add(kit.Problem("ReplicationFactorTooLarge", message))
             return Result(requeue_after=60)
         await ctx.admin.create(ctx.topic, spec.partitions, spec.replication_factor, spec.config)
+        ctx.admin.written(ctx.topic)  # after the write: a snapshot taken before it does not speak for the topic
     except AdminError as exc:
-        if exc.code == "TOPIC_ALREADY_EXISTS":  # created by the previous pass; metadata lagged
+        if exc.code == "TOPIC_ALREADY_EXISTS":  # created by the previous pass; the snapshot or metadata lagged
+            ctx.admin.written(ctx.topic)
             return Result(requeue_after=1)
         if exc.retriable:
             raise
@@ -125,6 +130,7 @@ async def settings(ctx: TopicContext) -> Result | None:
     generation = ctx.obj["metadata"].get("generation")
     if change:
         await ctx.admin.set_config(ctx.topic, change.set, change.remove)
+        ctx.admin.written(ctx.topic)
         keys = ", ".join(change.keys())
         if (ctx.ledger.status.get("configGeneration")) == generation:
             ctx.ledger.stage("lastDrift", f"{format_time(ctx.now())}: {keys}")
