@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin._config import ConfigResource
+from confluent_kafka.admin._resource import ResourceType
 
+from kanri.kafka.api import TOPIC_CONFIG_KEYS, TOPIC_OWNED_KEYS
 from kanri.kafka.broker.host import HostBroker, host_broker
 from kanri.kafka.topics.admin import AdminError, GroupLag, TopicAdmin, TopicState
 from tests.support import eventually
@@ -96,3 +99,31 @@ async def test_a_consumer_groups_lag_is_what_it_has_not_consumed(broker: HostBro
     assert await admin.groups_on("orders-without-groups", 1) == []
     await admin.delete("events")
     await admin.delete("events")  # deleting what is gone is done, not an error
+
+
+async def test_the_shared_snapshot_is_reused_but_a_topic_written_since_is_read_alone(broker: HostBroker) -> None:
+    admin = TopicAdmin(broker.bootstrap)
+    await admin.create("snap-a", 2, 1, {"retention.ms": "120000"})
+
+    async def seen() -> TopicState | None:
+        admin.written("snap-a")  # each look reads it alone, until Kafka reports it
+        return await admin.state("snap-a", max_age=60)
+
+    assert (await eventually(seen, timeout=30)).config == {"retention.ms": "120000"}
+    first = await admin.snapshot(max_age=60)
+    await admin.create("snap-b", 1, 1, {})
+    assert await admin.snapshot(max_age=60) is first  # within max_age: no new read
+    assert "snap-b" not in first
+    admin.written("snap-b")
+    state = await eventually(lambda: admin.state("snap-b", max_age=60), timeout=30)
+    assert state.partitions == 1
+    assert (await admin.snapshot(max_age=0)).keys() >= {"snap-a", "snap-b"}
+
+
+async def test_every_topic_setting_the_api_allows_is_one_kafka_knows(broker: HostBroker) -> None:
+    admin = TopicAdmin(broker.bootstrap)
+    await admin.create("settings", 1, 1, {})
+    resource = ConfigResource(ResourceType.TOPIC, "settings")
+    entries = await asyncio.wrap_future(admin._client.describe_configs([resource])[resource])
+    known = set(entries)
+    assert set(TOPIC_CONFIG_KEYS + TOPIC_OWNED_KEYS) <= known, sorted(set(TOPIC_CONFIG_KEYS) - known)
