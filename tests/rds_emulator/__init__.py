@@ -61,6 +61,11 @@ class RdsEmulator:
         return f"http://127.0.0.1:{self._server.port}"
 
     @property
+    def moto_url(self) -> str:
+        """moto's own server behind the proxy (for comparisons: it has none of the emulator's rules)."""
+        return self._moto.url
+
+    @property
     def faults(self) -> Faults:
         return self._server.faults
 
