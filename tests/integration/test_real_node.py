@@ -142,6 +142,39 @@ async def test_logs_and_exec_go_through_the_real_kubelet(real_node: RealNode, ku
     assert out.split() == ["42", "65532"]  # the image's own user, as runc set it
 
 
+async def test_port_forward_reaches_a_pod_port_through_the_real_kubelet(
+    real_node: RealNode, kubeconfig: Path, namespace: str
+) -> None:
+    serve = ["python3", "-m", "http.server", "8080", "--directory", "/etc"]
+    await create(kubeconfig, namespace, pod("web", NODE, tools_image(real_node), serve, restart="Always"))
+    await running(kubeconfig, namespace, "web")
+    forward = await asyncio.create_subprocess_exec(
+        "kubectl", f"--kubeconfig={kubeconfig}", "-n", namespace, "port-forward", "pod/web", "0:8080",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert forward.stdout is not None
+        async with asyncio.timeout(30):
+            line = (await forward.stdout.readline()).decode()  # Forwarding from 127.0.0.1:PORT -> 8080
+        port = int(line.split("127.0.0.1:")[1].split()[0])
+
+        async def fetched() -> bytes | None:
+            try:
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                return None
+            writer.write(b"GET /hostname HTTP/1.0\r\n\r\n")
+            response = await reader.read()
+            writer.close()
+            return response if b"200 OK" in response else None
+
+        response = await eventually(fetched, timeout=30)
+        assert response.rstrip().endswith(b"web"), response  # the pod's /etc/hostname: the kubelet named it
+    finally:
+        forward.terminate()
+        await forward.wait()
+
+
 async def test_memory_limit_is_enforced_and_reported_as_oomkilled(
     real_node: RealNode, kubeconfig: Path, namespace: str
 ) -> None:
