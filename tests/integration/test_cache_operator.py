@@ -1,0 +1,91 @@
+"""The Cache operator on the real API server (no nodes, so no pod runs): it writes its children, reports that no
+primary answers yet, and deletionPolicy keeps or deletes the password Secret."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest_asyncio
+
+from kanri.cache.api import KIND, Cache
+from kanri.cache.operator import controller
+from kanri.local.controlplane import Endpoint
+from kanri.runtime import ApiError, Client, Manager, ManagerOptions, get_condition, install_crd
+from kanri.runtime.kinds import CONFIG_MAP, SECRET, SERVICE, STATEFUL_SET
+from tests.support import eventually
+
+DURABLE: dict[str, Any] = {"dataPolicy": "Durable", "replicas": 3, "storage": {"size": "1Gi"}}
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def operator(control_plane: Endpoint, namespace: str) -> AsyncIterator[Client]:
+    async with await Client.from_kubeconfig(str(control_plane.kubeconfig)) as client:
+        await install_crd(client, Cache, field_manager="kanri-tests")
+        options = ManagerOptions(name="cache-operator", namespace=namespace, leader_election=False, health_port=None)
+        manager = Manager(client, options)
+        manager.add(controller(manager))
+        task = asyncio.create_task(manager.run(handle_signals=False))
+        try:
+            yield client
+        finally:
+            manager.stop()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(task, 20)
+
+
+async def exists(client: Client, kind: Any, name: str, namespace: str) -> bool:
+    try:
+        await client.get(kind, name, namespace)
+    except ApiError as exc:
+        if exc.not_found:
+            return False
+        raise
+    return True
+
+
+async def test_children_are_written_and_no_primary_is_reported(operator: Client, namespace: str) -> None:
+    client = operator
+    await client.create(KIND, {"metadata": {"name": "orders", "namespace": namespace}, "spec": DURABLE})
+
+    async def reported() -> dict[str, Any] | None:
+        status = (await client.get(KIND, "orders", namespace)).get("status") or {}
+        ready = get_condition(status.get("conditions"), "Ready")
+        return status if ready is not None and ready["reason"] == "NoPrimary" else None
+
+    status = await eventually(reported, timeout=30)
+    assert status["writablePrimaries"] == []
+    sts = await client.get(STATEFUL_SET, "orders", namespace)
+    assert sts["spec"]["replicas"] == 3
+    assert sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] == "1Gi"
+    config = await client.get(CONFIG_MAP, "orders-config", namespace)
+    assert "min-replicas-to-write 1" in config["data"]["valkey.conf"]
+    for service in ("orders-hl", "orders-rw", "orders-ro", "orders-sentinel"):
+        assert await exists(client, SERVICE, service, namespace), service
+    secret = await client.get(SECRET, "orders-password", namespace)
+    assert not secret["metadata"].get("ownerReferences"), "the password is deletionPolicy's, not the GC's"
+    versions = {kind.kind: (await client.get(kind, name, namespace))["metadata"]["resourceVersion"]
+                for kind, name in ((STATEFUL_SET, "orders"), (CONFIG_MAP, "orders-config"))}  # fmt: skip
+    await asyncio.sleep(6)  # a few more passes (it looks again every 5 s): nothing is rewritten
+    for kind, name in ((STATEFUL_SET, "orders"), (CONFIG_MAP, "orders-config")):
+        assert (await client.get(kind, name, namespace))["metadata"]["resourceVersion"] == versions[kind.kind]
+
+
+async def test_delete_policy_deletes_the_password_and_retain_keeps_it(operator: Client, namespace: str) -> None:
+    client = operator
+    for name, policy in (("kept", "Retain"), ("gone", "Delete")):
+        spec = {"dataPolicy": "Regenerable", "replicas": 1, "deletionPolicy": policy}
+        await client.create(KIND, {"metadata": {"name": name, "namespace": namespace}, "spec": spec})
+    for name in ("kept", "gone"):
+        await eventually(lambda n=name: exists(client, SECRET, f"{n}-password", namespace), timeout=30)  # type: ignore[misc]
+        await client.delete(KIND, name, namespace)
+
+    async def settled() -> bool:
+        caches_gone = not await exists(client, KIND, "kept", namespace) and not await exists(client, KIND, "gone",
+                                                                                             namespace)  # fmt: skip
+        return caches_gone and not await exists(client, SECRET, "gone-password", namespace)
+
+    await eventually(settled, timeout=30)
+    assert await exists(client, SECRET, "kept-password", namespace)
