@@ -13,6 +13,7 @@ import contextlib
 import json
 import secrets
 import socket
+import ssl
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -185,6 +186,29 @@ async def _data(
             return None
         raise
     return data if expect is None or data == expect else None
+
+
+async def test_the_tls_endpoint_answers_bad_input_with_400_and_a_bad_object_with_a_failure(operator: Operator) -> None:
+    await wait_ready(operator)
+    secret = await operator.client.get(SECRET, "greeting-webhook", operator.namespace)
+    trust = ssl.create_default_context(cadata=base64.b64decode(secret["data"]["ca.crt"]).decode())
+    broken = {"apiVersion": "example.kanri.dev/v1", "kind": "Greeting", "metadata": {"name": "x", "namespace": "y"},
+              "spec": {"publish": {"key": "k"}}}  # fmt: skip
+    review = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+              "request": {"uid": "u-42", "desiredAPIVersion": OLD.api_version, "objects": [broken]}}  # fmt: skip
+    async with aiohttp.ClientSession() as session:
+        async with session.post(str(operator.options.url), data=b"{not json", ssl=trust) as junk:
+            assert junk.status == 400
+        async with session.post(str(operator.options.url), json=review, ssl=trust) as answered:
+            assert answered.status == 200
+            response = (await answered.json())["response"]
+    assert response["uid"] == "u-42"
+    assert response["result"]["status"] == "Failure"
+    assert response["result"]["message"].startswith("converting Greeting y/x to example.kanri.dev/v1alpha1: ")
+    failures = operator.manager.registry.get_sample_value(
+        "kanri_conversion_webhook_objects_total", {"result": "failure"}
+    )
+    assert failures == 1
 
 
 async def test_the_certificate_is_rotated_before_expiry_without_a_failed_conversion(operator: Operator) -> None:
