@@ -91,16 +91,20 @@ class RealNode:
             raise RealNodeError(f"{', '.join(missing)} missing in {self.bin_dir}: run `make node-components`")
         self._prepare()
         previous = self._ready_heartbeat()
-        launch_log = self.layout.launch_log.open("ab")
         command = [
             "nsenter", f"--net={network.NETNS_DIR / self.spec.netns}",
             "unshare", "--mount", "--propagation", "slave",
             sys.executable, "-m", "kanri.local.realnode.launch", str(self.layout.launch_plan),
         ]  # fmt: skip
-        self._process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=launch_log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        self._wait_ready(started + timeout, previous)
+        with self.layout.launch_log.open("ab") as launch_log:
+            self._process = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=launch_log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        try:
+            self._wait_ready(started + timeout, previous)
+        except RealNodeError:
+            self.stop()  # a node that did not come up leaves nothing running; its logs stay in its directory
+            raise
         return time.monotonic() - started
 
     def _prepare(self) -> None:
