@@ -150,7 +150,7 @@ class ConversionWebhook:
 
     async def run(self) -> None:
         """Serve until cancelled, keeping the certificate and the CRDs' conversion settings current."""
-        self._certs = await self._store.current(self._now())
+        self._certs = await self._first_certificates()
         self._load(self._certs)
         app = web.Application(client_max_size=_MAX_REQUEST)
         app.router.add_post(_PATH, self._handle)
@@ -168,6 +168,18 @@ class ConversionWebhook:
             self._ready = False
             await runner.cleanup()
 
+    async def _first_certificates(self) -> WebhookCertificates:
+        """The certificates to start with, waiting out an API server that is not reachable yet (not ready meanwhile)."""
+        delay = 0.5
+        while True:
+            try:
+                return await self._store.current(self._now())
+            except (ApiError, OSError, RuntimeError) as error:
+                self.last_problem = f"no certificate yet: {error}"
+                log.warning("conversion webhook waiting for its certificate", error=str(error), retry_in=delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 30.0)
+
     async def _check(self) -> None:
         """One pass: rotate if due, make the CRDs point at us with our CA, then prove a conversion works."""
         try:
@@ -179,8 +191,8 @@ class ConversionWebhook:
                 self.rotated.set()
             await self._patch_crds(certs)
             await self._self_test(certs)
-        except (ApiError, OSError, aiohttp.ClientError, RuntimeError, ValueError) as error:
-            self.last_problem = str(error)
+        except Exception as error:  # any failed check means "not ready", never a dead webhook
+            self.last_problem = f"{type(error).__name__}: {error}"
             if self._ready:
                 log.warning("conversion webhook check failed", error=self.last_problem)
             self._ready = False
@@ -221,7 +233,8 @@ class ConversionWebhook:
         dns_names, ips = self.options.hosts()
         review = {"apiVersion": _REVIEW_VERSION, "kind": "ConversionReview",
                   "request": {"uid": "self-test", "desiredAPIVersion": "self/test", "objects": []}}  # fmt: skip
-        url = f"https://127.0.0.1:{self.port}{_PATH}"
+        host = "127.0.0.1" if self.options.host in ("0.0.0.0", "::", "") else self.options.host
+        url = f"https://{host}:{self.port}{_PATH}"
         async with aiohttp.ClientSession() as session:
             sent = session.post(url, json=review, ssl=verify, server_hostname=(dns_names or ips)[0])
             async with sent as response:
