@@ -7,7 +7,7 @@ import asyncio
 import base64
 import contextlib
 import secrets
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from kanri.cloud import naming
 from kanri.cloud.api import CLASS, INSTANCE, DatabaseClass, DatabaseInstance
 from kanri.cloud.budget import Budgets
+from kanri.cloud.names import APPROVE_DOWNTIME
 from kanri.cloud.reconciler import controller
 from kanri.local import Endpoint
 from kanri.runtime import ApiError, Client, Manager, ManagerOptions, get_condition, install_crd
@@ -89,6 +90,20 @@ def condition(obj: Obj, kind: str) -> Obj:
 async def reason_is(client: Client, namespace: str, name: str, kind: str, reason: str) -> Obj | None:
     obj = await client.get(INSTANCE, name, namespace)
     return obj if condition(obj, kind).get("reason") == reason else None
+
+
+async def until(client: Client, namespace: str, name: str, done: Callable[[Obj], bool], timeout: float = 60) -> Obj:
+    """The object once ``done(obj)``; the failure names its last status."""
+    last: list[Obj] = [{}]
+
+    async def check() -> Obj | None:
+        obj = last[0] = await client.get(INSTANCE, name, namespace)
+        return obj if done(obj) else None
+
+    try:
+        return await eventually(check, timeout=timeout)
+    except NotYet:
+        raise NotYet(f"{name}: not yet; status: {last[0].get('status')}") from None
 
 
 async def ready(client: Client, namespace: str, name: str, timeout: float = 60) -> Obj:
@@ -264,3 +279,93 @@ async def test_delete_takes_the_final_snapshot_first(
     assert rds.log.count("DeleteDBInstance", instance=identifier, outcome="ok") == 1
     with pytest.raises(ApiError):
         await client.get(SECRET, naming.connection_secret("doomed"), namespace)
+
+
+async def test_an_unsupported_field_is_named_and_nothing_is_created(
+    client: Client, rds: RdsEmulator, namespace: str, db_class: str
+) -> None:
+    spec = {"network": {"allowedCidrs": ["10.1.0.0/16"]}, "providers": {"kanri": {"instances": 2}}}
+    await client.create(INSTANCE, instance("picky", namespace, db_class, **spec))
+    async with operator(client, namespace):
+        obj = await eventually(lambda: reason_is(client, namespace, "picky", "Unsupported", "UnsupportedField"),
+                               timeout=30)  # fmt: skip
+    assert condition(obj, "Unsupported")["status"] == "True"
+    assert obj["status"]["unsupported"] == ["network.allowedCidrs", "providers.kanri"]
+    assert condition(obj, "Synced")["reason"] == "UnsupportedField"
+    assert rds.log.count(instance=naming.identifier(namespace, "picky")) == 0
+
+
+async def test_hostile_specs_are_refused_by_the_api_or_named_in_status(
+    client: Client, rds: RdsEmulator, namespace: str, db_class: str
+) -> None:
+    created = await client.create(INSTANCE, instance("hostile", namespace, db_class))
+    for patch, words in (({"storage": "10Gi"}, "cannot shrink"), ({"className": "other"}, "immutable"),
+                         ({"version": 15}, "cannot go down"), ({"engine": "mysql"}, "Unsupported value")):  # fmt: skip
+        with pytest.raises(ApiError, match=words):
+            await client.patch(INSTANCE, "hostile", {"spec": patch}, namespace)
+    with pytest.raises(ApiError, match="at least 1Gi"):
+        await client.create(INSTANCE, instance("tiny", namespace, db_class, storage="100Mi"))
+    await client.delete(INSTANCE, created["metadata"]["name"], namespace)
+    # inside the schema but outside the class's guardrails: named, and nothing is sent to RDS
+    rails = {"size": "large", "backupRetentionDays": 0, "network": {"access": "Public"}}
+    await client.create(INSTANCE, instance("outside", namespace, db_class, **rails))
+    async with operator(client, namespace):
+        obj = await eventually(lambda: reason_is(client, namespace, "outside", "Ready", "GuardrailViolated"),
+                               timeout=30)  # fmt: skip
+    message = condition(obj, "Synced")["message"]
+    for rule in ("allowedSizes", "minBackupRetentionDays", "allowPublicAccess"):
+        assert rule in message
+    assert rds.log.count(instance=naming.identifier(namespace, "outside")) == 0
+
+
+async def test_a_change_needing_downtime_waits_for_its_approval_and_others_apply_at_once(
+    client: Client, rds: RdsEmulator, namespace: str, db_class: str
+) -> None:
+    await client.create(INSTANCE, instance("grow", namespace, db_class))
+    identifier = naming.identifier(namespace, "grow")
+    async with operator(client, namespace):
+        await ready(client, namespace, "grow")
+        await client.patch(INSTANCE, "grow", {"spec": {"storage": "30Gi", "size": "medium"}}, namespace)
+        obj = await eventually(lambda: reason_is(client, namespace, "grow", "Planned", "ApprovalRequired"),
+                               timeout=30)  # fmt: skip
+        subject = "size at generation 2"
+        assert subject in condition(obj, "Planned")["message"]
+
+        async def storage_grown() -> Obj | None:
+            found = await asyncio.to_thread(rds.client(REGION).describe_db_instances, DBInstanceIdentifier=identifier)
+            db = found["DBInstances"][0]
+            return db if db["AllocatedStorage"] == 30 and db["DBInstanceStatus"] == "available" else None
+
+        db = await eventually(storage_grown, timeout=30)
+        assert db["DBInstanceClass"] == "db.t3.micro"  # the size waits for its approval
+        await client.patch(INSTANCE, "grow", {"metadata": {"annotations": {APPROVE_DOWNTIME: subject}}}, namespace)
+
+        def resized(obj: Obj) -> bool:
+            last = (obj.get("status") or {}).get("lastOperation") or {}
+            done = last.get("fields") == ["size"] and last.get("outcome") == "Succeeded"
+            return done and condition(obj, "Planned").get("reason") == "NothingPlanned"
+
+        await until(client, namespace, "grow", resized)
+        await ready(client, namespace, "grow")
+    modifies = rds.log.calls("ModifyDBInstance", instance=identifier)
+    assert [call.outcome for call in modifies] == ["ok", "ok"], modifies
+
+
+async def test_an_adopted_database_is_only_observed_and_never_deleted_in_observe_only(
+    client: Client, rds: RdsEmulator, namespace: str, db_class: str
+) -> None:
+    existing = f"legacy-{namespace}"[:63].rstrip("-")
+    await asyncio.to_thread(rds.client(REGION).create_db_instance, DBInstanceIdentifier=existing,
+                            DBInstanceClass="db.t3.micro", Engine="postgres", EngineVersion="15", AllocatedStorage=50,
+                            MasterUsername="owner", MasterUserPassword="not-ours-to-know")  # fmt: skip
+    spec = {"adoptExternalId": existing, "managementPolicy": "ObserveOnly", "deletionPolicy": "Delete",
+            "backupRetentionDays": 3}  # fmt: skip
+    await client.create(INSTANCE, instance("legacy", namespace, db_class, **spec))
+    async with operator(client, namespace):
+        obj = await ready(client, namespace, "legacy")
+        assert obj["status"]["externalId"] == existing
+        assert condition(obj, "Synced")["reason"] == "ObserveOnly"
+        await client.delete(INSTANCE, "legacy", namespace)
+        await deleted(client, namespace, "legacy")
+    writes = [call for call in rds.log.calls(instance=existing) if call.action != "DescribeDBInstances"]
+    assert [call.action for call in writes] == ["CreateDBInstance"]  # the test's own create, nothing of the operator

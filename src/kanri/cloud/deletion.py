@@ -30,8 +30,8 @@ async def delete(c: CloudContext) -> Result | None:
     """Delete the database (final snapshot first unless finalSnapshot is false); None once it is gone."""
     record = c.ledger.record("operation", OperationRecord)
     if record is None or record.kind != "Delete":
-        if record is None and not c.external_id and await operations.look(c) is None:
-            await _gone(c, None)  # never created (and no create on record that might have been)
+        if await operations.look(c) is None:
+            await _gone(c, None)  # never created, or gone already: nothing to snapshot
             return None
         record = operations.delete_record(c)
         await c.ledger.commit("operation", record)

@@ -90,8 +90,12 @@ async def advance(c: CloudContext, record: OperationRecord) -> tuple[Verdict, Ob
         record_observed(c, observed)
     if verdict.action == "call":
         await call(c, record)
+    elif verdict.action == "succeeded" and record.kind == "Delete":
+        c.metrics.operation(c.uid, c.gateway.provider.name, None)  # no status write: the object goes next
     elif verdict.action in ("succeeded", "failed"):
-        c.ledger.stage("lastOperation", ended(record, verdict))  # both in the pass's one write: repeating an
-        c.ledger.stage("operation", None)  # ended verdict after a crash before it is harmless
+        c.ledger.stage("lastOperation", ended(record, verdict))
+        # cleared now, not staged: the same pass may start the next operation, whose committed record a staged
+        # None would wipe at the pass's status write
+        await c.ledger.commit("operation", None)
         c.metrics.operation(c.uid, c.gateway.provider.name, None)
     return verdict, observed
