@@ -40,7 +40,7 @@ from kanri.runtime import (
     install_crd,
 )
 from kanri.runtime._webhook_certs import CertificateStore, WebhookCertificates
-from kanri.runtime.kinds import CONFIG_MAP, CRD, NAMESPACE, SECRET
+from kanri.runtime.kinds import CONFIG_MAP, CRD, LEASE, NAMESPACE, SECRET
 from tests.support import NotYet, eventually
 
 OLD = Kind("example.kanri.dev/v1alpha1", "Greeting", "greetings")
@@ -276,6 +276,30 @@ async def test_with_the_webhook_down_reads_in_v1alpha1_fail_or_miss_objects_and_
         code, _, err = await kubectl(operator, "get", "greetings.v1alpha1.example.kanri.dev", "during")
         assert code != 0
         assert "conversion webhook for example.kanri.dev/v1, Kind=Greeting failed" in err, err
+
+
+async def test_a_standby_replica_serves_conversion_and_reads_in_v1alpha1_recover(operator: Operator) -> None:
+    client, ns = operator.client, operator.namespace
+    await operator.manager.stop()  # (the test before stopped it already) the port is free for the next replica
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    held = {"holderIdentity": "someone-else", "leaseDurationSeconds": 3600, "acquireTime": now, "renewTime": now}
+    await client.create(LEASE, {"metadata": {"name": "greeting-standby", "namespace": ns}, "spec": held})
+    standby = Manager(client, ManagerOptions(name="greeting-standby", leader_election_namespace=ns, health_port=None,
+                                             namespace=ns))  # fmt: skip
+    webhook = ConversionWebhook(client, Conversions(GREETINGS), operator.options)
+    standby.add_server("conversion", webhook.run, ready=webhook.ready)
+    standby.add(Controller("greeting", GreetingReconciler(standby), for_kind=GREETING))
+    task = asyncio.create_task(standby.run(handle_signals=False))
+    try:
+        await wait_ready(Operator(operator.clock, client, ns, standby, webhook, operator.options, "", task))
+        lease = await client.get(LEASE, "greeting-standby", ns)
+        assert lease["spec"]["holderIdentity"] == "someone-else"  # not the leader, serving all the same
+        during = await client.get(OLD, "during", ns)  # written while nobody converted: readable again
+        assert during["spec"] == {"text": "x"}
+    finally:
+        await standby.stop()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 async def _names(listing: Awaitable[tuple[list[dict[str, Any]], str]]) -> list[str]:
