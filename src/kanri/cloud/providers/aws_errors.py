@@ -46,6 +46,23 @@ PARAMETER_FIELDS = {
     "Iops": "providers.aws.iops",
     "DBParameterGroupName": "providers.aws.parameterGroup",
 }
+# RDS's messages often name a parameter in words ("Invalid DB Instance class: db.x"); checked in this order.
+PHRASE_FIELDS = (
+    ("instance class", "size"),
+    ("engine version", "version"),
+    ("major version", "version"),
+    ("storage size", "storage"),
+    ("allocated storage", "storage"),
+    ("storage type", "providers.aws.storageType"),
+    ("iops", "providers.aws.iops"),
+    ("storage", "storage"),
+    ("backup retention", "backupRetentionDays"),
+    ("maintenance window", "maintenanceWindow"),
+    ("multi-az", "highAvailability"),
+    ("publicly accessible", "network.access"),
+    ("snapshot", "finalSnapshot"),
+    ("parameter group", "providers.aws.parameterGroup"),
+)
 _WORDS = re.compile(r"[A-Za-z]+")
 
 
@@ -55,8 +72,10 @@ def field_of(message: str) -> str | None:
     for parameter, field in PARAMETER_FIELDS.items():
         if parameter in words or parameter.lower() in {w.lower() for w in words}:
             return field
-    if "storage" in message.lower() and ("shrink" in message.lower() or "decrease" in message.lower()):
-        return "storage"
+    lowered = message.lower()
+    for phrase, field in PHRASE_FIELDS:
+        if phrase in lowered:
+            return field
     return None
 
 
