@@ -70,7 +70,7 @@ def field_of(message: str) -> str | None:
     """The DatabaseInstance field an RDS error message names (its parameter name), if any."""
     words = set(_WORDS.findall(message))
     for parameter, field in PARAMETER_FIELDS.items():
-        if parameter in words or parameter.lower() in {w.lower() for w in words}:
+        if parameter in words:  # exact case: "engine" in prose is not the Engine parameter
             return field
     lowered = message.lower()
     for phrase, field in PHRASE_FIELDS:
