@@ -102,9 +102,10 @@ class Pods:
         return None
 
 
-async def ledger(pods: Pods, stop: asyncio.Event, acknowledged: list[str], since_fault: list[float]) -> None:
-    """Writes ``ledger:<n>`` through the primary with WAIT 1; records those a replica confirmed."""
-    sequence, conn = 0, None
+async def ledger(pods: Pods, stop: asyncio.Event, acknowledged: list[str], acks: list[tuple[float, str]]) -> None:
+    """Writes ``ledger:<n>`` through the primary with WAIT 1; records those a replica confirmed (and when, on which
+    primary)."""
+    sequence, conn, ip = 0, None, None
     while not stop.is_set():
         if conn is None:
             ip = await pods.primary_ip()
@@ -117,7 +118,7 @@ async def ledger(pods: Pods, stop: asyncio.Event, acknowledged: list[str], since
             sequence += 1
             if int(await conn.execute_command("WAIT", 1, 500)) >= 1:  # type: ignore[no-untyped-call]
                 acknowledged.append(f"ledger:{sequence - 1}")
-                since_fault.append(time.monotonic())
+                acks.append((time.monotonic(), str(ip)))
         except (ValkeyError, OSError):
             await conn.aclose()
             conn = None
@@ -145,8 +146,9 @@ async def test_durable_cache_loses_no_replicated_write_when_the_primary_pod_is_k
     await pods.load_password()
     await asyncio.sleep(11)  # Sentinels learn the replicas from the primary's INFO, every 10 s
 
-    stop, acknowledged, times, counts = asyncio.Event(), list[str](), list[float](), list[int]()
-    tasks = [asyncio.create_task(ledger(pods, stop, acknowledged, times)),
+    stop, acknowledged, acks, counts = asyncio.Event(), list[str](), list[tuple[float, str]](), list[int]()
+    old_ip = (await pods.ips())[old]
+    tasks = [asyncio.create_task(ledger(pods, stop, acknowledged, acks)),
              asyncio.create_task(watch_primaries(pods, stop, counts))]  # fmt: skip
 
     async def acknowledged_beyond(count: int) -> bool:
@@ -168,9 +170,9 @@ async def test_durable_cache_loses_no_replicated_write_when_the_primary_pod_is_k
     stop.set()
     await asyncio.gather(*tasks)
 
-    resumed = min(t for t in times if t > killed_at) - killed_at
-    print(f"\nDurable: {len(acknowledged)} acknowledged-and-replicated writes; writes accepted again "
-          f"{resumed:.2f} s after the primary's pod was killed; failovers {after['status']['failovers']}")  # fmt: skip
+    resumed = min(t for t, ip in acks if t > killed_at and ip != old_ip) - killed_at
+    print(f"\nDurable: {len(acknowledged)} acknowledged-and-replicated writes; writes accepted again on a new "
+          f"primary {resumed:.2f} s after its pod was killed; failovers {after['status']['failovers']}")  # fmt: skip
     primary = await pods.primary_ip()
     assert primary is not None
     conn = pods.connect(primary)
@@ -181,3 +183,57 @@ async def test_durable_cache_loses_no_replicated_write_when_the_primary_pod_is_k
     assert present == len(acknowledged), f"{len(acknowledged) - present} acknowledged-and-replicated writes lost"
     assert max(counts) == 1, f"two primaries seen at once: {counts}"
     assert after["status"]["failovers"][-1]["fromPod"] == old
+
+
+async def test_regenerable_primary_restarted_empty_never_wipes_a_replica(operator: Client, namespace: str) -> None:
+    client = operator
+    spec = {"dataPolicy": "Regenerable", "replicas": 3, "downAfterMilliseconds": 1000}
+    await client.create(KIND, {"metadata": {"name": "sessions", "namespace": namespace}, "spec": spec})
+    found = await eventually(lambda: ready(client, namespace, "sessions"), timeout=180, interval=1)
+    old = found["status"]["currentPrimary"]
+    pods = Pods(client, namespace, "sessions")
+    await pods.load_password()
+    ips = await pods.ips()
+    conn = pods.connect(ips[old])
+    try:
+        for start in range(0, 2000, 500):
+            async with conn.pipeline(transaction=False) as pipe:
+                for i in range(start, start + 500):
+                    pipe.set(f"key:{i}", i)
+                await pipe.execute()
+        assert int(await conn.execute_command("WAIT", 2, 5000)) == 2  # type: ignore[no-untyped-call]
+    finally:
+        await conn.aclose()
+    await asyncio.sleep(11)  # Sentinels learn the replicas from the primary's INFO, every 10 s
+
+    stop, lowest = asyncio.Event(), dict[str, int]()
+
+    async def watch_replicas() -> None:  # the fewest keys each replica held at any moment
+        while not stop.is_set():
+            for pod, info in (await pods.roles()).items():
+                if pod != old and info is not None:
+                    lowest[pod] = min(lowest.get(pod, info["keys"]), info["keys"])
+            await asyncio.sleep(0.05)
+
+    watcher = asyncio.create_task(watch_replicas())
+    conn = pods.connect(ips[old])
+    with contextlib.suppress(ValkeyError, OSError):  # the server goes away while answering
+        await conn.execute_command("SHUTDOWN", "NOSAVE", "NOW", "FORCE")  # type: ignore[no-untyped-call]
+    await conn.aclose()
+
+    async def recovered() -> Obj | None:
+        current = await ready(client, namespace, "sessions")
+        if current is None or current["status"]["currentPrimary"] == old or not current["status"]["failovers"]:
+            return None
+        back = (await pods.roles()).get(old)
+        return current if back is not None and back.get("role") == "slave" and back["keys"] == 2000 else None
+
+    after = await eventually(recovered, timeout=120, interval=1)
+    stop.set()
+    await watcher
+    print(
+        f"\nRegenerable: lowest key counts on the replicas during the restart {lowest}; "
+        f"failovers {after['status']['failovers']}"
+    )
+    assert len(lowest) == 2, f"both replicas watched: {lowest}"
+    assert all(keys == 2000 for keys in lowest.values()), f"a replica lost keys: {lowest}"
