@@ -4,7 +4,7 @@ Besides serving ``/convert`` it keeps what the API server needs to call it curre
 the shared Secret, rotated before expiry, see ``_webhook_certs``) and each CRD's ``spec.conversion`` (strategy
 Webhook, this webhook's address and ``caBundle``) — re-patched whenever they drift, e.g. after a CRD was re-applied
 from a chart without a ``caBundle``. It is ready only once a conversion has gone through: its own TLS endpoint
-answered a review, and a LIST in every non-storage served version went through the API server.
+answered a review, and a stored object was read in every served non-storage version through the API server.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from kanri.runtime._client import Client
-from kanri.runtime._conversion import Conversions
+from kanri.runtime._conversion import Conversion, Conversions
+from kanri.runtime._crd import ResourceInfo
 from kanri.runtime._errors import ApiError
 from kanri.runtime._kinds import CRD, Kind
 from kanri.runtime._webhook_certs import CertificateStore, WebhookCertificates
@@ -227,8 +228,8 @@ class ConversionWebhook:
             log.info("CRD conversion settings updated", crd=name)
 
     async def _self_test(self, certs: WebhookCertificates) -> None:
-        """Our TLS endpoint answers a review, verified with the bundle the CRDs carry; then a LIST in every
-        non-storage version goes through the API server (which calls a webhook for each object it holds)."""
+        """Our TLS endpoint answers a review, verified with the bundle the CRDs carry; then the API server converts
+        a stored object for a read in each served non-storage version."""
         verify = ssl.create_default_context(cadata=certs.ca_bundle.decode())
         dns_names, ips = self.options.hosts()
         review = {"apiVersion": _REVIEW_VERSION, "kind": "ConversionReview",
@@ -242,11 +243,21 @@ class ConversionWebhook:
         if answer.get("response", {}).get("uid") != "self-test":
             raise RuntimeError(f"the webhook's own endpoint answered {answer!r}")
         for conversion in self.conversions:
-            for model in conversion.resources:
-                info = model.resource
-                if info.served and not info.storage:
-                    kind = Kind(info.api_version, info.kind, info.plural, namespaced=info.scope == "Namespaced")
-                    await self.client.get_path(kind.path(None) + "?limit=1")
+            await self._read_through_api_server(conversion)
+
+    async def _read_through_api_server(self, conversion: Conversion[Any]) -> None:
+        """GET one stored object in every served non-storage version: a GET reads etcd and converts through the
+        webhook (a LIST may be answered from the version's watch cache, converted when the object was written)."""
+        kinds = {model.resource.api_version: _kind_of(model.resource) for model in conversion.resources}
+        storage = next(model.resource for model in conversion.resources if model.resource.storage)
+        page = await self.client.get_path(kinds[storage.api_version].path(None) + "?limit=1")
+        items = page.get("items") or []
+        if not items:
+            return  # nothing stored: the API server has nothing to convert, so nothing to prove yet
+        name, namespace = items[0]["metadata"]["name"], items[0]["metadata"].get("namespace")
+        for model in conversion.resources:
+            if model.resource.served and not model.resource.storage:
+                await self.client.get(kinds[model.resource.api_version], name, namespace)
 
     async def _handle(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
@@ -263,6 +274,10 @@ class ConversionWebhook:
         self._objects.labels(result).inc(count)
         self._seconds.labels(result).observe(time.perf_counter() - started)
         return web.Response(body=orjson.dumps(answer), content_type="application/json")
+
+
+def _kind_of(info: ResourceInfo) -> Kind:
+    return Kind(info.api_version, info.kind, info.plural, namespaced=info.scope == "Namespaced")
 
 
 def _is_ip(host: str) -> bool:
