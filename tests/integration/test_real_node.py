@@ -12,6 +12,7 @@ Run alone and serialized with the other tests that use the machine's pod network
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import time
 from collections.abc import Iterator
@@ -256,6 +257,28 @@ async def test_dropped_capabilities_bind_even_root(real_node: RealNode, kubeconf
     assert (await terminated(kubeconfig, namespace, "dropped"))["exitCode"] == 1
     logs = await kubectl(kubeconfig, "-n", namespace, "logs", "dropped")
     assert "Operation not permitted" in logs, logs
+
+
+async def test_a_second_node_shares_the_machine_in_namespaces_of_its_own(
+    real_node: RealNode, kubeconfig: Path, namespace: str, tmp_path: Path
+) -> None:
+    second = RealNode(NodeSpec("real-node-b", "zone-b", 1), tmp_path / "node-b", real_node.control_plane_dir)
+    await asyncio.to_thread(second.start)
+    try:
+        node = json.loads(await kubectl(kubeconfig, "get", "node", "real-node-b", "-o", "json"))
+        assert node["metadata"]["labels"]["topology.kubernetes.io/zone"] == "zone-b"
+        addresses = {a["type"]: a["address"] for a in node["status"]["addresses"]}
+        assert addresses["InternalIP"] == second.spec.ip != real_node.spec.ip
+        pause = real_node.image("kanri-pause").ref  # the only image the second node imported
+        await create(kubeconfig, namespace, pod("on-b", "real-node-b", pause, ["/usr/bin/catatonit", "-P"]))
+        status = await running(kubeconfig, namespace, "on-b")
+        assert ipaddress.ip_address(status["podIP"]) in ipaddress.ip_network(second.spec.pod_cidr), status
+        assert real_node.pids().isdisjoint(second.pids())
+    finally:
+        await asyncio.to_thread(second.stop)
+    assert second.leftovers() == []
+    assert real_node.leftovers() != []  # the first node runs on, its namespace, link and cgroups in place
+    assert real_node.is_ready()
 
 
 async def test_stop_kills_the_whole_node_at_once_and_start_brings_it_back(
