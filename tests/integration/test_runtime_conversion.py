@@ -15,7 +15,7 @@ import secrets
 import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -276,6 +276,28 @@ async def test_with_the_webhook_down_reads_in_v1alpha1_fail_or_miss_objects_and_
         code, _, err = await kubectl(operator, "get", "greetings.v1alpha1.example.kanri.dev", "during")
         assert code != 0
         assert "conversion webhook for example.kanri.dev/v1, Kind=Greeting failed" in err, err
+
+
+async def test_a_webhook_the_api_server_cannot_reach_is_never_ready_and_says_why(operator: Operator) -> None:
+    await operator.manager.stop()  # the module's replica is down (see the test before): this one is alone
+    unreachable = _free_port()  # the CRD will name this port; the webhook listens on another
+    options = replace(operator.options, url=f"https://127.0.0.1:{unreachable}/convert", port=0)
+    webhook = ConversionWebhook(operator.client, Conversions(GREETINGS), options)
+    serving = asyncio.create_task(webhook.run())
+    try:
+
+        async def problem() -> str | None:
+            if serving.done():
+                serving.result()
+            return webhook.last_problem if "conversion webhook" in (webhook.last_problem or "") else None
+
+        reason = await eventually(problem, timeout=60)
+        assert f"127.0.0.1:{unreachable}" in reason
+        assert not webhook.ready()
+    finally:
+        serving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving
 
 
 async def test_a_standby_replica_serves_conversion_and_reads_in_v1alpha1_recover(operator: Operator) -> None:
