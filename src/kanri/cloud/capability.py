@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from kanri.cloud.api import DatabaseInstanceSpec
-from kanri.cloud.providers.base import Capabilities
+from kanri.cloud.providers.base import COMMON_FIELDS, Capabilities
 
-__all__ = ["set_fields", "unsupported"]
+__all__ = ["matrix", "set_fields", "unsupported"]
 
 _DEFAULTS = DatabaseInstanceSpec(class_name="x", version=16)
 
@@ -41,3 +41,28 @@ def unsupported(spec: DatabaseInstanceSpec, provider: str, capabilities: Capabil
             continue
         found += [f"providers.{name}.{key}" for key in sorted(block) if key not in capabilities.extension_fields]
     return found
+
+
+def matrix(rows: dict[str, Capabilities]) -> str:
+    """The capability matrix as the Markdown table docs/cloud.md carries (a unit test keeps the two equal):
+    yes = honoured, downtime = honoured with downtime (planned), immutable = set at create only, no = Unsupported."""
+    names = sorted(rows)
+    lines = ["| field | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+
+    def cell(caps: Capabilities, field: str, extension: str | None = None) -> str:
+        path = f"providers.{extension}.{field}" if extension else field
+        if extension is not None and field not in caps.extension_fields:
+            return "no"
+        if extension is None and field not in caps.fields:
+            return "no"
+        if path in caps.immutable_fields:
+            return "immutable"
+        return "downtime" if path in caps.downtime_fields else "yes"
+
+    for field in COMMON_FIELDS:
+        lines.append(f"| `{field}` | " + " | ".join(cell(rows[n], field) for n in names) + " |")
+    for name in names:
+        for key in sorted(rows[name].extension_fields):
+            cells = " | ".join(cell(rows[n], key, name) if n == name else "no" for n in names)
+            lines.append(f"| `providers.{name}.{key}` | {cells} |")
+    return "\n".join(lines)
