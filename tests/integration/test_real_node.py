@@ -281,6 +281,55 @@ async def test_a_second_node_shares_the_machine_in_namespaces_of_its_own(
     assert real_node.is_ready()
 
 
+def ticker_clock(node: RealNode) -> Path | None:
+    """The file the ticker pod rewrites, seen from the host through its process's root."""
+    for pid in node.pids():
+        try:
+            if b"/tmp/tick" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return Path(f"/proc/{pid}/root/tmp/tick")
+        except FileNotFoundError:
+            continue
+    return None
+
+
+def read_clock(clock: Path) -> str:
+    try:
+        return clock.read_text()
+    except FileNotFoundError:
+        return ""
+
+
+async def test_freeze_stops_every_process_of_the_node_at_once_and_thaw_resumes_them(
+    real_node: RealNode, kubeconfig: Path, namespace: str
+) -> None:
+    tick = ["bash", "-c", "while :; do date +%s%N > /tmp/tick; sleep 0.05; done"]
+    await create(kubeconfig, namespace, pod("ticker", NODE, tools_image(real_node), tick, restart="Always"))
+    await running(kubeconfig, namespace, "ticker")
+
+    async def clock_found() -> Path | None:
+        return ticker_clock(real_node)
+
+    clock = await eventually(clock_found, timeout=30)
+
+    async def ticking() -> str | None:
+        return read_clock(clock) or None
+
+    await eventually(ticking, timeout=30)
+    real_node.freeze()
+    try:
+        frozen_at = read_clock(clock)
+        await asyncio.sleep(1.0)  # twenty ticks' time: an absence of change can only be watched for a while
+        assert read_clock(clock) == frozen_at
+    finally:
+        real_node.thaw()
+
+    async def resumed() -> bool:
+        return read_clock(clock) not in ("", frozen_at)
+
+    await eventually(resumed, timeout=30)
+    assert real_node.is_ready()
+
+
 async def test_stop_kills_the_whole_node_at_once_and_start_brings_it_back(
     real_node: RealNode, kubeconfig: Path, namespace: str
 ) -> None:

@@ -65,7 +65,8 @@ def members(name: str) -> set[int]:
     return pids
 
 
-def _set_frozen(name: str, frozen: bool) -> None:
+def set_frozen(name: str, frozen: bool) -> None:
+    """Freeze (or thaw) every process of the node at once: the v1 freezer acts on the whole subtree."""
     state = Path("/sys/fs/cgroup/freezer") / name / "freezer.state"
     if state.exists():
         state.write_text("FROZEN\n" if frozen else "THAWED\n")
@@ -76,12 +77,12 @@ def kill_all(name: str, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     left: set[int] = set()
     while time.monotonic() < deadline:
-        _set_frozen(name, True)
+        set_frozen(name, True)
         left = members(name)
         for pid in left:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        _set_frozen(name, False)
+        set_frozen(name, False)
         if not left:
             return
         time.sleep(0.05)

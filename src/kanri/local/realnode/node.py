@@ -204,6 +204,14 @@ class RealNode:
             network.remove_node_network(self.spec)
             network.remove_host_network_if_unused()
 
+    def freeze(self) -> None:
+        """Freeze every process of the node — kubelet, containerd, shims, containers — at once; :meth:`thaw` resumes
+        them. A frozen kubelet stops heartbeating: the node controller's NotReady and taints follow."""
+        cgroups.set_frozen(self.spec.cgroup, True)
+
+    def thaw(self) -> None:
+        cgroups.set_frozen(self.spec.cgroup, False)
+
     def leftovers(self) -> list[str]:
         """What of the node still exists on the machine (empty after :meth:`stop`)."""
         mounts = [
