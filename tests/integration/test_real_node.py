@@ -53,6 +53,7 @@ def real_node(control_plane: Endpoint, tmp_path_factory: pytest.TempPathFactory)
         yield node
     finally:
         node.stop()
+        node.deregister()  # the session's later tests must not see a dead node the scheduler could pick
         assert node.leftovers() == []
 
 
@@ -276,6 +277,7 @@ async def test_a_second_node_shares_the_machine_in_namespaces_of_its_own(
         assert real_node.pids().isdisjoint(second.pids())
     finally:
         await asyncio.to_thread(second.stop)
+        await asyncio.to_thread(second.deregister)
     assert second.leftovers() == []
     assert real_node.leftovers() != []  # the first node runs on, its namespace, link and cgroups in place
     assert real_node.is_ready()

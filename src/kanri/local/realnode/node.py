@@ -204,6 +204,11 @@ class RealNode:
             network.remove_node_network(self.spec)
             network.remove_host_network_if_unused()
 
+    def deregister(self) -> None:
+        """Delete the Node object (after :meth:`stop`: a running kubelet would register it again), so that nothing
+        is scheduled onto a node that is gone for good."""
+        self._kubectl("delete", "node", self.spec.name, "--ignore-not-found", "--wait=false")
+
     def freeze(self) -> None:
         """Freeze every process of the node — kubelet, containerd, shims, containers — at once; :meth:`thaw` resumes
         them. A frozen kubelet stops heartbeating: the node controller's NotReady and taints follow."""
