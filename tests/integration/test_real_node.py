@@ -283,6 +283,30 @@ async def test_a_second_node_shares_the_machine_in_namespaces_of_its_own(
     assert real_node.is_ready()
 
 
+async def test_a_pod_that_cannot_start_says_why_in_its_status_and_an_event(
+    real_node: RealNode, kubeconfig: Path, namespace: str
+) -> None:
+    await create(kubeconfig, namespace, pod("imageless", NODE, f"{IMAGE_REGISTRY}/absent:1", ["true"]))
+
+    async def refused() -> dict[str, Any] | None:
+        waiting: dict[str, Any] | None = container_state(await pod_status(kubeconfig, namespace, "imageless")).get(
+            "waiting"
+        )
+        return waiting if waiting and waiting.get("reason") == "ErrImageNeverPull" else None
+
+    await eventually(refused, timeout=60)
+
+    async def event_reasons() -> set[str] | None:
+        selector = "involvedObject.name=imageless"
+        events = json.loads(
+            await kubectl(kubeconfig, "-n", namespace, "get", "events", "--field-selector", selector, "-o", "json")
+        )
+        reasons = {e["reason"] for e in events["items"]}
+        return reasons if "ErrImageNeverPull" in reasons else None
+
+    await eventually(event_reasons, timeout=30)
+
+
 def ticker_clock(node: RealNode) -> Path | None:
     """The file the ticker pod rewrites, seen from the host through its process's root."""
     for pid in node.pids():
