@@ -8,7 +8,7 @@ import base64
 import contextlib
 import secrets
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import pytest_asyncio
@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from kanri.cloud import naming
 from kanri.cloud.api import CLASS, INSTANCE, DatabaseClass, DatabaseInstance
-from kanri.cloud.budget import Budgets
+from kanri.cloud.budget import Budgets, TokenBucket
 from kanri.cloud.names import APPROVE_DOWNTIME
 from kanri.cloud.reconciler import controller
 from kanri.local import Endpoint
@@ -63,12 +63,12 @@ async def db_class(client: Client, rds: RdsEmulator, namespace: str) -> AsyncIte
 
 
 @contextlib.asynccontextmanager
-async def operator(client: Client, namespace: str) -> AsyncIterator[CollectorRegistry]:
+async def operator(client: Client, namespace: str, budgets: Budgets | None = None) -> AsyncIterator[CollectorRegistry]:
     registry = CollectorRegistry()
     options = ManagerOptions(name="kanri-cloud-operator", namespace=namespace, leader_election=False,
                              health_port=0, graceful_shutdown_timeout=10)  # fmt: skip
     manager = Manager(client, options, registry=registry)
-    manager.add(controller(manager, registry=registry, budgets=Budgets(), poll_scale=0.1))
+    manager.add(controller(manager, registry=registry, budgets=budgets or Budgets(), poll_scale=0.1))  # 8 workers
     task = asyncio.create_task(manager.run(handle_signals=False))
     try:
         yield registry
@@ -196,6 +196,23 @@ def peak(calls: list[float], window: float = 1.0) -> int:
     return max((sum(1 for t in times[i:] if t - start < window) for i, start in enumerate(times)), default=0)
 
 
+class RecordingBucket(TokenBucket):
+    """A bucket that remembers when it granted a call (the operator's clock: the emulator logs answer times, which
+    bunch up when moto answers a backlog)."""
+
+    grants: ClassVar[list[float]] = []
+
+    def take(self, now: float, *, credit: bool = False) -> float:
+        wait = super().take(now, credit=credit)
+        if wait == 0.0:
+            self.grants.append(now)
+        return wait
+
+
+class RecordingBudgets(Budgets):
+    bucket_type = RecordingBucket
+
+
 async def test_five_instances_at_once_stay_within_the_request_budget(
     client: Client, rds: RdsEmulator, namespace: str, db_class: str
 ) -> None:
@@ -203,14 +220,17 @@ async def test_five_instances_at_once_stay_within_the_request_budget(
     names = [f"db{i}" for i in range(5)]
     for name in names:
         await client.create(INSTANCE, instance(name, namespace, db_class))
-    async with operator(client, namespace) as registry:
+    RecordingBucket.grants.clear()
+    async with operator(client, namespace, budgets=RecordingBudgets()) as registry:
         for name in names:
             await ready(client, namespace, name)
         budget = {"provider": "aws", "budget": f"aws:{db_class}@{rds.endpoint}/{REGION}"}
         waits = registry.get_sample_value("kanri_cloud_budget_waits_total", budget)
-    times = [call.at for name in names for call in rds.log.calls(instance=naming.identifier(namespace, name))]
-    # a bucket of 2/s with a burst of 2 lets at most 4 calls into any one second, plus one follow-up on credit
-    assert peak(times) <= 5, sorted(times)
+    grants = sorted(RecordingBucket.grants)
+    # a bucket of 2/s with a burst of 2 grants at most 4 calls in any one second, plus one follow-up on credit
+    assert peak(grants) <= 5, [round(t - grants[0], 3) for t in grants]
+    calls = [c for n in names for c in rds.log.calls(instance=naming.identifier(namespace, n))]
+    assert len(calls) == len(grants)  # every call RDS saw went through the budget
     assert (waits or 0) > 0
     assert all(rds.log.count("CreateDBInstance", instance=naming.identifier(namespace, n)) == 1 for n in names)
 
@@ -369,3 +389,38 @@ async def test_an_adopted_database_is_only_observed_and_never_deleted_in_observe
         await deleted(client, namespace, "legacy")
     writes = [call for call in rds.log.calls(instance=existing) if call.action != "DescribeDBInstances"]
     assert [call.action for call in writes] == ["CreateDBInstance"]  # the test's own create, nothing of the operator
+
+
+async def test_a_hanging_provider_does_not_hold_up_another(
+    client: Client, rds: RdsEmulator, namespace: str, db_class: str
+) -> None:
+    held: list[asyncio.StreamWriter] = []
+
+    async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)  # read the request, answer nothing: the SDK waits for its read timeout
+
+    server = await asyncio.start_server(never_answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    dead = f"dead-{secrets.token_hex(4)}"
+    await client.create(CLASS, {"metadata": {"name": dead}, "spec": {"provider": "aws", "aws": {
+        "endpointUrl": f"http://127.0.0.1:{port}", "region": REGION, "account": dead,
+        "credentialsSecret": {"name": "rds-credentials", "namespace": namespace}}}})  # fmt: skip
+    try:
+        await client.create(INSTANCE, instance("stuck", namespace, dead, backupRetentionDays=7))
+        async with operator(client, namespace):
+
+            async def hanging() -> bool:
+                return bool(held)
+
+            await eventually(hanging, timeout=30)  # the stuck instance's call hangs now
+            await client.create(INSTANCE, instance("fine", namespace, db_class))
+            await ready(client, namespace, "fine", timeout=30)
+            stuck = await client.get(INSTANCE, "stuck", namespace)
+            assert condition(stuck, "Ready").get("status") != "True"
+            server.close()
+            for writer in held:
+                writer.close()
+    finally:
+        server.close()
+        with contextlib.suppress(ApiError):
+            await client.delete(CLASS, dead)

@@ -57,6 +57,9 @@ class Budgets:
     """Every bucket of the process, by budget key. The rate and burst follow the class last seen for a key (classes
     sharing an account and region should agree; the last one read wins)."""
 
+    bucket_type: type[TokenBucket] = TokenBucket
+    """The buckets' class (a test records grants with a subclass)."""
+
     def __init__(self, clock: Clock | None = None) -> None:
         self.clock = clock or SystemClock()
         self._buckets: dict[str, TokenBucket] = {}
@@ -65,7 +68,7 @@ class Budgets:
         now = self.clock.now()
         bucket = self._buckets.get(key)
         if bucket is None:
-            bucket = self._buckets[key] = TokenBucket(rate, burst, float(burst), now)
+            bucket = self._buckets[key] = self.bucket_type(rate, burst, float(burst), now)
         elif (bucket.rate, bucket.burst) != (rate, burst):
             bucket._refill(now)
             bucket.rate, bucket.burst = rate, burst

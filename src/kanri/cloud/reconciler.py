@@ -194,5 +194,8 @@ def controller(manager: kr.Manager, *, registry: CollectorRegistry = REGISTRY, b
         return [kr.Request(o["metadata"].get("namespace") or "", o["metadata"]["name"])
                 for o in manager.cache.list(INSTANCE) if (o.get("spec") or {}).get("className") == name]  # fmt: skip
 
+    # Several workers: a provider call runs in a thread and the pass awaits it, so a hanging endpoint holds the
+    # worker of its own instance for up to the SDK's timeout, never the only one (tenant fairness).
+    options = options or kr.ControllerOptions(max_concurrent_reconciles=8)
     built = kr.Controller("databaseinstance", reconciler, for_kind=INSTANCE, options=options)
     return built.watches(SECRET, LABELS.owner_requests).watches(CLASS, instances_of)
