@@ -94,6 +94,22 @@ class Pods:
         answers = await asyncio.gather(*(self.info(ip) for ip in ips.values()))
         return dict(zip(ips, answers, strict=True))
 
+    async def sentinels_know_replicas(self, replicas: int) -> bool:
+        """Every Sentinel knows every replica (it learns them from the primary's INFO, every 10 s): before that, a
+        failover would find no replica to promote."""
+        for ip in (await self.ips()).values():
+            sentinel = valkey.Valkey(host=ip, port=26379, password=self.password, socket_timeout=1.0,
+                                     socket_connect_timeout=1.0, decode_responses=True)  # fmt: skip
+            try:
+                known = await sentinel.execute_command("SENTINEL", "REPLICAS", self.name)  # type: ignore[no-untyped-call]
+            except (ValkeyError, OSError):
+                return False
+            finally:
+                await sentinel.aclose()
+            if len(known) != replicas:
+                return False
+        return True
+
     async def primary_ip(self) -> str | None:
         ips = await self.ips()
         for pod, info in (await self.roles()).items():
@@ -144,7 +160,7 @@ async def test_durable_cache_loses_no_replicated_write_when_the_primary_pod_is_k
     assert found["status"]["writablePrimaries"] == [old]
     pods = Pods(client, namespace, "orders")
     await pods.load_password()
-    await asyncio.sleep(11)  # Sentinels learn the replicas from the primary's INFO, every 10 s
+    await eventually(lambda: pods.sentinels_know_replicas(2), timeout=60, interval=1)
 
     stop, acknowledged, acks, counts = asyncio.Event(), list[str](), list[tuple[float, str]](), list[int]()
     old_ip = (await pods.ips())[old]
@@ -204,7 +220,7 @@ async def test_regenerable_primary_restarted_empty_never_wipes_a_replica(operato
         assert int(await conn.execute_command("WAIT", 2, 5000)) == 2  # type: ignore[no-untyped-call]
     finally:
         await conn.aclose()
-    await asyncio.sleep(11)  # Sentinels learn the replicas from the primary's INFO, every 10 s
+    await eventually(lambda: pods.sentinels_know_replicas(2), timeout=60, interval=1)
 
     stop, lowest = asyncio.Event(), dict[str, int]()
 

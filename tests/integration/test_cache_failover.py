@@ -187,7 +187,8 @@ async def test_a_wait_ledger_loses_nothing_when_the_primary_is_killed(durable: L
 
     await eventually(lambda: acknowledged_beyond(500), timeout=30)
     cache.freeze(2)  # a lagging replica, as in the measurement: WAIT 1 is served by the other one
-    await asyncio.sleep(0.5)
+    frozen_at = len(ledger.acknowledged)
+    await eventually(lambda: acknowledged_beyond(frozen_at + 200), timeout=30)  # the frozen one falls behind
     cache.kill(0)
     await eventually(moved, timeout=30)
     cache.freeze(2, frozen=False)
