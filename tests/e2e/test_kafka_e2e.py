@@ -1,7 +1,8 @@
 """The Kafka operator end to end on a local node: a 3-broker KRaft cluster of real pods (kanri.dev/kafka:4.4.0, the
 launcher and the kafka-dist jars) and a topic grown from 6 to 12 partitions in checked steps while a keyed
-``acks=all`` producer runs. Every acknowledged message is in the ledger; afterwards every one is consumed exactly as
-acknowledged (same partition, same offset): none lost. Per-key order is measured and asserted within a partition."""
+``acks=all`` producer runs and one broker's pod is deleted (made again on its volume) mid-growth. Every
+acknowledged message is in the ledger; afterwards every one is consumed exactly as acknowledged (same partition,
+same offset): none lost. Per-key order is measured and asserted within a partition."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from kanri.kafka.topics.reconciler import controller as topic_controller
 from kanri.local import Endpoint
 from kanri.local.node import LocalNode
 from kanri.runtime import Client, Manager, ManagerOptions, install_crd
+from kanri.runtime.kinds import POD
 from tests.support import eventually
 
 pytestmark = [pytest.mark.timeout(420)]
@@ -116,6 +118,27 @@ def consume_all(bootstrap: str, topic: str, expected: int) -> list[tuple[str, in
     return seen
 
 
+async def steps_done(client: Client, namespace: str, count: int) -> bool:
+    status = (await client.get(TOPIC_KIND, "orders", namespace)).get("status") or {}
+    return len(status.get("steps") or []) >= count
+
+
+async def restart_broker(client: Client, namespace: str, pod: str) -> str:
+    """Delete the broker's pod (its StatefulSet makes it again, on the same volume); the old pod's uid."""
+    uid = str((await client.get(POD, pod, namespace))["metadata"]["uid"])
+    await client.delete(POD, pod, namespace)
+    return uid
+
+
+async def healthy(client: Client, namespace: str, old_uid: str) -> Obj | None:
+    """The cluster once it is Ready with every broker, the restarted one a new pod."""
+    pod = await client.get(POD, "events-1", namespace)
+    if pod["metadata"]["uid"] == old_uid:
+        return None
+    cluster = await phase(client, CLUSTER_KIND, namespace, "events", "Ready")
+    return cluster if cluster is not None and cluster["status"]["readyBrokers"] == 3 else None
+
+
 async def phase(client: Client, kind: Any, namespace: str, name: str, wanted: str) -> Obj | None:
     obj = await client.get(kind, name, namespace)
     status = obj.get("status") or {}
@@ -144,11 +167,16 @@ async def test_a_topic_grows_6_to_12_in_steps_under_a_keyed_acks_all_producer_an
         await eventually(lambda: asyncio.sleep(0, len(ledger.acked) > 500), timeout=60)
         started = time.monotonic()
         await client.patch(TOPIC_KIND, "orders", {"spec": {"partitions": 12}}, namespace)
-        grown = await eventually(lambda: phase(client, TOPIC_KIND, namespace, "orders", "Ready"), timeout=120)
+        await eventually(lambda: steps_done(client, namespace, 1), timeout=60)
+        restarted = await restart_broker(client, namespace, "events-1")  # one broker restarts mid-growth
+        grown = await eventually(lambda: phase(client, TOPIC_KIND, namespace, "orders", "Ready"), timeout=180)
         growth_seconds = time.monotonic() - started
+        # the restarted broker is back: the cluster is Ready again (3 brokers, nothing under-replicated)
+        healed = await eventually(lambda: healthy(client, namespace, restarted), timeout=180)
         await asyncio.sleep(3)  # the producer sees the new partitions (metadata every second) and writes to them
     finally:
         await asyncio.to_thread(producer.close)
+    assert healed["status"]["underReplicatedPartitions"] == 0
     steps = [(s["fromPartitions"], s["toPartitions"]) for s in grown["status"]["steps"]]
     assert steps == [(6, 8), (8, 10), (10, 12)]
     assert grown["status"]["partitions"] == 12
