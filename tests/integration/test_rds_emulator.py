@@ -233,6 +233,7 @@ def test_delete_takes_the_final_snapshot_as_it_starts_then_the_instance_is_gone(
     assert answer["DBInstance"]["DBInstanceStatus"] == "deleting"
     snapshots = client.describe_db_snapshots(DBSnapshotIdentifier=f"{name}-final")["DBSnapshots"]
     assert [(s["DBSnapshotIdentifier"], s["DBInstanceIdentifier"]) for s in snapshots] == [(f"{name}-final", name)]
+    assert snapshots[0]["Status"] == "creating"  # being taken while the instance is deleting
     assert _describe(client, name)["DBInstanceStatus"] == "deleting"
     with pytest.raises(ClientError) as exc:
         client.delete_db_instance(DBInstanceIdentifier=name, SkipFinalSnapshot=True)
@@ -242,7 +243,8 @@ def test_delete_takes_the_final_snapshot_as_it_starts_then_the_instance_is_gone(
         _describe(client, name)
     assert _error(exc)[0] == "DBInstanceNotFound"
     assert exc.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404
-    assert client.describe_db_snapshots(DBSnapshotIdentifier=f"{name}-final")["DBSnapshots"]
+    after = client.describe_db_snapshots(DBSnapshotIdentifier=f"{name}-final")["DBSnapshots"]
+    assert [s["Status"] for s in after] == ["available"]
 
 
 def test_a_skipped_final_snapshot_leaves_no_snapshot(client: Any, clock: ManualClock) -> None:

@@ -78,6 +78,8 @@ class Lifecycles:
         self.delays = delays
         self.clock = clock
         self._instances: dict[tuple[str, str], Instance] = {}
+        self._snapshots: dict[tuple[str, str], float] = {}
+        """Final snapshots being taken: (region, snapshot id) -> when they become available (the deletion's end)."""
 
     def get(self, key: tuple[str, str]) -> Instance | None:
         return self._instances.get(key)
@@ -118,6 +120,13 @@ class Lifecycles:
         record.timeline = steps(self.clock(), GONE, ("deleting", self.delays.deleting))
         record.headers = headers
         record.final_snapshot = snapshot
+        if snapshot is not None:
+            self._snapshots[(key[0], snapshot.lower())] = self.clock() + self.delays.deleting
+
+    def snapshot_status(self, region: str, snapshot: str) -> str | None:
+        """``creating`` while a final snapshot is being taken (RDS's status until the deletion ends), else None."""
+        until = self._snapshots.get((region, snapshot.lower()))
+        return "creating" if until is not None and self.clock() < until else None
 
     def finished_deletions(self) -> list[tuple[tuple[str, str], Instance]]:
         """Removes and returns the instances whose deletion has run its course (to be deleted in moto now)."""

@@ -92,9 +92,13 @@ class EmulatorServer:
         if action == "DeleteDBInstance":
             return await self._delete(params, headers)
         status, body = await self.moto(params, headers)
-        if status != 200 or action not in ("CreateDBInstance", "DescribeDBInstances"):
+        if status != 200 or action not in ("CreateDBInstance", "DescribeDBInstances", "DescribeDBSnapshots"):
             return status, body
         root = ET.fromstring(body)
+        for snapshot in wire.snapshots(root):
+            taking = self.lifecycles.snapshot_status(region_of(headers), wire.field(snapshot, "DBSnapshotIdentifier"))
+            if taking is not None:
+                wire.set_field(snapshot, "Status", taking)
         if action == "CreateDBInstance":
             self.lifecycles.created(self._key(headers, params["DBInstanceIdentifier"])).headers = headers
         for element in wire.instances(root):

@@ -67,6 +67,11 @@ def instances(root: ET.Element) -> list[ET.Element]:
     return list(root.iter(tag("DBInstance")))
 
 
+def snapshots(root: ET.Element) -> list[ET.Element]:
+    """Every ``DBSnapshot`` element in an answer."""
+    return list(root.iter(tag("DBSnapshot")))
+
+
 def field(instance: ET.Element, name: str) -> str:
     return instance.findtext(tag(name)) or ""
 
