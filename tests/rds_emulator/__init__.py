@@ -4,8 +4,8 @@ moto 5.2.5 answers RDS's API with AWS's shapes and errors, but synchronously (an
 accepts a storage shrink, ignores ApplyImmediately and has no final-snapshot rule. In front of it this proxy adds, as
 RDS documents them: statuses over time (creating -> backing-up -> available, modifying [-> storage-optimization] ->
 available, deleting -> DBInstanceNotFound; a final snapshot ``creating`` until the deletion ends), the modify and
-delete rules (``rules``), pending modifications until the
-maintenance window, faults on demand (ThrottlingException, transient 5xx, a rate limit) and a log of every call.
+delete rules (``rules``), pending modifications until the maintenance window, faults on demand (ThrottlingException,
+transient 5xx, a rate limit) and a log of every call.
 
     with RdsEmulator(Delays(creating=0.5)) as rds:
         client = rds.client()                      # boto3, endpoint_url = the proxy, SDK retries off
