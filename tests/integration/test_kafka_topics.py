@@ -277,3 +277,27 @@ async def test_a_step_on_record_is_finished_after_a_restart_without_deciding_it_
         assert (await admin.describe("ledger")).partitions == 8  # type: ignore[union-attr]
         assert waiting["status"]["growth"]["blockedBy"].count("ledger 8->10") == 1
         assert [(s["fromPartitions"], s["toPartitions"]) for s in waiting["status"]["steps"]] == [(6, 8)]
+
+
+async def test_a_replication_factor_kafka_cannot_honour_is_named_and_never_silently_ignored(
+    client: Client, namespace: str, broker: HostBroker
+) -> None:
+    async with operator(client, namespace, broker) as admin:
+        await client.create(TOPIC_KIND, topic(namespace, "wide", replicationFactor=3))  # one broker here
+        refused = await eventually(lambda: condition(client, namespace, "wide", "ReplicationFactorTooLarge"),
+                                   timeout=60)  # fmt: skip
+        assert "replicationFactor 3 is more than the 1 brokers" in get_condition(
+            refused["status"]["conditions"], "Ready")["message"]  # type: ignore[index]  # fmt: skip
+        assert await admin.describe("wide") is None
+        await client.create(TOPIC_KIND, topic(namespace, "narrow", partitions=1))
+        await eventually(lambda: condition(client, namespace, "narrow", "TopicReady"), timeout=60)
+        await client.patch(TOPIC_KIND, "narrow", {"spec": {"replicationFactor": 2}}, namespace)
+
+        async def reported() -> Obj | None:
+            obj = await client.get(TOPIC_KIND, "narrow", namespace)
+            degraded = get_condition((obj.get("status") or {}).get("conditions"), "Degraded") or {}
+            return obj if degraded.get("reason") == "ReplicationFactorChange" else None
+
+        changed = await eventually(reported, timeout=60)
+        message = get_condition(changed["status"]["conditions"], "Degraded")["message"]  # type: ignore[index]
+        assert "replicationFactor 1 -> 2 needs a partition reassignment" in message
