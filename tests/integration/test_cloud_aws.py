@@ -406,16 +406,27 @@ async def test_a_hanging_provider_does_not_hold_up_another(
         "endpointUrl": f"http://127.0.0.1:{port}", "region": REGION, "account": dead,
         "credentialsSecret": {"name": "rds-credentials", "namespace": namespace}}}})  # fmt: skip
     try:
-        await client.create(INSTANCE, instance("stuck", namespace, dead, backupRetentionDays=7))
+        for name in ("stuck0", "stuck1", "stuck2"):
+            await client.create(INSTANCE, instance(name, namespace, dead))
         async with operator(client, namespace):
 
             async def hanging() -> bool:
-                return bool(held)
+                return len(held) >= 2
 
-            await eventually(hanging, timeout=30)  # the stuck instance's call hangs now
+            await eventually(hanging, timeout=30)  # two calls hang now; the third instance is put off
+
+            async def put_off() -> list[Obj]:  # whichever of the three came third
+                found = [
+                    await reason_is(client, namespace, f"stuck{i}", "Synced", "WaitingForAPIBudget") for i in range(3)
+                ]
+                return [obj for obj in found if obj is not None]
+
+            waiting = await eventually(put_off, timeout=30)
+            assert "under way" in condition(waiting[0], "Synced")["message"]
             await client.create(INSTANCE, instance("fine", namespace, db_class))
             await ready(client, namespace, "fine", timeout=30)
-            stuck = await client.get(INSTANCE, "stuck", namespace)
+            assert len(held) == 2  # a provider that hangs holds two workers at most
+            stuck = await client.get(INSTANCE, "stuck0", namespace)
             assert condition(stuck, "Ready").get("status") != "True"
             server.close()
             for writer in held:

@@ -60,9 +60,12 @@ class Budgets:
     bucket_type: type[TokenBucket] = TokenBucket
     """The buckets' class (a test records grants with a subclass)."""
 
-    def __init__(self, clock: Clock | None = None) -> None:
+    def __init__(self, clock: Clock | None = None, *, max_in_flight: int = 2) -> None:
         self.clock = clock or SystemClock()
         self._buckets: dict[str, TokenBucket] = {}
+        self.max_in_flight = max_in_flight
+        """Calls one key may have under way at once: a provider that hangs holds at most this many workers."""
+        self.in_flight: dict[str, int] = {}
 
     def bucket(self, key: str, rate: float, burst: int) -> TokenBucket:
         now = self.clock.now()

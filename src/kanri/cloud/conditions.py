@@ -38,5 +38,9 @@ def provider_error(ledger: kit.StatusLedger, error: ProviderError) -> None:
 
 def budget_spent(ledger: kit.StatusLedger, spent: BudgetSpent) -> None:
     # no wait time in the message: a message that changed every pass would write status (and trigger a pass) each time
-    why = "the provider throttled calls; backing off" if spent.throttled else "the request budget is spent"
+    why = "the request budget is spent"
+    if spent.throttled:
+        why = "the provider throttled calls; backing off"
+    elif spent.busy:
+        why = "calls to the provider are still under way"
     ledger.condition("Synced", False, "WaitingForAPIBudget", f"{why} ({spent.budget}); calling again when it allows")

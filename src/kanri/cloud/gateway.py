@@ -13,14 +13,15 @@ from kanri.cloud.providers.base import Provider, ProviderError, Retryable, Throt
 __all__ = ["BudgetSpent", "Gateway"]
 
 T = TypeVar("T")
+_BUSY_RETRY = 2.0  # seconds until a pass put off by the in-flight limit looks again
 
 
 class BudgetSpent(Exception):
     """The call was not made: the request budget is spent (or paused after throttling) for ``wait`` seconds."""
 
-    def __init__(self, wait: float, *, throttled: bool, budget: str) -> None:
+    def __init__(self, wait: float, *, throttled: bool, budget: str, busy: bool = False) -> None:
         super().__init__(f"request budget {budget} spent: next call in {wait:.1f}s")
-        self.wait, self.throttled, self.budget = wait, throttled, budget
+        self.wait, self.throttled, self.budget, self.busy = wait, throttled, budget, busy
 
 
 class Gateway:
@@ -36,12 +37,18 @@ class Gateway:
 
     async def call(self, action: str, call: Callable[[Provider], Awaitable[T]]) -> T:
         """Pay the budget and make the call; raises BudgetSpent instead of waiting."""
-        bucket, now = self.budgets.bucket(self.key, self.rate, self.burst), self.budgets.clock.now()
+        budgets = self.budgets
+        if budgets.in_flight.get(self.key, 0) >= budgets.max_in_flight:
+            # the provider is slow to answer the calls already under way: do not give it another worker
+            self.metrics.budget_waits.labels(self.provider.name, self.key).inc()
+            raise BudgetSpent(_BUSY_RETRY, throttled=False, budget=self.key, busy=True)
+        bucket, now = budgets.bucket(self.key, self.rate, self.burst), budgets.clock.now()
         wait = bucket.take(now, credit=self.calls > 0)
         if wait > 0:
             self.metrics.budget_waits.labels(self.provider.name, self.key).inc()
             raise BudgetSpent(wait, throttled=now < bucket.paused_until, budget=self.key)
         self.calls += 1
+        budgets.in_flight[self.key] = budgets.in_flight.get(self.key, 0) + 1
         try:
             result = await call(self.provider)
         except Throttled:
@@ -54,6 +61,8 @@ class Gateway:
         except ProviderError:
             self.metrics.calls.labels(self.provider.name, action, "refused").inc()
             raise
+        finally:
+            budgets.in_flight[self.key] -= 1
         self.budgets.bucket(self.key, self.rate, self.burst).succeeded()
         self.metrics.calls.labels(self.provider.name, action, "ok").inc()
         return result
