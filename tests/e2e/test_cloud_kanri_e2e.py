@@ -163,6 +163,8 @@ async def _retain_half(client: Client, namespace: str, db_class: str) -> None:
     await eventually(lambda: gone(lambda: client.get(INSTANCE, "orders", namespace)), timeout=60)
     kept = await client.get(POSTGRES_CLUSTER, "orders", namespace)
     assert not kept["metadata"].get("deletionTimestamp")
+    # No spec write since the create through every poll of a Ready cluster (the anchors' endless-update bug).
+    assert kept["metadata"]["generation"] == 1
     assert OWNER_LABEL not in (kept["metadata"].get("labels") or {})
     assert kept["metadata"]["annotations"][RELEASED] == f"{namespace}/orders"
     assert kept["metadata"]["annotations"][FOR_INSTANCE] == f"{namespace}/orders"
