@@ -7,6 +7,7 @@ import asyncio
 import base64
 import contextlib
 import secrets
+import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, ClassVar
 
@@ -435,3 +436,36 @@ async def test_a_hanging_provider_does_not_hold_up_another(
         server.close()
         with contextlib.suppress(ApiError):
             await client.delete(CLASS, dead)
+
+
+async def test_kanri_cloud_run_killed_mid_create_resumes_without_a_second_instance(
+    client: Client, rds: RdsEmulator, namespace: str, db_class: str, control_plane: Endpoint
+) -> None:
+    """The real process (kanri cloud run), SIGKILLed as soon as the create is on record, then started again."""
+    command = [sys.executable, "-m", "kanri.cli.main", "cloud", "run", "--kubeconfig", str(control_plane.kubeconfig),
+               "--namespace", namespace, "--health-port", "0"]  # fmt: skip
+
+    async def start() -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(*command, stdout=asyncio.subprocess.DEVNULL,
+                                                    stderr=asyncio.subprocess.DEVNULL)  # fmt: skip
+
+    await client.create(INSTANCE, instance("killed", namespace, db_class))
+    first = await start()
+    try:
+
+        def on_record(obj: Obj) -> bool:
+            return bool((obj.get("status") or {}).get("operation"))
+
+        await until(client, namespace, "killed", on_record, timeout=60)
+    finally:
+        first.kill()
+        await first.wait()
+    second = await start()
+    try:
+        obj = await ready(client, namespace, "killed", timeout=90)
+    finally:
+        second.terminate()
+        await second.wait()
+    identifier = naming.identifier(namespace, "killed")
+    assert obj["status"]["lastOperation"]["outcome"] == "Succeeded"
+    assert rds.log.count("CreateDBInstance", instance=identifier, outcome="ok") == 1, rds.log.calls(instance=identifier)
