@@ -392,6 +392,29 @@ async def test_an_adopted_database_is_only_observed_and_never_deleted_in_observe
     assert [call.action for call in writes] == ["CreateDBInstance"]  # the test's own create, nothing of the operator
 
 
+async def test_an_adopted_database_under_manage_gets_the_spec_applied(
+    client: Client, rds: RdsEmulator, namespace: str, db_class: str
+) -> None:
+    existing = f"taken-{namespace}"[:63].rstrip("-")
+    await asyncio.to_thread(rds.client(REGION).create_db_instance, DBInstanceIdentifier=existing,
+                            DBInstanceClass="db.t3.micro", Engine="postgres", EngineVersion="16", AllocatedStorage=20,
+                            MasterUsername="owner", MasterUserPassword="not-ours-to-know",
+                            BackupRetentionPeriod=1)  # fmt: skip
+    await client.create(INSTANCE, instance("taken", namespace, db_class, adoptExternalId=existing,
+                                           backupRetentionDays=5))  # fmt: skip
+
+    def adopted(obj: Obj) -> bool:
+        last = (obj.get("status") or {}).get("lastOperation") or {}
+        return last.get("fields") == ["backupRetentionDays"] and condition(obj, "Ready").get("status") == "True"
+
+    async with operator(client, namespace):
+        obj = await until(client, namespace, "taken", adopted)
+    assert condition(obj, "Ready")["reason"] == "AvailableWithoutSecret"
+    found = await asyncio.to_thread(rds.client(REGION).describe_db_instances, DBInstanceIdentifier=existing)
+    assert found["DBInstances"][0]["BackupRetentionPeriod"] == 5
+    assert rds.log.count("CreateDBInstance", instance=existing) == 1  # the test's own
+
+
 async def test_a_hanging_provider_does_not_hold_up_another(
     client: Client, rds: RdsEmulator, namespace: str, db_class: str
 ) -> None:

@@ -25,6 +25,9 @@ def _later(c: CloudContext, observed: Observed | None) -> Result:
 def _ready(c: CloudContext, observed: Observed, connected: bool) -> None:
     if observed.settled and connected:
         c.ledger.condition("Ready", True, "Available", f"{observed.external_id} is available")
+    elif observed.settled and c.spec.adopt_external_id:
+        c.ledger.condition("Ready", True, "AvailableWithoutSecret", f"{observed.external_id} is available; no "
+                           "connection Secret: the master password of an adopted database is not known")  # fmt: skip
     elif observed.settled:
         c.ledger.condition("Ready", False, "NoConnection", "the provider does not report an endpoint yet")
     else:
