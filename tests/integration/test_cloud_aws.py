@@ -447,9 +447,9 @@ async def test_a_hanging_provider_does_not_hold_up_another(
 
             waiting = await eventually(put_off, timeout=30)
             assert "under way" in condition(waiting[0], "Synced")["message"]
+            assert len(held) == 2  # a provider that hangs holds two workers at most (the SDK's read timeout is 20 s)
             await client.create(INSTANCE, instance("fine", namespace, db_class))
             await ready(client, namespace, "fine", timeout=30)
-            assert len(held) == 2  # a provider that hangs holds two workers at most
             stuck = await client.get(INSTANCE, "stuck0", namespace)
             assert condition(stuck, "Ready").get("status") != "True"
             server.close()
