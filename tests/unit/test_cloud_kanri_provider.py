@@ -150,6 +150,7 @@ def test_a_modify_patches_exactly_the_fields_named() -> None:
         ("Upgrading", "modifying"),
         ("Degraded", "degraded"),
         ("FailingOver", "failing-over"),
+        ("SwitchingOver", "modifying"),
         ("Hibernated", "stopped"),
     ],
 )

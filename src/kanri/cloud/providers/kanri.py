@@ -197,6 +197,8 @@ def state_of(cluster: Obj, final_backup_phase: str | None) -> str:
         "Scaling": "modifying",
         "Upgrading": "modifying",
         "FailingOver": "failing-over",
+        # a planned switchover (a rolling update, a promote): a short write pause, as an RDS change being applied
+        "SwitchingOver": "modifying",
         "Hibernated": "stopped",
         "Deleting": "deleting",
     }.get(phase, phase.lower())
