@@ -247,6 +247,33 @@ async def test_finalize_adds_first_cleans_up_on_deletion_and_keeps_other_finaliz
     assert calls.count("cleanup") == 1  # "done": our cleanup ran already
 
 
+async def test_a_cleanup_that_writes_the_object_still_removes_the_finalizer_once(
+    client: Client, namespace: str
+) -> None:
+    store = await new_store(client, namespace, "writes")
+    cleanups: list[str] = []
+
+    async def apply(obj: Obj) -> None:
+        return None
+
+    async def cleanup(obj: Obj) -> None:
+        # a cleanup that records what it did on the object itself makes the object it was given stale
+        cleanups.append(obj["metadata"]["resourceVersion"])
+        await client.patch(
+            KIND, "writes", {"metadata": {"annotations": {"example.kanri.dev/cleaned": "yes"}}}, namespace
+        )
+
+    await kit.finalize(client, KIND, store, "example.kanri.dev/cleanup", apply=apply, cleanup=cleanup)
+    await client.patch(KIND, "writes", [{"op": "add", "path": "/metadata/finalizers/-", "value": "x.dev/keep"}],
+                       namespace, patch_type="json")  # fmt: skip
+    await client.delete(KIND, "writes", namespace)
+    deleting = await client.get(KIND, "writes", namespace)
+    await kit.finalize(client, KIND, deleting, "example.kanri.dev/cleanup", apply=apply, cleanup=cleanup)
+    after = await client.get(KIND, "writes", namespace)
+    assert after["metadata"]["finalizers"] == ["x.dev/keep"], after["metadata"]  # ours gone despite the conflict
+    assert len(cleanups) == 1, cleanups  # and the cleanup ran once, not again for the conflict it caused
+
+
 async def test_retain_keeps_the_data_and_releases_it_delete_deletes_it(client: Client, namespace: str) -> None:
     kept = await new_store(client, namespace, "kept")
     gone = await new_store(client, namespace, "gone", deletionPolicy="Delete")

@@ -53,14 +53,27 @@ async def finalize(client: Client, kind: Kind, obj: Obj, finalizer: str, *, appl
             later = await cleanup(obj)
             if later is not None:
                 return later
-            try:
-                await remove_finalizer(client, kind, obj, finalizer)
-            except ApiError as exc:
-                if not exc.not_found:  # gone already: an earlier pass removed the finalizer
-                    raise
+            await _remove(client, kind, obj, finalizer)
             return None
         case _:  # "done": being deleted, our cleanup already ran; another finalizer holds the object
             return None
+
+
+async def _remove(client: Client, kind: Kind, obj: Obj, finalizer: str) -> None:
+    """Drop our finalizer once cleanup is done. A cleanup may itself have written the object (its status, a record of
+    what it deleted): then ``obj`` is stale and the guarded patch conflicts, so the latest object is read and the
+    finalizer removed from it — the cleanup is not run again for a conflict it caused."""
+    try:
+        try:
+            await remove_finalizer(client, kind, obj, finalizer)
+        except ApiError as exc:
+            if not exc.conflict:
+                raise
+            meta = obj["metadata"]
+            await remove_finalizer(client, kind, await client.get(kind, meta["name"], meta.get("namespace")), finalizer)
+    except ApiError as exc:
+        if not exc.not_found:  # gone already: an earlier pass removed the finalizer
+            raise
 
 
 def deletion_policy(obj: Obj, *, field: str = "deletionPolicy") -> DeletionPolicy:
