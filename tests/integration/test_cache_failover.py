@@ -168,12 +168,12 @@ async def test_a_wait_ledger_loses_nothing_when_the_primary_is_killed(durable: L
     old = await converged(cache, 0)
     ledger = Ledger(cache, replicas=1)
     done = asyncio.Event()
-    primaries: list[int] = []
+    primaries: list[list[str]] = []
 
     async def count_primaries() -> None:
         while not done.is_set():
             seen = await cache.histories()
-            primaries.append(sum(1 for h in seen if h is not None and h.role == "primary"))
+            primaries.append([h.host for h in seen if h is not None and h.writable])
             await asyncio.sleep(0.05)
 
     writer = asyncio.create_task(ledger.run(done))
@@ -206,4 +206,6 @@ async def test_a_wait_ledger_loses_nothing_when_the_primary_is_killed(durable: L
     finally:
         await client.aclose()
     assert present == len(ledger.acknowledged), f"{len(ledger.acknowledged) - present} acknowledged writes lost"
-    assert max(primaries) == 1, "two primaries at once"
+    # a replica frozen during the failover may execute a promotion queued while it was stopped and come back a
+    # second primary: with min-replicas-to-write it has no good replica and refuses writes (docs/cache.md)
+    assert max(len(p) for p in primaries) == 1, f"two writable primaries: {[p for p in primaries if len(p) > 1]}"

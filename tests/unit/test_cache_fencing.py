@@ -20,8 +20,13 @@ def test_history_is_read_from_info_replication() -> None:
             "master_replid": OLD, "master_repl_offset": 42, "master_replid2": 0, "second_repl_offset": -1}  # fmt: skip
     read = History.from_info("c-1", info, keys=7)
     assert read == History("c-1", "replica", OLD, 42, NO_ID, -1, "c-0:6379", True, 7)
+    assert not read.writable
     primary = History.from_info("c-0", {"role": "master", "master_replid": NEW, "master_repl_offset": 9})
     assert (primary.role, primary.primary_host, primary.link_up) == ("primary", None, False)
+    assert primary.writable
+    cut_off = History.from_info("c-0", {"role": "master", "master_replid": NEW, "min_slaves_good_slaves": "0"})
+    assert cut_off.good_replicas == 0
+    assert not cut_off.writable
 
 
 def test_a_source_holds_what_is_behind_it_on_its_own_history() -> None:

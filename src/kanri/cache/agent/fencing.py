@@ -39,6 +39,8 @@ class History:
     """A replica's link to its primary is up."""
     keys: int = 0
     """Keys it holds (``DBSIZE``): data loaded from disk has keys but no replication history yet."""
+    good_replicas: int | None = None
+    """A primary's replicas within ``min-replicas-max-lag`` (None when ``min-replicas-to-write`` is off)."""
 
     @classmethod
     def from_info(cls, host: str, info: Mapping[str, Any], keys: int = 0) -> History:
@@ -54,12 +56,18 @@ class History:
             primary_host=f"{info['master_host']}:{info.get('master_port', 6379)}" if replica else None,
             link_up=replica and info.get("master_link_status") == "up",
             keys=keys,
+            good_replicas=int(info["min_slaves_good_slaves"]) if "min_slaves_good_slaves" in info else None,
         )
 
     @property
     def empty(self) -> bool:
         """No data at all: never received or accepted a write, and loaded nothing from disk."""
         return self.offset == 0 and self.keys == 0
+
+    @property
+    def writable(self) -> bool:
+        """A primary that accepts writes: with ``min-replicas-to-write 1`` (Durable), only while a replica is good."""
+        return self.role == "primary" and (self.good_replicas is None or self.good_replicas >= 1)
 
     @property
     def from_disk(self) -> bool:
