@@ -715,7 +715,8 @@ async def test_the_running_major_comes_from_the_data_and_a_recreate_reports_what
             # status says neither the upgrade nor the owner were carried out.
             await client.delete(POSTGRES_CLUSTER, "atlas", namespace)
             await eventually(lambda: gone(client, POSTGRES_CLUSTER, "atlas", namespace), timeout=30)
-            await eventually(lambda: _equals(statefulsets(client, namespace), {}), timeout=30)
+            # the garbage collector's pace, not the operator's: on a loaded machine it took over 30 s
+            await eventually(lambda: _equals(statefulsets(client, namespace), {}), timeout=120)
             fakes["atlas-1"].report.update(ready=False, running=False)  # no pod yet
             await client.create(POSTGRES_CLUSTER, pgc("atlas", namespace, replicas=1, version=16,
                                                       bootstrap={"initdb": {"owner": "shop"}}))  # fmt: skip
