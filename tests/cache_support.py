@@ -17,6 +17,7 @@ from valkey.exceptions import ValkeyError
 
 from kanri.cache.agent.fencing import History, StartDecision
 from kanri.cache.agent.node import Node, history, runtime_config, sentinel_file, start_server, stop, take_role
+from kanri.cache.agent.resp import Secret
 from kanri.cache.api import CacheSpec
 from kanri.cache.config import sentinel_config, server_config
 
@@ -66,8 +67,8 @@ class LocalCache:
         sentinels = [f"127.0.0.1:{free_port()}" for _ in range(self.spec.replicas)]
         for index, (server, sentinel) in enumerate(zip(servers, sentinels, strict=True)):
             peers = tuple(s for s in servers if s != server)
-            node = Node(self.name, server, peers, tuple(sentinels), self.password, bootstrap=index == 0)
-            sentinel_node = Node(self.name, sentinel, peers, tuple(sentinels), self.password)
+            node = Node(self.name, server, peers, tuple(sentinels), Secret(self.password), bootstrap=index == 0)
+            sentinel_node = Node(self.name, sentinel, peers, tuple(sentinels), Secret(self.password))
             directory = self.root / f"pod-{index}"
             directory.mkdir(parents=True, exist_ok=True)
             self.pods.append(LocalPod(index, node, sentinel_node, directory))

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from kanri.cache.agent.node import FENCED_PRIMARY, Node, runtime_config, sentinel_file, split
-from kanri.cache.agent.resp import Connection, ReplyError, parse_info
+from kanri.cache.agent.resp import Connection, ReplyError, Secret, parse_info
 
 NODE = Node("orders", "orders-1.orders-hl.ns.svc.cluster.local:6379", ("orders-0.orders-hl:6379",),
-            ("orders-0.orders-hl:26379",), "s3cret")  # fmt: skip
+            ("orders-0.orders-hl:26379",), Secret("s3cret"))  # fmt: skip
 
 
 def test_a_server_always_starts_fenced_with_its_password_and_announced_name() -> None:
@@ -71,3 +71,8 @@ async def test_replies_of_every_resp2_type_are_read() -> None:
 async def test_an_error_reply_raises() -> None:
     with pytest.raises(ReplyError, match="NOGOODSLAVE"):
         await reply(b"-NOGOODSLAVE No suitable replica to promote\r\n")
+
+
+def test_the_password_never_shows_in_a_repr() -> None:
+    assert "s3cret" not in repr(NODE)
+    assert "s3cret" not in str(Secret("s3cret"))

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from kanri.cache.agent.fencing import History, missing_bytes
-from kanri.cache.agent.resp import UNAVAILABLE, Connection
+from kanri.cache.agent.resp import UNAVAILABLE, Connection, Secret
 from kanri.cache.api import FailoverRecord, ReadPolicy
 from kanri.cache.config import VALKEY_PORT
 
@@ -78,7 +78,7 @@ def failover_record(before: str | None, before_history: History | None, after: s
                           reason="observed by the operator: Sentinel promoted another pod")  # fmt: skip
 
 
-async def probe(address: str, password: str, timeout: float = 2.0) -> tuple[History | None, int | None]:
+async def probe(address: str, password: Secret, timeout: float = 2.0) -> tuple[History | None, int | None]:
     """One pod's history and (for a replica) seconds since its primary last spoke; (None, None) when it does not
     answer."""
     try:

@@ -11,6 +11,7 @@ from kanri import kit
 from kanri import runtime as kr
 from kanri.cache import children
 from kanri.cache.agent.fencing import History
+from kanri.cache.agent.resp import Secret
 from kanri.cache.api import CacheSpec, CacheStatus, FailoverRecord
 from kanri.cache.observe import Assessment, assess, failover_record, probe
 from kanri.runtime.kinds import CONFIG_MAP, POD, SECRET, SERVICE, STATEFUL_SET
@@ -44,7 +45,7 @@ async def write_children(ctx: kit.PassContext) -> kr.Result | None:
     return None
 
 
-async def _observe(ctx: kit.PassContext, password: str) -> tuple[dict[str, History | None], dict[str, int | None]]:
+async def _observe(ctx: kit.PassContext, password: Secret) -> tuple[dict[str, History | None], dict[str, int | None]]:
     addresses = kit.pod_addresses(ctx.cache, ctx.labels, ctx.obj)
     names = sorted(addresses)
     answers = await asyncio.gather(*(probe(addresses[name], password) for name in names))
@@ -63,7 +64,11 @@ async def _label_pods(ctx: kit.PassContext, seen: Assessment, histories: dict[st
         labels = pod["metadata"].get("labels") or {}
         if all(labels.get(key) == value for key, value in wanted.items()):
             continue
-        await ctx.client.patch(POD, name, {"metadata": {"labels": wanted}}, ctx.namespace)
+        try:
+            await ctx.client.patch(POD, name, {"metadata": {"labels": wanted}}, ctx.namespace)
+        except kr.ApiError as exc:
+            if not exc.not_found:  # deleted since the cache saw it: nothing to route
+                raise
 
 
 async def _record_failover(ctx: kit.PassContext, status: CacheStatus, seen: Assessment,
@@ -97,7 +102,9 @@ async def observe_pods(ctx: kit.PassContext) -> kr.Result | None:
     """Read every pod's role and history, route the Services, record a failover, and say whether it is Ready."""
     ctx.requeue(LOOK_AGAIN)
     spec, status = spec_of(ctx), status_of(ctx)
-    password = kit.secret_token(ctx.cache, ctx.namespace, children.password_name(ctx.name), children.PASSWORD_KEY)
+    # wrapped at once: a traceback's locals (the console log renders them) never hold the text
+    found = kit.secret_token(ctx.cache, ctx.namespace, children.password_name(ctx.name), children.PASSWORD_KEY)
+    password, found = (Secret(found) if found else None), None
     if password is None:
         ctx.ledger.stage("phase", "Pending")
         ctx.ledger.condition("Ready", False, "Provisioning", "the password Secret is not in the cache yet")

@@ -25,6 +25,7 @@ from kanri.cache.agent.node import (
     stop,
     take_role,
 )
+from kanri.cache.agent.resp import Secret
 
 CONFIG_DIR = Path(os.environ.get("CACHE_CONFIG_DIR", "/etc/cache/config"))
 SECRET_FILE = Path(os.environ.get("CACHE_PASSWORD_FILE", "/etc/cache/secret/password"))
@@ -52,7 +53,7 @@ def node_from_environment(port: int) -> Node:
         me=me,
         peers=tuple(s for i, s in enumerate(servers) if i != index),
         sentinels=tuple(address(i, SENTINEL_PORT) for i in range(count)),
-        password=SECRET_FILE.read_text().strip(),
+        password=Secret(SECRET_FILE.read_text().strip()),
         bootstrap=index == 0,
     )
 

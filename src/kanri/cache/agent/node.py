@@ -18,7 +18,7 @@ from typing import Any
 import structlog
 
 from kanri.cache.agent.fencing import Fence, Follow, History, Lead, StartDecision, decide_start
-from kanri.cache.agent.resp import UNAVAILABLE, Connection
+from kanri.cache.agent.resp import UNAVAILABLE, Connection, Secret
 
 __all__ = [
     "FENCED_PRIMARY",
@@ -60,7 +60,7 @@ class Node:
     me: str
     peers: tuple[str, ...]
     sentinels: tuple[str, ...]
-    password: str
+    password: Secret
     bootstrap: bool = False
     """The first pod of the cache: it leads when no pod has any data yet."""
 
@@ -74,7 +74,7 @@ def runtime_config(base: str, node: Node, *, data_dir: Path | None = None) -> st
     host, port = split(node.me)
     lines = [line for line in base.splitlines() if not (data_dir and line.startswith("dir "))]
     lines += [f"dir {data_dir}"] if data_dir else []  # Valkey changes into ``dir`` as it reads the line
-    lines += [f"port {port}", f"requirepass {node.password}", f"masterauth {node.password}"]
+    lines += [f"port {port}", f"requirepass {node.password.value}", f"masterauth {node.password.value}"]
     lines += [f"replicaof {FENCED_PRIMARY}"]
     lines += [f"replica-announce-ip {host}", f"replica-announce-port {port}"]
     return "\n".join(lines) + "\n"
@@ -89,8 +89,8 @@ def sentinel_file(template: str, node: Node, primary: str, *, data_dir: Path | N
     if data_dir is not None:
         text += f"\ndir {data_dir}"
     return (
-        f"{text}\nport {me_port}\nsentinel announce-ip {me_host}\nrequirepass {node.password}\n"
-        f"sentinel auth-pass {node.master} {node.password}\nsentinel sentinel-pass {node.password}\n"
+        f"{text}\nport {me_port}\nsentinel announce-ip {me_host}\nrequirepass {node.password.value}\n"
+        f"sentinel auth-pass {node.master} {node.password.value}\nsentinel sentinel-pass {node.password.value}\n"
     )
 
 

@@ -8,7 +8,21 @@ import asyncio
 import contextlib
 from typing import Any
 
-__all__ = ["UNAVAILABLE", "Connection", "ReplyError", "parse_info"]
+__all__ = ["UNAVAILABLE", "Connection", "ReplyError", "Secret", "parse_info"]
+
+
+class Secret:
+    """A password that never shows in a repr, a log line or a traceback's locals; its text goes only on the wire."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return "Secret(<hidden>)"
+
+    __str__ = __repr__
 
 
 class ReplyError(Exception):
@@ -19,10 +33,10 @@ UNAVAILABLE: tuple[type[BaseException], ...] = (ReplyError, OSError, TimeoutErro
 """What a command to a server that is down, starting, fenced or refusing may raise."""
 
 
-def _encode(args: tuple[str | int, ...]) -> bytes:
+def _encode(args: tuple[str | int | Secret, ...]) -> bytes:
     parts = [f"*{len(args)}\r\n".encode()]
     for arg in args:
-        data = str(arg).encode()
+        data = (arg.value if isinstance(arg, Secret) else str(arg)).encode()
         parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
     return b"".join(parts)
 
@@ -34,7 +48,7 @@ class Connection:
         self._reader, self._writer, self._timeout = reader, writer, timeout
 
     @classmethod
-    async def open(cls, host: str, port: int, password: str | None, timeout: float = 1.0) -> Connection:
+    async def open(cls, host: str, port: int, password: Secret | None, timeout: float = 1.0) -> Connection:
         async with asyncio.timeout(timeout):
             reader, writer = await asyncio.open_connection(host, port)
         connection = cls(reader, writer, timeout)
@@ -46,7 +60,7 @@ class Connection:
                 raise
         return connection
 
-    async def command(self, *args: str | int) -> Any:
+    async def command(self, *args: str | int | Secret) -> Any:
         """Send one command and read its reply (bytes decoded as UTF-8); an error reply raises ReplyError."""
         async with asyncio.timeout(self._timeout):
             self._writer.write(_encode(args))
