@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry
 
 from kanri.cloud import naming
 from kanri.cloud.api import CLASS, INSTANCE, DatabaseClass, DatabaseInstance
-from kanri.cloud.budget import Budgets
+from kanri.cloud.budget.buckets import Budgets
 from kanri.cloud.providers.kanri import FOR_INSTANCE, OWNER_LABEL, POSTGRES_BACKUP, POSTGRES_CLUSTER, RELEASED
 from kanri.cloud.reconciler import controller
 from kanri.local import Endpoint

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from kanri.cloud import naming
 from kanri.cloud.api import CLASS, INSTANCE, DatabaseClass, DatabaseInstance
-from kanri.cloud.budget import Budgets, TokenBucket
+from kanri.cloud.budget.buckets import Budgets, TokenBucket
 from kanri.cloud.names import APPROVE_DOWNTIME
 from kanri.cloud.reconciler import controller
 from kanri.local import Endpoint

@@ -8,14 +8,16 @@ from typing import Any
 
 import pytest
 
-from kanri.cloud import capability, diff, guardrails, naming, operation
+from kanri.cloud import naming
 from kanri.cloud.api import DatabaseClassSpec, DatabaseInstanceSpec, OperationRecord
-from kanri.cloud.budget import Budgets, TokenBucket
-from kanri.cloud.desired import desired_of, storage_gib
-from kanri.cloud.polling import RESYNC, poll_delay
+from kanri.cloud.budget.buckets import Budgets, TokenBucket
+from kanri.cloud.policy import capability, guardrails
 from kanri.cloud.providers import aws_errors, aws_shapes
 from kanri.cloud.providers.aws import CAPABILITIES
 from kanri.cloud.providers.base import Desired, Observed, Retryable, Throttled, UserMustFix
+from kanri.cloud.sync import diff, operation
+from kanri.cloud.sync.desired import desired_of, storage_gib
+from kanri.cloud.sync.polling import RESYNC, poll_delay
 from kanri.runtime import FakeClock
 
 AWS_CLASS: dict[str, Any] = {"provider": "aws", "aws": {"region": "eu-west-1"}}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kanri.cloud import capability
+from kanri.cloud.policy import capability
 from kanri.cloud.providers import aws, kanri
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "cloud.md"

@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
-from kanri.cloud import capability, diff
 from kanri.cloud.api import DatabaseClassSpec, DatabaseInstanceSpec, KanriProfile, KanriSize
+from kanri.cloud.policy import capability
 from kanri.cloud.providers import kanri
 from kanri.cloud.providers.base import Desired, UserMustFix
+from kanri.cloud.sync import diff
 
 Obj = dict[str, Any]
 PROFILE = KanriProfile()

@@ -9,7 +9,7 @@ approval."""
 from __future__ import annotations
 
 from kanri import kit
-from kanri.cloud.gateway import BudgetSpent
+from kanri.cloud.budget.gateway import BudgetSpent
 from kanri.cloud.providers.base import ProviderError, UserMustFix
 
 __all__ = ["RETRYABLE_REASONS", "budget_spent", "provider_error", "synced", "user_must_fix"]

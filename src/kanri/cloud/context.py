@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 from kanri import kit
 from kanri.cloud.api import DatabaseClassSpec, DatabaseInstanceSpec
-from kanri.cloud.gateway import Gateway
+from kanri.cloud.budget.gateway import Gateway
 from kanri.cloud.metrics import CloudMetrics
-from kanri.cloud.polling import poll_delay
 from kanri.cloud.providers.base import Desired
+from kanri.cloud.sync.polling import poll_delay
 
 __all__ = ["CloudContext", "PollMemory"]
 

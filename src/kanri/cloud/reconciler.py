@@ -1,5 +1,5 @@
 """The DatabaseInstance reconciler: loads the object, resolves its class (guardrails, capabilities, the provider
-behind its request budget), and runs the pass (kanri.cloud.instance) or the deletion (kanri.cloud.deletion).
+behind its request budget), and runs the pass (kanri.cloud.sync.instance) or the deletion (kanri.cloud.deletion.steps).
 
 No call waits: a spent budget, a throttled or failing provider, an operation under way all end the pass with a
 condition and a requeue-after, so one provider's outage never holds a worker another namespace needs."""
@@ -15,16 +15,19 @@ from pydantic import ValidationError
 
 from kanri import kit
 from kanri import runtime as kr
-from kanri.cloud import capability, conditions, deletion, guardrails, instance
+from kanri.cloud import conditions
 from kanri.cloud.api import CLASS, INSTANCE, DatabaseClassSpec, DatabaseInstanceSpec
-from kanri.cloud.budget import Budgets
+from kanri.cloud.budget.buckets import Budgets
+from kanri.cloud.budget.gateway import BudgetSpent, Gateway
 from kanri.cloud.context import CloudContext, PollMemory
-from kanri.cloud.desired import desired_of
-from kanri.cloud.gateway import BudgetSpent, Gateway
+from kanri.cloud.deletion import steps as deletion
 from kanri.cloud.metrics import CloudMetrics
 from kanri.cloud.names import FIELD_MANAGER, FINALIZER, LABELS
+from kanri.cloud.policy import capability, guardrails
 from kanri.cloud.providers import registry
 from kanri.cloud.providers.base import Provider, ProviderError, ProviderSetup, Retryable, UserMustFix
+from kanri.cloud.sync import instance
+from kanri.cloud.sync.desired import desired_of
 from kanri.runtime.kinds import SECRET
 
 __all__ = ["DatabaseInstanceReconciler", "controller"]

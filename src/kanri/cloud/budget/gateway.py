@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from kanri.cloud.budget import Budgets
+from kanri.cloud.budget.buckets import Budgets
 from kanri.cloud.metrics import CloudMetrics
 from kanri.cloud.providers.base import Provider, ProviderError, Retryable, Throttled
 

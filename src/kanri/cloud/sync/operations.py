@@ -1,15 +1,17 @@
-"""Starting and advancing provider operations (the executor of kanri.cloud.operation's decisions)."""
+"""Starting and advancing provider operations (the executor of kanri.cloud.sync.operation's decisions)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from kanri.cloud import connection, diff, naming
+from kanri.cloud import naming
 from kanri.cloud.api import OperationRecord
+from kanri.cloud.connection import secret as connection
 from kanri.cloud.context import CloudContext
-from kanri.cloud.operation import Verdict, decide, ended, started
-from kanri.cloud.polling import poll_delay
 from kanri.cloud.providers.base import Observed
+from kanri.cloud.sync import diff
+from kanri.cloud.sync.operation import Verdict, decide, ended, started
+from kanri.cloud.sync.polling import poll_delay
 from kanri.runtime import Result
 
 __all__ = ["advance", "call", "create_record", "delay", "delete_record", "look", "record_observed", "start"]

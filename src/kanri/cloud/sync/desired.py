@@ -7,7 +7,7 @@ from typing import Any
 
 from kanri.cloud import naming
 from kanri.cloud.api import DatabaseClassSpec, DatabaseInstanceSpec
-from kanri.cloud.guardrails import class_region
+from kanri.cloud.policy.guardrails import class_region
 from kanri.cloud.providers.base import Desired
 from kanri.runtime import parse_quantity
 

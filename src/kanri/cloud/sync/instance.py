@@ -4,14 +4,15 @@ else observe, then create, adopt, observe only, or send exactly the fields that 
 from __future__ import annotations
 
 from kanri import kit
-from kanri.cloud import connection, diff, operations
 from kanri.cloud.api import OperationRecord
 from kanri.cloud.conditions import user_must_fix
+from kanri.cloud.connection import secret as connection
 from kanri.cloud.context import CloudContext
 from kanri.cloud.names import APPROVE_DOWNTIME
-from kanri.cloud.operation import started
-from kanri.cloud.polling import RESYNC
 from kanri.cloud.providers.base import Observed
+from kanri.cloud.sync import diff, operations
+from kanri.cloud.sync.operation import started
+from kanri.cloud.sync.polling import RESYNC
 from kanri.runtime import Result
 
 __all__ = ["converge"]

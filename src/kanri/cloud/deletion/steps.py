@@ -5,10 +5,10 @@ before the call, so a restart waits for the same deletion). ObserveOnly never de
 from __future__ import annotations
 
 from kanri import kit
-from kanri.cloud import operations
 from kanri.cloud.api import OperationRecord
 from kanri.cloud.context import CloudContext
 from kanri.cloud.names import LABELS
+from kanri.cloud.sync import operations
 from kanri.runtime import Result
 from kanri.runtime.kinds import SECRET
 
