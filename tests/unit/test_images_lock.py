@@ -66,7 +66,7 @@ def _pins(path: Path) -> dict[str, str]:
     return dict(re.findall(r"^([A-Za-z0-9_.\[\]-]+)==(\S+)", path.read_text(), re.MULTILINE))
 
 
-@pytest.mark.parametrize("name", ["barman", "seaweedfs"])
+@pytest.mark.parametrize("name", ["barman", "seaweedfs", "valkey"])
 def test_each_python_tool_is_locked_by_hash_at_its_pin(name: str) -> None:
     wanted = _pins(IMAGES / f"{name}.in")
     lock_text = (IMAGES / f"{name}.lock.txt").read_text()

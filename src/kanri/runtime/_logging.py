@@ -12,9 +12,12 @@ import structlog
 def configure_logging(level: str = "info", *, json: bool = True) -> None:
     """Configure structlog (and the standard ``logging`` root, for libraries) to write to stderr."""
     numeric = logging.getLevelNamesMapping()[level.upper()]
-    renderer: structlog.types.Processor = (
-        structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
+    # Tracebacks never show local variables: a local may hold a secret (a password read for a connection), and the
+    # console renderer's default (rich) formatter prints every frame's locals.
+    console = structlog.dev.ConsoleRenderer(
+        colors=False, exception_formatter=structlog.dev.RichTracebackFormatter(color_system=None, show_locals=False)
     )
+    renderer: structlog.types.Processor = structlog.processors.JSONRenderer() if json else console
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
