@@ -18,6 +18,7 @@ def _fail_holding_a_secret() -> None:
 
 @pytest.mark.parametrize("json", [True, False])
 def test_an_exception_logged_does_not_render_locals(json: bool, capsys: pytest.CaptureFixture[str]) -> None:
+    saved = structlog.get_config()
     configure_logging("info", json=json)
     try:
         try:
@@ -29,5 +30,4 @@ def test_an_exception_logged_does_not_render_locals(json: bool, capsys: pytest.C
         assert "RuntimeError" in err, err  # the traceback is there
         assert PASSWORD not in err, "a traceback in the logs showed a local variable holding a secret"
     finally:
-        structlog.reset_defaults()
-        configure_logging("info")
+        structlog.configure(**saved)  # the other tests' logging, not one bound to this test's captured stderr
