@@ -34,23 +34,11 @@ VERSIONS = ("9.1",)
 MAX_NAME_LENGTH = 40
 """Pods (<name>-N), Services (<name>-rw, -ro) and the ConfigMap are named after the cache."""
 
-_SIZE = "quantity(string(self))"
-_IS_QUANTITY = "isQuantity(string(self)) && isQuantity(string(oldSelf))"
-
 
 class Storage(KubeModel):
     """A persistent volume per pod (Durable caches only; a Regenerable cache keeps its data in memory)."""
 
-    size: Annotated[
-        Quantity,
-        cel(f"!isQuantity(string(self)) || {_SIZE}.compareTo(quantity('1Mi')) >= 0", "size must be at least 1Mi"),
-        cel(
-            f"!({_IS_QUANTITY}) || {_SIZE}.compareTo(quantity(string(oldSelf))) >= 0",
-            message_expression="'storage.size may not shrink (from ' + string(oldSelf) + ' to ' + string(self) + "
-            "'): a volume can only grow'",
-            reason="FieldValueForbidden",
-        ),
-    ]
+    size: kit.VolumeSize
     """Capacity of each pod's volume (the append-only file and its rewrites), e.g. 1Gi. May grow, never shrink."""
     storage_class_name: Annotated[str, Field(min_length=1, max_length=253)] | None = None
     """StorageClass of the claims; the cluster's default when unset."""

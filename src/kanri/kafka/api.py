@@ -14,7 +14,7 @@ from pydantic import Field
 
 from kanri import kit
 from kanri.kafka.broker.settings import OWNED_KEYS
-from kanri.runtime import CustomResource, KubeModel, PrinterColumn, Quantity, cel
+from kanri.runtime import CustomResource, KubeModel, PrinterColumn, cel
 
 __all__ = [
     "CLUSTER_KIND",
@@ -51,24 +51,13 @@ TOPIC_CONFIG_KEYS = (
 #: Topic settings the operator keeps for itself: reassignment throttles.
 TOPIC_OWNED_KEYS = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
 
-_SIZE = "quantity(string(self))"
-_IS_QUANTITY = "isQuantity(string(self)) && isQuantity(string(oldSelf))"
 _NAME_RULE = "self.metadata.name.size() <= {n} && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')"
 
 
 class Storage(KubeModel):
     """A persistent volume per broker."""
 
-    size: Annotated[
-        Quantity,
-        cel(f"!isQuantity(string(self)) || {_SIZE}.compareTo(quantity('1Mi')) >= 0", "size must be at least 1Mi"),
-        cel(
-            f"!({_IS_QUANTITY}) || {_SIZE}.compareTo(quantity(string(oldSelf))) >= 0",
-            message_expression="'storage.size may not shrink (from ' + string(oldSelf) + ' to ' + string(self) + "
-            "'): a volume can only grow'",
-            reason="FieldValueForbidden",
-        ),
-    ]
+    size: kit.VolumeSize
     """Capacity of each broker's volume (its partitions' logs), e.g. 10Gi. May grow, never shrink."""
     storage_class_name: Annotated[str, Field(min_length=1, max_length=253)] | None = None
     """StorageClass of the claims; the cluster's default when unset."""

@@ -8,6 +8,7 @@ per-operator label sets. It imports kanri.runtime only. See docs/kit.md.
 from kanri.kit._agents import AgentAnswer, AgentClient, gather, pod_addresses, secret_token
 from kanri.kit._children import ChildWriter, WriteOutcome
 from kanri.kit._diff import is_subset, needs_apply, spec_hash, with_hash
+from kanri.kit._fields import VolumeSize
 from kanri.kit._finalizer import DeletionPolicy, carry_out, data_of, deletion_policy, finalize
 from kanri.kit._labels import APP_INSTANCE, APP_NAME, MANAGED_BY, LabelSet
 from kanri.kit._ledger import PrunedFieldError, StatusLedger, merge_patch
@@ -40,6 +41,7 @@ __all__ = [
     "StatusLedger",
     "Step",
     "Verdict",
+    "VolumeSize",
     "WriteOutcome",
     "acknowledge",
     "acknowledged",
