@@ -14,6 +14,11 @@ Namespaces = Annotated[
         help="Watch PostgresClusters in this namespace only; repeat it to watch several (default: all namespaces)."
     ),
 ]
+# The other operators' `kanri <operator> run` (cache, cloud, kafka) take one namespace and a kubeconfig path as text.
+KubeconfigPath = Annotated[
+    str | None, typer.Option("--kubeconfig", help="Kubeconfig file (default: in-cluster, then ~/.kube/config).")
+]
+OneNamespace = Annotated[str | None, typer.Option("--namespace", help="Watch only this namespace (default: all).")]
 HealthPort = Annotated[int, typer.Option(help="Port of /healthz, /readyz and /metrics (0: any free port).")]
 HealthHost = Annotated[
     str, typer.Option(help="Address /healthz, /readyz and /metrics listen on; 0.0.0.0 in a pod (kubelet probes).")

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from kanri.cache.operator import run as run_operator
+from kanri.cli import _run_options as opts
 from kanri.runtime import configure_logging
 
 app = typer.Typer(no_args_is_help=True, help="The Cache (Valkey) operator.")
@@ -15,10 +16,8 @@ app = typer.Typer(no_args_is_help=True, help="The Cache (Valkey) operator.")
 
 @app.command("run")
 def run(
-    kubeconfig: Annotated[
-        str | None, typer.Option(help="Kubeconfig file (default: in-cluster, then ~/.kube/config).")
-    ] = None,
-    namespace: Annotated[str | None, typer.Option(help="Watch only this namespace (default: all).")] = None,
+    kubeconfig: opts.KubeconfigPath = None,
+    namespace: opts.OneNamespace = None,
     health_port: Annotated[int, typer.Option(help="Port of /healthz, /readyz and /metrics.")] = 8082,
     install_crd: Annotated[bool, typer.Option(help="Apply the Cache CRD first (development clusters).")] = False,
 ) -> None:

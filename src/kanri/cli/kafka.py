@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from kanri.cli import _run_options as opts
 from kanri.kafka.operator import run as run_operator
 from kanri.runtime import configure_logging
 
@@ -15,12 +16,10 @@ app = typer.Typer(no_args_is_help=True, help="The Kafka operator: KafkaCluster a
 
 @app.command("run")
 def run(
-    kubeconfig: Annotated[
-        str | None, typer.Option(help="Kubeconfig file (default: in-cluster or ~/.kube/config).")
-    ] = None,
-    namespace: Annotated[str | None, typer.Option(help="Watch only this namespace (default: every one).")] = None,
+    kubeconfig: opts.KubeconfigPath = None,
+    namespace: opts.OneNamespace = None,
     install_crds: Annotated[bool, typer.Option(help="Install or update the two CRDs first.")] = False,
-    health_port: Annotated[int, typer.Option(help="Port of /healthz, /readyz and /metrics (0: none).")] = 8083,
+    health_port: Annotated[int, typer.Option(help="Port of /healthz, /readyz and /metrics (0: none).")] = 8084,
 ) -> None:
     """Run the KafkaCluster and KafkaTopic controllers until interrupted."""
     configure_logging()
