@@ -8,7 +8,9 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
 import pytest_asyncio
+from prometheus_client import CollectorRegistry
 
 from kanri.cache.api import KIND, Cache
 from kanri.cache.operator import controller
@@ -20,12 +22,18 @@ from tests.support import eventually
 DURABLE: dict[str, Any] = {"dataPolicy": "Durable", "replicas": 3, "storage": {"size": "1Gi"}}
 
 
+@pytest.fixture
+def registry() -> CollectorRegistry:
+    """The operator's metrics, read to count its passes."""
+    return CollectorRegistry()
+
+
 @pytest_asyncio.fixture(loop_scope="session")
-async def operator(control_plane: Endpoint, namespace: str) -> AsyncIterator[Client]:
+async def operator(control_plane: Endpoint, namespace: str, registry: CollectorRegistry) -> AsyncIterator[Client]:
     async with await Client.from_kubeconfig(str(control_plane.kubeconfig)) as client:
         await install_crd(client, Cache, field_manager="kanri-tests")
         options = ManagerOptions(name="cache-operator", namespace=namespace, leader_election=False, health_port=None)
-        manager = Manager(client, options)
+        manager = Manager(client, options, registry=registry)
         manager.add(controller(manager))
         task = asyncio.create_task(manager.run(handle_signals=False))
         try:
@@ -34,6 +42,12 @@ async def operator(control_plane: Endpoint, namespace: str) -> AsyncIterator[Cli
             manager.stop()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(task, 20)
+
+
+def passes(registry: CollectorRegistry) -> float:
+    """Reconciles the cache controller finished (it looks again every 5 s while no primary answers)."""
+    labels = [{"controller": "cache", "result": result} for result in ("success", "requeue_after")]
+    return sum(registry.get_sample_value("controller_runtime_reconcile_total", x) or 0.0 for x in labels)
 
 
 async def exists(client: Client, kind: Any, name: str, namespace: str) -> bool:
@@ -46,7 +60,9 @@ async def exists(client: Client, kind: Any, name: str, namespace: str) -> bool:
     return True
 
 
-async def test_children_are_written_and_no_primary_is_reported(operator: Client, namespace: str) -> None:
+async def test_children_are_written_and_no_primary_is_reported(
+    operator: Client, namespace: str, registry: CollectorRegistry
+) -> None:
     client = operator
     await client.create(KIND, {"metadata": {"name": "orders", "namespace": namespace}, "spec": DURABLE})
 
@@ -68,7 +84,14 @@ async def test_children_are_written_and_no_primary_is_reported(operator: Client,
     assert not secret["metadata"].get("ownerReferences"), "the password is deletionPolicy's, not the GC's"
     versions = {kind.kind: (await client.get(kind, name, namespace))["metadata"]["resourceVersion"]
                 for kind, name in ((STATEFUL_SET, "orders"), (CONFIG_MAP, "orders-config"))}  # fmt: skip
-    await asyncio.sleep(6)  # a few more passes (it looks again every 5 s): nothing is rewritten
+    # two more whole passes over the converged cache (it looks again every 5 s): nothing is rewritten
+    seen = passes(registry)
+
+    async def two_more() -> float | None:
+        now = passes(registry)
+        return now if now >= seen + 2 else None
+
+    await eventually(two_more, timeout=60)
     for kind, name in ((STATEFUL_SET, "orders"), (CONFIG_MAP, "orders-config")):
         assert (await client.get(kind, name, namespace))["metadata"]["resourceVersion"] == versions[kind.kind]
 
