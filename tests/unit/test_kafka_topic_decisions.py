@@ -35,6 +35,20 @@ def test_a_step_waits_for_the_pause_after_the_last_one() -> None:
     assert isinstance(waiting, growth.Wait)
     assert waiting.reason == "GrowthPaused"
     assert waiting.retry_after == pytest.approx(20)
+    # the same wait seen a second later reads the same (a status that changes every pass is written every pass)
+    later = growth.decide(
+        topic="orders",
+        current=6,
+        desired=12,
+        growth=STEPS,
+        groups=(),
+        key_ordered=False,
+        approval="",
+        last_step_time=NOW - timedelta(seconds=10),
+        now=NOW + timedelta(seconds=1),
+    )
+    assert isinstance(later, growth.Wait)
+    assert later.message == waiting.message, (later.message, waiting.message)
     assert isinstance(decide(last=NOW - timedelta(seconds=30)), growth.Grow)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from kanri.kafka.api import PartitionGrowth
 from kanri.kafka.topics.admin import GroupLag
@@ -68,9 +68,11 @@ def decide(
     if last_step_time is not None:
         waited = (now - last_step_time).total_seconds()
         if waited < growth.pause_seconds:
-            left = growth.pause_seconds - waited
-            return Wait("GrowthPaused", f"next step {current}->{to} in {left:.0f} s (pause {growth.pause_seconds} s "
-                        "between steps)", left)  # fmt: skip
+            # the message names a fixed time, not the seconds left: a status that changes on every pass is rewritten
+            # on every pass (and each write is another event)
+            due = last_step_time + timedelta(seconds=growth.pause_seconds)
+            return Wait("GrowthPaused", f"next step {current}->{to} at {due.isoformat(timespec='seconds')} (pause "
+                        f"{growth.pause_seconds} s between steps)", growth.pause_seconds - waited)  # fmt: skip
     active = [g for g in groups if g.members > 0]
     unsettled = [g for g in active if g.state not in SETTLED]
     if unsettled:
