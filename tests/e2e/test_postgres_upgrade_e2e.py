@@ -1,7 +1,8 @@
 """Major upgrades behind approval (issue 14 item 3), end to end on PyPI PostgreSQL 14: raising spec.version alone
 records ``WaitingForApproval`` and changes nothing (same image, same server, still taking writes); approving it
-records the approval time and ``WaitingForPreconditions`` naming the backup gate (no backup completed after the
-approval), and still changes nothing. The check and the upgrade itself are not built yet."""
+records the approval time and ``WaitingForPreconditions`` naming the backup gate (this cluster has no backup
+repository: configure one or approve with ``spec.upgrade.withoutBackup``), and still changes nothing. The check and
+the upgrade itself are tested in test_postgres_major_upgrade_e2e.py."""
 
 from __future__ import annotations
 
@@ -64,7 +65,10 @@ async def test_a_raised_version_waits_for_approval_then_for_a_backup_after_it(
         await client.patch(POSTGRES_CLUSTER, "up", {"spec": {"upgrade": {"approvedVersion": 15}}}, namespace)
         gated = await eventually(lambda: _upgrade(client, namespace, "up", "WaitingForPreconditions"), timeout=30)
         assert gated["approvedAt"]
-        assert "no base backup completed after the approval" in gated["message"]
+        # a cluster without a backup repository says so at once and names the two ways on (issue 29 item 1)
+        assert "no usable backup repository" in gated["message"], gated["message"]
+        assert "configure spec.backup" in gated["message"], gated["message"]
+        assert "spec.upgrade.withoutBackup: true" in gated["message"], gated["message"]
         assert "cluster is not Ready" not in gated["message"]
         assert await eventually(lambda: _event(client, namespace, "UpgradeWaitingForPreconditions"), timeout=10)
         await _still_on_14(client, namespace, "up", 3)

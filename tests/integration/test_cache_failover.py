@@ -93,9 +93,15 @@ async def durable(tmp_path: Path) -> AsyncIterator[LocalCache]:
 async def test_a_plain_restart_of_an_empty_primary_wipes_its_replica(tmp_path: Path) -> None:
     """The anchors' bug, reproduced here, so the test below can fail: without the agent, the replica is wiped."""
     primary_port, replica_port = free_port(), free_port()
-    base = ["--save", "", "--appendonly", "no", "--repl-diskless-sync-delay", "0", "--dir", str(tmp_path)]
-    primary = await asyncio.create_subprocess_exec(str(BINARY), "--port", str(primary_port), *base)
+    # each server its own directory: a replica's synced dump.rdb in a shared one would be loaded by the restarted
+    # primary, which then is not empty
+    (tmp_path / "primary").mkdir()
+    (tmp_path / "replica").mkdir()
+    base = ["--save", "", "--appendonly", "no", "--repl-diskless-sync-delay", "0"]
+    primary_args = [str(BINARY), "--port", str(primary_port), *base, "--dir", str(tmp_path / "primary")]
+    primary = await asyncio.create_subprocess_exec(*primary_args)
     replica = await asyncio.create_subprocess_exec(str(BINARY), "--port", str(replica_port), *base,
+                                                   "--dir", str(tmp_path / "replica"),
                                                    "--replicaof", f"127.0.0.1 {primary_port}")  # fmt: skip
     writer, reader = valkey.Valkey(port=primary_port), valkey.Valkey(port=replica_port)
     try:
@@ -111,7 +117,7 @@ async def test_a_plain_restart_of_an_empty_primary_wipes_its_replica(tmp_path: P
         await eventually(replicated, timeout=10)
         primary.kill()
         await primary.wait()
-        primary = await asyncio.create_subprocess_exec(str(BINARY), "--port", str(primary_port), *base)
+        primary = await asyncio.create_subprocess_exec(*primary_args)
 
         async def wiped() -> bool:
             try:
