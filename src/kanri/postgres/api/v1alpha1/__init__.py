@@ -27,6 +27,7 @@ from kanri.postgres.api.v1alpha1.postgres_backup import (
 from kanri.postgres.api.v1alpha1.postgresql import OPERATOR_OWNED_PARAMETERS, SUPPORTED_VERSIONS, PostgreSQL
 from kanri.postgres.api.v1alpha1.replication import (
     DEFAULT_MAX_DATA_LOSS_BYTES,
+    DEFAULT_MAX_READ_LAG_BYTES,
     Failover,
     FailoverPolicy,
     Replication,
@@ -59,6 +60,7 @@ __all__ = [
     "CONDITION_TYPES",
     "CRON_PATTERN",
     "DEFAULT_MAX_DATA_LOSS_BYTES",
+    "DEFAULT_MAX_READ_LAG_BYTES",
     "MAX_NAME_LENGTH",
     "MAX_REPLICAS",
     "OPERATOR_LABEL_PREFIX",

@@ -9,13 +9,23 @@ from pydantic import Field
 from kanri.postgres.api.v1alpha1._base import ApiModel
 from kanri.runtime import cel
 
-__all__ = ["DEFAULT_MAX_DATA_LOSS_BYTES", "Failover", "FailoverPolicy", "Replication", "ReplicationMode"]
+__all__ = [
+    "DEFAULT_MAX_DATA_LOSS_BYTES",
+    "DEFAULT_MAX_READ_LAG_BYTES",
+    "Failover",
+    "FailoverPolicy",
+    "Replication",
+    "ReplicationMode",
+]
 
 ReplicationMode = Literal["Async", "Sync"]
 FailoverPolicy = Literal["Automatic", "Manual"]
 
 DEFAULT_MAX_DATA_LOSS_BYTES = 16 * 1024 * 1024
 """One WAL segment: an automatic failover that could lose more than this waits for approval."""
+
+DEFAULT_MAX_READ_LAG_BYTES = 16 * 1024 * 1024
+"""One WAL segment: a replica further behind than this in replay serves no reads (CloudNativePG's default too)."""
 
 
 class Replication(
@@ -44,6 +54,11 @@ class Replication(
     """With mode Sync: how many replicas must confirm each commit (any of them, quorum style). Default 1.
     Must be less than replicas (the primary is not its own standby), unless the cluster is hibernated
     (replicas 0). Only allowed with mode Sync."""
+
+    max_read_lag_bytes: Annotated[int, Field(ge=0)] = DEFAULT_MAX_READ_LAG_BYTES
+    """How far behind the primary a replica may have replayed, in bytes of WAL, and still serve reads. Default
+    16777216 (16 MiB, one WAL segment). A replica further behind, or one the primary no longer lists as streaming
+    (its lag is then unknown), leaves the -ro and -r Services until it has caught up; status.instances says why."""
 
 
 class Failover(ApiModel):

@@ -15,7 +15,14 @@ from kanri.postgres.api.v1alpha1.replication import Failover, Replication
 from kanri.postgres.api.v1alpha1.storage import Resources, Volume
 from kanri.runtime import cel
 
-__all__ = ["MAX_REPLICAS", "DeletionPolicy", "PostgresClusterSpec", "PrimaryUpdateStrategy", "Upgrade"]
+__all__ = [
+    "MAX_REPLICAS",
+    "DeletionPolicy",
+    "NodeMaintenanceWindow",
+    "PostgresClusterSpec",
+    "PrimaryUpdateStrategy",
+    "Upgrade",
+]
 
 DeletionPolicy = Literal["Retain", "Delete"]
 PrimaryUpdateStrategy = Literal["Switchover", "InPlace"]
@@ -27,6 +34,15 @@ _SYNC_STANDBYS = "(has(self.replication.syncStandbys) ? self.replication.syncSta
 # <repository>:<major> or <repository>:<major>.<minor> (no digest: the tag names the release the data runs on).
 IMAGE_NAME_PATTERN = r"^[a-z0-9]([a-z0-9._/-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9._-]+)*:[0-9]{2}([.][0-9]{1,3})?$"
 _IMAGE_TAG = "self.imageName.substring(self.imageName.lastIndexOf(':') + 1)"
+
+
+class NodeMaintenanceWindow(ApiModel):
+    """A node maintenance the cluster's owner has agreed to. Default: none (inProgress false)."""
+
+    in_progress: bool = False
+    """True: a node drain may evict a single-instance cluster's only pod (its database is down until the pod runs
+    again elsewhere or the node returns). False (default): a PodDisruptionBudget keeps a drain from evicting it.
+    Clusters with replicas need no window: the operator switches the primary away from a cordoned node first."""
 
 
 class Upgrade(
@@ -151,6 +167,8 @@ class PostgresClusterSpec(
     """Streaming replication between the instances. Default: mode Async."""
 
     failover: Failover = Failover()
+
+    node_maintenance_window: NodeMaintenanceWindow | None = None
 
     backup: Backup | None = None
 
