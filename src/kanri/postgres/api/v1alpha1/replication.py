@@ -55,10 +55,15 @@ class Replication(
     Must be less than replicas (the primary is not its own standby), unless the cluster is hibernated
     (replicas 0). Only allowed with mode Sync."""
 
-    max_read_lag_bytes: Annotated[int, Field(ge=0)] = DEFAULT_MAX_READ_LAG_BYTES
+    max_read_lag_bytes: Annotated[int, Field(ge=0)] | None = None
     """How far behind the primary a replica may have replayed, in bytes of WAL, and still serve reads. Default
     16777216 (16 MiB, one WAL segment). A replica further behind, or one the primary no longer lists as streaming
-    (its lag is then unknown), leaves the -ro and -r Services until it has caught up; status.instances says why."""
+    (its lag is then unknown), leaves the -ro and -r Services until it has caught up; status.instances says why. Unset: the default."""
+
+    @property
+    def read_lag_bound(self) -> int:
+        """maxReadLagBytes, or its default."""
+        return DEFAULT_MAX_READ_LAG_BYTES if self.max_read_lag_bytes is None else self.max_read_lag_bytes
 
 
 class Failover(ApiModel):

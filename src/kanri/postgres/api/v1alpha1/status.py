@@ -78,11 +78,6 @@ class InstanceStatus(ApiModel):
     lag_bytes: NonNegative | None = None
     """How far this replica has replayed behind the primary's current WAL position, in bytes (whole MiB), as the
     primary's pg_stat_replication shows it; absent when the operator cannot tell (the primary does not list it)."""
-    serves_reads: bool | None = None
-    """Replicas: whether the -ro and -r Services route to it (ready, streaming, within
-    replication.maxReadLagBytes)."""
-    reads_withheld: Annotated[str, Field(max_length=1024)] | None = None
-    """Why a replica serves no reads (too far behind, or not streaming: its lag is unknown)."""
 
 
 class FailoverRecord(ApiModel):
