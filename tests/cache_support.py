@@ -15,8 +15,8 @@ from pathlib import Path
 import valkey.asyncio as valkey
 from valkey.exceptions import ValkeyError
 
-from kanri.cache.agent.fencing import History, StartDecision
-from kanri.cache.agent.node import Node, history, runtime_config, sentinel_file, start_server, stop, take_role
+from kanri.cache.agent.fencing import History
+from kanri.cache.agent.node import Node, history, manage_role, runtime_config, sentinel_file, start_server, stop
 from kanri.cache.agent.resp import Secret
 from kanri.cache.api import CacheSpec
 from kanri.cache.config import sentinel_config, server_config
@@ -49,7 +49,7 @@ class LocalPod:
     dir: Path
     process: asyncio.subprocess.Process | None = None
     sentinel_process: asyncio.subprocess.Process | None = None
-    role: asyncio.Task[StartDecision] | None = None
+    role: asyncio.Task[None] | None = None
 
 
 @dataclass
@@ -74,12 +74,13 @@ class LocalCache:
             self.pods.append(LocalPod(index, node, sentinel_node, directory))
 
     async def start_server(self, index: int) -> None:
-        """Start pod ``index``'s server fenced, and the agent's role decision as a task."""
+        """Start pod ``index``'s server fenced, and the agent's role management (start-up decision, then stepping
+        down when the Sentinels name another primary) as a task."""
         pod = self.pods[index]
         config = pod.dir / "valkey.conf"
         config.write_text(runtime_config("\n".join(server_config(self.spec)), pod.server, data_dir=pod.dir))
         pod.process = await start_server(BINARY, config)
-        pod.role = asyncio.create_task(take_role(pod.server, interval=0.2))
+        pod.role = asyncio.create_task(manage_role(pod.server, interval=0.2))
 
     async def start_sentinel(self, index: int, primary: str) -> None:
         pod = self.pods[index]

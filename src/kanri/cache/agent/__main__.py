@@ -1,8 +1,9 @@
 """``python -m kanri.cache.agent server|sentinel``: the entrypoint of a Cache pod's two containers.
 
 ``server`` writes the runtime valkey.conf (the ConfigMap's lines, the password from the mounted Secret, a fenced
-start), runs valkey-server, and takes the role :func:`~kanri.cache.agent.fencing.decide_start` gives it; it exits
-with the server. ``sentinel`` writes Sentinel's file once (monitoring the primary the other Sentinels name, or the
+start), runs valkey-server, takes the role :func:`~kanri.cache.agent.fencing.decide_start` gives it and then keeps it
+(:func:`~kanri.cache.agent.node.keep_role`: a primary the Sentinels no longer name steps down); it exits with the
+server. ``sentinel`` writes Sentinel's file once (monitoring the primary the other Sentinels name, or the
 one a peer reports, or the first pod of a new cache) and becomes Sentinel. The contract with the operator's
 StatefulSet (kanri.cache.children) is the environment and the mounts below.
 """
@@ -18,12 +19,12 @@ from pathlib import Path
 from kanri.cache.agent.node import (
     Node,
     history,
+    manage_role,
     named_primary,
     runtime_config,
     sentinel_file,
     start_server,
     stop,
-    take_role,
 )
 from kanri.cache.agent.resp import Secret
 
@@ -73,7 +74,7 @@ async def serve() -> int:
     process = await start_server(BINARY, config)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, process.terminate)
-    role = asyncio.create_task(take_role(node))
+    role = asyncio.create_task(manage_role(node))
     code = await process.wait()
     role.cancel()
     return code

@@ -17,7 +17,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["Fence", "Follow", "History", "Lead", "StartDecision", "decide_start", "holds", "missing_bytes"]
+__all__ = [
+    "Demote",
+    "Fence",
+    "Follow",
+    "History",
+    "Lead",
+    "StartDecision",
+    "decide_running",
+    "decide_start",
+    "holds",
+    "missing_bytes",
+]
 
 NO_ID = "0" * 40
 
@@ -153,3 +164,39 @@ def decide_start(me: History, peers: Sequence[History], named: str | None, *, bo
     if bootstrap and all(peer.empty for peer in peers):
         return Lead("first pod of a new cache: no pod has any data yet")
     return Fence("no primary is known yet: waiting for the Sentinels or the first pod")
+
+
+@dataclass(frozen=True)
+class Demote:
+    """Stop being a primary: replicate from ``primary``, the one a majority of the Sentinels name."""
+
+    primary: str
+    reason: str
+    lost_bytes: int | None = 0
+    """Replication bytes this pod holds that ``primary`` lacks (None: histories diverged, unmeasurable): writes it
+    accepted after the failover, none of them confirmed by a replica of the new primary's lineage."""
+
+
+def decide_running(me: History, claims: Sequence[tuple[str, int]], named: History | None) -> Demote | None:
+    """Whether a running primary must step down: a second primary (a replica frozen through a failover that
+    executes a promotion queued on its connection when it resumes, an old primary cut off and healed) accepts
+    writes that are discarded when Sentinel finally reconfigures it. The agent does it at once instead.
+
+    ``claims`` are the Sentinels' answers that answered: the primary each names and its configuration epoch
+    (``SENTINEL MASTER``'s ``config-epoch``). The newest epoch is the last failover a majority authorised: a Sentinel
+    that missed it names the old primary with an older epoch, so it never demotes the new one; a tie between two
+    addresses at the newest epoch decides nothing. ``named`` is the newest named primary's history (None when it did
+    not answer): a pod steps down only towards a primary that answers as one, never towards a node that is down.
+    """
+    if me.role != "primary" or not claims:
+        return None
+    newest = max(epoch for _, epoch in claims)
+    chosen = {address for address, epoch in claims if epoch == newest}
+    if len(chosen) != 1 or me.host in chosen:
+        return None
+    (primary,) = chosen
+    if named is None or named.host != primary or named.role != "primary":
+        return None
+    agreeing = sum(1 for address, _ in claims if address == primary)
+    reason = f"{agreeing} of {len(claims)} Sentinels name {primary} the primary (epoch {newest}): this pod steps down"
+    return Demote(primary, reason, missing_bytes(named, me))

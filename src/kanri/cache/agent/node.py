@@ -10,14 +10,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from kanri.cache.agent.fencing import Fence, Follow, History, Lead, StartDecision, decide_start
+from kanri.cache.agent.fencing import (
+    Demote,
+    Fence,
+    Follow,
+    History,
+    Lead,
+    StartDecision,
+    decide_running,
+    decide_start,
+)
 from kanri.cache.agent.resp import UNAVAILABLE, Connection, Secret
 
 __all__ = [
@@ -26,9 +35,12 @@ __all__ = [
     "ask_failover",
     "command",
     "history",
+    "keep_role",
+    "manage_role",
     "named_primary",
     "peers_of",
     "runtime_config",
+    "sentinel_claims",
     "sentinel_file",
     "split",
     "start_server",
@@ -135,6 +147,20 @@ async def named_primary(node: Node) -> str | None:
     return Counter(answers).most_common(1)[0][0] if answers else None
 
 
+async def sentinel_claims(node: Node) -> list[tuple[str, int]]:
+    """Each answering Sentinel's primary and its configuration epoch (``SENTINEL MASTER``)."""
+
+    async def ask(address: str) -> tuple[str, int] | None:
+        try:
+            answer = await command(node, address, "SENTINEL", "MASTER", node.master)
+        except UNAVAILABLE:
+            return None
+        fields = dict(zip(answer[::2], answer[1::2], strict=True))
+        return f"{fields['ip']}:{fields['port']}", int(fields.get("config-epoch", 0))
+
+    return [c for c in await asyncio.gather(*(ask(s) for s in node.sentinels)) if c is not None]
+
+
 async def ask_failover(node: Node) -> bool:
     """Ask one Sentinel to promote the best replica now (without waiting for down-after)."""
     for address in node.sentinels:
@@ -191,6 +217,49 @@ async def take_role(node: Node, *, interval: float = 0.5) -> StartDecision:
                 # a refusal (no replica known yet) is asked again soon; an accepted request gets time to finish
                 next_ask = loop.time() + (FAILOVER_RETRY if await ask_failover(node) else REFUSED_RETRY)
         await asyncio.sleep(interval)
+
+
+async def check_primary(node: Node, me: History) -> Demote | None:
+    """Step down when the Sentinels' newest configuration names another primary (:func:`decide_running`)."""
+    claims = await sentinel_claims(node)
+    newest = max(claims, key=lambda claim: claim[1], default=None)
+    if newest is None or newest[0] == me.host:
+        return None
+    decision = decide_running(me, claims, await history(node, newest[0]))
+    if decision is not None:
+        log.warning("second primary: stepping down", reason=decision.reason, lost_bytes=decision.lost_bytes)
+        host, port = split(decision.primary)
+        await command(node, node.me, "REPLICAOF", host, port)
+    return decision
+
+
+RolePublisher = Callable[[str], Awaitable[None]]
+"""Called with ``primary`` or ``replica`` whenever the pod's role changes (the agent labels its own pod)."""
+
+
+async def keep_role(node: Node, *, interval: float = 0.5, publish: RolePublisher | None = None) -> None:
+    """After the start-up role: every ``interval`` s, a primary checks it is the one the Sentinels name (and steps
+    down otherwise), and each role change is published. Runs until cancelled."""
+    published = ""
+    while True:
+        me = await history(node, node.me)
+        try:
+            if me is not None and me.role == "primary" and await check_primary(node, me) is not None:
+                me = await history(node, node.me)
+            if me is not None and publish is not None and me.role != published:
+                await publish(me.role)
+                published = me.role
+        except UNAVAILABLE as exc:
+            log.info("could not check the role", error=str(exc))
+        except Exception:  # the label is the Service's hint, never a reason to stop fencing
+            log.exception("could not publish the role")
+        await asyncio.sleep(interval)
+
+
+async def manage_role(node: Node, *, interval: float = 0.5, publish: RolePublisher | None = None) -> None:
+    """The agent's whole job for its server: take the start-up role, then keep it (:func:`keep_role`)."""
+    await take_role(node, interval=interval)
+    await keep_role(node, interval=interval, publish=publish)
 
 
 async def start_server(binary: Path, config: Path) -> asyncio.subprocess.Process:
