@@ -1,15 +1,16 @@
 """The PostgreSQL operator's API types, one subpackage per API version.
 
 ``CUSTOM_RESOURCES`` lists every CRD the operator serves, each as the tuple of its version classes (one today);
-``kanri crds`` renders them and deploy/crds/ holds the result.
+``kanri crds`` renders them and deploy/crds/ holds the result. ``v1beta1`` (the next version, not served yet) and
+``conversion`` (both versions and the conversion between them) are ready for the switch.
 """
 
 from __future__ import annotations
 
-from kanri.postgres.api import v1alpha1
+from kanri.postgres.api import v1alpha1, v1beta1
 from kanri.runtime import CustomResource
 
-__all__ = ["CUSTOM_RESOURCES", "v1alpha1"]
+__all__ = ["CUSTOM_RESOURCES", "v1alpha1", "v1beta1"]
 
 CUSTOM_RESOURCES: tuple[tuple[type[CustomResource], ...], ...] = (
     (v1alpha1.PostgresCluster,),

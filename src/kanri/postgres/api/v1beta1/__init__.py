@@ -1,0 +1,30 @@
+"""kanri.dev/v1beta1: the PostgresCluster API's next version, the hub its conversions go through.
+
+What changed from v1alpha1 (docs/postgrescluster.md, "v1beta1"): ``spec.failover.maxDataLossBytes`` (a raw byte
+count) became ``spec.failover.maxDataLoss``, a quantity such as ``16Mi``, like every other size in the API.
+Everything else is v1alpha1's models, imported rather than copied, so the two versions cannot drift apart
+silently. PostgresBackup is unchanged apart from its version. Not served yet: deploy/crds/ still holds v1alpha1
+alone; ``kanri.postgres.api.conversion`` holds both versions and the conversion between them.
+"""
+
+from kanri.postgres.api.v1beta1.cluster import PostgresCluster
+from kanri.postgres.api.v1beta1.postgres_backup import PostgresBackup
+from kanri.postgres.api.v1beta1.replication import (
+    DEFAULT_MAX_DATA_LOSS,
+    MAX_BYTES,
+    Failover,
+    byte_count,
+    byte_quantity,
+)
+from kanri.postgres.api.v1beta1.spec import PostgresClusterSpec
+
+__all__ = [
+    "DEFAULT_MAX_DATA_LOSS",
+    "MAX_BYTES",
+    "Failover",
+    "PostgresBackup",
+    "PostgresCluster",
+    "PostgresClusterSpec",
+    "byte_count",
+    "byte_quantity",
+]
