@@ -6,7 +6,8 @@
   ``<name>-rw`` (the primary), ``<name>-ro`` (the readable pods per ``readPolicy``), ``<name>-sentinel``.
   ``-rw`` and ``-ro`` select the role labels the operator puts on pods (:data:`ROLE`, :data:`READABLE`).
 - ``<name>`` StatefulSet: one pod per replica, each running the agent's server (container ``valkey``) and a Sentinel
-  (container ``sentinel``), so failover needs no operator; Durable pods claim a volume each.
+  (container ``sentinel``), so failover needs no operator; Durable pods claim a volume each. ``updateStrategy`` is
+  ``OnDelete``: the operator decides the order pods are replaced in (:mod:`kanri.cache.rollout`).
 """
 
 from __future__ import annotations
@@ -135,7 +136,9 @@ def _container(name: str, mode: str, cache: str, spec: CacheSpec, port: int) -> 
     return container
 
 
-def statefulset(cache: str, spec: CacheSpec) -> Obj:
+def statefulset(cache: str, spec: CacheSpec, replicas: int | None = None) -> Obj:
+    """``replicas``: the pod count when it must differ from ``spec.replicas`` (a scale-down keeps the primary's pod
+    until the primary has been switched over to a pod that stays)."""
     volumes: list[Obj] = [
         {"name": "config", "configMap": {"name": config_name(cache)}},
         {"name": "password", "secret": {"secretName": password_name(cache)}},
@@ -171,9 +174,11 @@ def statefulset(cache: str, spec: CacheSpec) -> Obj:
         "metadata": {"name": cache, "labels": LABELS.labels(cache)},
         "spec": {
             "serviceName": headless_name(cache),
-            "replicas": spec.replicas,
+            "replicas": spec.replicas if replicas is None else replicas,
             # every pod starts at once: the agents, not the start order, decide who leads
             "podManagementPolicy": "Parallel",
+            # the operator replaces pods (kanri.cache.rollout): replicas first, the primary after a planned switchover
+            "updateStrategy": {"type": "OnDelete"},
             "selector": {"matchLabels": LABELS.selector(cache)},
             "template": {"metadata": {"labels": LABELS.labels(cache)}, "spec": pod_spec},
             # Retain: the volumes stay when the StatefulSet goes; deletionPolicy decides (kit.carry_out)

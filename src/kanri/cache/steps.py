@@ -14,6 +14,7 @@ from kanri.cache.agent.fencing import History
 from kanri.cache.agent.resp import Secret
 from kanri.cache.api import CacheSpec, CacheStatus, FailoverRecord
 from kanri.cache.observe import Assessment, assess, failover_record, probe
+from kanri.cache.rollout import step as rollout
 from kanri.runtime.kinds import CONFIG_MAP, POD, SECRET, SERVICE, STATEFUL_SET
 
 __all__ = ["LAST_PRIMARY", "STEPS", "spec_of"]
@@ -41,7 +42,8 @@ async def write_children(ctx: kit.PassContext) -> kr.Result | None:
     await ctx.children.apply(CONFIG_MAP, children.config_map(ctx.name, spec))
     for service in children.services(ctx.name):
         await ctx.children.apply(SERVICE, service)
-    await ctx.children.apply(STATEFUL_SET, children.statefulset(ctx.name, spec))
+    replicas = rollout.statefulset_replicas(spec, status_of(ctx).current_primary)
+    await ctx.children.apply(STATEFUL_SET, children.statefulset(ctx.name, spec, replicas))
     return None
 
 
@@ -120,6 +122,9 @@ async def observe_pods(ctx: kit.PassContext) -> kr.Result | None:
     ready, reason, message = _readiness(spec, seen, answered)
     ctx.ledger.condition("Ready", ready, reason, message)
     primary = seen.primary or (status.current_primary if not seen.primaries else None)
+    planned = await rollout.roll(ctx, spec, seen, password)
+    if planned is not None:  # a planned switchover: recorded here, so the next look sees no unexplained failover
+        failovers, primary = [*failovers, planned][-20:], planned.to_pod
     fields: dict[str, Any] = {
         "phase": "Ready" if ready else ("Provisioning" if status.current_primary is None else "Degraded"),
         "currentPrimary": primary,
