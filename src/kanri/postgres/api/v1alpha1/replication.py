@@ -58,7 +58,8 @@ class Replication(
     max_read_lag_bytes: Annotated[int, Field(ge=0)] | None = None
     """How far behind the primary a replica may have replayed, in bytes of WAL, and still serve reads. Default
     16777216 (16 MiB, one WAL segment). A replica further behind, or one the primary no longer lists as streaming
-    (its lag is then unknown), leaves the -ro and -r Services until it has caught up; status.instances says why. Unset: the default."""
+    (its lag is then unknown), leaves the -ro and -r Services until it has caught up; the Degraded condition says
+    which (reason ReadsWithheld). Unset: the default."""
 
     @property
     def read_lag_bound(self) -> int:
