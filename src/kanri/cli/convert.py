@@ -2,7 +2,8 @@
 
 For GitOps repositories and exported backups of objects: the same conversion the operator's webhook serves
 (``kanri.postgres.api.conversion``), on files. Kinds it does not convert pass through unchanged; defaults the
-conversion fills in are left out again, so a short manifest stays short.
+conversion fills in are left out again (a field the input did not name, at its default), so a short manifest stays
+short.
 """
 
 from __future__ import annotations
@@ -11,14 +12,15 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import typer
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from kanri.postgres.api.conversion import POSTGRES
-from kanri.runtime import Conversion, ConversionError
+from kanri.runtime import Conversion, ConversionError, CustomResource
 
 __all__ = ["ConvertError", "convert", "convert_documents"]
 
@@ -51,7 +53,8 @@ def _convert_one(document: Any, to: Version, where: str) -> Any:
         converted = conversion.convert(defaulted, target)
     except (ConversionError, ValidationError) as error:
         raise ConvertError(f"{where} ({_name_of(document)}): {error}") from error
-    return _without_defaults(converted, defaulted, document)
+    source = _model(conversion, str(document.get("apiVersion")))
+    return _without_defaults(converted, _model(conversion, target), source, document)
 
 
 def _conversion_of(document: dict[str, Any]) -> Conversion[Any] | None:
@@ -64,42 +67,65 @@ def _conversion_of(document: dict[str, Any]) -> Conversion[Any] | None:
         return None  # a kanri.dev kind of another operator: not this command's to convert
 
 
+def _model(conversion: Conversion[Any], api_version: str) -> type[CustomResource]:
+    models = {model.resource.api_version: model for model in conversion.resources}
+    model = models.get(api_version)
+    if model is None:
+        raise ConversionError(f"{conversion.kind} has no version {api_version!r} (known: {', '.join(models)})")
+    return model
+
+
 def _validated(conversion: Conversion[Any], document: dict[str, Any]) -> dict[str, Any]:
     """``document`` with its version's defaults filled in (what the API server would store)."""
-    models = {model.resource.api_version: model for model in conversion.resources}
-    model = models.get(str(document.get("apiVersion")))
-    if model is None:
-        raise ConversionError(f"{conversion.kind} has no version {document.get('apiVersion')!r} (known: "
-                              f"{', '.join(models)})")  # fmt: skip
+    model = _model(conversion, str(document.get("apiVersion")))
     body = {key: value for key, value in document.items() if key != "metadata"}
     dumped: dict[str, Any] = model.model_validate(body).model_dump(mode="json", by_alias=True, exclude_none=True)
     return {**dumped, "metadata": document.get("metadata") or {}}
 
 
-_MISSING: Any = object()
-
-
-def _without_defaults(converted: Any, source_defaults: Any, given: Any) -> Any:
-    """``converted`` without what defaulting added: a key the input did not have is dropped where its value is the
-    source version's default carried over unchanged. A renamed field's default stays (it says what applies)."""
-    if not isinstance(converted, dict):
-        return converted
-    kept: dict[str, Any] = {}
+def _without_defaults(
+    converted: dict[str, Any], target: type[BaseModel], source: type[BaseModel] | None, given: Any
+) -> dict[str, Any]:
+    """``converted`` without what defaulting added, so a short manifest stays short: a field the input did not name
+    is left out where its value is the field's default in ``target`` (the target version's model). A renamed field
+    keeps its value when the input named the field it came from (a key ``target`` does not know at that level)."""
+    fields, source_fields = _fields(target), _fields(source)
     given_map = given if isinstance(given, dict) else {}
-    source_map = source_defaults if isinstance(source_defaults, dict) else {}
+    renamed_here = any(key not in fields for key in given_map)
+    kept: dict[str, Any] = {}
     for key, value in converted.items():
-        default = source_map.get(key, _MISSING)
-        if key in given_map:
-            kept[key] = _without_defaults(value, default, given_map[key])
-        elif value == default:
-            continue
-        elif isinstance(value, dict):
-            inner = _without_defaults(value, default, {})
-            if inner:
-                kept[key] = inner
-        else:
+        field = fields.get(key)
+        if field is None or key in given_map or (renamed_here and key not in source_fields):
             kept[key] = value
+            continue
+        if not field.is_required() and value == _wire(field.get_default(call_default_factory=True)):
+            continue
+        kept[key] = value
+    for key, value in kept.items():
+        inner = next(iter(_models_in(fields[key].annotation)), None) if key in fields else None
+        if isinstance(value, dict) and inner is not None and key in given_map:
+            source_inner = next(iter(_models_in(source_fields[key].annotation)), None) if key in source_fields else None
+            kept[key] = _without_defaults(value, inner, source_inner, given_map[key])
     return kept
+
+
+def _fields(model: type[BaseModel] | None) -> dict[str, Any]:
+    return {field.alias or name: field for name, field in model.model_fields.items()} if model else {}
+
+
+def _wire(default: Any) -> Any:
+    return (
+        default.model_dump(mode="json", by_alias=True, exclude_none=True) if isinstance(default, BaseModel) else default
+    )
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation names (``Failover``, ``Backup | None``); none for lists and maps."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    if get_origin(annotation) in (Union, UnionType):
+        return [model for arg in get_args(annotation) for model in _models_in(arg)]
+    return []
 
 
 def _name_of(document: dict[str, Any]) -> str:
