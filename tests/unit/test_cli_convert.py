@@ -29,7 +29,8 @@ def _documents(text: str) -> list[Any]:
 def _docs_backup() -> str:
     """The on-demand PostgresBackup manifest of docs/backups.md."""
     text = (ROOT / "docs/backups.md").read_text()
-    return next(block for block in re.findall(r"```yaml\n(.*?)```", text, re.S) if "kind: PostgresBackup" in block)
+    blocks: list[str] = re.findall(r"```yaml\n(.*?)```", text, re.S)
+    return next(block for block in blocks if "kind: PostgresBackup" in block)
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda path: path.name)
