@@ -281,11 +281,16 @@ def test_config_map_holds_parameters_instances_and_sync_standbys_as_stable_json(
 def test_services_select_pods_by_role() -> None:
     selectors = {s["metadata"]["name"]: s["spec"]["selector"] for s in services(cluster())}
     mine = {"kanri.dev/cluster": "orders", "app.kubernetes.io/name": "postgresql"}
+    reads = {"kanri.dev/reads": "serve"}  # a replica too far behind is labelled withheld (kanri.postgres.ha.reads)
     assert selectors == {
         "orders-rw": {**mine, "kanri.dev/role": "primary"},
-        "orders-ro": {**mine, "kanri.dev/role": "replica"},
-        "orders-r": mine,
+        "orders-ro": {**mine, "kanri.dev/role": "replica", **reads},
+        "orders-r": {**mine, **reads},
     }
+    # a cluster whose pods are not all labelled yet keeps the older selectors until they are
+    older = {s["metadata"]["name"]: s["spec"]["selector"] for s in services(cluster(), by_reads=False)}
+    assert older["orders-ro"] == {**mine, "kanri.dev/role": "replica"}
+    assert older["orders-r"] == mine
     assert all(s["spec"]["ports"][0]["port"] == 5432 for s in services(cluster()))
 
 

@@ -18,7 +18,10 @@ from kanri.postgres.labels import (
     CLUSTER,
     INSTANCE,
     MANAGED_BY,
+    READS,
     ROLE,
+    SERVES_READS,
+    WITHHOLDS_READS,
     belongs,
     cluster_labels,
     foreign,
@@ -27,6 +30,7 @@ from kanri.postgres.labels import (
     missing_labels,
     role_selector,
     routes_by_app,
+    routes_by_reads,
     selects_by_app,
     statefulset_by_app,
 )
@@ -93,7 +97,7 @@ def test_role_selectors_never_match_a_lookalike_of_another_app(role: str | None)
 def test_services_select_by_app_name_and_never_the_lookalike() -> None:
     by_name = {s["metadata"]["name"]: s for s in services(CLUSTER_OBJ)}
     assert set(by_name) == {"orders-rw", "orders-ro", "orders-r"}
-    ours = {**instance_labels("orders", "orders-1"), ROLE: "primary"}
+    ours = {**instance_labels("orders", "orders-1"), ROLE: "primary", READS: SERVES_READS}
     for service in by_name.values():
         assert service["spec"]["selector"][APP_NAME] == "postgresql"
         assert not selects(service["spec"]["selector"], LOOKALIKE)
@@ -101,6 +105,22 @@ def test_services_select_by_app_name_and_never_the_lookalike() -> None:
     assert selects(by_name["orders-r"]["spec"]["selector"], ours)
     assert not selects(by_name["orders-ro"]["spec"]["selector"], ours)
     assert all(s["metadata"]["labels"][APP_NAME] == "postgresql" for s in by_name.values())
+
+
+def test_read_services_select_the_reads_label_once_every_pod_carries_it() -> None:
+    # a cluster made before kanri.dev/reads: its Services switch only once no pod would drop out of -ro and -r
+    labelled = {"metadata": {"labels": {READS: SERVES_READS}}}
+    unlabelled: dict[str, Any] = {"metadata": {"labels": {}}}
+    old_ro = {"spec": {"selector": {CLUSTER: "orders", ROLE: "replica"}}}
+    assert not routes_by_reads(old_ro, [labelled, unlabelled])
+    assert routes_by_reads(old_ro, [labelled, labelled])
+    assert routes_by_reads(None, [])  # a new cluster
+    new_ro = {"spec": {"selector": {CLUSTER: "orders", ROLE: "replica", READS: SERVES_READS}}}
+    assert routes_by_reads(new_ro, [unlabelled])  # once switched, a new unlabelled pod does not switch it back
+    withheld = {**instance_labels("orders", "orders-2"), ROLE: "replica", READS: WITHHOLDS_READS}
+    ro = next(s for s in services(CLUSTER_OBJ) if s["metadata"]["name"] == "orders-ro")
+    assert not selects(ro["spec"]["selector"], withheld)
+    assert selects(ro["spec"]["selector"], {**withheld, READS: SERVES_READS})
 
 
 def test_older_services_keep_the_selector_that_still_routes_to_unlabelled_pods() -> None:

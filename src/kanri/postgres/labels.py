@@ -28,15 +28,21 @@ from kanri.postgres import names
 from kanri.runtime import Cache, Kind, controller_of, is_controlled_by
 from kanri.runtime.kinds import POD, SERVICE, STATEFUL_SET
 
-__all__ = ["APP_NAME", "CLUSTER", "FENCED", "INSTANCE", "MANAGED_BY", "POSTGRES", "PRIMARY", "REPLICA", "ROLE",
-           "Role", "belongs", "cluster_labels", "cluster_routes_by_app", "cluster_selector", "foreign",
-           "instance_labels", "instance_selector", "isolates_by_app", "missing_labels", "of_cluster", "role_selector",
-           "routes_by_app", "runs_instance", "selects_by_app", "statefulset_by_app"]  # fmt: skip
+__all__ = ["APP_NAME", "CLUSTER", "FENCED", "INSTANCE", "MANAGED_BY", "POSTGRES", "PRIMARY", "READS", "REPLICA",
+           "ROLE", "SERVES_READS", "WITHHOLDS_READS", "Role", "belongs", "cluster_labels", "cluster_routes_by_app",
+           "cluster_routes_by_reads", "cluster_selector", "foreign", "instance_labels", "instance_selector",
+           "isolates_by_app", "missing_labels", "of_cluster", "role_selector", "routes_by_app", "routes_by_reads",
+           "runs_instance", "selects_by_app", "statefulset_by_app"]  # fmt: skip
 
 POSTGRES = LabelSet("kanri.dev", "postgresql")
 CLUSTER = POSTGRES.owner
 INSTANCE = POSTGRES.key("instance")
 ROLE = POSTGRES.key("role")
+READS = POSTGRES.key("reads")
+"""On pods only, set by the operator: ``serve`` or ``withheld`` (a replica too far behind in replay, or not
+streaming: :mod:`kanri.postgres.ha.reads`). ``-ro`` and ``-r`` select ``serve`` (:func:`routes_by_reads`)."""
+SERVES_READS = "serve"
+WITHHOLDS_READS = "withheld"
 
 Role = Literal["primary", "replica"]
 PRIMARY: Role = "primary"
@@ -150,6 +156,24 @@ def cluster_routes_by_app(cache: Cache, cluster: Mapping[str, Any]) -> bool:
     pods = [pod for pod in cache.list(POD, namespace, {CLUSTER: name})
             if belongs(pod, name) or runs_instance(cache, cluster, pod)]  # fmt: skip
     return routes_by_app(read_write, pods)
+
+
+def routes_by_reads(read_only: Mapping[str, Any] | None, pods: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether ``-ro`` and ``-r`` select :data:`READS` ``serve``: once they do, they keep doing so; before that, once
+    every pod of the cluster carries the label (a cluster made before it existed: its pods are labelled first, so
+    no replica's reads are dropped by the switch)."""
+    if read_only is not None and READS in ((read_only.get("spec") or {}).get("selector") or {}):
+        return True
+    return all(READS in _labels(pod) for pod in pods)
+
+
+def cluster_routes_by_reads(cache: Cache, cluster: Mapping[str, Any]) -> bool:
+    """:func:`routes_by_reads` for ``cluster`` as the cache has it."""
+    namespace, name = cluster["metadata"]["namespace"], cluster["metadata"]["name"]
+    read_only = cache.get(SERVICE, names.read_only_service(name), namespace)
+    pods = [pod for pod in cache.list(POD, namespace, {CLUSTER: name})
+            if belongs(pod, name) or runs_instance(cache, cluster, pod)]  # fmt: skip
+    return routes_by_reads(read_only, pods)
 
 
 def isolates_by_app(statefulsets: Iterable[Mapping[str, Any]]) -> bool:

@@ -39,6 +39,9 @@ delete that pod |
 | ``VolumePending`` | the operator, from a claim: it stays unbound | fix the StorageClass or its provisioner |
 | ``VolumeResizeFailed`` | the operator, from a claim: its expansion failed or stays unfinished | see its message |
 | ``CrashLoopBackOff`` | the operator, from a pod: its container keeps exiting | see the log lines in the message |
+| ``ReadsWithheld`` | the operator, from the primary's ``pg_stat_replication``: a ready replica further behind in
+replay than ``replication.maxReadLagBytes``, or not streaming | nothing while it catches up; a frozen WAL receiver:
+restart that instance's pod |
 
 Each reason has a runbook, ``docs/runbooks/<reason>.md`` (:func:`runbook`).
 """
@@ -103,6 +106,8 @@ SEVERITY = (
     "VolumeResizeFailed",
     "CrashLoopBackOff",
     "InstanceProblem",
+    # The cluster serves; one replica's reads are routed elsewhere until it catches up (kanri.postgres.ha.reads).
+    "ReadsWithheld",
 )
 """Most serious first: the first problem's reason is the ``Degraded`` condition's reason."""
 

@@ -31,6 +31,7 @@ from kanri.postgres.children.pvc import claim
 from kanri.postgres.children.rbac import service_account
 from kanri.postgres.children.services import services
 from kanri.postgres.children.statefulset import bootstrap_role, image_major, postgres_image, statefulset
+from kanri.postgres.cluster.answers import AnswerMemory, with_grace
 from kanri.postgres.cluster.deletion import FINALIZER, cleanup
 from kanri.postgres.cluster.instances import InstanceClient, InstanceReport, instance_endpoint
 from kanri.postgres.cluster.observe import bootstrapping_primary, existing_instances, observe
@@ -58,6 +59,7 @@ from kanri.postgres.ha.failover import SUSPECT_INTERVAL
 from kanri.postgres.ha.failover_step import FailoverStep, StepResult
 from kanri.postgres.ha.memory import FailoverMemory
 from kanri.postgres.ha.primary import choose_primary, gate_removals
+from kanri.postgres.ha.reads import ReadLag, read_lag, withheld_problem
 from kanri.postgres.ha.rejoin import rejoining, withhold_rejoining
 from kanri.postgres.ha.routing import fence_rogues, label_pods
 from kanri.postgres.ha.splitbrain import Verdict, decide, fenced_names, next_record, routed, split_brain_problem
@@ -66,6 +68,7 @@ from kanri.postgres.labels import (
     PRIMARY,
     REPLICA,
     cluster_routes_by_app,
+    cluster_routes_by_reads,
     isolates_by_app,
     missing_labels,
     statefulset_by_app,
@@ -214,6 +217,8 @@ class PostgresClusterReconciler:
         """Failover memory, per cluster uid (losing it only delays a failover, never hastens one)."""
         self.restarts = ObjectMemory(RestartMemory)
         """Restart memory, per cluster uid (see ``_RESTART_SETTLE`` and ``_RESTART_COOLDOWN``)."""
+        self.answers = ObjectMemory(AnswerMemory)
+        """The instances' last answers, per cluster uid (a grace of one missed answer; :mod:`.answers`)."""
         self.background: set[asyncio.Task[None]] = set()
         """Requests that must not hold a pass up (fencing a primary that does not answer)."""
 
@@ -234,6 +239,7 @@ class PostgresClusterReconciler:
                 self.metrics.forget(request.namespace, request.name)
             self.ha.drop(request.namespace, request.name)
             self.restarts.drop(request.namespace, request.name)
+            self.answers.drop(request.namespace, request.name)
             return None  # gone: owned children follow through garbage collection, the data stayed or went already
         # Steps 1-2: a cluster being deleted gets its deletionPolicy carried out, then is let go.
         match finalizer_step(cluster, FINALIZER):
@@ -310,6 +316,8 @@ class ClusterPass:
         """Why the primary's update waits (a planned switchover for this spec failed)."""
         self.primary_behind = False
         """The primary still lacks the pod template or the parameters its replicas have."""
+        self.reads = ReadLag(lag={}, withheld={})
+        """The replicas' lag as the primary sees it, and those withheld from reads (:mod:`kanri.postgres.ha.reads`)."""
 
     @property
     def cache(self) -> Cache:
@@ -430,7 +438,8 @@ class ClusterPass:
             changes.storage = await topology_step.storage(self, data.plan)
         topology_step.check_storage_class(self, data.plan)
         fenced = fenced_names(seen.split_brain) | set(seen.marked)
-        await label_pods(self, data.plan, seen.reports, seen.pods, fenced)
+        self.reads = read_lag(seen.reports, data.plan.primary, self.spec.replication.read_lag_bound)
+        await label_pods(self, data.plan, seen.reports, seen.pods, fenced, self.reads.withheld)
         if not failing_over:
             changes.restarting = await self.restart(data.plan, seen.reports)
             await self.settle_primary_update()
@@ -442,6 +451,10 @@ class ClusterPass:
         self.problems.extend(oneshot.foreign_in(self))  # a pod someone else made under a one-shot pod's name
         if (split := split_brain_problem(seen.split_brain)) is not None:
             self.problems.append(split)
+        memory = self.r.answers.of(self.cluster)
+        if (lagging := withheld_problem(self.reads.withheld, seen.reports, memory.withheld)) is not None:
+            self.problems.append(lagging)
+        memory.withheld = frozenset(self.reads.withheld)
         known = {p.subject for p in self.problems if p.subject is not None}
         self.problems.extend(report_problems(seen.reports, known=known))
         self.problems.extend(pod_problems(seen.pods, seen.claims, datetime.now(UTC), storage_classes={
@@ -450,7 +463,10 @@ class ClusterPass:
     def observation(self, seen: Seen, data: Data, changes: Changes, step: StepResult) -> Observation:
         """Everything the status reports of this pass."""
         approved = self.spec.upgrade.approved_version if self.spec.upgrade else None
-        return Observation(plan=data.plan, hibernated=not self.running, reports=seen.reports, pods=seen.pods,
+        # one missed /status answer is not yet a not-ready instance (cluster/answers.py); the lag as the primary sees it
+        reports = with_grace(self.r.answers.of(self.cluster), seen.reports, seen.pods)
+        lag = read_lag(reports, data.plan.primary, self.spec.replication.read_lag_bound).lag
+        return Observation(plan=data.plan, hibernated=not self.running, reports=reports, pods=seen.pods, lag=lag,
                            generation=int(self.cluster["metadata"].get("generation", 0)), storage=changes.storage,
                            scaled=changes.scaled, restarting=changes.restarting, rolling=self.rolling,
                            waiting_to_roll=tuple(self.waiting_to_roll), problems=tuple(self.problems),
@@ -558,7 +574,9 @@ class ClusterPass:
         await self.apply(CONFIG_MAP, document)
         await self.apply(SERVICE_ACCOUNT, service_account(self.cluster))  # and no Role: children/rbac.py says why
         # by app name too once no pod relies on the older selectors (docs/postgres-operator.md, "Labels and selectors")
-        for service in services(self.cluster, by_app=cluster_routes_by_app(self.cache, self.cluster)):
+        by_reads = cluster_routes_by_reads(self.cache, self.cluster)  # once every pod carries kanri.dev/reads
+        for service in services(self.cluster, by_app=cluster_routes_by_app(self.cache, self.cluster),
+                                by_reads=by_reads):  # fmt: skip
             await self.apply(SERVICE, service)
         isolated = isolates_by_app(self.cache.owned_by(STATEFUL_SET, self.uid))
         await self.apply(NETWORK_POLICY, network_policy(self.cluster, operator_namespace=self.r.operator_namespace,

@@ -93,6 +93,9 @@ class Observation:
     """Why the primary's update (rollout or restart) waits: a switchover for this spec failed (``primary_update``)."""
     upgrading: str | None = None
     """A major upgrade under way (``upgrade_step.in_progress``): what it does now."""
+    lag: Mapping[str, int | None] | None = None
+    """Replica -> replay lag as the primary sees it, None when unknown (:mod:`kanri.postgres.ha.reads`); None: each
+    replica's own figure."""
 
 
 def _instance(name: str, obs: Observation, primary: str | None) -> Obj:
@@ -104,10 +107,12 @@ def _instance(name: str, obs: Observation, primary: str | None) -> Obj:
     else:
         role = "primary" if name == primary else "replica"
     entry: Obj = {"name": name, "role": role.capitalize(), "ready": bool(report and report.ready)}
-    if report is not None and report.role == "replica" and report.lag_bytes is not None:
+    lag = report.lag_bytes if report is not None and obs.lag is None else (obs.lag or {}).get(name)
+    if report is not None and report.role == "replica" and lag is not None:
         # Whole MiB only: a replica a few bytes behind a busy primary would otherwise rewrite the status on every
-        # pass. WAL positions and the exact lag are metrics (kanri.postgres.metrics), not status.
-        entry["lagBytes"] = report.lag_bytes - report.lag_bytes % _MIB
+        # pass. WAL positions and the exact lag are metrics (kanri.postgres.metrics), not status. Unknown (the
+        # primary does not list the replica): no figure at all, never a stale 0.
+        entry["lagBytes"] = lag - lag % _MIB
     return entry
 
 

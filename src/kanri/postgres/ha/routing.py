@@ -7,6 +7,7 @@ and asked to stop PostgreSQL (:func:`fence_rogues`; the decision is :mod:`kanri.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any, Protocol
 
 import structlog
@@ -14,7 +15,16 @@ import structlog
 from kanri.postgres.cluster.instances import InstanceClient, InstanceReport, api_token
 from kanri.postgres.context import ClusterStep
 from kanri.postgres.ha.splitbrain import HELP, Verdict
-from kanri.postgres.labels import FENCED, PRIMARY, REPLICA, ROLE, missing_labels
+from kanri.postgres.labels import (
+    FENCED,
+    PRIMARY,
+    READS,
+    REPLICA,
+    ROLE,
+    SERVES_READS,
+    WITHHOLDS_READS,
+    missing_labels,
+)
 from kanri.postgres.topology.plan import InstancePlan
 from kanri.runtime import ApiError, Kind
 from kanri.runtime.kinds import POD
@@ -35,7 +45,12 @@ class Pass(ClusterStep, Protocol):
 
 
 async def label_pods(
-    step: Pass, plan: InstancePlan, reports: dict[str, InstanceReport], pods: dict[str, Obj], fenced: set[str]
+    step: Pass,
+    plan: InstancePlan,
+    reports: dict[str, InstanceReport],
+    pods: dict[str, Obj],
+    fenced: set[str],
+    withheld: Collection[str] = (),
 ) -> None:
     """``kanri.dev/role`` on each pod, from the role its instance reports, so the Services route right.
 
@@ -43,6 +58,10 @@ async def label_pods(
     replicas otherwise): replicas clone from ``-rw``, so the bootstrap primary must be behind it first. A label
     is never flipped without a report saying so — except to ``fenced`` for an instance the split-brain record
     keeps fenced (a recreated pod of it must not be routed to before it reports).
+
+    ``kanri.dev/reads``: ``withheld`` for the replicas in ``withheld`` (:mod:`kanri.postgres.ha.reads`), ``serve``
+    for any other that answered; an instance that did not answer keeps its label (a new pod gets ``serve``: it is
+    not ready, so routed to by no Service, until it answers).
     """
     for instance, pod in pods.items():
         labels = pod["metadata"].get("labels") or {}
@@ -59,6 +78,9 @@ async def label_pods(
         patch = missing_labels(pod, step.name, owned=True)
         if labels.get(ROLE) != wanted:
             patch[ROLE] = wanted
+        reads = WITHHOLDS_READS if instance in withheld else SERVES_READS
+        if labels.get(READS) != reads and (report is not None or READS not in labels):
+            patch[READS] = reads
         if not patch:
             continue
         name = pod["metadata"]["name"]
