@@ -222,8 +222,8 @@ async def run_fault(workload: Workload, client: Client, namespace: str, label: s
     """Inject a fault on the primary, wait for a confirmed write after it, recover, wait until converged; check."""
     pod, node = await primary_pod(workload, client, namespace)
     before = len(workload.acked)
-    fault_at = time.monotonic()
     await inject(pod, node)
+    fault_at = time.monotonic()  # once in place: a write confirmed while the fault was being applied does not count
     first = await eventually(lambda: asyncio.sleep(0, workload.first_ack_after(fault_at)), timeout=60)
     await recover(pod, node)
     await eventually(lambda: converged(workload), timeout=120, interval=0.5)

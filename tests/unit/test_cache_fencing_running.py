@@ -3,7 +3,7 @@ another steps down towards it — never towards a node that is down, and never b
 
 from __future__ import annotations
 
-from kanri.cache.agent.fencing import Demote, History, decide_running
+from kanri.cache.agent.fencing import Demote, History, decide_catch_up, decide_running
 
 OLD = "a" * 40
 NEW = "b" * 40
@@ -51,3 +51,28 @@ def test_a_replica_no_answer_or_a_tie_decides_nothing() -> None:
     assert decide_running(primary("c-2"), [], primary("c-1")) is None
     assert decide_running(primary("c-2"), [("c-1", 3), ("c-0", 3)], primary("c-1")) is None
     assert decide_running(primary("c-2"), [("c-2", 3), ("c-1", 2)], primary("c-1")) is None
+
+
+def replica(host: str, offset: int, of: str = "c-0:6379", replid: str = OLD) -> History:
+    return History(host, "replica", replid, offset, primary_host=of, link_up=False)
+
+
+def test_a_replica_behind_catches_up_from_the_peer_that_holds_most_once_the_primary_is_gone() -> None:
+    me = replica("c-2:6379", 400)
+    peers = [replica("c-1:6379", 460), replica("c-3:6379", 430)]
+    decision = decide_catch_up(me, None, peers)
+    assert decision is not None
+    assert decision.primary == "c-1:6379"
+    assert "60 bytes more" in decision.reason
+
+
+def test_no_catch_up_while_the_primary_answers_or_from_a_peer_not_ahead_on_the_same_history() -> None:
+    me = replica("c-2:6379", 400)
+    assert decide_catch_up(me, primary("c-0:6379", replid=OLD), [replica("c-1:6379", 460)]) is None
+    assert decide_catch_up(me, None, [replica("c-1:6379", 400)]) is None  # level: nothing to gain
+    assert decide_catch_up(me, None, [replica("c-1:6379", 460, replid=NEW)]) is None  # another history
+    assert decide_catch_up(me, None, [replica("c-1:6379", 460, of="c-9:6379")]) is None  # another primary's
+    assert decide_catch_up(me, None, [primary("c-1:6379", replid=OLD, offset=460)]) is None  # promoted: Sentinel's
+    assert decide_catch_up(primary("c-2:6379"), None, [replica("c-1:6379", 460)]) is None
+    # the one ahead never follows the one behind: no loop
+    assert decide_catch_up(replica("c-1:6379", 460), None, [me]) is None

@@ -24,6 +24,7 @@ __all__ = [
     "History",
     "Lead",
     "StartDecision",
+    "decide_catch_up",
     "decide_running",
     "decide_start",
     "holds",
@@ -200,3 +201,24 @@ def decide_running(me: History, claims: Sequence[tuple[str, int]], named: Histor
     agreeing = sum(1 for address, _ in claims if address == primary)
     reason = f"{agreeing} of {len(claims)} Sentinels name {primary} the primary (epoch {newest}): this pod steps down"
     return Demote(primary, reason, missing_bytes(named, me))
+
+
+def decide_catch_up(me: History, primary: History | None, peers: Sequence[History]) -> Follow | None:
+    """Whether a replica whose primary stopped answering must first catch up from a peer replica that holds more.
+
+    Sentinel promotes by the offsets it last read (``INFO`` every 1-10 s), so it may pick the replica that is
+    behind; the other one, re-pointed at it, is fully re-synced and loses writes ``WAIT 1`` confirmed on it alone.
+    So while the primary (``primary``: None when it does not answer) is gone, a replica behind a peer of the same
+    primary and the same history replicates from that peer (a partial re-sync of the missing bytes): whichever one
+    Sentinel then promotes holds every write either held. Harmless if the primary was only slow: Sentinel points the
+    replica back at it once it answers again.
+    """
+    if me.role != "replica" or me.primary_host is None or primary is not None:
+        return None
+    ahead = [peer for peer in peers if peer.role == "replica" and peer.primary_host == me.primary_host
+             and peer.replid == me.replid and peer.offset > me.offset]  # fmt: skip
+    if not ahead:
+        return None
+    best = max(ahead, key=lambda peer: peer.offset)
+    return Follow(best.host, f"{me.primary_host} does not answer and {best.host} holds {best.offset - me.offset} "
+                             "bytes more of its history: catching up from it first")  # fmt: skip

@@ -24,6 +24,7 @@ from kanri.cache.agent.fencing import (
     History,
     Lead,
     StartDecision,
+    decide_catch_up,
     decide_running,
     decide_start,
 )
@@ -233,18 +234,37 @@ async def check_primary(node: Node, me: History) -> Demote | None:
     return decision
 
 
+async def check_replica(node: Node, me: History) -> Follow | None:
+    """Catch up from the peer that holds the most when the primary is gone (:func:`decide_catch_up`)."""
+    fenced = me.primary_host == FENCED_PRIMARY.replace(" ", ":")
+    if me.primary_host is None or fenced or await history(node, me.primary_host) is not None:
+        return None
+    peers = [h for h in await asyncio.gather(*(history(node, p) for p in node.peers)) if h is not None]
+    decision = decide_catch_up(me, None, peers)
+    if decision is not None:
+        fresh = await history(node, node.me)  # Sentinel may have promoted this pod meanwhile: never undo that
+        if fresh is None or fresh.role != "replica":
+            return None
+        log.warning("primary gone: catching up from a peer", reason=decision.reason)
+        host, port = split(decision.primary)
+        await command(node, node.me, "REPLICAOF", host, port)
+    return decision
+
+
 RolePublisher = Callable[[str], Awaitable[None]]
 """Called with ``primary`` or ``replica`` whenever the pod's role changes (the agent labels its own pod)."""
 
 
 async def keep_role(node: Node, *, interval: float = 0.5, publish: RolePublisher | None = None) -> None:
     """After the start-up role: every ``interval`` s, a primary checks it is the one the Sentinels name (and steps
-    down otherwise), and each role change is published. Runs until cancelled."""
+    down otherwise), a replica whose primary is gone catches up from the peer that holds the most, and each role
+    change is published. Runs until cancelled."""
     published = ""
     while True:
         me = await history(node, node.me)
         try:
-            if me is not None and me.role == "primary" and await check_primary(node, me) is not None:
+            check = check_primary if me is not None and me.role == "primary" else check_replica
+            if me is not None and await check(node, me) is not None:
                 me = await history(node, node.me)
             if me is not None and publish is not None and me.role != published:
                 await publish(me.role)
