@@ -17,6 +17,9 @@ CONTAINERD_VERSION=v2.4.2
 RUNC_VERSION=v1.5.3
 CNI_PLUGINS_VERSION=v1.10.0
 CRI_TOOLS_VERSION=v1.37.0
+# cluster add-ons run on real nodes (src/kanri/local/realnode/addons)
+COREDNS_VERSION=v1.15.0
+KUBE_NETWORK_POLICIES_VERSION=v0.8.0
 
 export GOFLAGS=-buildvcs=false
 
@@ -88,3 +91,20 @@ done
 
 build crictl "$CRI_TOOLS_VERSION" go_install crictl "sigs.k8s.io/cri-tools/cmd/crictl@$CRI_TOOLS_VERSION" \
   "-X sigs.k8s.io/cri-tools/pkg/version.Version=$CRI_TOOLS_VERSION"
+
+# Cluster add-ons (src/kanri/local/realnode/addons, docs/real-nodes.md "Add-ons"). CoreDNS, CGO-free: a static binary
+# the add-ons put alone into an image of their own; its version is stamped the way its Makefile does.
+build coredns "$COREDNS_VERSION" go_install coredns "github.com/coredns/coredns@$COREDNS_VERSION" \
+  "-s -w -X github.com/coredns/coredns/coremain.GitCommit=$COREDNS_VERSION"
+
+# kube-network-policies (NetworkPolicy by nfqueue): its main package is the module's cmd/, which `go install` would
+# name `cmd`, so it is installed into a scratch GOBIN and renamed.
+network_policies_install() {
+  local scratch
+  scratch="$(mktemp -d)"
+  CGO_ENABLED=0 GOBIN="$scratch" go install -trimpath \
+    "sigs.k8s.io/kube-network-policies/cmd@$KUBE_NETWORK_POLICIES_VERSION"
+  mv "$scratch/cmd" "$out/kube-network-policies"
+  rmdir "$scratch"
+}
+build kube-network-policies "$KUBE_NETWORK_POLICIES_VERSION" network_policies_install
