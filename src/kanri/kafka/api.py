@@ -32,6 +32,7 @@ __all__ = [
     "KafkaTopicSpec",
     "KafkaTopicStatus",
     "PartitionGrowth",
+    "ReplicasChange",
 ]
 
 MAX_NAME_LENGTH = 40
@@ -244,11 +245,36 @@ class GrowthRecord(KubeModel):
     """Why no step is taken now (lag, a rebalance, an approval, the pause)."""
 
 
+class ReplicasChange(KubeModel):
+    """A replication-factor change under way: partitions are moved by a throttled reassignment. On record before
+    Kafka is asked; an operator restarted meanwhile resumes from what Kafka reports as still moving."""
+
+    from_replicas: int
+    to_replicas: int
+    started: datetime
+    partitions_done: int = 0
+    """Partitions that have exactly ``toReplicas`` replicas and are not being moved."""
+    partitions_total: int = 0
+    throttle_bytes_per_second: int = 0
+    """The replication throttle set on every broker while the replicas catch up (0: none)."""
+
+
 class KafkaTopicStatus(kit.KitStatus):
     """The observed state of a KafkaTopic, written only by the operator."""
 
     phase: (
-        Literal["Pending", "Creating", "Ready", "Growing", "Blocked", "Conflict", "NotManaged", "Deleting"] | None
+        Literal[
+            "Pending",
+            "Creating",
+            "Ready",
+            "Growing",
+            "ChangingReplicas",
+            "Blocked",
+            "Conflict",
+            "NotManaged",
+            "Deleting",
+        ]
+        | None
     ) = None
     topic_name: str | None = None
     partitions: int | None = None
@@ -257,6 +283,8 @@ class KafkaTopicStatus(kit.KitStatus):
     """What Kafka reports now (the smallest replica count of any partition)."""
     under_replicated_partitions: int | None = None
     growth: GrowthRecord | None = None
+    replicas_change: ReplicasChange | None = None
+    """A replication-factor change under way (cleared when every partition has the new count)."""
     steps: list[GrowthStep] = Field(default_factory=list, max_length=20)
     """The most recent growth steps done, newest last (at most 20)."""
     config_generation: int | None = None

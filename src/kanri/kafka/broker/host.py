@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ class HostBroker:
     bootstrap: str
     process: subprocess.Popen[bytes]
     log: Path
+    env: dict[str, str] = field(default_factory=dict)
 
     def admin(self) -> AdminClient:
         config: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "logger": _LOG}
@@ -73,28 +74,54 @@ def _wait_ready(broker: HostBroker, timeout: float) -> None:
 @contextlib.contextmanager
 def host_broker(workdir: Path, libs: Path = DIST_LIBS, timeout: float = 60.0) -> Iterator[HostBroker]:
     """Start one combined broker+controller on 127.0.0.1 with its data under ``workdir``; stop it after the block."""
+    with host_cluster(workdir, 1, libs, timeout) as brokers:
+        yield brokers[0]
+
+
+@contextlib.contextmanager
+def host_cluster(
+    workdir: Path, nodes: int, libs: Path = DIST_LIBS, timeout: float = 60.0
+) -> Iterator[list[HostBroker]]:
+    """Start ``nodes`` combined broker+controller nodes of one quorum, node N on 127.0.0.(N+1) (all of 127/8 is this
+    machine's loopback, so the nodes share one pair of ports: the voter list names hosts, not ports), data under
+    ``workdir/nodeN``; stop them after the block."""
     if not (libs / "kafka-clients-4.4.0.jar").exists():
         raise FileNotFoundError(f"no Kafka jars in {libs}: run `make kafka-dist`")
     port, controller_port = free_port(), free_port()
-    env = os.environ | {
-        "KAFKA_CLUSTER_ID": new_cluster_id(),
-        "KAFKA_VOTERS": "0=127.0.0.1",
-        "KAFKA_NODE_ID": "0",
-        "KAFKA_HOST": "127.0.0.1",
-        "KAFKA_BIND": "127.0.0.1",
-        "KAFKA_PORT": str(port),
-        "KAFKA_CONTROLLER_PORT": str(controller_port),
-        "KAFKA_DATA_DIR": str(workdir),
-        "KAFKA_LIBS": str(libs),
-    }
-    workdir.mkdir(parents=True, exist_ok=True)
-    log = workdir / "broker.log"
+    cluster_id = new_cluster_id()
+    voters = ",".join(f"{n}=127.0.0.{n + 1}" for n in range(nodes))
+    brokers: list[HostBroker] = []
+    try:
+        for node in range(nodes):
+            host = f"127.0.0.{node + 1}"
+            data = workdir if nodes == 1 else workdir / f"node{node}"
+            env = os.environ | {
+                "KAFKA_CLUSTER_ID": cluster_id,
+                "KAFKA_VOTERS": voters,
+                "KAFKA_NODE_ID": str(node),
+                "KAFKA_HOST": host,
+                "KAFKA_BIND": host,
+                "KAFKA_PORT": str(port),
+                "KAFKA_CONTROLLER_PORT": str(controller_port),
+                "KAFKA_DATA_DIR": str(data),
+                "KAFKA_LIBS": str(libs),
+            }
+            brokers.append(_start(data, env, f"{host}:{port}"))
+        for broker in brokers:
+            _wait_ready(broker, timeout)
+        yield brokers
+    finally:
+        for broker in brokers:  # all at once: a node waiting for its quorum to shut down cleanly waits long
+            if broker.process.poll() is None:
+                broker.process.terminate()
+        for broker in brokers:
+            broker.stop()
+
+
+def _start(data: Path, env: dict[str, str], bootstrap: str) -> HostBroker:
+    data.mkdir(parents=True, exist_ok=True)
+    log = data / "broker.log"
     with log.open("wb") as out:
         process = subprocess.Popen([sys.executable, "-m", "kanri.kafka.broker"], env=env, stdout=out,
                                    stderr=subprocess.STDOUT)  # fmt: skip
-    broker = HostBroker(f"127.0.0.1:{port}", process, log)
-    try:
-        _wait_ready(broker, timeout)
-        yield broker
-    finally:
-        broker.stop()
+    return HostBroker(bootstrap, process, log, env)

@@ -56,6 +56,8 @@ class TopicState:
     """Partitions whose in-sync replicas are fewer than their replicas."""
     retention_ms: int | None = None
     """The effective ``retention.ms`` (own or default); -1 or None: kept forever."""
+    max_replication_factor: int = 0
+    """The largest replica count of any partition (0: not read)."""
 
 
 @dataclass(frozen=True)
@@ -107,9 +109,10 @@ class TopicAdmin:
             raise
         partitions = description.partitions
         replicas = min((len(p.replicas) for p in partitions), default=0)
+        most = max((len(p.replicas) for p in partitions), default=0)
         under = sum(1 for p in partitions if len(p.isr) < len(p.replicas))
         own, retention = await self._config(name)
-        return TopicState(name, len(partitions), replicas, own, under, retention)
+        return TopicState(name, len(partitions), replicas, own, under, retention, most)
 
     async def _config(self, name: str) -> tuple[dict[str, str], int | None]:
         resource = ConfigResource(ResourceType.TOPIC, name)
@@ -139,8 +142,9 @@ class TopicAdmin:
                 own, retention = _own_config(await _wait(future, self.timeout))
                 parts = list(topics[name].partitions.values())
                 replicas = min((len(p.replicas) for p in parts), default=0)
+                most = max((len(p.replicas) for p in parts), default=0)
                 under = sum(1 for p in parts if len(p.isrs) < len(p.replicas))
-                states[name] = TopicState(name, len(parts), replicas, own, under, retention)
+                states[name] = TopicState(name, len(parts), replicas, own, under, retention, most)
             self._snapshot = (taken, states)
             return states
 
@@ -197,6 +201,36 @@ class TopicAdmin:
         stamps = [int((await _wait(f, self.timeout)).timestamp) for f in futures.values()]
         newest = max(stamps, default=-1)
         return newest if newest >= 0 else None
+
+    async def assignment(self, name: str) -> dict[int, list[int]]:
+        """Each partition's replicas (broker ids, the preferred leader first), as Kafka reports them now."""
+        futures = self._client.describe_topics(TopicCollection([name]), request_timeout=self.timeout)
+        description: Any = await _wait(futures[name], self.timeout)
+        return {p.id: [node.id for node in p.replicas] for p in description.partitions}
+
+    async def broker_ids(self) -> list[int]:
+        """The ids of the brokers the cluster reports."""
+        try:
+            metadata = await asyncio.to_thread(self._client.list_topics, timeout=self.timeout)
+        except KafkaException as exc:
+            error = exc.args[0]
+            raise AdminError(error.name(), error.str(), bool(error.retriable())) from None
+        return sorted(int(b) for b in metadata.brokers)
+
+    async def throttle(self, name: str, brokers: list[int], rate: int | None) -> None:
+        """With ``rate``: cap replication traffic of throttled replicas at ``rate`` bytes/s on every broker and
+        throttle every replica of the topic; with None: the topic's replicas are no longer throttled (the brokers'
+        rate stays, it applies to throttled replicas only)."""
+        keys = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
+        if rate is None:
+            await self.set_config(name, {}, list(keys))
+            return
+        rates = {"leader.replication.throttled.rate": str(rate), "follower.replication.throttled.rate": str(rate)}
+        for broker in brokers:
+            entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in rates.items()]
+            resource = ConfigResource(ResourceType.BROKER, str(broker), incremental_configs=entries)
+            await _wait(self._client.incremental_alter_configs([resource])[resource], self.timeout)
+        await self.set_config(name, dict.fromkeys(keys, "*"), [])
 
     async def brokers(self) -> int:
         """How many brokers the cluster reports."""

@@ -14,7 +14,7 @@ from kanri.kafka.topics.ownership import topic_name
 from kanri.runtime import Cache, Client, EventRecorder, Result
 
 #: Problem reasons, most serious first (the Degraded condition names the first).
-SEVERITY = ("ResourceConflict", "ReplicationFactorTooLarge", "TopicRefused", "ReplicationFactorChange",
+SEVERITY = ("ResourceConflict", "ReplicationFactorTooLarge", "TopicRefused", "ReplicasChangeRefused",
             "DeletionBlocked")  # fmt: skip
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 
@@ -20,8 +20,9 @@ class ConfigChange:
         return sorted([*self.set, *self.remove])
 
 
-def config_change(desired: Mapping[str, str], actual: Mapping[str, str]) -> ConfigChange:
-    """The change that makes ``actual`` (the topic's own settings) equal ``desired``."""
-    to_set = {k: v for k, v in desired.items() if actual.get(k) != v}
-    to_remove = sorted(k for k in actual if k not in desired)
+def config_change(desired: Mapping[str, str], actual: Mapping[str, str], owned: Collection[str] = ()) -> ConfigChange:
+    """The change that makes ``actual`` (the topic's own settings) equal ``desired``; ``owned`` keys (the
+    replication throttle the operator sets while it moves replicas) are neither set nor dropped here."""
+    to_set = {k: v for k, v in desired.items() if actual.get(k) != v and k not in owned}
+    to_remove = sorted(k for k in actual if k not in desired and k not in owned)
     return ConfigChange(to_set, to_remove)

@@ -21,6 +21,7 @@ from kanri.kafka.topics.context import Admins, TopicPass
 from kanri.kafka.topics.deletion_step import cleanup
 from kanri.kafka.topics.growth_step import grow
 from kanri.kafka.topics.ownership import claimants
+from kanri.kafka.topics.replicas_step import change as change_replicas
 
 Obj = dict[str, Any]
 
@@ -73,7 +74,7 @@ class TopicReconciler:
             steps.observe,
             steps.create,
             steps.settings,  # drift reverted and reported
-            steps.replication,
+            change_replicas,  # a throttled reassignment, tracked in status.replicasChange
             grow,  # checked steps
             steps.ready,
         ]

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kanri import kit
-from kanri.kafka.api import CLUSTER_KIND, TOPIC_KIND
+from kanri.kafka.api import CLUSTER_KIND, TOPIC_KIND, TOPIC_OWNED_KEYS
 from kanri.kafka.topics.admin import AdminError
 from kanri.kafka.topics.context import Admins, TopicContext
 from kanri.kafka.topics.drift import config_change
@@ -126,7 +126,7 @@ async def settings(ctx: TopicContext) -> Result | None:
     and reported (status.lastDrift, a Warning Event); at a new generation it is the user's change."""
     assert ctx.admin is not None
     assert ctx.observed is not None
-    change = config_change(ctx.spec.config, ctx.observed.config)
+    change = config_change(ctx.spec.config, ctx.observed.config, TOPIC_OWNED_KEYS)
     generation = ctx.obj["metadata"].get("generation")
     if change:
         await ctx.admin.set_config(ctx.topic, change.set, change.remove)
@@ -139,17 +139,6 @@ async def settings(ctx: TopicContext) -> Result | None:
         else:
             await ctx.events.normal(ctx.obj, "ConfigUpdated", f"topic {ctx.topic}: {keys}")
     ctx.ledger.stage("configGeneration", generation)
-    return None
-
-
-async def replication(ctx: TopicContext) -> Result | None:
-    """A replication-factor change needs replicas moved, which kanri does not do yet: said, never ignored."""
-    assert ctx.observed is not None
-    want, have = ctx.spec.replication_factor, ctx.observed.replication_factor
-    if want != have:
-        message = f"replicationFactor {have} -> {want} needs a partition reassignment, which kanri does not do " \
-            f"yet; Kafka keeps {have}"  # fmt: skip
-        ctx.problems.add(kit.Problem("ReplicationFactorChange", message))
     return None
 
 

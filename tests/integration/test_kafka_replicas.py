@@ -1,0 +1,98 @@
+"""A replication-factor change by reassignment, against a real kube-apiserver and a real three-node KRaft cluster
+(host processes on 127.0.0.1-3): RF 1 -> 3 on a topic holding messages, throttled and tracked in
+status.replicasChange, the operator stopped mid-change and a new one finishing it from what Kafka reports; every
+message is still readable afterwards, also with the broker that led half the partitions stopped."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from kanri.kafka.api import TOPIC_KIND
+from kanri.kafka.broker.host import HostBroker, host_cluster
+from kanri.kafka.topics import reassign_wire, replicas_step
+from kanri.runtime import Client
+from tests.integration.test_kafka_topics import client, condition, events, operator, topic
+from tests.support import eventually
+
+__all__ = ["client"]  # the API client fixture, shared with the topic controller's tests
+
+Obj = dict[str, Any]
+MESSAGES = 3000
+PAYLOAD = b"p" * 400  # 1.2 MB in all: with a 150 kB/s throttle the copies take seconds to catch up
+
+
+@pytest.fixture(scope="module")
+def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[HostBroker]]:
+    with host_cluster(Path(tmp_path_factory.mktemp("kafka3")), 3) as running:
+        yield running
+
+
+def produce(bootstrap: str, name: str) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    for i in range(MESSAGES):
+        producer.produce(name, key=f"k{i}".encode(), value=f"{i}:".encode() + PAYLOAD)
+    assert producer.flush(60) == 0
+
+
+def read_all(bootstrap: str, name: str, partitions: int) -> list[int]:
+    """Every message's number, read from the start of every partition (no group: nothing committed)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "replicas-check", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(name, p, 0) for p in range(partitions)])
+    seen: list[int] = []
+    try:
+        for _ in range(600):
+            for message in consumer.consume(500, 0.5):
+                if message.error() is None:
+                    seen.append(int((message.value() or b"").split(b":")[0]))
+            if len(seen) >= MESSAGES:
+                break
+    finally:
+        consumer.close()
+    return seen
+
+
+async def test_replication_factor_1_to_3_is_moved_throttled_and_resumed_after_a_restart(
+    client: Client, namespace: str, brokers: list[HostBroker], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bootstrap = ",".join(b.bootstrap for b in brokers)
+    monkeypatch.setattr(replicas_step, "THROTTLE_BYTES_PER_SECOND", 150_000)
+    async with operator(client, namespace, bootstrap) as admin:
+        await client.create(TOPIC_KIND, topic(namespace, "copied", partitions=4))
+        await eventually(lambda: condition(client, namespace, "copied", "TopicReady"), timeout=60)
+        await asyncio.to_thread(produce, bootstrap, "copied")
+        await client.patch(TOPIC_KIND, "copied", {"spec": {"replicationFactor": 3}}, namespace)
+        moving = await eventually(lambda: condition(client, namespace, "copied", "ReplicasChanging"), timeout=60)
+        record = moving["status"]["replicasChange"]
+        assert (record["fromReplicas"], record["toReplicas"], record["partitionsTotal"]) == (1, 3, 4)
+        assert record["throttleBytesPerSecond"] == 150_000
+        assert (await admin.describe("copied")).config["follower.replication.throttled.replicas"] == "*"  # type: ignore[union-attr]
+    # the operator is gone mid-change: the record stays, Kafka goes on moving (or has finished meanwhile)
+    stopped = await client.get(TOPIC_KIND, "copied", namespace)
+    assert stopped["status"]["replicasChange"]["toReplicas"] == 3
+    still = await reassign_wire.ongoing(bootstrap, "copied", [0, 1, 2, 3])
+    async with operator(client, namespace, bootstrap) as admin:
+        done = await eventually(lambda: condition(client, namespace, "copied", "TopicReady"), timeout=120)
+        assert "replicasChange" not in done["status"]
+        assert done["status"]["replicationFactor"] == 3
+        assignment = await admin.assignment("copied")
+        assert all(sorted(held) == [0, 1, 2] for held in assignment.values()), assignment
+        config = (await admin.describe("copied")).config  # type: ignore[union-attr]
+        assert "follower.replication.throttled.replicas" not in config, config  # the throttle is lifted
+        started = await events(client, namespace, "ReplicasChangeStarted")
+        finished = await eventually(lambda: events(client, namespace, "ReplicasChanged"), timeout=30)
+        assert (len(started), len(finished)) == (1, 1), (started, finished)
+        assert "1 -> 3 on 4 partitions" in finished[0]["message"]
+    seen = await asyncio.to_thread(read_all, bootstrap, "copied", 4)
+    assert sorted(seen) == list(range(MESSAGES))
+    # every copy holds the messages: with the leader of partitions 0 and 3 stopped the others serve all of them
+    leader = assignment[0][0]
+    brokers[leader].stop()
+    others = ",".join(b.bootstrap for i, b in enumerate(brokers) if i != leader)
+    seen = await asyncio.to_thread(read_all, others, "copied", 4)
+    assert sorted(seen) == list(range(MESSAGES)), f"{len(seen)} read; still moving at the restart: {sorted(still)}"
