@@ -311,8 +311,17 @@ def test_disruption_budgets_protect_the_primary_and_one_replica_at_a_time() -> N
     assert primary["spec"]["selector"]["matchLabels"]["kanri.dev/role"] == "primary"
     assert (replicas["metadata"]["name"], replicas["spec"]["maxUnavailable"]) == ("orders-replicas", 1)
     assert wants_budgets(2, hibernated=False)
-    assert not wants_budgets(1, hibernated=False)
     assert not wants_budgets(3, hibernated=True)
+
+
+def test_a_single_instance_is_kept_from_a_drain_unless_a_maintenance_window_allows_it() -> None:
+    # issue 29 item 10: a drain evicted a 1-instance cluster's only pod at once (it had no budget at all)
+    assert wants_budgets(1, hibernated=False)
+    (alone,) = disruption_budgets(cluster(), instances=1)
+    assert (alone["metadata"]["name"], alone["spec"]["minAvailable"]) == ("orders-primary", 1)
+    assert not wants_budgets(1, hibernated=False, maintenance=True)
+    assert wants_budgets(2, hibernated=False, maintenance=True)  # replicas: the primary is switched over instead
+    assert not wants_budgets(1, hibernated=True)
 
 
 def test_a_child_is_rewritten_only_when_it_differs() -> None:

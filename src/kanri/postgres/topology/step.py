@@ -40,11 +40,17 @@ async def scale(step: Pass, plan: InstancePlan) -> bool:
 
 
 async def budgets(step: Pass, plan: InstancePlan) -> None:
-    """Disruption budgets while a primary and replicas run; none otherwise (nor under the old replica name)."""
+    """Disruption budgets while a primary runs (a lone one outside a maintenance window); none otherwise (nor under
+    the old replica name)."""
     unwanted = [names.legacy_replica_pdb(step.name)]
-    if wants_budgets(len(plan.instances), not step.running):
-        for budget in disruption_budgets(step.cluster, by_app=cluster_routes_by_app(step.cache, step.cluster)):
+    window = step.spec.node_maintenance_window
+    count = len(plan.instances)
+    if wants_budgets(count, not step.running, maintenance=window is not None and window.in_progress):
+        by_app = cluster_routes_by_app(step.cache, step.cluster)
+        for budget in disruption_budgets(step.cluster, by_app=by_app, instances=count):
             await step.apply(POD_DISRUPTION_BUDGET, budget)
+        if count < 2:
+            unwanted.append(names.replica_pdb(step.name))
     else:
         unwanted += [names.primary_pdb(step.name), names.replica_pdb(step.name)]
     for name in unwanted:
