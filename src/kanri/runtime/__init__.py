@@ -37,6 +37,7 @@ from kanri.runtime._ownership import child_name, controller_of, is_controlled_by
 from kanri.runtime._queue import Priority, Request, WorkQueue
 from kanri.runtime._references import object_reference
 from kanri.runtime._status import update_status
+from kanri.runtime._storage_migration import MigrationResult, StorageMigration, StorageMigrationMetrics
 from kanri.runtime._time import creation_time, deletion_time, format_time, parse_optional_time, parse_time
 from kanri.runtime._view_source import view_source
 from kanri.runtime._views import ObjectMetaView, OwnerReferenceView, as_view
@@ -67,6 +68,7 @@ __all__ = [
     "LeadershipLost",
     "Manager",
     "ManagerOptions",
+    "MigrationResult",
     "NotWatchedError",
     "ObjectMetaView",
     "OwnerReferenceView",
@@ -82,6 +84,8 @@ __all__ = [
     "Rule",
     "Scale",
     "SchemaError",
+    "StorageMigration",
+    "StorageMigrationMetrics",
     "SystemClock",
     "Time",
     "TransientError",

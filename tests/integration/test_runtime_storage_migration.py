@@ -1,0 +1,207 @@
+"""Storage migration on the real kube-apiserver: Greeting objects stored in v1alpha1, the CRD switched to v1
+storage, every object rewritten (rate-limited, resumable), ``status.storedVersions`` pruned to ``["v1"]``.
+
+The Greeting example's models and conversion, under a group of this module's own (``migration.kanri.dev``) so the
+session's shared Greeting CRD is never switched under another module. One CRD and one conversion webhook serve the
+whole module; the tests run in order (the first interrupts a migration that the second resumes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import socket
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest_asyncio
+from prometheus_client import CollectorRegistry
+
+from examples.greeting.api import Greeting
+from examples.greeting.versions import GreetingV1Alpha1, from_v1, to_v1
+from kanri.local import Endpoint
+from kanri.runtime import (
+    ApiError,
+    Client,
+    Conversion,
+    Conversions,
+    ConversionWebhook,
+    EventRecorder,
+    StorageMigration,
+    WebhookOptions,
+    crd_for,
+    install_crd,
+)
+from kanri.runtime.kinds import CRD, EVENT, NAMESPACE
+from tests.support import NotYet, eventually
+
+GROUP = "migration.kanri.dev"
+OBJECTS = 24
+
+
+class MigrationGreeting(Greeting, group=GROUP, version="v1", kind="Greeting", plural="greetings"):
+    """Greeting v1 (the hub) in this module's group."""
+
+
+class MigrationGreetingV1Alpha1(GreetingV1Alpha1, group=GROUP, version="v1alpha1", kind="Greeting",
+                                plural="greetings", storage=False):  # fmt: skip
+    """Greeting v1alpha1 in this module's group."""
+
+
+V1 = MigrationGreeting.resource.api_kind
+V1ALPHA1 = MigrationGreetingV1Alpha1.resource.api_kind
+CRD_NAME = MigrationGreeting.resource.crd_name
+GREETINGS = Conversion(MigrationGreeting)
+GREETINGS.spoke(MigrationGreetingV1Alpha1, to_hub=to_v1, from_hub=from_v1)  # type: ignore[arg-type]
+
+
+@dataclass
+class Cluster:
+    client: Client
+    namespace: str
+    crd: dict[str, Any]
+    written_in_v1alpha1: dict[str, str]  # name -> resourceVersion when created (stored in v1alpha1)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _with_storage(crd: dict[str, Any], version: str) -> dict[str, Any]:
+    for entry in crd["spec"]["versions"]:
+        entry["storage"] = entry["name"] == version
+    return crd
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def cluster(control_plane: Endpoint) -> AsyncIterator[Cluster]:
+    async with await Client.from_kubeconfig(str(control_plane.kubeconfig)) as client:
+        namespace = f"migration-{secrets.token_hex(3)}"
+        await client.create(NAMESPACE, {"metadata": {"name": namespace}})
+        port = _free_port()
+        options = WebhookOptions(namespace=namespace, secret="migration-webhook", host="127.0.0.1", port=port,
+                                 url=f"https://127.0.0.1:{port}/convert", check_interval=2.0)  # fmt: skip
+        # First the old operator's CRD: v1alpha1 is the storage version.
+        crd = _with_storage(crd_for(*GREETINGS.resources, webhook=options.client_config()), "v1alpha1")
+        await install_crd(client, crd, field_manager="migration-tests")
+        webhook = ConversionWebhook(client, Conversions(GREETINGS), options, registry=CollectorRegistry())
+        serving = asyncio.create_task(webhook.run())
+        try:
+            written = {}
+            for index in range(OBJECTS):
+                created = await _create(client, {"metadata": {"name": f"g{index:02}", "namespace": namespace},
+                                                 "spec": {"text": f"hello {index}"}})  # fmt: skip
+                written[created["metadata"]["name"]] = created["metadata"]["resourceVersion"]
+            # The upgrade: v1 becomes the storage version; the objects stay stored in v1alpha1 until rewritten.
+            current = await client.get(CRD, CRD_NAME)
+            await client.replace(CRD, _with_storage(current, "v1"))
+            await eventually(lambda: _stored_versions(client, ["v1alpha1", "v1"]), timeout=30)
+            try:
+                await eventually(lambda: _readable_in_v1(client, namespace), timeout=60)
+            except NotYet as error:
+                raise AssertionError(f"{error}; the webhook's last problem: {webhook.last_problem}") from None
+            yield Cluster(client, namespace, crd, written)
+        finally:
+            serving.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await serving
+            await client.delete(NAMESPACE, namespace)
+            await client.delete(CRD, CRD_NAME)
+
+
+async def _create(client: Client, obj: dict[str, Any]) -> dict[str, Any]:
+    """Create through v1alpha1. Each update of the CRD (the webhook patching in its caBundle) replaces the API
+    server's storage for the kind, and a request meeting the old one is answered 503 (kubernetes#77752): retry."""
+
+    async def attempt() -> dict[str, Any] | None:
+        try:
+            return await client.create(V1ALPHA1, obj)
+        except ApiError as error:
+            if error.already_exists:
+                return await client.get(V1ALPHA1, obj["metadata"]["name"], obj["metadata"]["namespace"])
+            if error.status == 503:
+                return None
+            raise
+
+    return await eventually(attempt, timeout=30)
+
+
+async def _stored_versions(client: Client, expected: list[str]) -> list[str] | None:
+    stored = (await client.get(CRD, CRD_NAME)).get("status", {}).get("storedVersions")
+    return stored if sorted(stored or []) == sorted(expected) else None
+
+
+async def _readable_in_v1(client: Client, namespace: str) -> dict[str, Any] | None:
+    try:
+        return await client.get(V1, "g00", namespace)  # stored in v1alpha1: converted by the webhook
+    except ApiError:
+        return None  # the webhook is not trusted yet (its CA bundle is still being patched into the CRD)
+
+
+def _count(registry: CollectorRegistry, result: str) -> float:
+    value = registry.get_sample_value("kanri_storage_migration_objects_total", {"crd": CRD_NAME, "result": result})
+    return value or 0.0
+
+
+async def test_an_interrupted_migration_leaves_stored_versions_alone(cluster: Cluster) -> None:
+    registry = CollectorRegistry()
+    migration = StorageMigration(cluster.client, CRD_NAME, registry=registry, rate=10, page_size=5)
+    task = asyncio.create_task(migration.migrate())
+
+    async def some_migrated() -> bool:
+        return _count(registry, "migrated") >= 6
+
+    await eventually(some_migrated, timeout=30)
+    task.cancel()  # the operator stops (an upgrade, a lost lease) in the middle
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert 6 <= _count(registry, "migrated") < OBJECTS
+    assert await _stored_versions(cluster.client, ["v1alpha1", "v1"]), "pruned although objects are left"
+
+
+async def test_the_next_run_resumes_rewrites_the_rest_at_its_rate_and_prunes(cluster: Cluster) -> None:
+    client, registry = cluster.client, CollectorRegistry()
+    events = EventRecorder(client, component="migration-tests")
+    rate = 20.0
+    migration = StorageMigration(client, CRD_NAME, registry=registry, events=events, rate=rate, page_size=5)
+    started = time.monotonic()
+    result = await migration.migrate()
+    elapsed = time.monotonic() - started
+
+    # Each object was written once: those the first run rewrote are current now (the API server wrote nothing).
+    assert result.current >= 6
+    assert result.migrated + result.current == OBJECTS
+    assert (result.gone, result.conflicts) == (0, 0)
+    assert elapsed >= (OBJECTS - 1) / rate * 0.9, f"{OBJECTS} writes in {elapsed:.2f} s exceed {rate}/s"
+    crd = await client.get(CRD, CRD_NAME)
+    assert crd["status"]["storedVersions"] == ["v1"]
+    assert registry.get_sample_value("kanri_storage_migration_stored_versions", {"crd": CRD_NAME}) == 1
+    assert _count(registry, "migrated") == result.migrated
+
+    # Every object was rewritten since it was created in v1alpha1, and reads the same in both versions.
+    new, _ = await client.list(V1, cluster.namespace)
+    old, _ = await client.list(V1ALPHA1, cluster.namespace)
+    assert len(new) == len(old) == OBJECTS
+    for item in new:
+        assert item["metadata"]["resourceVersion"] != cluster.written_in_v1alpha1[item["metadata"]["name"]]
+    assert sorted(i["spec"]["message"] for i in new) == sorted(i["spec"]["text"] for i in old)
+
+    recorded, _ = await client.list(EVENT, "default", field_selector=f"involvedObject.name={CRD_NAME}")
+    (event,) = [e for e in recorded if e["reason"] == "StorageMigrated"]
+    assert f"{result.migrated} object(s) rewritten" in event["message"]
+    assert "storedVersions was v1alpha1, v1" in event["message"]
+
+    # Idempotent: run again (a restarted operator) and nothing is written.
+    again = await StorageMigration(client, CRD_NAME, registry=CollectorRegistry()).migrate()
+    assert not again.needed
+    assert again.migrated == again.current == 0
+
+
+async def test_a_crd_that_never_changed_storage_needs_nothing(cluster: Cluster) -> None:
+    result = await StorageMigration(cluster.client, CRD_NAME, registry=CollectorRegistry()).migrate()
+    assert (result.storage_version, result.stored_before, result.needed) == ("v1", ("v1",), False)
