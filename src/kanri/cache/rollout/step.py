@@ -12,9 +12,10 @@ from kanri import kit
 from kanri import runtime as kr
 from kanri.cache.agent.resp import Secret
 from kanri.cache.api import CacheSpec, FailoverRecord
+from kanri.cache.config import SENTINEL_PORT, VALKEY_PORT
 from kanri.cache.observe import Assessment
 from kanri.cache.rollout.decide import PodState, Replace, RolloutDecision, Settled, Switchover, Wait, decide
-from kanri.cache.rollout.switchover import switch_over
+from kanri.cache.rollout.switchover import Topology, switch_over
 from kanri.runtime.kinds import POD, STATEFUL_SET
 
 __all__ = ["CONDITION", "pod_states", "roll", "statefulset_replicas", "update_revision"]
@@ -105,9 +106,14 @@ async def _switch(ctx: kit.PassContext, decision: Switchover, password: Secret, 
     if decision.primary not in addresses or any(pod not in addresses for pod in decision.candidates):
         return None
     await ctx.events.normal(ctx.obj, "SwitchingOver", decision.reason)
-    candidates = {pod: addresses[pod] for pod in decision.candidates}
-    others = [addresses[pod] for pod in leaving if pod in addresses and pod != decision.primary]
-    outcome = await switch_over(ctx.name, (decision.primary, addresses[decision.primary]), candidates, others, password)
+    topology = Topology(
+        master=ctx.name,
+        primary=(decision.primary, f"{addresses[decision.primary]}:{VALKEY_PORT}"),
+        candidates={pod: f"{addresses[pod]}:{VALKEY_PORT}" for pod in decision.candidates},
+        sentinels=[f"{addresses[pod]}:{SENTINEL_PORT}" for pod in (*decision.candidates, decision.primary)],
+        others=[f"{addresses[pod]}:{VALKEY_PORT}" for pod in leaving if pod in addresses and pod != decision.primary],
+    )
+    outcome = await switch_over(topology, password)
     if outcome.promoted is None:
         await ctx.events.warning(ctx.obj, "SwitchoverFailed", f"{outcome.reason}; trying again at the next look")
         ctx.ledger.condition(CONDITION, True, "SwitchoverFailed", outcome.reason)

@@ -1,5 +1,6 @@
-"""A planned switchover on real Valkey servers and Sentinels: pause writes on the primary, wait until a replica holds
-every write, have Sentinel promote one that does, demote the old primary to it, then let writes go on.
+"""A planned switchover on real Valkey servers and Sentinels: pause writes on the primary, wait until every candidate
+replica holds every write, fence the old primary (a replica of nothing), have Sentinel promote a candidate, make the
+old primary its replica, then let writes go on.
 
 Writes are paused (``CLIENT PAUSE ... WRITE``, which also stops the primary's replication pings, so offsets stand
 still) from before the offsets are compared until the old primary is a replica: no write can reach a primary that is
@@ -17,10 +18,10 @@ from dataclasses import dataclass
 
 import structlog
 
+from kanri.cache.agent.node import FENCED_PRIMARY
 from kanri.cache.agent.resp import UNAVAILABLE, Connection, Secret
-from kanri.cache.config import SENTINEL_PORT, VALKEY_PORT
 
-__all__ = ["PAUSE_MS", "Outcome", "switch_over"]
+__all__ = ["PAUSE_MS", "Outcome", "Topology", "switch_over"]
 
 log = structlog.get_logger("kanri.cache.rollout")
 
@@ -33,6 +34,21 @@ DEFAULT_PRIORITY = "100"
 
 
 @dataclass(frozen=True)
+class Topology:
+    """Who takes part, every address ``host:port``."""
+
+    master: str
+    """The Sentinels' name for the cache (the Cache's name)."""
+    primary: tuple[str, str]
+    """The primary's pod and server address."""
+    candidates: Mapping[str, str]
+    """Replicas that may be promoted: pod -> server address."""
+    sentinels: Sequence[str]
+    others: Sequence[str] = ()
+    """Replicas' server addresses Sentinel must not pick (leaving with a scale-down)."""
+
+
+@dataclass(frozen=True)
 class Outcome:
     """``promoted``: the pod that is primary now (None: the switchover did not happen, ``reason`` says why)."""
 
@@ -40,12 +56,13 @@ class Outcome:
     reason: str
 
 
-async def _connect(address: str, password: Secret, port: int = VALKEY_PORT) -> Connection:
-    return await Connection.open(address, port, password, timeout=2.0)
+async def _connect(address: str, password: Secret) -> Connection:
+    host, _, port = address.rpartition(":")
+    return await Connection.open(host, int(port), password, timeout=2.0)
 
 
-async def _command(address: str, password: Secret, *args: str | int, port: int = VALKEY_PORT) -> object:
-    connection = await _connect(address, password, port)
+async def _command(address: str, password: Secret, *args: str | int) -> object:
+    connection = await _connect(address, password)
     try:
         return await connection.command(*args)
     finally:
@@ -105,7 +122,7 @@ async def _excluded_seen(sentinel: str, password: Secret, master: str, count: in
     deadline = loop.time() + EXCLUSION_SECONDS
     while loop.time() < deadline:
         with contextlib.suppress(*UNAVAILABLE):
-            replicas = await _command(sentinel, password, "SENTINEL", "REPLICAS", master, port=SENTINEL_PORT)
+            replicas = await _command(sentinel, password, "SENTINEL", "REPLICAS", master)
             fields = [dict(zip(entry[::2], entry[1::2], strict=True)) for entry in replicas or []]  # type: ignore[attr-defined]
             if sum(1 for entry in fields if entry.get("slave-priority") == "0") >= count:
                 return True
@@ -125,29 +142,47 @@ async def _promoted(candidates: Mapping[str, str], password: Secret) -> str | No
     return None
 
 
+async def _promote(master: str, candidates: Mapping[str, str], sentinel: str, password: Secret) -> str | None:
+    try:
+        await _command(sentinel, password, "SENTINEL", "FAILOVER", master)
+    except UNAVAILABLE as exc:
+        log.info("Sentinel refused a planned switchover", sentinel=sentinel, error=str(exc))
+        return None
+    return await _promoted(candidates, password)
+
+
+async def _renamed(sentinel: str, password: Secret, master: str, before: list[str] | None) -> list[str] | None:
+    """The primary the Sentinel names once it has switched (the new primary's address as the pods know it: its DNS
+    name), waiting up to PROMOTION_SECONDS; None when it has not."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + PROMOTION_SECONDS
+    while loop.time() < deadline:
+        named = await _named(sentinel, password, master)
+        if named is not None and named != before:
+            return named
+        await asyncio.sleep(0.1)
+    return None
+
+
 async def _named(sentinel: str, password: Secret, master: str) -> list[str] | None:
     with contextlib.suppress(*UNAVAILABLE):
-        answer = await _command(sentinel, password, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", master, port=SENTINEL_PORT)
+        answer = await _command(sentinel, password, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", master)
         return [str(part) for part in answer] if isinstance(answer, list) and len(answer) == 2 else None
     return None
 
 
-async def switch_over(master: str, primary: tuple[str, str], candidates: Mapping[str, str],
-                      others: Sequence[str], password: Secret) -> Outcome:  # fmt: skip
-    """Move the primary (``(pod, address)``) to one of ``candidates`` (pod -> address, every one must catch up);
-    ``others`` are replica addresses Sentinel must not pick (leaving with a scale-down). ``master`` is the Sentinels'
-    name for the cache."""
-    old_address = primary[1]
-    sentinel = await _sentinel([*candidates.values(), old_address], password, master)
+async def switch_over(topology: Topology, password: Secret) -> Outcome:
+    """Move the primary to one of the candidates (every one must catch up with the paused primary)."""
+    sentinel = await _sentinel(topology.sentinels, password, topology.master)
     if sentinel is None:
         return Outcome(None, "no Sentinel answers")
+    others = topology.others
     try:
         await _set_priority(others, password, "0")
-        if others and not await _excluded_seen(sentinel, password, master, len(others)):
-            return Outcome(
-                None, f"the Sentinel did not see the leaving replicas excluded within {EXCLUSION_SECONDS:.0f} s"
-            )
-        return await _paused_failover(master, primary, candidates, sentinel, password)
+        if others and not await _excluded_seen(sentinel, password, topology.master, len(others)):
+            why = f"the Sentinel did not see the leaving replicas excluded within {EXCLUSION_SECONDS:.0f} s"
+            return Outcome(None, why)
+        return await _paused_failover(topology.master, topology.primary, topology.candidates, sentinel, password)
     finally:
         await _set_priority(others, password, DEFAULT_PRIORITY)
 
@@ -164,14 +199,16 @@ async def _paused_failover(master: str, primary: tuple[str, str], candidates: Ma
             return Outcome(
                 None, f"{late} did not catch up with the paused primary {old} within {CATCH_UP_SECONDS:.0f} s"
             )
-        try:
-            await _command(sentinel, password, "SENTINEL", "FAILOVER", master, port=SENTINEL_PORT)
-        except UNAVAILABLE as exc:
-            return Outcome(None, f"the Sentinel refused the failover: {exc}")
-        promoted = await _promoted(candidates, password)
+        # fenced (a replica of nothing) before Sentinel promotes: it answers as no primary, so no pod's agent takes
+        # the promoted replica for a second primary while the Sentinels still name the old one
+        await _command(old_address, password, "REPLICAOF", *FENCED_PRIMARY.split())
+        promoted = await _promote(master, candidates, sentinel, password)
         if promoted is None:
+            named = await _named(sentinel, password, master)
+            if named == before:  # nobody was promoted: the old primary, which holds every write, leads again
+                await _command(old_address, password, "REPLICAOF", "NO", "ONE")
             return Outcome(None, f"no replica was promoted within {PROMOTION_SECONDS:.0f} s")
-        named = await _named(sentinel, password, master)
+        named = await _renamed(sentinel, password, master, before)
         if named is not None and named != before:  # the new primary's address as the pods know it (its DNS name)
             await _command(old_address, password, "REPLICAOF", named[0], named[1])
         return Outcome(promoted, f"planned switchover from {old} to {promoted}: writes paused until it held them all")
