@@ -75,6 +75,10 @@ async def test_children_are_written_and_no_primary_is_reported(
     assert status["writablePrimaries"] == []
     sts = await client.get(STATEFUL_SET, "orders", namespace)
     assert sts["spec"]["replicas"] == 3
+    assert sts["spec"]["updateStrategy"] == {"type": "OnDelete"}, "the operator, not the controller, replaces pods"
+    updating = get_condition(status["conditions"], "Updating")
+    assert updating is not None
+    assert updating["status"] == "False", updating
     assert sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] == "1Gi"
     config = await client.get(CONFIG_MAP, "orders-config", namespace)
     assert "min-replicas-to-write 1" in config["data"]["valkey.conf"]
