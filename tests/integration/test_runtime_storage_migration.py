@@ -17,12 +17,20 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
 import pytest_asyncio
 from prometheus_client import CollectorRegistry
 
 from examples.greeting.api import Greeting
 from examples.greeting.versions import GreetingV1Alpha1, from_v1, to_v1
 from kanri.local import Endpoint
+from kanri.postgres.api import v1beta1
+from kanri.postgres.api.conversion import (
+    DEPRECATION_WARNING,
+    PostgresClusterV1Alpha1,
+    cluster_from_v1beta1,
+    cluster_to_v1beta1,
+)
 from kanri.runtime import (
     ApiError,
     Client,
@@ -30,6 +38,7 @@ from kanri.runtime import (
     Conversions,
     ConversionWebhook,
     EventRecorder,
+    Kind,
     StorageMigration,
     WebhookOptions,
     crd_for,
@@ -205,3 +214,62 @@ async def test_the_next_run_resumes_rewrites_the_rest_at_its_rate_and_prunes(clu
 async def test_a_crd_that_never_changed_storage_needs_nothing(cluster: Cluster) -> None:
     result = await StorageMigration(cluster.client, CRD_NAME, registry=CollectorRegistry()).migrate()
     assert (result.storage_version, result.stored_before, result.needed) == ("v1", ("v1",), False)
+
+
+# --- the PostgresCluster CRD the next session switches to (served here under this module's group) --------------
+
+
+class MigrationPostgresCluster(v1beta1.PostgresCluster, group=GROUP, version="v1beta1", kind="PostgresCluster",
+                               plural="postgresclusters"):  # fmt: skip
+    """PostgresCluster v1beta1 in this module's group."""
+
+
+class MigrationPostgresClusterV1Alpha1(PostgresClusterV1Alpha1, group=GROUP, version="v1alpha1",
+                                       kind="PostgresCluster", plural="postgresclusters", storage=False,
+                                       deprecation_warning=DEPRECATION_WARNING):  # fmt: skip
+    """PostgresCluster v1alpha1 in this module's group."""
+
+
+async def test_the_two_version_postgrescluster_crd_is_served_and_its_rules_hold(cluster: Cluster) -> None:
+    client, namespace = cluster.client, cluster.namespace
+    clusters = Conversion(MigrationPostgresCluster)
+    clusters.spoke(MigrationPostgresClusterV1Alpha1, to_hub=cluster_to_v1beta1, from_hub=cluster_from_v1beta1)  # type: ignore[arg-type]
+    port = _free_port()
+    options = WebhookOptions(namespace=namespace, secret="pg-webhook", host="127.0.0.1", port=port,
+                             url=f"https://127.0.0.1:{port}/convert", check_interval=2.0)  # fmt: skip
+    crd = crd_for(*clusters.resources, webhook=options.client_config())
+    await install_crd(client, crd, field_manager="migration-tests")  # the API server compiles every CEL rule
+    webhook = ConversionWebhook(client, Conversions(clusters), options, registry=CollectorRegistry())
+    serving = asyncio.create_task(webhook.run())
+    new = MigrationPostgresCluster.resource.api_kind
+    old = MigrationPostgresClusterV1Alpha1.resource.api_kind
+    try:
+        spec = {"version": 17, "storage": {"size": "1Gi"}, "failover": {"maxDataLossBytes": 1048576}}
+        manifest = {"metadata": {"name": "db", "namespace": namespace}, "spec": spec}
+        created = await eventually(lambda: _create_in(client, old, manifest), timeout=60)
+        assert created["spec"]["failover"]["maxDataLossBytes"] == 1048576
+        stored = await client.get(new, "db", namespace)
+        assert stored["spec"]["failover"] == {"policy": "Automatic", "maxDataLoss": "1Mi", "delaySeconds": 0}
+        for loss in ("1500m", "16Ei"):
+            bad = {"metadata": {"name": f"bad-{loss.lower()}", "namespace": namespace},
+                   "spec": {"version": 17, "storage": {"size": "1Gi"}, "failover": {"maxDataLoss": loss}}}  # fmt: skip
+            with pytest.raises(ApiError) as refused:
+                await client.create(new, bad)
+            assert refused.value.status == 422
+            assert "maxDataLoss must be a whole number of bytes" in refused.value.message
+    finally:
+        serving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving
+        await client.delete(CRD, MigrationPostgresCluster.resource.crd_name)
+
+
+async def _create_in(client: Client, kind: Kind, obj: dict[str, Any]) -> dict[str, Any] | None:
+    try:
+        return await client.create(kind, obj)
+    except ApiError as error:
+        if error.already_exists:
+            return await client.get(kind, obj["metadata"]["name"], obj["metadata"]["namespace"])
+        if error.status in (404, 500, 503):  # the kind not served yet, or the webhook not trusted yet
+            return None
+        raise

@@ -21,6 +21,10 @@ __all__ = [
     "REMOVAL_DATE",
     "PostgresBackupV1Alpha1",
     "PostgresClusterV1Alpha1",
+    "backup_from_v1beta1",
+    "backup_to_v1beta1",
+    "cluster_from_v1beta1",
+    "cluster_to_v1beta1",
 ]
 
 REMOVAL_DATE = "2027-12-31"

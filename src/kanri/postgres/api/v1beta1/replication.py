@@ -63,7 +63,9 @@ class Failover(ApiModel):
         Quantity,
         AfterValidator(_whole_bytes),
         cel(
-            "isQuantity(string(self)) && quantity(string(self)).isInteger() && quantity(string(self)).sign() >= 0",
+            # Not a quantity at all: the schema's pattern says so, once. isInteger: fits an int64 (v1alpha1's type).
+            "!isQuantity(string(self)) || "
+            "(quantity(string(self)).isInteger() && quantity(string(self)).compareTo(quantity('0')) >= 0)",
             "maxDataLoss must be a whole number of bytes, 0 or more, such as 16Mi or 1Gi",
         ),
     ] = DEFAULT_MAX_DATA_LOSS
