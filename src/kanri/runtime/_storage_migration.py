@@ -39,6 +39,7 @@ __all__ = ["MigrationResult", "StorageMigration", "StorageMigrationMetrics"]
 log = structlog.get_logger("kanri.storage_migration")
 Obj = dict[str, Any]
 Outcome = Literal["migrated", "current", "gone", "conflict"]
+_ATTEMPTS = 5  # per object, for transient errors
 
 
 class StorageMigrationMetrics:
@@ -195,14 +196,20 @@ class StorageMigration:
         """A PUT of the object as read: the API server stores it in the storage version (a no-op if it is)."""
         obj.setdefault("apiVersion", kind.api_version)
         obj.setdefault("kind", kind.kind)
-        try:
-            written = await self.client.replace(kind, obj)
-        except ApiError as error:
-            if error.not_found:
-                return "gone"  # deleted since the list: nothing left to migrate
-            if error.conflict:
-                return "conflict"  # written since the list, so stored in the storage version already
-            raise
+        for attempt in range(_ATTEMPTS):
+            try:
+                written = await self.client.replace(kind, obj)
+                break
+            except ApiError as error:
+                if error.not_found:
+                    return "gone"  # deleted since the list: nothing left to migrate
+                if error.conflict:
+                    return "conflict"  # written since the list (or by our own earlier attempt): stored anew
+                # A 503 while the API server swaps the kind's storage after a CRD update (kubernetes#77752); the
+                # resourceVersion guard makes the retry safe.
+                if not error.transient or attempt + 1 == _ATTEMPTS:
+                    raise
+                await self.clock.sleep(0.5 * (attempt + 1))
         # The API server skips a write that would store the same bytes: the object was in the storage version.
         unchanged = written.get("metadata", {}).get("resourceVersion") == obj["metadata"].get("resourceVersion")
         return "current" if unchanged else "migrated"
