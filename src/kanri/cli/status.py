@@ -1,5 +1,6 @@
-"""``kanri status NAME``: one PostgresCluster at a glance — instances (role, node, zone, pod state, LSNs, lag),
-replication, backups, the last failover and its gap, conditions and recent Warning Events.
+"""``kanri status [KIND/]NAME``: a bare NAME is one PostgresCluster at a glance — instances (role, node, zone, pod
+state, LSNs, lag), replication, backups, the last failover and its gap, conditions and recent Warning Events.
+``cache/NAME`` is a Cache (:mod:`kanri.cli.status_cache`); :data:`KINDS` is the table of kinds.
 
 Everything is read through the API (the cluster, its pods, their nodes, the namespace's Events), so it works as
 ``kubectl kanri status`` for anyone allowed to read those; a user who may not read Nodes sees ``?`` as the zone.
@@ -31,7 +32,7 @@ from kanri.runtime import ApiError, Client, parse_time
 from kanri.runtime._connection import ConfigError  # not re-exported by kanri.runtime; raised by from_kubeconfig
 from kanri.runtime.kinds import EVENT, NODE, POD
 
-__all__ = ["Snapshot", "follow", "render", "snapshot", "status"]
+__all__ = ["KINDS", "Snapshot", "follow", "parse_target", "render", "snapshot", "status"]
 
 Obj = dict[str, Any]
 ZONE_LABEL = "topology.kubernetes.io/zone"
@@ -316,18 +317,55 @@ def _console() -> Console:
     return Console(width=width, soft_wrap=False)
 
 
-async def _status(name: str, namespace: str, kubeconfig: str | None, context: str | None, watch: bool,
+Viewer = Callable[[Client, str, str, Console, bool, float], Awaitable[None]]
+"""Shows one object: (client, name, namespace, console, watch, interval)."""
+
+
+async def _show_postgres(client: Client, name: str, namespace: str, console: Console, watch: bool,
+                         interval: float) -> None:  # fmt: skip
+    if watch:
+        await follow(client, name, namespace, console, interval=interval)
+    else:
+        console.print(render(await snapshot(client, name, namespace), datetime.now(UTC)))
+
+
+async def _show_cache(client: Client, name: str, namespace: str, console: Console, watch: bool,
+                      interval: float) -> None:  # fmt: skip
+    from kanri.cli import status_cache  # it renders with this module's helpers: imported when asked for
+
+    await status_cache.show(client, name, namespace, console, watch, interval)
+
+
+KINDS: dict[str, tuple[str, Viewer]] = {
+    # ``kanri status KIND/NAME``: the kind as typed (lower case) -> its name in messages and its viewer
+    "postgrescluster": ("PostgresCluster", _show_postgres),
+    "cache": ("Cache", _show_cache),
+}
+DEFAULT_KIND = "postgrescluster"
+"""A bare NAME."""
+
+
+def parse_target(target: str) -> tuple[str, str]:
+    """``KIND/NAME`` (or a bare NAME: a PostgresCluster) -> (kind key, name); an unknown kind raises ValueError."""
+    kind, _, name = target.rpartition("/")
+    kind = kind.lower() or DEFAULT_KIND
+    if kind not in KINDS and kind.endswith("s") and kind[:-1] in KINDS:
+        kind = kind[:-1]  # caches/NAME, as kubectl accepts plurals
+    if kind not in KINDS or not name:
+        raise ValueError(f"unknown kind {kind!r} in {target!r}: one of {', '.join(sorted(KINDS))} (KIND/NAME)")
+    return kind, name
+
+
+async def _status(kind: str, name: str, namespace: str, kubeconfig: str | None, context: str | None, watch: bool,
                   interval: float) -> None:  # fmt: skip
     async with await Client.from_kubeconfig(kubeconfig, context) as client:
-        console = _console()
-        if watch:
-            await follow(client, name, namespace, console, interval=interval)
-        else:
-            console.print(render(await snapshot(client, name, namespace), datetime.now(UTC)))
+        await KINDS[kind][1](client, name, namespace, _console(), watch, interval)
 
 
 def status(
-    name: Annotated[str, typer.Argument(help="The PostgresCluster.")],
+    target: Annotated[
+        str, typer.Argument(metavar="[KIND/]NAME", help="A PostgresCluster's name, or KIND/NAME (cache/NAME).")
+    ],
     namespace: Annotated[str, typer.Option("--namespace", "-n", help="Its namespace.")] = "default",
     kubeconfig: Annotated[
         Path | None, typer.Option(help="kubeconfig file (default: $KUBECONFIG, then ~/.kube/config).")
@@ -336,11 +374,17 @@ def status(
     watch: Annotated[bool, typer.Option("--watch", "-w", help="Keep showing it, refreshed every --interval.")] = False,
     interval: Annotated[float, typer.Option(help="Seconds between refreshes with --watch.", min=0.5)] = 2.0,
 ) -> None:
-    """Show a PostgresCluster: instances, replication, backups, last failover, conditions and Warning events."""
+    """Show a PostgresCluster (instances, replication, backups, last failover) or a Cache (cache/NAME: policy, pods,
+    Services, failovers), with conditions and recent events."""
     try:
-        asyncio.run(_status(name, namespace, str(kubeconfig) if kubeconfig else None, context, watch, interval))
+        kind, name = parse_target(target)
+    except ValueError as exc:
+        typer.echo(f"kanri status: {exc}", err=True)
+        raise typer.Exit(2) from None
+    try:
+        asyncio.run(_status(kind, name, namespace, str(kubeconfig) if kubeconfig else None, context, watch, interval))
     except ApiError as exc:
-        what = f"PostgresCluster {namespace}/{name} not found" if exc.status == 404 else str(exc)
+        what = f"{KINDS[kind][0]} {namespace}/{name} not found" if exc.status == 404 else str(exc)
         typer.echo(f"kanri status: {what}", err=True)
         raise typer.Exit(1) from None
     except ConfigError as exc:
