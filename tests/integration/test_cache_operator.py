@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from prometheus_client import CollectorRegistry
+from typer.testing import CliRunner
 
 from kanri.cache.api import KIND, Cache
 from kanri.cache.operator import controller
+from kanri.cli.main import app
 from kanri.local.controlplane import Endpoint
 from kanri.runtime import ApiError, Client, Manager, ManagerOptions, get_condition, install_crd
 from kanri.runtime.kinds import CONFIG_MAP, SECRET, SERVICE, STATEFUL_SET
@@ -116,3 +118,26 @@ async def test_delete_policy_deletes_the_password_and_retain_keeps_it(operator: 
 
     await eventually(settled, timeout=30)
     assert await exists(client, SECRET, "kept-password", namespace)
+
+
+async def test_kanri_status_shows_the_cache(operator: Client, namespace: str, control_plane: Endpoint) -> None:
+    client = operator
+    spec = {"dataPolicy": "Regenerable", "replicas": 2, "deletionPolicy": "Delete"}
+    await client.create(KIND, {"metadata": {"name": "shown", "namespace": namespace}, "spec": spec})
+
+    async def reported() -> bool:
+        status = (await client.get(KIND, "shown", namespace)).get("status") or {}
+        return get_condition(status.get("conditions"), "Updating") is not None
+
+    await eventually(reported, timeout=30)
+    args = ["status", "cache/shown", "-n", namespace, "--kubeconfig", str(control_plane.kubeconfig)]
+    result = await asyncio.to_thread(CliRunner().invoke, app, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    assert f"Cache {namespace}/shown" in result.output
+    assert "Regenerable: in memory only" in result.output
+    for service in ("shown-hl", "shown-rw", "shown-ro", "shown-sentinel"):
+        assert service in result.output
+    assert "NoPrimary" in result.output
+    missing = await asyncio.to_thread(CliRunner().invoke, app, [*args[:1], "cache/nope", *args[2:]])
+    assert missing.exit_code == 1
+    assert f"Cache {namespace}/nope not found" in missing.output
