@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from prometheus_client import CollectorRegistry
 
 from kanri.kafka.api import TOPIC_KIND
 from kanri.kafka.broker.host import HostBroker, host_cluster
 from kanri.kafka.topics import reassign_wire, replicas_step
 from kanri.runtime import Client
-from tests.integration.test_kafka_topics import client, condition, events, operator, topic
+from tests.integration.test_kafka_topics import client, condition, events, metric_is, operator, topic
 from tests.support import eventually
 
 __all__ = ["client"]  # the API client fixture, shared with the topic controller's tests
@@ -62,7 +63,8 @@ async def test_replication_factor_1_to_3_is_moved_throttled_and_resumed_after_a_
 ) -> None:
     bootstrap = ",".join(b.bootstrap for b in brokers)
     monkeypatch.setattr(replicas_step, "THROTTLE_BYTES_PER_SECOND", 150_000)
-    async with operator(client, namespace, bootstrap) as admin:
+    registry = CollectorRegistry()
+    async with operator(client, namespace, bootstrap, registry) as admin:
         await client.create(TOPIC_KIND, topic(namespace, "copied", partitions=4))
         await eventually(lambda: condition(client, namespace, "copied", "TopicReady"), timeout=60)
         await asyncio.to_thread(produce, bootstrap, "copied")
@@ -71,6 +73,8 @@ async def test_replication_factor_1_to_3_is_moved_throttled_and_resumed_after_a_
         record = moving["status"]["replicasChange"]
         assert (record["fromReplicas"], record["toReplicas"], record["partitionsTotal"]) == (1, 3, 4)
         assert record["throttleBytesPerSecond"] == 150_000
+        labels = {"namespace": namespace, "topic": "copied"}
+        await eventually(lambda: metric_is(registry, "kanri_kafka_topic_replicas_change_partitions", labels, 4))
         assert (await admin.describe("copied")).config["follower.replication.throttled.replicas"] == "*"  # type: ignore[union-attr]
     # the operator is gone mid-change: the record stays, Kafka goes on moving (or has finished meanwhile)
     stopped = await client.get(TOPIC_KIND, "copied", namespace)

@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry
 from kanri.kafka.api import APPROVE_DELETION, APPROVE_GROWTH, CLUSTER_KIND, TOPIC_KIND, KafkaCluster, KafkaTopic
 from kanri.kafka.broker.host import HostBroker, host_broker
 from kanri.kafka.topics.admin import TopicAdmin
+from kanri.kafka.topics.context import Timings
 from kanri.kafka.topics.reconciler import controller
 from kanri.local import Endpoint
 from kanri.runtime import ApiError, Client, Manager, ManagerOptions, get_condition, install_crd
@@ -28,6 +29,8 @@ from kanri.runtime.kinds import EVENT
 from tests.support import eventually
 
 Obj = dict[str, Any]
+#: A converged topic looked at again every 2 s (the product's 30 s would make the drift test wait ~30 s).
+TIMINGS = Timings(resync=2.0, snapshot_age=1.0, group_offsets_age=1.0)
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +48,9 @@ async def client(control_plane: Endpoint) -> AsyncIterator[Client]:
 
 
 @contextlib.asynccontextmanager
-async def operator(client: Client, namespace: str, broker: HostBroker | str) -> AsyncIterator[TopicAdmin]:
+async def operator(
+    client: Client, namespace: str, broker: HostBroker | str, registry: CollectorRegistry | None = None
+) -> AsyncIterator[TopicAdmin]:
     """The topic controller for ``namespace``, with a KafkaCluster ``events`` that points at the host broker (or at
     the bootstrap address given)."""
     bootstrap = broker if isinstance(broker, str) else broker.bootstrap
@@ -61,7 +66,7 @@ async def operator(client: Client, namespace: str, broker: HostBroker | str) -> 
     options = ManagerOptions(name="kafka-operator", namespace=namespace, leader_election=False, health_port=0,
                              graceful_shutdown_timeout=10)  # fmt: skip
     manager = Manager(client, options, registry=CollectorRegistry())
-    manager.add(controller(manager, registry=CollectorRegistry()))
+    manager.add(controller(manager, registry=registry or CollectorRegistry(), timings=TIMINGS))
     task = asyncio.create_task(manager.run(handle_signals=False))
     try:
         yield TopicAdmin(bootstrap)
@@ -88,6 +93,15 @@ async def condition(client: Client, namespace: str, name: str, kind_reason: str)
 async def events(client: Client, namespace: str, reason: str) -> list[Obj]:
     found, _ = await client.list(EVENT, namespace)
     return [e for e in found if e["reason"] == reason]
+
+
+def metric(registry: CollectorRegistry, name: str, labels: dict[str, str]) -> float | None:
+    return registry.get_sample_value(name, labels)
+
+
+async def metric_is(registry: CollectorRegistry, name: str, labels: dict[str, str], want: float) -> str | None:
+    """``name=want`` once the sample has that value (for eventually)."""
+    return f"{name}={want}" if metric(registry, name, labels) == want else None
 
 
 class Reader:
@@ -135,7 +149,8 @@ async def test_a_topic_is_created_grown_in_checked_steps_and_held_while_a_group_
     client: Client, namespace: str, broker: HostBroker
 ) -> None:
     growth = {"stepSize": 2, "pauseSeconds": 1, "maxLag": 5}
-    async with operator(client, namespace, broker) as admin:
+    registry = CollectorRegistry()
+    async with operator(client, namespace, broker, registry) as admin:
         await client.create(TOPIC_KIND, topic(namespace, "orders", partitionGrowth=growth,
                                               config={"retention.ms": "3600000"}))  # fmt: skip
         created = await eventually(lambda: condition(client, namespace, "orders", "TopicReady"), timeout=60)
@@ -151,6 +166,10 @@ async def test_a_topic_is_created_grown_in_checked_steps_and_held_while_a_group_
             await client.patch(TOPIC_KIND, "orders", {"spec": {"partitions": 12}}, namespace)
             held = await eventually(lambda: condition(client, namespace, "orders", "ConsumerLag"), timeout=60)
             assert "billing lag 20" in held["status"]["growth"]["blockedBy"]
+            labels = {"namespace": namespace, "topic": "orders"}
+            await eventually(lambda: metric_is(registry, "kanri_kafka_topic_growth_blocked", labels, 1), timeout=30)
+            lag = labels | {"group": "billing"}
+            await eventually(lambda: metric_is(registry, "kanri_kafka_topic_consumer_lag", lag, 20), timeout=30)
             assert (await admin.describe("orders")).partitions == 6  # type: ignore[union-attr]
             reader.catch_up.set()  # the group commits what it read: lag 0, the steps go on
             done = await eventually(lambda: condition(client, namespace, "orders", "TopicReady"), timeout=90)
@@ -162,6 +181,9 @@ async def test_a_topic_is_created_grown_in_checked_steps_and_held_while_a_group_
         assert done["status"]["partitions"] == 12
         assert "growth" not in done["status"]
         assert len(await events(client, namespace, "GrowthStep")) == 3
+        assert metric(registry, "kanri_kafka_topic_growth_blocked", labels) == 0
+        assert metric(registry, "kanri_kafka_topic_growth_steps_done", labels) == 3
+        assert metric(registry, "kanri_kafka_topic_partitions", labels) == 12
 
 
 async def test_a_key_ordered_topic_grows_only_by_approved_steps(
@@ -192,12 +214,12 @@ async def test_drift_is_reverted_and_reported_and_a_second_claim_gets_a_conflict
             state = await admin.describe("audit")
             return None if state is None or dict(state.config) != {"retention.ms": "600000"} else {"ok": True}
 
-        await client.patch(TOPIC_KIND, "audit", {"metadata": {"annotations": {"look": "again"}}}, namespace)
-        await eventually(reverted, timeout=60)
+        await eventually(reverted, timeout=30)  # found by the resync (TIMINGS: 2 s), nothing pokes the KafkaTopic
         drift = await eventually(lambda: events(client, namespace, "ConfigDriftReverted"), timeout=30)
         assert "retention.ms, segment.ms" in drift[0]["message"]
 
-        await client.create(TOPIC_KIND, topic(namespace, "audit-copy", partitions=4, topicName="audit"))
+        await client.create(TOPIC_KIND, topic(namespace, "audit-copy", partitions=4, topicName="audit",
+                                              partitionGrowth={"pauseSeconds": 0}))  # fmt: skip
         conflict = await eventually(lambda: condition(client, namespace, "audit-copy", "ResourceConflict"), timeout=60)
         assert "managed by KafkaTopic audit" in get_condition(conflict["status"]["conditions"], "Ready")["message"]  # type: ignore[index]
         assert (await admin.describe("audit")).partitions == 1  # type: ignore[union-attr]

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from kanri.kafka.api import PartitionGrowth
+from kanri.kafka.api import TOPIC_OWNED_KEYS, PartitionGrowth
 from kanri.kafka.topics import deletion, growth
 from kanri.kafka.topics.admin import GroupLag
 from kanri.kafka.topics.drift import config_change
@@ -135,6 +135,13 @@ def test_config_drift_is_set_back_and_extra_keys_dropped() -> None:
     assert change.remove == ["segment.ms"]
     assert change.keys() == ["retention.ms", "segment.ms"]
     assert not config_change({"a": "1"}, {"a": "1"})
+
+
+def test_the_replication_throttle_the_operator_sets_is_no_drift() -> None:
+    throttled = {"retention.ms": "5", "leader.replication.throttled.replicas": "*"}
+    change = config_change({"retention.ms": "5"}, throttled, TOPIC_OWNED_KEYS)
+    assert not change
+    assert config_change({}, throttled, TOPIC_OWNED_KEYS).remove == ["retention.ms"]
 
 
 def topic(name: str, created: str, uid: str, cluster: str = "events", topic_name: str | None = None) -> dict[str, Any]:

@@ -4,6 +4,7 @@ its cluster and what Kafka reported this pass. Steps depend on :class:`TopicCont
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -18,6 +19,22 @@ SEVERITY = ("ResourceConflict", "ReplicationFactorTooLarge", "TopicRefused", "Re
             "DeletionBlocked")  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Timings:
+    """How often the topic controller looks (the product defaults; tests pass shorter ones)."""
+
+    resync: float = 30.0
+    """A converged topic is looked at again after this: drift made outside kanri is found within it."""
+    snapshot_age: float = 5.0
+    """How old the shared read of every topic of a cluster may be (TopicAdmin.snapshot); a topic kanri changed
+    itself is read alone until a newer snapshot."""
+    group_offsets_age: float = 30.0
+    """How old the shared listing of every consumer group's offsets may be (the lag metric only)."""
+
+
+DEFAULT_TIMINGS = Timings()
+
+
 class TopicContext(kit.PassContext, Protocol):
     @property
     def spec(self) -> KafkaTopicSpec: ...
@@ -28,6 +45,9 @@ class TopicContext(kit.PassContext, Protocol):
         ...
 
     def now(self) -> datetime: ...
+
+    @property
+    def timings(self) -> Timings: ...
 
     admin: TopicAdmin | None
     """The cluster's admin client, once the connect step found the cluster."""
@@ -60,11 +80,13 @@ class TopicPass(kit.ObjectPass):
         events: EventRecorder,
         obj: dict[str, Any],
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        timings: Timings = DEFAULT_TIMINGS,
     ) -> None:
         super().__init__(client=client, cache=cache, events=events, kind=TOPIC_KIND, obj=obj, labels=LABELS,
                          field_manager=FIELD_MANAGER, severity=SEVERITY)  # fmt: skip
         self._spec = KafkaTopicSpec.model_validate(self.obj.get("spec") or {})
         self._clock = clock
+        self._timings = timings
         self.admin: TopicAdmin | None = None
         self.observed: TopicState | None = None
 
@@ -78,6 +100,10 @@ class TopicPass(kit.ObjectPass):
 
     def now(self) -> datetime:
         return self._clock()
+
+    @property
+    def timings(self) -> Timings:
+        return self._timings
 
     async def run_topic(self, steps: Iterable[Callable[[TopicContext], Awaitable[Result | None]]]) -> Result | None:
         """:meth:`kanri.kit.ObjectPass.run` for topic steps: in order until one returns a Result, then one status

@@ -6,51 +6,24 @@ gate (:mod:`.deletion_step`)."""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from prometheus_client import REGISTRY, CollectorRegistry, Gauge
+from prometheus_client import REGISTRY, CollectorRegistry
 
 from kanri import kit
 from kanri import runtime as kr
 from kanri.kafka.api import CLUSTER_KIND, TOPIC_FINALIZER, TOPIC_KIND
 from kanri.kafka.topics import steps
-from kanri.kafka.topics.context import Admins, TopicPass
+from kanri.kafka.topics.context import DEFAULT_TIMINGS, Admins, Timings, TopicPass
 from kanri.kafka.topics.deletion_step import cleanup
 from kanri.kafka.topics.growth_step import grow
+from kanri.kafka.topics.metrics import TopicMetrics
 from kanri.kafka.topics.ownership import claimants
 from kanri.kafka.topics.replicas_step import change as change_replicas
 
 Obj = dict[str, Any]
-
-
-class TopicMetrics:
-    """Per-topic series, labelled namespace and topic (the KafkaTopic's name), removed when the topic goes."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        labels = ["namespace", "topic"]
-        self.partitions = Gauge(kit.metric_name("kafka", "topic", "partitions"), "Partitions Kafka reports.",
-                                labels, registry=registry)  # fmt: skip
-        self.desired = Gauge(kit.metric_name("kafka", "topic", "desired_partitions"), "Partitions asked for.",
-                             labels, registry=registry)  # fmt: skip
-        self.under_replicated = Gauge(kit.metric_name("kafka", "topic", "under_replicated_partitions"),
-                                      "Partitions with fewer in-sync replicas than replicas.", labels,
-                                      registry=registry)  # fmt: skip
-        self._all = (self.partitions, self.desired, self.under_replicated)
-
-    def observe(self, ctx: TopicPass) -> None:
-        key = (ctx.namespace, ctx.name)
-        self.desired.labels(*key).set(ctx.spec.partitions)
-        if ctx.observed is not None:
-            self.partitions.labels(*key).set(ctx.observed.partitions)
-            self.under_replicated.labels(*key).set(ctx.observed.under_replicated)
-
-    def forget(self, namespace: str, name: str) -> None:
-        for gauge in self._all:
-            with contextlib.suppress(KeyError):
-                gauge.remove(namespace, name)
 
 
 class TopicReconciler:
@@ -61,11 +34,13 @@ class TopicReconciler:
         admins: Admins | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         registry: CollectorRegistry = REGISTRY,
+        timings: Timings = DEFAULT_TIMINGS,
     ) -> None:
         self.cache, self.client = manager.cache, manager.client
         self.events = kr.EventRecorder(self.client, component="kafka-operator")
         self.admins = admins or Admins()
         self.clock = clock
+        self.timings = timings
         self.metrics = TopicMetrics(registry)
         self.apply_steps: list[steps.TopicStep] = [
             steps.ownership,  # a second KafkaTopic naming a topic only reports the conflict
@@ -81,7 +56,8 @@ class TopicReconciler:
         self.cleanup_steps = [cleanup(self.admins)]
 
     def _pass(self, obj: Obj) -> TopicPass:
-        return TopicPass(client=self.client, cache=self.cache, events=self.events, obj=obj, clock=self.clock)
+        return TopicPass(client=self.client, cache=self.cache, events=self.events, obj=obj, clock=self.clock,
+                         timings=self.timings)  # fmt: skip
 
     async def reconcile(self, request: kr.Request) -> kr.Result | None:
         obj = self.cache.get(TOPIC_KIND, request.name, request.namespace)
@@ -94,11 +70,14 @@ class TopicReconciler:
     async def apply(self, obj: Obj) -> kr.Result | None:
         ctx = self._pass(obj)
         result = await ctx.run_topic(self.apply_steps)
-        self.metrics.observe(ctx)
+        await self.metrics.observe(ctx)
         return result
 
     async def cleanup(self, obj: Obj) -> kr.Result | None:
-        return await self._pass(obj).run_topic(self.cleanup_steps)
+        ctx = self._pass(obj)
+        result = await ctx.run_topic(self.cleanup_steps)
+        await self.metrics.observe(ctx)
+        return result
 
 
 def controller(
@@ -107,10 +86,12 @@ def controller(
     admins: Admins | None = None,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     registry: CollectorRegistry = REGISTRY,
+    timings: Timings = DEFAULT_TIMINGS,
 ) -> kr.Controller:
     """The KafkaTopic controller: a KafkaCluster's change looks at its topics again, and a KafkaTopic's change looks
-    at the others naming the same topic (the younger takes over when the older goes)."""
-    reconciler = TopicReconciler(manager, admins=admins, clock=clock, registry=registry)
+    at the others naming the same topic (the younger takes over when the older goes). ``timings``: how often it
+    looks (:class:`.context.Timings`; tests shorten them)."""
+    reconciler = TopicReconciler(manager, admins=admins, clock=clock, registry=registry, timings=timings)
     cache = manager.cache
 
     def topics_of(cluster: Obj) -> list[kr.Request]:

@@ -17,12 +17,6 @@ from kanri.runtime import Result, format_time
 
 TopicStep = Callable[[TopicContext], Awaitable[Result | None]]
 
-#: How often a converged topic is looked at again: drift made outside kanri is found within this.
-RESYNC_SECONDS = 30.0
-#: How old the shared read of every topic of a cluster may be (TopicAdmin.snapshot); a topic kanri changed itself
-#: is read alone until a newer snapshot.
-SNAPSHOT_AGE = 5.0
-
 
 def not_ready(ctx: TopicContext, phase: str, reason: str, message: str) -> None:
     ctx.ledger.stage("phase", phase)
@@ -69,14 +63,14 @@ async def unmanaged(ctx: TopicContext) -> Result | None:
     ctx.ledger.stage("phase", "NotManaged")
     ctx.ledger.stage("growth", None)
     ctx.ledger.condition("Ready", True, "NotManaged", f"managed is false: kanri leaves topic {ctx.topic} alone")
-    return Result(requeue_after=RESYNC_SECONDS * 4)
+    return Result(requeue_after=ctx.timings.resync * 4)
 
 
 async def observe(ctx: TopicContext) -> Result | None:
     """What Kafka reports now; a cluster that does not answer ends the pass (looked at again soon)."""
     assert ctx.admin is not None
     try:
-        ctx.observed = await ctx.admin.state(ctx.topic, SNAPSHOT_AGE)
+        ctx.observed = await ctx.admin.state(ctx.topic, ctx.timings.snapshot_age)
     except AdminError as exc:
         not_ready(ctx, "Pending", "KafkaUnreachable", f"cluster {ctx.spec.cluster}: {exc}")
         return Result(requeue_after=10)
@@ -146,4 +140,4 @@ async def ready(ctx: TopicContext) -> Result | None:
     assert ctx.observed is not None
     ctx.ledger.stage("phase", "Ready")
     ctx.ledger.condition("Ready", True, "TopicReady", f"topic {ctx.topic}: {ctx.observed.partitions} partitions")
-    return Result(requeue_after=RESYNC_SECONDS)
+    return Result(requeue_after=ctx.timings.resync)
