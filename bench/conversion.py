@@ -15,6 +15,10 @@ the operator: ``ConversionWebhook`` on a TLS port, certificate and caBundle mana
 - the webhook's own mean time per review (its ``kanri_conversion_webhook_duration_seconds``) and the pure
   conversion cost of N objects in-process (``review_response``, no HTTP, no TLS).
 
+With ``--migrate`` it first measures a storage migration (``kanri.runtime.StorageMigration``): N Greetings
+created while v1alpha1 is the storage version, the CRD switched to v1, every object rewritten at ``--migration-rate``
+writes a second (each converted by the webhook on read), and ``status.storedVersions`` pruned to ``["v1"]``.
+
 Prints a Markdown section for docs/benchmarks.md. Numbers only, never an assertion.
 """
 
@@ -39,7 +43,16 @@ import aiohttp
 from prometheus_client import CollectorRegistry
 
 from kanri.local import ControlPlane
-from kanri.runtime import Client, Conversions, ConversionWebhook, Kind, Unlimited, WebhookOptions, install_crd
+from kanri.runtime import (
+    Client,
+    Conversions,
+    ConversionWebhook,
+    Kind,
+    StorageMigration,
+    Unlimited,
+    WebhookOptions,
+    install_crd,
+)
 from kanri.runtime._conversion_webhook import review_response
 from kanri.runtime.kinds import CRD, NAMESPACE
 
@@ -154,6 +167,54 @@ async def _post_review(webhook: ConversionWebhook, options: WebhookOptions, obje
     return elapsed
 
 
+async def bench_migration(kubeconfig: str, objects: int, rate: float) -> dict[str, float]:
+    """Seconds to migrate ``objects`` Greetings stored in v1alpha1 to v1 storage; the webhook's reviews meanwhile."""
+    registry, namespace = CollectorRegistry(), "bench-migration"
+    async with await Client.from_kubeconfig(kubeconfig, rate_limiter=Unlimited()) as client:
+        port = _free_port()
+        options = WebhookOptions(namespace="default", secret=f"bench-{secrets.token_hex(3)}",
+                                 url=f"https://127.0.0.1:{port}/convert", host="127.0.0.1", port=port)  # fmt: skip
+        crd: Obj = greeting_crd(options)
+        for version in crd["spec"]["versions"]:  # the old operator's CRD: v1alpha1 is the storage version
+            version["storage"] = version["name"] == "v1alpha1"
+        await install_crd(client, crd, field_manager="bench")
+        await client.create(NAMESPACE, {"metadata": {"name": namespace}})
+        webhook = ConversionWebhook(client, Conversions(GREETINGS), options, registry=registry)
+        serving = asyncio.create_task(webhook.run())
+        try:
+            while not webhook.ready():
+                if serving.done():
+                    serving.result()
+                await asyncio.sleep(0.2)
+            semaphore = asyncio.Semaphore(32)
+
+            async def one(i: int) -> None:
+                async with semaphore:
+                    body = {"metadata": {"name": f"m-{i:05d}", "namespace": namespace}, "spec": {"text": f"hi {i}"}}
+                    await client.create(OLD, body)
+
+            await asyncio.gather(*(one(i) for i in range(objects)))
+            current = await client.get(CRD, GREETING_CRD)
+            for version in current["spec"]["versions"]:
+                version["storage"] = version["name"] == "v1"
+            await client.replace(CRD, current)  # the upgrade: v1 becomes the storage version
+            await asyncio.sleep(
+                2
+            )  # let the API server swap the kind's storage (a request meeting the old one gets 503)
+            before = _reviews(registry)
+            started = time.perf_counter()
+            result = await StorageMigration(client, GREETING_CRD, registry=registry, rate=rate).migrate()
+            seconds = time.perf_counter() - started
+            stored = (await client.get(CRD, GREETING_CRD))["status"]["storedVersions"]
+            if stored != ["v1"] or result.migrated != objects:
+                raise RuntimeError(f"migrated {result.migrated} of {objects}; storedVersions {stored}")
+            reviews = _reviews(registry) - before
+            await client.delete(NAMESPACE, namespace)
+        finally:
+            serving.cancel()
+    return {"migration_seconds": seconds, "migration_reviews": reviews, "migration_rate": rate}
+
+
 def _reviews(registry: CollectorRegistry) -> float:
     labels = {"result": "success"}
     return registry.get_sample_value("kanri_conversion_webhook_duration_seconds_count", labels) or 0.0
@@ -163,11 +224,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--objects", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--migrate", action="store_true", help="measure a storage migration of --objects first")
+    parser.add_argument("--migration-rate", type=float, default=20.0, help="writes per second (default 20)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="kanri-bench-conversion-") as scratch:
         cp = ControlPlane(Path(scratch) / "controlplane")
         endpoint = cp.start(exit_with_parent=True)
         try:
+            migration = {}
+            if args.migrate:
+                migration = asyncio.run(bench_migration(str(endpoint.kubeconfig), args.objects, args.migration_rate))
             result = asyncio.run(bench(str(endpoint.kubeconfig), args.objects, args.repeat))
         finally:
             cp.stop()
@@ -190,6 +256,11 @@ def main() -> None:
     print("| measure | ms |\n|---|---|")
     for label, value in rows:
         print(f"| {label} | {value:.1f} |")
+    if migration:
+        rate = migration["migration_rate"]
+        print(f"\nStorage migration of {n} Greetings from v1alpha1 to v1 at {rate:.0f} writes/s: "
+              f"{migration['migration_seconds']:.1f} s ({n / migration['migration_seconds']:.1f} objects/s), "
+              f"{migration['migration_reviews']:.0f} webhook reviews; storedVersions pruned to [v1].")  # fmt: skip
 
 
 if __name__ == "__main__":

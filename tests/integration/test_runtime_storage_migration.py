@@ -244,19 +244,22 @@ async def test_the_two_version_postgrescluster_crd_is_served_and_its_rules_hold(
     new = MigrationPostgresCluster.resource.api_kind
     old = MigrationPostgresClusterV1Alpha1.resource.api_kind
     try:
-        spec = {"version": 17, "storage": {"size": "1Gi"}, "failover": {"maxDataLossBytes": 1048576}}
+        spec = {"version": 17, "storage": {"size": "1Gi"}, "failover": {"maxDataLossBytes": 1048576},
+                "replication": {"maxReadLagBytes": 33554432}}  # fmt: skip
         manifest = {"metadata": {"name": "db", "namespace": namespace}, "spec": spec}
         created = await eventually(lambda: _create_in(client, old, manifest), timeout=60)
         assert created["spec"]["failover"]["maxDataLossBytes"] == 1048576
         stored = await client.get(new, "db", namespace)
         assert stored["spec"]["failover"] == {"policy": "Automatic", "maxDataLoss": "1Mi", "delaySeconds": 0}
+        assert stored["spec"]["replication"] == {"mode": "Async", "maxReadLag": "32Mi"}
         for loss in ("1500m", "16Ei"):
             bad = {"metadata": {"name": f"bad-{loss.lower()}", "namespace": namespace},
                    "spec": {"version": 17, "storage": {"size": "1Gi"}, "failover": {"maxDataLoss": loss}}}  # fmt: skip
             with pytest.raises(ApiError) as refused:
                 await client.create(new, bad)
             assert refused.value.status == 422
-            assert "maxDataLoss must be a whole number of bytes" in refused.value.message
+            assert "spec.failover.maxDataLoss: Invalid value" in refused.value.message
+            assert "must be a whole number of bytes" in refused.value.message
     finally:
         serving.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -33,14 +33,17 @@ times = st.sampled_from(["2026-12-01T10:00:00Z", "2026-12-06T13:45:12Z"])
 
 
 @st.composite
-def specs(draw: st.DrawFn, failover_key: str, failover_value: st.SearchStrategy[Any]) -> dict[str, Any]:
+def specs(draw: st.DrawFn, suffix: str, amounts: st.SearchStrategy[Any]) -> dict[str, Any]:
+    """A PostgresCluster spec; its amounts of WAL named ``maxDataLoss<suffix>``/``maxReadLag<suffix>``."""
     replicas = draw(st.integers(0, v1alpha1.MAX_REPLICAS))
     spec: dict[str, Any] = {"version": draw(st.integers(14, 18)), "replicas": replicas,
                             "storage": {"size": draw(st.sampled_from(["1Gi", "10Gi", "500Mi"]))}}  # fmt: skip
     if replicas >= 2 and draw(st.booleans()):
         spec["replication"] = {"mode": "Sync", "syncStandbys": draw(st.integers(1, replicas - 1))}
     if draw(st.booleans()):
-        failover: dict[str, Any] = {failover_key: draw(failover_value)}
+        spec.setdefault("replication", {})["maxReadLag" + suffix] = draw(amounts)
+    if draw(st.booleans()):
+        failover: dict[str, Any] = {"maxDataLoss" + suffix: draw(amounts)}
         if draw(st.booleans()):
             failover["policy"] = draw(st.sampled_from(["Automatic", "Manual"]))
         if draw(st.booleans()):
@@ -83,12 +86,12 @@ def _defaulted(obj: dict[str, Any]) -> dict[str, Any]:
 
 @st.composite
 def v1alpha1_clusters(draw: st.DrawFn) -> dict[str, Any]:
-    return _defaulted(_manifest(V1ALPHA1, draw(specs("maxDataLossBytes", byte_counts)), draw(statuses())))
+    return _defaulted(_manifest(V1ALPHA1, draw(specs("Bytes", byte_counts)), draw(statuses())))
 
 
 @st.composite
 def v1beta1_clusters(draw: st.DrawFn, quantities: st.SearchStrategy[str]) -> dict[str, Any]:
-    return _defaulted(_manifest(V1BETA1, draw(specs("maxDataLoss", quantities)), draw(statuses())))
+    return _defaulted(_manifest(V1BETA1, draw(specs("", quantities)), draw(statuses())))
 
 
 canonical_quantities = byte_counts.map(v1beta1.byte_quantity)
@@ -106,6 +109,11 @@ def test_v1alpha1_to_v1beta1_and_back_is_unchanged(cluster: dict[str, Any]) -> N
     assert new["status"] if "status" in cluster else "status" not in new
     loss = v1beta1.byte_count(new["spec"]["failover"]["maxDataLoss"])
     assert loss == cluster["spec"]["failover"]["maxDataLossBytes"]
+    if "maxReadLagBytes" in cluster["spec"]["replication"]:
+        lag = new["spec"]["replication"]["maxReadLag"]
+        assert v1beta1.byte_count(lag) == cluster["spec"]["replication"]["maxReadLagBytes"]
+    else:
+        assert "maxReadLag" not in new["spec"]["replication"]  # unset stays unset: the default applies
     assert POSTGRES.convert(new, V1ALPHA1) == cluster
 
 
@@ -180,7 +188,10 @@ def test_a_backup_changes_only_its_api_version() -> None:
 
 # --- every field of v1alpha1 has its place in v1beta1 ------------------------------------------------------------
 
-RENAMED = {"spec.failover.maxDataLossBytes": "spec.failover.maxDataLoss"}
+RENAMED = {
+    "spec.failover.maxDataLossBytes": "spec.failover.maxDataLoss",
+    "spec.replication.maxReadLagBytes": "spec.replication.maxReadLag",
+}
 """v1alpha1 path -> v1beta1 path of every field v1beta1 moved or renamed (docs/postgrescluster.md, "v1beta1")."""
 
 

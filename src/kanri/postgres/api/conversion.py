@@ -70,17 +70,25 @@ def _wire(model: CustomResource) -> dict[str, Any]:
     return data
 
 
+# v1alpha1 byte counts and the v1beta1 quantities they became: (object in spec, v1alpha1 name, v1beta1 name).
+_BYTE_FIELDS = (("failover", "maxDataLossBytes", "maxDataLoss"), ("replication", "maxReadLagBytes", "maxReadLag"))
+
+
 def cluster_to_v1beta1(old: PostgresClusterV1Alpha1) -> v1beta1.PostgresCluster:
     data = _wire(old)
-    failover = data["spec"]["failover"]
-    failover["maxDataLoss"] = v1beta1.byte_quantity(failover.pop("maxDataLossBytes"))
+    for parent, count_name, quantity_name in _BYTE_FIELDS:
+        holder = data["spec"][parent]
+        if count_name in holder:
+            holder[quantity_name] = v1beta1.byte_quantity(holder.pop(count_name))
     return v1beta1.PostgresCluster.model_validate(data)
 
 
 def cluster_from_v1beta1(new: v1beta1.PostgresCluster) -> PostgresClusterV1Alpha1:
     data = _wire(new)
-    failover = data["spec"]["failover"]
-    failover["maxDataLossBytes"] = v1beta1.byte_count(failover.pop("maxDataLoss"))
+    for parent, count_name, quantity_name in _BYTE_FIELDS:
+        holder = data["spec"][parent]
+        if quantity_name in holder:
+            holder[count_name] = v1beta1.byte_count(holder.pop(quantity_name))
     return PostgresClusterV1Alpha1.model_validate(data)
 
 

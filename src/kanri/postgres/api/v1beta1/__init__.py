@@ -1,7 +1,8 @@
 """kanri.dev/v1beta1: the PostgresCluster API's next version, the hub its conversions go through.
 
-What changed from v1alpha1 (docs/postgrescluster.md, "v1beta1"): ``spec.failover.maxDataLossBytes`` (a raw byte
-count) became ``spec.failover.maxDataLoss``, a quantity such as ``16Mi``, like every other size in the API.
+What changed from v1alpha1 (docs/postgrescluster.md, "v1beta1"): ``spec.failover.maxDataLossBytes`` and
+``spec.replication.maxReadLagBytes`` (raw byte counts) became ``maxDataLoss`` and ``maxReadLag``, quantities such as
+``16Mi``, like every other size in the API.
 Everything else is v1alpha1's models, imported rather than copied, so the two versions cannot drift apart
 silently. PostgresBackup is unchanged apart from its version. Not served yet: deploy/crds/ still holds v1alpha1
 alone; ``kanri.postgres.api.conversion`` holds both versions and the conversion between them.
@@ -13,6 +14,7 @@ from kanri.postgres.api.v1beta1.replication import (
     DEFAULT_MAX_DATA_LOSS,
     MAX_BYTES,
     Failover,
+    Replication,
     byte_count,
     byte_quantity,
 )
@@ -25,6 +27,7 @@ __all__ = [
     "PostgresBackup",
     "PostgresCluster",
     "PostgresClusterSpec",
+    "Replication",
     "byte_count",
     "byte_quantity",
 ]

@@ -1,4 +1,4 @@
-"""v1beta1's failover settings: the data-loss guard is a quantity (``16Mi``), not a raw byte count."""
+"""v1beta1's replication and failover settings: amounts of WAL are quantities (``16Mi``), not raw byte counts."""
 
 from __future__ import annotations
 
@@ -6,11 +6,13 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field
 
+from kanri.postgres.api import v1alpha1
 from kanri.postgres.api.v1alpha1 import DEFAULT_MAX_DATA_LOSS_BYTES, FailoverPolicy
 from kanri.postgres.api.v1alpha1._base import ApiModel
+from kanri.postgres.api.v1alpha1.replication import DEFAULT_MAX_READ_LAG_BYTES, ReplicationMode
 from kanri.runtime import Quantity, cel, parse_quantity
 
-__all__ = ["DEFAULT_MAX_DATA_LOSS", "MAX_BYTES", "Failover", "byte_count", "byte_quantity"]
+__all__ = ["DEFAULT_MAX_DATA_LOSS", "MAX_BYTES", "Failover", "Replication", "byte_count", "byte_quantity"]
 
 MAX_BYTES = 2**63 - 1
 """The largest byte count v1alpha1's integer (int64 on the wire) holds: every v1beta1 value must convert to it."""
@@ -41,6 +43,44 @@ def _whole_bytes(value: str) -> str:
     return value
 
 
+ByteQuantity = Annotated[
+    Quantity,
+    AfterValidator(_whole_bytes),
+    cel(
+        # Not a quantity at all: the schema's pattern says so, once. isInteger: fits an int64 (v1alpha1's type).
+        "!isQuantity(string(self)) || "
+        "(quantity(string(self)).isInteger() && quantity(string(self)).compareTo(quantity('0')) >= 0)",
+        "must be a whole number of bytes, 0 or more, such as 16Mi or 1Gi",
+    ),
+]
+"""An amount of WAL or data: a quantity of whole bytes that v1alpha1's byte counts can hold."""
+
+
+_ALPHA = v1alpha1.Replication.model_fields
+_MODE = str(_ALPHA["mode"].description).replace("maxDataLossBytes", "maxDataLoss")
+
+
+class Replication(ApiModel, validations=v1alpha1.Replication.__kanri_validations__):
+    """How replicas follow the primary (streaming replication)."""
+
+    # mode and syncStandbys are v1alpha1's fields, declared with its types, defaults and descriptions.
+    mode: Annotated[ReplicationMode, Field(description=_MODE)] = "Async"
+    sync_standbys: Annotated[
+        Annotated[int, Field(ge=1, le=8)] | None, Field(description=_ALPHA["sync_standbys"].description)
+    ] = None
+
+    max_read_lag: ByteQuantity | None = None
+    """How far behind the primary a replica may have replayed, as an amount of WAL such as 16Mi (v1alpha1:
+    maxReadLagBytes, a byte count), and still serve reads. Default 16Mi (one WAL segment). A replica further behind,
+    or one the primary no longer lists as streaming (its lag is then unknown), leaves the -ro and -r Services until
+    it has caught up; the Degraded condition says which (reason ReadsWithheld). Unset: the default."""
+
+    @property
+    def read_lag_bound(self) -> int:
+        """maxReadLag in bytes, or its default."""
+        return DEFAULT_MAX_READ_LAG_BYTES if self.max_read_lag is None else byte_count(self.max_read_lag)
+
+
 DEFAULT_MAX_DATA_LOSS = byte_quantity(DEFAULT_MAX_DATA_LOSS_BYTES)
 """``16Mi``: one WAL segment, the same default as v1alpha1's maxDataLossBytes."""
 
@@ -59,16 +99,7 @@ class Failover(ApiModel):
     Manual: the operator fences the failed primary, reports the best candidate and waits for a human's approval
     (a condition and an Event say so) before promoting."""
 
-    max_data_loss: Annotated[
-        Quantity,
-        AfterValidator(_whole_bytes),
-        cel(
-            # Not a quantity at all: the schema's pattern says so, once. isInteger: fits an int64 (v1alpha1's type).
-            "!isQuantity(string(self)) || "
-            "(quantity(string(self)).isInteger() && quantity(string(self)).compareTo(quantity('0')) >= 0)",
-            "maxDataLoss must be a whole number of bytes, 0 or more, such as 16Mi or 1Gi",
-        ),
-    ] = DEFAULT_MAX_DATA_LOSS
+    max_data_loss: ByteQuantity = DEFAULT_MAX_DATA_LOSS
     """The RPO guard, an amount of WAL as a quantity such as 16Mi or 1Gi (v1alpha1: maxDataLossBytes, a byte
     count). Default 16Mi (one WAL segment). If the best replica may lack more WAL than this compared with the failed
     primary (or mode Sync has no synchronous standby to promote), an automatic failover stops before promoting and

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kanri.postgres.api import v1alpha1
-from kanri.postgres.api.v1beta1.replication import Failover
+from kanri.postgres.api.v1beta1.replication import Failover, Replication
 
 __all__ = ["PostgresClusterSpec"]
 
@@ -14,4 +14,7 @@ class PostgresClusterSpec(v1alpha1.PostgresClusterSpec):
 
     # Every other field (and every CEL rule) is v1alpha1's, inherited: a field added there is here too.
     # A field's type may change between versions; the v1alpha1 class is never used where this one is expected.
+    replication: Replication = Replication()  # type: ignore[assignment]
+    """Streaming replication between the instances. Default: mode Async."""
+
     failover: Failover = Failover()  # type: ignore[assignment]
