@@ -28,9 +28,11 @@ def run(args: list[str], env: dict[str, str], *, check: bool = True) -> subproce
     return done
 
 
-@pytest.fixture
-def kanri_env(tmp_path: Path) -> Iterator[dict[str, str]]:
-    env = {**os.environ, "KANRI_HOME": str(tmp_path / "kanri-home")}
+@pytest.fixture(scope="module")
+def kanri_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """One KANRI_HOME for the module: the second test's ``up`` finds the first one's restarted cluster running (a
+    start of the control plane and its nodes saved); each test still works alone, starting what it needs."""
+    env = {**os.environ, "KANRI_HOME": str(tmp_path_factory.mktemp("kanri-cli") / "kanri-home")}
     try:
         yield env
     finally:
