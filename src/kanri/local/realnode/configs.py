@@ -24,7 +24,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kanri.local.realnode.spec import CNI_LEASES, CONTAINERD_SOCKET, CONTAINERD_STATE, NodeLayout, NodeSpec
+from kanri.local.realnode.spec import (
+    CNI_LEASES,
+    CONTAINERD_SOCKET,
+    CONTAINERD_STATE,
+    POD_SUPERNET,
+    NodeLayout,
+    NodeSpec,
+)
 
 #: The values the kubelet insists on (pkg/kubelet/cm: setupKernelTunables), shown to it inside the node.
 KERNEL_TUNABLES = {
@@ -81,10 +88,15 @@ def containerd_config(layout: NodeLayout, bin_dir: Path, pause_image: str) -> st
     return _toml_tables(tables)
 
 
-def kubelet_config(layout: NodeLayout, spec: NodeSpec, resolv_conf: Path) -> dict[str, Any]:
-    """The ``KubeletConfiguration`` (written as JSON, which the kubelet reads as YAML)."""
+def kubelet_config(
+    layout: NodeLayout, spec: NodeSpec, resolv_conf: Path, cluster_dns: str | None = None
+) -> dict[str, Any]:
+    """The ``KubeletConfiguration`` (written as JSON, which the kubelet reads as YAML); ``cluster_dns``: the
+    ClusterIP of the cluster's DNS Service, for pods of ``dnsPolicy: ClusterFirst``."""
     pki = layout.pki
+    dns: dict[str, Any] = {"clusterDNS": [cluster_dns]} if cluster_dns else {}
     return {
+        **dns,
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
         "failCgroupV1": False,
@@ -118,8 +130,9 @@ def kubelet_config(layout: NodeLayout, spec: NodeSpec, resolv_conf: Path) -> dic
     }
 
 
-def kubeconfig(layout: NodeLayout, spec: NodeSpec, apiserver_port: int) -> dict[str, Any]:
-    """The kubelet's kubeconfig: the API server at the host bridge address (DNAT to its loopback listener).
+def kubeconfig(layout: NodeLayout, spec: NodeSpec, apiserver_port: int, user: str, cert_stem: str) -> dict[str, Any]:
+    """A kubeconfig of the node's (the kubelet's, kube-proxy's): the API server at the host bridge address (DNAT to
+    its loopback listener), as ``user`` with the certificate ``pki/<cert_stem>.crt``.
 
     The API server's certificate names ``localhost`` and 127.0.0.1, not the bridge address, so the client checks
     it for ``localhost`` (``tls-server-name``)."""
@@ -139,13 +152,38 @@ def kubeconfig(layout: NodeLayout, spec: NodeSpec, apiserver_port: int) -> dict[
         ],
         "users": [
             {
-                "name": f"system:node:{spec.name}",
-                "user": {"client-certificate": str(pki / "client.crt"), "client-key": str(pki / "client.key")},
+                "name": user,
+                "user": {
+                    "client-certificate": str(pki / f"{cert_stem}.crt"),
+                    "client-key": str(pki / f"{cert_stem}.key"),
+                },
             }
         ],
-        "contexts": [{"name": "node", "context": {"cluster": "local", "user": f"system:node:{spec.name}"}}],
+        "contexts": [{"name": "node", "context": {"cluster": "local", "user": user}}],
         "current-context": "node",
     }
+
+
+def kube_proxy_args(layout: NodeLayout, spec: NodeSpec) -> list[str]:
+    """kube-proxy's command line: nftables mode in the node's namespace (its tables are the node's, not the
+    machine's), the node's name and address, every pod network as the cluster's; it changes no conntrack sysctl
+    (several are machine-wide) and serves health and metrics on the node's loopback only."""
+    return [
+        "--proxy-mode=nftables",
+        f"--kubeconfig={layout.kube_proxy_kubeconfig}",
+        f"--hostname-override={spec.name}",
+        f"--bind-address={spec.ip}",
+        f"--cluster-cidr={POD_SUPERNET}",
+        "--detect-local-mode=ClusterCIDR",
+        "--healthz-bind-address=127.0.0.1:10256",
+        "--metrics-bind-address=127.0.0.1:10249",
+        "--conntrack-max-per-core=0",
+        "--conntrack-min=0",
+        "--conntrack-tcp-timeout-established=0",
+        "--conntrack-tcp-timeout-close-wait=0",
+        "--oom-score-adj=0",
+        "--v=1",
+    ]
 
 
 def cni_network(spec: NodeSpec) -> dict[str, Any]:
@@ -174,15 +212,26 @@ def cni_network(spec: NodeSpec) -> dict[str, Any]:
     }
 
 
-def write_all(layout: NodeLayout, spec: NodeSpec, bin_dir: Path, pause_image: str, apiserver_port: int) -> None:
+def write_all(
+    layout: NodeLayout,
+    spec: NodeSpec,
+    bin_dir: Path,
+    pause_image: str,
+    apiserver_port: int,
+    cluster_dns: str | None = None,
+) -> None:
     """Write every configuration file of the node into its directory."""
     layout.root.mkdir(parents=True, exist_ok=True)
     layout.containerd_config.write_text(containerd_config(layout, bin_dir, pause_image))
     resolv = layout.root / "resolv.conf"
     resolv.write_text(Path("/etc/resolv.conf").read_text())
-    layout.kubelet_config.write_text(json.dumps(kubelet_config(layout, spec, resolv), indent=2) + "\n")
-    layout.kubeconfig.write_text(json.dumps(kubeconfig(layout, spec, apiserver_port), indent=2) + "\n")
-    layout.kubeconfig.chmod(0o600)
+    layout.kubelet_config.write_text(json.dumps(kubelet_config(layout, spec, resolv, cluster_dns), indent=2) + "\n")
+    for path, user, stem in (
+        (layout.kubeconfig, f"system:node:{spec.name}", "client"),
+        (layout.kube_proxy_kubeconfig, "system:kube-proxy", "proxy"),
+    ):
+        path.write_text(json.dumps(kubeconfig(layout, spec, apiserver_port, user, stem), indent=2) + "\n")
+        path.chmod(0o600)
     layout.cni_conf.mkdir(exist_ok=True)
     (layout.cni_conf / "10-kanri.conflist").write_text(json.dumps(cni_network(spec), indent=2) + "\n")
     layout.sysctl_dir.mkdir(exist_ok=True)

@@ -6,7 +6,8 @@ the host's mounts show up inside, the node's never leak out):
 It joins the node's cgroup before it starts anything (so every descendant is born inside it), gives the node its
 own ``/run`` and ``/var/log`` (tmpfs: containerd's state, shim sockets, the pods' network namespaces, the kubelet's
 ``/var/log/containers`` links — all gone with the node), shows the kubelet the kernel tunables it wants without
-letting it change the machine's, starts containerd, imports the images, and becomes the kubelet (exec).
+letting it change the machine's, starts containerd, imports the images, starts kube-proxy (its nftables tables are
+the node's namespace's) and becomes the kubelet (exec).
 """
 
 from __future__ import annotations
@@ -77,6 +78,19 @@ def import_image(bin_dir: Path, layout_dir: Path, repository: str, env: dict[str
         raise SystemExit(f"ctr import of {layout_dir} into {repository} failed: {result.stderr.decode().strip()}")
 
 
+def start_kube_proxy(layout: NodeLayout, bin_dir: Path, args: list[str], env: dict[str, str]) -> None:
+    """Start kube-proxy in the background: it waits for its Node and Services by itself; the kubelet (this
+    process, after the exec) becomes its parent."""
+    with layout.kube_proxy_log.open("ab") as log:
+        subprocess.Popen(
+            [str(bin_dir / "kube-proxy"), *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
+
+
 def main(argv: list[str]) -> None:
     plan = LaunchPlan.load(Path(argv[1]))
     cgroups.join(plan.cgroup, os.getpid())
@@ -88,6 +102,8 @@ def main(argv: list[str]) -> None:
     for layout_dir, repository in plan.images:
         import_image(bin_dir, Path(layout_dir), repository, env)
     print(json.dumps({"event": "containerd-ready", "images": len(plan.images)}), flush=True)
+    if plan.kube_proxy_args:
+        start_kube_proxy(layout, bin_dir, plan.kube_proxy_args, env)
     log = os.open(layout.kubelet_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(log, 2)
     os.dup2(log, 1)

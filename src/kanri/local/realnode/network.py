@@ -10,6 +10,14 @@ host (nftables table ``ip kanri-realnode``) sends the port on to 127.0.0.1, whic
 ``route_localnet`` is on. The API server reaches each kubelet at the node's address through the bridge's connected
 route. Inside the node, the CNI bridge plugin (run by containerd) gives each pod its own namespace and address.
 
+Routing follows the addressing plan, so no node needs to know which others run: node ``j``'s pods
+(``10.251.<j>.0/24``) are reached through node ``j``'s address (``10.250.0.<10+j>``), on the host and in every other
+node, for every index a node may have. A route to a node that does not run just finds no neighbour. Pods reach the
+host and, through the DNAT rule, the API server without masquerade: the host routes their addresses back.
+
+A partition is a table of the node's own (``inet kanri-partition``, in its namespace) that drops everything through
+``eth0``: the node loses the other nodes and the control plane at once, its pods still reach each other.
+
 A stopped node leaves nothing: its namespace dies with its last process (its veth pair with it), and the bridge and
 the table go with the last node.
 """
@@ -22,9 +30,10 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-from kanri.local.realnode.spec import HOST_BRIDGE, NODE_NETWORK, NodeSpec
+from kanri.local.realnode.spec import HOST_BRIDGE, MAX_NODES, NODE_NETWORK, NodeSpec, node_ip, pod_cidr
 
 NAT_TABLE = "kanri-realnode"
+PARTITION_TABLE = "kanri-partition"
 NETNS_DIR = Path("/run/netns")
 HOST_LOCK = Path("/run/kanri-realnode.lock")
 
@@ -38,6 +47,11 @@ def _run(*args: str, check: bool = True, stdin: str | None = None) -> str:
     if check and result.returncode != 0:
         raise NetworkError(f"{' '.join(args)}: {result.stderr.strip()}")
     return result.stdout
+
+
+def _pod_routes(skip: int | None = None) -> str:
+    """``ip -batch`` lines routing every node's pod network to that node's address (but node ``skip``'s own)."""
+    return "".join(f"route replace {pod_cidr(i)} via {node_ip(i)} dev {{dev}}\n" for i in range(MAX_NODES) if i != skip)
 
 
 def _link_exists(name: str) -> bool:
@@ -62,6 +76,7 @@ def ensure_host_network(apiserver_port: int) -> None:
         _run("ip", "link", "add", HOST_BRIDGE, "type", "bridge")
         _run("ip", "addr", "add", f"{gateway}/{NODE_NETWORK.prefixlen}", "dev", HOST_BRIDGE)
     _run("ip", "link", "set", HOST_BRIDGE, "up")
+    _run("ip", "-batch", "-", stdin=_pod_routes().format(dev=HOST_BRIDGE))
     # DNAT to 127.0.0.1 is dropped as a martian unless the receiving interface allows loopback destinations.
     Path(f"/proc/sys/net/ipv4/conf/{HOST_BRIDGE}/route_localnet").write_text("1\n")
     _run("nft", "add", "table", "ip", NAT_TABLE)
@@ -85,6 +100,40 @@ def add_node_network(spec: NodeSpec) -> None:
     _run(*inside, "link", "set", "eth0", "up")
     _run(*inside, "link", "set", "lo", "up")
     _run(*inside, "route", "add", "default", "via", spec.gateway)
+    _run(*inside, "-batch", "-", stdin=_pod_routes(skip=spec.index).format(dev="eth0"))
+    # the node routes between its pods (cni0) and the bridge (eth0), whoever made its bridge first
+    _run("ip", "netns", "exec", spec.netns, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+
+
+def _in_node(spec: NodeSpec, *args: str, check: bool = True, stdin: str | None = None) -> str:
+    return _run("ip", "netns", "exec", spec.netns, *args, check=check, stdin=stdin)
+
+
+def partition(spec: NodeSpec) -> None:
+    """Cut the node off the bridge: drop every packet in or out of its ``eth0`` (idempotent)."""
+    rules = (
+        f"table inet {PARTITION_TABLE}\n"
+        f"delete table inet {PARTITION_TABLE}\n"  # replaces the table atomically, whether it existed or not
+        f"table inet {PARTITION_TABLE} {{\n"
+        "  chain prerouting { type filter hook prerouting priority raw; policy accept;"
+        ' iifname "eth0" drop comment "partitioned"; }\n'
+        "  chain postrouting { type filter hook postrouting priority raw; policy accept;"
+        ' oifname "eth0" drop comment "partitioned"; }\n'
+        "}\n"
+    )
+    _in_node(spec, "nft", "-f", "-", stdin=rules)
+
+
+def heal(spec: NodeSpec) -> None:
+    """Undo :func:`partition` (nothing to do when the node is not partitioned)."""
+    if is_partitioned(spec):
+        _in_node(spec, "nft", "delete", "table", "inet", PARTITION_TABLE)
+
+
+def is_partitioned(spec: NodeSpec) -> bool:
+    if not (NETNS_DIR / spec.netns).exists():
+        return False
+    return bool(_in_node(spec, "nft", "list", "table", "inet", PARTITION_TABLE, check=False))
 
 
 def remove_node_network(spec: NodeSpec) -> None:

@@ -36,6 +36,27 @@ APISERVER_KUBELET_BINDING = {
 }
 
 
+def apiserver_endpoint_slice(address: str, port: int) -> dict[str, object]:
+    """The ``kubernetes`` Service's endpoint as the nodes reach it: the host bridge address, which the host DNATs to
+    the API server's loopback listener (its own reconciler is off: it would publish 127.0.0.1, which an
+    EndpointSlice refuses and no node could reach). kube-proxy on each node sends the ClusterIP here."""
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": "kubernetes-realnodes",
+            "namespace": "default",
+            "labels": {
+                "kubernetes.io/service-name": "kubernetes",
+                "endpointslice.kubernetes.io/managed-by": "kanri.local.realnode",
+            },
+        },
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
+        "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+    }
+
+
 class RealNodeError(RuntimeError):
     """The node did not come up (the message carries the tail of the log that says why) or did not stop clean."""
 
@@ -50,7 +71,8 @@ class RealNode:
 
     ``images`` are the built images (names in ``.build/images/images.json``) imported at start besides the pause
     image; pods name them ``kanri.local/<repository>:<tag>``. ``extra_layouts`` are more OCI layouts, each with the
-    repository its tag is imported into.
+    repository its tag is imported into. ``cluster_dns`` is the ClusterIP of the cluster's DNS Service (the
+    kubelet's ``clusterDNS``), if there is one.
     """
 
     def __init__(
@@ -63,6 +85,7 @@ class RealNode:
         extra_layouts: tuple[tuple[Path, str], ...] = (),
         bin_dir: Path | None = None,
         images_dir: Path | None = None,
+        cluster_dns: str | None = None,
     ) -> None:
         self.spec = spec
         self.layout = NodeLayout(data_dir)
@@ -71,6 +94,7 @@ class RealNode:
         self._images_dir = images_dir or paths.build_dir() / "images"
         self._image_names = (PAUSE_IMAGE, *images)
         self._extra_layouts = extra_layouts
+        self.cluster_dns = cluster_dns
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -118,11 +142,13 @@ class RealNode:
             network.add_node_network(spec)
         control_plane_pki = self.control_plane_dir / "pki"
         issue_node_certificates(control_plane_pki, layout.pki, spec.name, spec.ip)
-        shutil.copyfile(control_plane_pki / "ca.crt", layout.pki / "ca.crt")
-        configs.write_all(layout, spec, self.bin_dir, images[PAUSE_IMAGE].ref, port)
+        for name in ("ca.crt", "proxy.crt", "proxy.key"):  # proxy.*: kube-proxy's identity, system:kube-proxy
+            shutil.copyfile(control_plane_pki / name, layout.pki / name)
+        configs.write_all(layout, spec, self.bin_dir, images[PAUSE_IMAGE].ref, port, self.cluster_dns)
         for directory in (layout.containerd_root, layout.kubelet_root, layout.pod_logs):
             directory.mkdir(exist_ok=True)
-        self._kubectl("apply", "--server-side", "-f", "-", stdin=json.dumps(APISERVER_KUBELET_BINDING))
+        for manifest in (APISERVER_KUBELET_BINDING, apiserver_endpoint_slice(spec.gateway, port)):
+            self._kubectl("apply", "--server-side", "-f", "-", stdin=json.dumps(manifest))
         plan = LaunchPlan(
             root=str(layout.root),
             cgroup=spec.cgroup,
@@ -138,6 +164,7 @@ class RealNode:
                 f"--node-labels=topology.kubernetes.io/zone={spec.zone}",
                 "--v=1",
             ],
+            kube_proxy_args=configs.kube_proxy_args(layout, spec),
         )
         plan.save(layout.launch_plan)
 
@@ -216,6 +243,14 @@ class RealNode:
 
     def thaw(self) -> None:
         cgroups.set_frozen(self.spec.cgroup, False)
+
+    def partition(self) -> None:
+        """Cut the node's network off the other nodes and the control plane (nftables in its namespace); its
+        processes run on, as on a machine whose switch port died. :meth:`heal` reconnects it."""
+        network.partition(self.spec)
+
+    def heal(self) -> None:
+        network.heal(self.spec)
 
     def leftovers(self) -> list[str]:
         """What of the node still exists on the machine (empty after :meth:`stop`)."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -16,6 +16,7 @@ class LaunchPlan:
     bin_dir: str
     images: list[tuple[str, str]]  # (OCI layout directory, repository to import its tag into)
     kubelet_args: list[str]
+    kube_proxy_args: list[str] = field(default_factory=list)  # none: no kube-proxy
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(self.__dict__, indent=2) + "\n")

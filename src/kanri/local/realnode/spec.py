@@ -17,6 +17,16 @@ POD_SUPERNET = ipaddress.IPv4Network("10.251.0.0/16")
 MAX_NODES = 200
 
 
+def node_ip(index: int) -> str:
+    """Node ``index``'s address on the host bridge."""
+    return str(NODE_NETWORK.network_address + 10 + index)
+
+
+def pod_cidr(index: int) -> str:
+    """Node ``index``'s pod network: every node and the host route it to :func:`node_ip` of the same index."""
+    return str(ipaddress.IPv4Network((int(POD_SUPERNET.network_address) + (index << 8), 24)))
+
+
 @dataclass(frozen=True)
 class NodeSpec:
     """One node: its Kubernetes name, its zone label and its index on the host bridge (distinct per node)."""
@@ -35,11 +45,11 @@ class NodeSpec:
 
     @property
     def ip(self) -> str:
-        return str(NODE_NETWORK.network_address + 10 + self.index)
+        return node_ip(self.index)
 
     @property
     def pod_cidr(self) -> str:
-        return str(list(POD_SUPERNET.subnets(new_prefix=24))[self.index])
+        return pod_cidr(self.index)
 
     @property
     def short_id(self) -> str:
@@ -117,6 +127,14 @@ class NodeLayout:
     @property
     def kubelet_log(self) -> Path:
         return self.root / "kubelet.log"
+
+    @property
+    def kube_proxy_kubeconfig(self) -> Path:
+        return self.root / "kube-proxy.kubeconfig"
+
+    @property
+    def kube_proxy_log(self) -> Path:
+        return self.root / "kube-proxy.log"
 
 
 #: Inside the node's mount namespace ``/run`` is a tmpfs of its own: containerd's state (shim sockets, runc state,
