@@ -178,6 +178,26 @@ def test_the_example_manifests_convert_both_ways(path: Path) -> None:
         assert POSTGRES.convert(new, V1ALPHA1) == stored
 
 
+backup_statuses = st.fixed_dictionaries(
+    {"phase": st.sampled_from(v1alpha1.BACKUP_PHASES)},
+    optional={"startedAt": times, "sizeBytes": st.integers(0, 1 << 50), "timeline": st.integers(1, 99),
+              "beginWAL": st.just("000000010000000000000002"), "reason": st.sampled_from(["Started", "Completed"])},
+)  # fmt: skip
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from([V1ALPHA1, V1BETA1]), st.none() | backup_statuses)
+def test_every_backup_converts_to_the_other_version_and_back(api_version: str, status: dict[str, Any] | None) -> None:
+    backup: dict[str, Any] = {"apiVersion": api_version, "kind": "PostgresBackup", "spec": {"cluster": "db"},
+                              "metadata": {"name": "b", "namespace": "prod"}}  # fmt: skip
+    if status is not None:
+        backup["status"] = status
+    other = V1BETA1 if api_version == V1ALPHA1 else V1ALPHA1
+    converted = POSTGRES_BACKUPS.convert(backup, other)
+    assert converted == {**backup, "apiVersion": other}
+    assert POSTGRES_BACKUPS.convert(converted, api_version) == backup
+
+
 def test_a_backup_changes_only_its_api_version() -> None:
     backup = {"apiVersion": V1ALPHA1, "kind": "PostgresBackup", "metadata": {"name": "b"}, "spec": {"cluster": "db"},
               "status": {"phase": "Completed", "beginWAL": "000000010000000000000002", "sizeBytes": 1234}}  # fmt: skip
