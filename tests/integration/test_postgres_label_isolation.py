@@ -196,7 +196,7 @@ async def _older_cluster(client: Client, namespace: str, name: str) -> Obj:
         sts = statefulset(cluster, spec, instance, role=role, image=image, running=True, by_app=False)
         sts["metadata"]["labels"] = instance_labels(name, instance, by_app=False)
         await client.create(STATEFUL_SET, sts)
-    for service in services(cluster, by_app=False):
+    for service in services(cluster, by_app=False, by_reads=False):  # made before either label existed
         service["metadata"]["labels"] = {CLUSTER: name, MANAGED_BY: "kanri"}
         await client.create(SERVICE, service)
     return cluster

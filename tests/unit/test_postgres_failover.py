@@ -184,3 +184,21 @@ def test_a_late_probe_may_take_the_whole_window_so_a_frozen_primary_still_fails_
     # A probe sent after a freeze is never answered: the suspicion keeps its start, the window is unchanged.
     assert window("PrimaryUnreachable", 0) == UNREACHABLE_WINDOW
     assert LATE_PROBES * SUSPECT_INTERVAL >= UNREACHABLE_WINDOW  # one probe a pass is in flight over the window
+
+
+def test_the_finished_event_is_derived_from_the_record_alone() -> None:
+    # issue 29 item 3: a later pass posts it from status.lastFailover when the operator that wrote it was killed
+    from kanri.postgres.ha.announce import finished_event
+
+    base = {"time": "2026-12-06T12:00:00Z", "from": "pg-1", "to": "pg-2", "timeline": 3}
+    kind, reason, message = finished_event({**base, "reason": "NodeMaintenance"})
+    assert (kind, reason) == ("Normal", "SwitchedOver")
+    assert message == "pg-2 is the primary (timeline 3); pg-1 follows it as a replica, and its node can be " \
+                      "drained (NodeMaintenance)"  # fmt: skip
+    _, _, message = finished_event({**base, "reason": "RollingUpdate"})
+    assert message.endswith("follows it as a replica, and is updated next (RollingUpdate)")
+    kind, reason, message = finished_event({**base, "reason": "PrimaryUnreachable", "dataLossPossible": True})
+    assert (kind, reason) == ("Warning", "FailedOver")
+    assert "possible data loss of unknown size" in message
+    _, reason, _ = finished_event({**base, "to": "pg-1", "reason": "SwitchoverAbandoned"})
+    assert reason == "PrimaryRestored"

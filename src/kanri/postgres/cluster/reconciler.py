@@ -57,6 +57,7 @@ from kanri.postgres.credentials import step as credentials_step
 from kanri.postgres.ha import primary_update
 from kanri.postgres.ha.failover import SUSPECT_INTERVAL
 from kanri.postgres.ha.failover_step import FailoverStep, StepResult
+from kanri.postgres.ha.maintenance import maintenance_target
 from kanri.postgres.ha.memory import FailoverMemory
 from kanri.postgres.ha.primary import choose_primary, gate_removals
 from kanri.postgres.ha.reads import ReadLag, read_lag, withheld_problem
@@ -442,6 +443,7 @@ class ClusterPass:
         await label_pods(self, data.plan, seen.reports, seen.pods, fenced, self.reads.withheld)
         if not failing_over:
             changes.restarting = await self.restart(data.plan, seen.reports)
+            await self.leave_cordoned_node(data.plan, seen)
             await self.settle_primary_update()
         return changes
 
@@ -709,6 +711,19 @@ class ClusterPass:
             return False
         self.switching = await self.failover.planned_switchover(target, reason)
         return self.switching is not None
+
+    async def leave_cordoned_node(self, plan: InstancePlan, seen: Seen) -> None:
+        """A primary whose node is cordoned (a drain begins) hands its role to a replica elsewhere first, so the drain
+        is not held by the primary's budget (:mod:`kanri.postgres.ha.maintenance`)."""
+        failover = self.failover
+        if self.switching is not None or failover is None or failover.token is None or plan.primary is None:
+            return
+        if failover.primary != plan.primary or len(plan.instances) < 2:
+            return
+        found = await maintenance_target(self, self.r.ha.of(self.cluster), self.r.clock(), plan.primary,
+                                         plan.instances, seen.reports, seen.pods)  # fmt: skip
+        if found is not None:
+            self.switching = await failover.planned_switchover(found[0], "NodeMaintenance")
 
     async def settle_primary_update(self) -> None:
         """``status.primaryUpdate`` goes once the primary has everything its replicas have, or the spec changed."""

@@ -16,7 +16,8 @@ Conditions (``Ready``, ``Progressing``, ``Degraded``, ``StorageResizing``, ``Maj
 ``SystemIdentifierMismatch``, ``DataVersionMismatch``, ``VolumeLost``, ``PostgresUnreachable``, ``ChildRejected``,
 ``ChildConflict``,
 ``StorageClassNotFound``, ``InvalidSecret``, ``OwnerMismatch``, ``InvalidParameter``, ``InvalidConfig``,
-``InstanceProblem``), else ``InstanceErrors``, ``ReplicasNotReady`` (the primary serves, a replica does not) |
+``InstanceProblem``, ``ReadsWithheld``), else ``InstanceErrors``, ``ReplicasNotReady`` (the primary serves, a replica
+does not) |
 | Degraded | False | ``AsExpected`` |
 | StorageResizing | True | ``Resizing`` (a claim's capacity is below its request) |
 | StorageResizing | False | ``Resized``, ``ExpansionNotSupported`` (the class cannot grow volumes: the user must act) |

@@ -20,6 +20,7 @@ from kanri.postgres.cluster.problems import Problem
 from kanri.postgres.cluster.recorded import LAST_PRIMARY, TIMELINE
 from kanri.postgres.ha import loss
 from kanri.postgres.ha import switchover as switchovers
+from kanri.postgres.ha.announce import announce_missed, finished_event, mark_announced
 from kanri.postgres.ha.context import FailoverContext, Operator, iso, log, parse_time, status_progress
 from kanri.postgres.ha.context import now as _now
 from kanri.postgres.ha.failover import (
@@ -91,6 +92,7 @@ class FailoverStep(FailoverContext):
         if (self.status.get("upgrade") or {}).get("phase") == "Upgrading":
             return StepResult()  # the upgrade stops and restarts every instance on purpose: nothing to fail over
         await rejoin_former_primaries(self)
+        await announce_missed(self)  # the last failover's Event, if an operator killed after its record missed it
         progress = self.status.get("failover")
         if progress:
             return await self.resume(dict(progress))
@@ -412,15 +414,10 @@ class FailoverStep(FailoverContext):
             patch["timeline"] = timeline
         await self.write_status(patch)
         await self.drop_annotation(APPROVE)
-        if switchover:
-            if progress.get("reason") == "Switchover":
-                await self.drop_annotation(SWITCHOVER)
-            then = "" if progress.get("reason") == "Switchover" else f", and is updated next ({progress['reason']})"
-            await self.r.events.normal(self.cluster, "SwitchedOver", f"{target} is the primary (timeline "
-                                       f"{timeline or '?'}); {old} follows it as a replica{then}")  # fmt: skip
-        elif old == target:
-            await self.r.events.normal(self.cluster, "PrimaryRestored", f"{old} is the primary again (timeline "
-                                       f"{timeline or '?'}) after the switchover was abandoned")  # fmt: skip
+        if switchover and progress.get("reason") == "Switchover":
+            await self.drop_annotation(SWITCHOVER)
+        if switchover or old == target:  # SwitchedOver, PrimaryRestored: all they say is in the record
+            await self.r.events.event(self.cluster, *finished_event(record))
         else:
             gap = progress.get("lsnGapBytes")
             if gap is None and lsn_bytes(progress.get("primaryLSN")) is not None:
@@ -428,6 +425,7 @@ class FailoverStep(FailoverContext):
             lost = loss.promotion_loss(old, gap, record["dataLossPossible"])
             await self.r.events.warning(self.cluster, "FailedOver", f"promoted {target} (timeline {timeline or '?'}) "
                                         f"after {old} failed ({progress.get('reason')}); {lost}")  # fmt: skip
+        await mark_announced(self, record)  # told: a later pass does not post it again (ha/announce.py)
         if self.r.metrics is not None:
             self.r.metrics.promoted(self.namespace, self.name, str(progress.get("reason")))
         self.memory.primary_seen = None

@@ -27,3 +27,7 @@ class FailoverMemory:
     """The last switchover refused (target, why): the Event is sent once per reason."""
     rejoin_requests: dict[str, float] = field(default_factory=dict)
     """Instance -> when it was last asked to rejoin."""
+    maintenance_started: float | None = None
+    """When a switchover off a cordoned node last began (:mod:`kanri.postgres.ha.maintenance`)."""
+    maintenance_refused: str | None = None
+    """The cordoned node no replica could take the primary role off (the Event is sent once per node)."""

@@ -26,8 +26,8 @@ from kanri.postgres.cluster.instances import InstanceReport
 __all__ = ["PLANNED", "PlannedReason", "record_blocks", "restart_up_to_date", "switchover_target", "waiting_message"]
 
 Obj = dict[str, Any]
-PlannedReason = Literal["RollingUpdate", "PendingRestart"]
-PLANNED: frozenset[str] = frozenset({"Switchover", "RollingUpdate", "PendingRestart"})
+PlannedReason = Literal["RollingUpdate", "PendingRestart", "NodeMaintenance"]
+PLANNED: frozenset[str] = frozenset({"Switchover", "RollingUpdate", "PendingRestart", "NodeMaintenance"})
 """``status.failover.reason`` of a switchover (by annotation, or begun by the operator to update the primary)."""
 
 

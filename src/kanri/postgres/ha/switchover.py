@@ -57,7 +57,9 @@ async def begin(ctx: FailoverContext, target: str, reason: str = "Switchover") -
     ctx.memory.failover_started = ctx.r.clock()
     ctx.memory.suspect = None  # the primary answered: the window of a failure during it starts afresh
     await ctx.set_progress(progress)
-    why = "" if reason == "Switchover" else f" before updating {ctx.primary} ({reason})"
+    why = {"Switchover": "", "NodeMaintenance": f" (NodeMaintenance: {ctx.primary}'s node is cordoned)"}.get(
+        reason, f" before updating {ctx.primary} ({reason})"
+    )
     await ctx.r.events.normal(ctx.cluster, "SwitchoverStarted", f"handing the primary role from "
                                f"{ctx.primary} to {target}{why}")  # fmt: skip
     return progress
@@ -179,7 +181,7 @@ async def abandon_switchover(ctx: FailoverContext, progress: Obj, why: str) -> N
 async def record_planned_failure(ctx: FailoverContext, progress: Obj, reason: str, message: str) -> None:
     """A switchover begun to update the primary did not happen: ``status.primaryUpdate`` holds the update back
     (``primary_update.py``), so it is not tried again every minute for the same spec."""
-    if progress.get("reason") not in PLANNED - {"Switchover"}:
+    if progress.get("reason") not in PLANNED - {"Switchover", "NodeMaintenance"}:  # no update waits on these
         return
     generation = int(ctx.cluster["metadata"].get("generation", 0))
     text = f"{message} while updating it ({progress['reason']})"[:1024]
