@@ -340,6 +340,7 @@ KINDS: dict[str, tuple[str, Viewer]] = {
     # ``kanri status KIND/NAME``: the kind as typed (lower case) -> its name in messages and its viewer
     "postgrescluster": ("PostgresCluster", _show_postgres),
     "cache": ("Cache", _show_cache),
+    "kafkatopic": ("KafkaTopic", lambda *args: __import__("kanri.cli.status_kafka", fromlist=["show"]).show(*args)),
 }
 DEFAULT_KIND = "postgrescluster"
 """A bare NAME."""

@@ -17,11 +17,13 @@ class ClusterReconciler:
     def __init__(self, manager: kr.Manager, *, admins: Admins | None = None) -> None:
         self.cache, self.client = manager.cache, manager.client
         self.events = kr.EventRecorder(self.client, component=FIELD_MANAGER)
-        self.steps: list[kit.Step] = [steps.write_children, steps.observe(admins or Admins())]
+        self.admins = admins or Admins()
+        self.steps: list[kit.Step] = [steps.write_children, steps.observe(self.admins)]
 
     async def reconcile(self, request: kr.Request) -> kr.Result | None:
         obj = self.cache.get(CLUSTER_KIND, request.name, request.namespace)
         if obj is None:
+            self.admins.forget((request.namespace, request.name))  # its admin client's threads and connections
             return None
         return await kit.finalize(self.client, CLUSTER_KIND, obj, CLUSTER_FINALIZER, apply=self.apply,
                                   cleanup=self.cleanup)  # fmt: skip

@@ -71,7 +71,7 @@ def observe(admins: Admins) -> kit.Step:
             return None
         bootstrap = ",".join(f"{b['ip']}:{children.CLIENT_PORT}" for b in ready)
         try:
-            answering, under, offline = await admins.of(bootstrap).health()
+            answering, under, offline = await admins.of((ctx.namespace, ctx.name), bootstrap).health()
         except AdminError as exc:
             ctx.ledger.stage("phase", "Degraded")
             ctx.ledger.condition("Ready", False, "KafkaUnreachable", str(exc))

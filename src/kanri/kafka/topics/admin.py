@@ -93,11 +93,23 @@ class TopicAdmin:
         # librdkafka's own log (every failed connect, while a broker restarts) goes to Python logging, not stderr
         config: dict[str, Any] = {"bootstrap.servers": bootstrap, "socket.connection.setup.timeout.ms": 5000,
                                   "logger": _LOG}  # fmt: skip
-        self._client = AdminClient(config)
+        self._handle: AdminClient | None = AdminClient(config)
         self._snapshot: tuple[float, dict[str, TopicState]] | None = None
         self._offsets: tuple[float, dict[str, dict[str, dict[int, int]]]] | None = None
         self._snapshot_lock = asyncio.Lock()
         self._written: dict[str, float] = {}
+
+    @property
+    def _client(self) -> AdminClient:
+        if self._handle is None:
+            raise AdminError("_DESTROY", f"the admin client of {self.bootstrap} was closed", True)
+        return self._handle
+
+    def close(self) -> None:
+        """Let go of the client: confluent-kafka 2.16 has no close(); librdkafka's handle (its threads and
+        connections) is destroyed with the last reference, which this drops. A call after it raises a retriable
+        AdminError (a pass that still held this client looks again with the new one)."""
+        self._handle = None
 
     async def describe(self, name: str) -> TopicState | None:
         """The topic now, or None when Kafka has no such topic."""

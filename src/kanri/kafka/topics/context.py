@@ -56,17 +56,39 @@ class TopicContext(kit.PassContext, Protocol):
 
 
 class Admins:
-    """One admin client per cluster address, shared by every topic on that cluster (librdkafka runs threads per
-    client: 1,000 topics on one cluster still make one client)."""
+    """One admin client per KafkaCluster, shared by both controllers and every topic on it (librdkafka runs threads
+    per client: 1,000 topics on one cluster still make one client).
+
+    The bootstrap address (the ready brokers' pod IPs) changes whenever a broker restarts. A client learns every
+    broker from metadata, so while the new address shares a broker with the old one the client is kept (only its
+    ``bootstrap`` is updated, for the requests kanri writes itself); when none is shared it could reach no one it
+    knows: it is closed and replaced. :meth:`forget` closes the client of a cluster that is gone."""
 
     def __init__(self, factory: Callable[[str], TopicAdmin] = TopicAdmin) -> None:
         self._factory = factory
-        self._clients: dict[str, TopicAdmin] = {}
+        self._clients: dict[tuple[str, str], TopicAdmin] = {}
 
-    def of(self, bootstrap: str) -> TopicAdmin:
-        if bootstrap not in self._clients:
-            self._clients[bootstrap] = self._factory(bootstrap)
-        return self._clients[bootstrap]
+    def of(self, cluster: tuple[str, str], bootstrap: str) -> TopicAdmin:
+        """The client of ``cluster`` (namespace, name) for its current ``bootstrap``."""
+        current = self._clients.get(cluster)
+        if current is not None and _addresses(current.bootstrap) & _addresses(bootstrap):
+            current.bootstrap = bootstrap
+            return current
+        if current is not None:
+            current.close()
+        self._clients[cluster] = self._factory(bootstrap)
+        return self._clients[cluster]
+
+    def forget(self, cluster: tuple[str, str]) -> None:
+        if (current := self._clients.pop(cluster, None)) is not None:
+            current.close()
+
+    def __len__(self) -> int:
+        return len(self._clients)
+
+
+def _addresses(bootstrap: str) -> set[str]:
+    return {part.strip() for part in bootstrap.split(",") if part.strip()}
 
 
 class TopicPass(kit.ObjectPass):

@@ -44,7 +44,7 @@ async def _observe(ctx: TopicContext, admins: Admins) -> tuple[TopicState | None
     address = cluster_address(cluster)
     if address is None:
         return None, None, f"KafkaCluster {ctx.spec.cluster} is gone or has no bootstrap"
-    ctx.admin = admins.of(address)
+    ctx.admin = admins.of((ctx.namespace, ctx.spec.cluster), address)
     try:
         state = await ctx.admin.describe(ctx.topic)
         groups = [] if state is None else await ctx.admin.groups_on(ctx.topic, state.partitions)

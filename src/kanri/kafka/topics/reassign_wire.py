@@ -168,7 +168,20 @@ def parse_list(payload: bytes) -> dict[int, Ongoing]:
 
 
 async def _call(bootstrap: str, api_key: int, body: bytes, timeout: float) -> bytes:
-    host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
+    """Send one request to the first bootstrap broker that answers (each forwards to the active controller)."""
+    failures = []
+    for address in [part.strip() for part in bootstrap.split(",") if part.strip()]:
+        try:
+            return await _call_one(address, api_key, body, timeout)
+        except AdminError as exc:
+            if exc.code != "_TRANSPORT":
+                raise
+            failures.append(exc.message)
+    raise AdminError("_TRANSPORT", "; ".join(failures) or f"no address in {bootstrap!r}", True)
+
+
+async def _call_one(address: str, api_key: int, body: bytes, timeout: float) -> bytes:
+    host, _, port = address.rpartition(":")
     correlation = next(_correlation) & 0x7FFFFFFF
     try:
         async with asyncio.timeout(timeout):
@@ -181,15 +194,15 @@ async def _call(bootstrap: str, api_key: int, body: bytes, timeout: float) -> by
             finally:
                 writer.close()
     except TimeoutError:
-        raise AdminError("_TIMED_OUT", f"no answer within {timeout} s", True) from None
+        raise AdminError("_TIMED_OUT", f"{address}: no answer within {timeout} s", True) from None
     except (OSError, asyncio.IncompleteReadError) as exc:
-        raise AdminError("_TRANSPORT", f"{bootstrap}: {exc}", True) from None
+        raise AdminError("_TRANSPORT", f"{address}: {exc}", True) from None
     if struct.unpack_from(">i", frame)[0] != correlation:
         raise AdminError("_BAD_MSG", "answer to another request", True)
-    reader_ = _Reader(frame)
-    reader_.pos = 4
-    reader_.tags()  # response header v1
-    return frame[reader_.pos :]
+    header = _Reader(frame)
+    header.pos = 4
+    header.tags()  # response header v1
+    return frame[header.pos :]
 
 
 async def alter(

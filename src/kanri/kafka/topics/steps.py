@@ -50,7 +50,7 @@ def connect(admins: Admins) -> TopicStep:
         if (address := cluster_address(cluster)) is None:
             not_ready(ctx, "Pending", "ClusterNotReady", f"KafkaCluster {ctx.spec.cluster} has no bootstrap yet")
             return Result(requeue_after=10)
-        ctx.admin = admins.of(address)
+        ctx.admin = admins.of((ctx.namespace, ctx.spec.cluster), address)
         return None
 
     return step
