@@ -18,6 +18,7 @@ import pytest_asyncio
 from confluent_kafka import Consumer, Producer
 from prometheus_client import CollectorRegistry
 
+from kanri.cli import status_kafka
 from kanri.kafka.api import APPROVE_DELETION, APPROVE_GROWTH, CLUSTER_KIND, TOPIC_KIND, KafkaCluster, KafkaTopic
 from kanri.kafka.broker.host import HostBroker, host_broker
 from kanri.kafka.topics.admin import TopicAdmin
@@ -184,6 +185,22 @@ async def test_a_topic_is_created_grown_in_checked_steps_and_held_while_a_group_
         assert metric(registry, "kanri_kafka_topic_growth_blocked", labels) == 0
         assert metric(registry, "kanri_kafka_topic_growth_steps_done", labels) == 3
         assert metric(registry, "kanri_kafka_topic_partitions", labels) == 12
+
+
+async def test_kanri_status_reads_the_topic_and_its_groups_from_kafka(
+    client: Client, namespace: str, broker: HostBroker
+) -> None:
+    async with operator(client, namespace, broker):
+        await client.create(TOPIC_KIND, topic(namespace, "shown", partitions=2, config={"retention.ms": "600000"}))
+        await eventually(lambda: condition(client, namespace, "shown", "TopicReady"), timeout=60)
+        await asyncio.to_thread(produce, broker.bootstrap, "shown", 5)
+        snap = await status_kafka.snapshot(client, "shown", namespace)
+    assert snap.kafka_error is None
+    assert snap.kafka is not None
+    assert (snap.kafka.partitions, dict(snap.kafka.config)) == (2, {"retention.ms": "600000"})
+    assert snap.groups == []
+    assert [e["reason"] for e in snap.events] == ["TopicCreated"]
+    assert snap.cluster is not None
 
 
 async def test_a_key_ordered_topic_grows_only_by_approved_steps(
