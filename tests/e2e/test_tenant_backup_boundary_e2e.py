@@ -95,14 +95,15 @@ async def test_a_namespace_admin_cannot_reach_another_namespaces_backups_with_th
         async with operator.running(refresh=2.0):
             # tenant B: a cluster with a secret row and its first base backup, in its folder of the default repository
             await client.create(POSTGRES_CLUSTER, cluster("payroll", tenant_b, 1, backup={"retentionDays": 1}))
+            # tenant A, a namespace admin of its own namespace only, makes a cluster that archives to the default
+            # (at once: both bootstrap side by side; nothing below reads A's cluster before B's backup is complete)
+            who = await tenant(control_plane, tenant_a)
+            orders = cluster("orders", tenant_a, 1, backup={"retentionDays": 1})
+            await kubectl(control_plane, tenant_a, "create", "-f", "-", stdin=json.dumps(orders), who=who)
             await eventually(lambda: ready(client, tenant_b, "payroll", 1), timeout=240, interval=1)
             await write_row(client, tenant_b, "payroll", 4242)
             await eventually(lambda: completed_backup(client, tenant_b, "payroll"), timeout=240, interval=1)
 
-            # tenant A, a namespace admin of its own namespace only, makes a cluster that archives to the default
-            who = await tenant(control_plane, tenant_a)
-            orders = cluster("orders", tenant_a, 1, backup={"retentionDays": 1})
-            await kubectl(control_plane, tenant_a, "create", "-f", "-", stdin=json.dumps(orders), who=who)
             secret_name = names.backup_secret("orders")
             raw = json.loads(await eventually(
                 lambda: _secret_as(control_plane, tenant_a, secret_name, who), timeout=120, interval=1))  # fmt: skip
