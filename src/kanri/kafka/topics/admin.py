@@ -245,6 +245,26 @@ class TopicAdmin:
             await _wait(self._client.incremental_alter_configs([resource])[resource], self.timeout)
         await self.set_config(name, dict.fromkeys(keys, "*"), [])
 
+    async def in_sync(self) -> list[tuple[str, int, tuple[int, ...], tuple[int, ...], int]]:
+        """Every partition of every topic (internal ones included: ``__consumer_offsets`` matters to a restart) as
+        (topic, partition, replicas, in-sync replicas, the topic's effective ``min.insync.replicas``)."""
+        try:
+            metadata = await asyncio.to_thread(self._client.list_topics, timeout=self.timeout)
+        except KafkaException as exc:
+            error = exc.args[0]
+            raise AdminError(error.name(), error.str(), bool(error.retriable())) from None
+        topics = {name: topic for name, topic in metadata.topics.items() if topic.error is None}
+        resources = [ConfigResource(ResourceType.TOPIC, name) for name in topics]
+        futures = self._client.describe_configs(resources, request_timeout=self.timeout) if resources else {}
+        found = []
+        for resource, future in futures.items():
+            entries: dict[str, Any] = await _wait(future, self.timeout)
+            setting = entries.get("min.insync.replicas")
+            min_isr = int(setting.value) if setting is not None and setting.value is not None else 1
+            for p in topics[resource.name].partitions.values():
+                found.append((resource.name, int(p.id), tuple(p.replicas), tuple(p.isrs), min_isr))
+        return sorted(found)
+
     async def brokers(self) -> int:
         """How many brokers the cluster reports."""
         return (await self.health())[0]
