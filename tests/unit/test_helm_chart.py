@@ -13,6 +13,7 @@ from kanri.images.chart import package_chart
 from kanri.postgres.backup.archiving import load_repository
 from kanri.postgres.children.images import PostgresImages
 from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
+from kanri.postgres.operator import UPGRADE_CRDS_ENV, operator_crds
 from kanri.runtime import Kind
 from kanri.runtime import kinds as builtin_kinds
 from tests.helm_support import CHART, ROOT, Obj, helm, of_kind, template, template_text
@@ -108,9 +109,10 @@ def test_namespaced_mode_grants_namespaced_resources_through_roles_only() -> Non
     for cluster_role in operator_cluster_roles(objects):
         scoped = sorted({(g, r) for g, r, _ in grants(cluster_role["rules"]) if namespaced(g, r)})
         assert scoped == [], f"ClusterRole {cluster_role['metadata']['name']} grants namespaced resources: {scoped}"
-    # The cluster-scoped remainder is read-only.
-    cluster_grants = {g for c in operator_cluster_roles(objects) for g in grants(c["rules"])}
-    assert {verb for _, _, verb in cluster_grants} <= {"get", "list", "watch"}
+    # The cluster-scoped remainder is read-only, but for replacing the operator's own two CRDs, by name.
+    cluster_rules = [rule for c in operator_cluster_roles(objects) for rule in c["rules"]]
+    writing = [rule for rule in cluster_rules if set(rule["verbs"]) - {"get", "list", "watch"}]
+    assert writing == [CRD_UPGRADE_RULE], writing
     roles = {(r["metadata"]["namespace"], r["metadata"]["name"]): r for r in of_kind(objects, "Role")}
     assert set(roles) == {("team-a", "kanri-operator"), ("kanri-ops", "kanri-operator-leader-election")}
     bindings = {(b["metadata"]["namespace"], b["metadata"]["name"]): b for b in of_kind(objects, "RoleBinding")}
@@ -315,6 +317,33 @@ def test_every_template_renders_in_some_mode(path: Path) -> None:
         "watchNamespaces={team-a}", *REPOSITORY
     )
     assert f"# Source: kanri/templates/{path.name}" in everything
+
+
+CRD_UPGRADE_RULE = {
+    "apiGroups": ["apiextensions.k8s.io"],
+    "resources": ["customresourcedefinitions"],
+    "resourceNames": [crd["metadata"]["name"] for crd in operator_crds()],
+    "verbs": ["get", "update"],
+}
+
+
+@pytest.mark.parametrize("values", [(), ("watchNamespaces={team-a}",)])
+def test_the_operator_upgrades_its_own_crds_unless_told_not_to(values: tuple[str, ...]) -> None:
+    """Default: KANRI_UPGRADE_CRDS=true and get + update on exactly the CRDs the operator carries; off: neither."""
+
+    def upgrade_env(objects: list[Obj]) -> list[object]:
+        return [e.get("value") for e in operator_container(objects)["env"] if e["name"] == UPGRADE_CRDS_ENV]
+
+    def crd_rules(objects: list[Obj]) -> list[Obj]:
+        rules = [rule for c in operator_cluster_roles(objects) for rule in c["rules"]]
+        return [rule for rule in rules if "customresourcedefinitions" in rule["resources"]]
+
+    objects = template(*values)
+    assert upgrade_env(objects) == ["true"]
+    assert crd_rules(objects) == [CRD_UPGRADE_RULE]
+    off = template(*values, "upgradeCRDs=false")
+    assert upgrade_env(off) == []
+    assert crd_rules(off) == []
 
 
 def test_allowed_backup_endpoints_reach_the_operator_as_one_flag_each() -> None:

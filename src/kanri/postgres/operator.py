@@ -6,13 +6,17 @@ client.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import structlog
 from prometheus_client import CollectorRegistry
 
+from kanri import __version__
+from kanri.postgres.api import CUSTOM_RESOURCES
 from kanri.postgres.api.v1alpha1.backup import S3Repository
 from kanri.postgres.backup.archiving import BackupMetrics, BackupSettings, identities_for, utc_now
 from kanri.postgres.backup.controller import BackupClient, PostgresBackupReconciler
@@ -32,9 +36,12 @@ from kanri.runtime import (
     Manager,
     ManagerOptions,
     Request,
+    crd_for,
+    upgrade_crds,
 )
 from kanri.runtime.kinds import (
     CONFIG_MAP,
+    CRD,
     EVENT,
     LEASE,
     NETWORK_POLICY,
@@ -48,10 +55,23 @@ from kanri.runtime.kinds import (
     STORAGE_CLASS,
 )
 
-__all__ = ["LEADER_ELECTION", "WRITES", "OperatorOptions", "Permission", "build_manager", "permissions"]
+__all__ = [
+    "CRD_UPGRADE",
+    "LEADER_ELECTION",
+    "UPGRADE_CRDS_ENV",
+    "WRITES",
+    "OperatorOptions",
+    "Permission",
+    "build_manager",
+    "operator_crds",
+    "permissions",
+]
 
 Obj = dict[str, Any]
 NAME = "kanri-postgres"
+UPGRADE_CRDS_ENV = "KANRI_UPGRADE_CRDS"
+"""``true`` (the chart sets it): the operator brings its CRDs up to date before it starts (docs/helm.md)."""
+log = structlog.get_logger("kanri.postgres")
 
 # What the controller watches: owned children (by owner reference), children found by the cluster label, and the
 # StorageClasses every cluster's claims depend on. The informers need list + watch on each.
@@ -102,14 +122,18 @@ WRITES: tuple[Permission, ...] = (
 )
 # Leader election (the runtime's LeaderElector): only in the operator's own namespace, so a Role of its own.
 LEADER_ELECTION: tuple[Permission, ...] = (_grant(LEASE, "get", "create", "update"),)
+# Bringing its own CRDs up to date at start (kanri.runtime.upgrade_crds): read and replace, the chart names the two
+# CRDs (resourceNames); the chart's crds/ creates them, so no create.
+CRD_UPGRADE: tuple[Permission, ...] = (_grant(CRD, "get", "update"),)
 
 
 def permissions() -> dict[tuple[Kind, str], frozenset[str]]:
-    """Everything the operator needs outside leader election: list + watch on what it watches, plus WRITES."""
+    """Everything the operator needs outside leader election: list + watch on what it watches, plus WRITES and
+    CRD_UPGRADE."""
     needed: dict[tuple[Kind, str], frozenset[str]] = {}
     for kind in (POSTGRES_CLUSTER, POSTGRES_BACKUP, *OWNED, *LABELLED, *CLUSTER_WIDE):
         needed[(kind, "")] = frozenset({"list", "watch"})
-    for permission in WRITES:
+    for permission in (*WRITES, *CRD_UPGRADE):
         key = (permission.kind, permission.subresource)
         needed[key] = needed.get(key, frozenset()) | permission.verbs
     return needed
@@ -150,6 +174,10 @@ class OperatorOptions:
     backup_now: Callable[[], datetime] = utc_now
     """"Now" for base backups' schedule and retention: a test hook (``kanri run --backup-clock-offset-file``, tests) to
     age backups without skewing the clock the object store checks requests against."""
+    upgrade_crds: bool = field(default_factory=lambda: os.environ.get(UPGRADE_CRDS_ENV) == "true")
+    """Bring the PostgreSQL CRDs up to this operator's version before the manager starts, refusing to run against
+    a newer operator's different CRDs (``KANRI_UPGRADE_CRDS=true``, set by the chart; see docs/helm.md, "Upgrades
+    and the CRDs"). Off by default: tests and ``kanri run`` on a laptop install the CRDs themselves."""
     manager: dict[str, Any] = field(default_factory=dict)
     """Further ManagerOptions fields (lease timings, graceful shutdown), for tests."""
 
@@ -203,7 +231,8 @@ def build_manager(
         health_port=options.health_port,
         **options.manager,
     )
-    manager = Manager(client, manager_options, registry=registry)
+    manager_class = _CrdUpgradingManager if options.upgrade_crds else Manager
+    manager = manager_class(client, manager_options, registry=registry)
     own_namespace = options.operator_namespace or options.leader_election_namespace
     reconciler = PostgresClusterReconciler(
         manager.cache,
@@ -229,6 +258,26 @@ def build_manager(
     if isinstance(reconciler.instances, BackupClient):  # a test's stand-in without the backup endpoints: none
         manager.add(_backup_controller(manager, client, reconciler, options))
     return manager
+
+
+def operator_crds() -> list[Obj]:
+    """The CRDs this operator serves, as deploy/crds/ holds them."""
+    return [crd_for(*versions) for versions in CUSTOM_RESOURCES]
+
+
+class _CrdUpgradingManager(Manager):
+    """A Manager that first brings the operator's CRDs up to its version: no informer, controller or webhook of
+    this operator runs against an older schema, and none runs against a newer operator's different one."""
+
+    async def run(self, *, handle_signals: bool = True) -> None:
+        try:
+            done = await upgrade_crds(self.client, operator_crds(), operator_version=__version__)
+        except Exception as exc:
+            log.error("operator does not start: its CRDs", error=str(exc), operator_version=__version__)
+            raise
+        for crd in done:
+            log.info("crd", name=crd.name, action=crd.action, was=crd.installed_version, now=__version__)
+        await super().run(handle_signals=handle_signals)
 
 
 def _cluster_controller(manager: Manager, reconciler: PostgresClusterReconciler, options: OperatorOptions

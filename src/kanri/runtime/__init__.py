@@ -11,6 +11,7 @@ from kanri.runtime._controller import Controller, ControllerOptions, Reconciler,
 from kanri.runtime._conversion import Conversion, ConversionError, Conversions
 from kanri.runtime._conversion_webhook import ConversionWebhook, WebhookOptions
 from kanri.runtime._crd import CustomResource, PrinterColumn, Scale, SchemaError, crd_for, crd_yaml
+from kanri.runtime._crd_upgrade import CrdDowngradeRefused, CrdUpgrade, CrdUpgradeFailed, upgrade_crds
 from kanri.runtime._errors import ApiError, PermanentError, ReconcileError, TransientError
 from kanri.runtime._events import EventRecorder
 from kanri.runtime._finalizers import add_finalizer, finalizer_step, has_finalizer, remove_finalizer
@@ -56,7 +57,10 @@ __all__ = [
     "ConversionError",
     "ConversionWebhook",
     "Conversions",
+    "CrdDowngradeRefused",
     "CrdNotEstablished",
+    "CrdUpgrade",
+    "CrdUpgradeFailed",
     "CustomResource",
     "EventRecorder",
     "FakeClock",
@@ -122,5 +126,6 @@ __all__ = [
     "set_condition",
     "set_owner",
     "update_status",
+    "upgrade_crds",
     "view_source",
 ]

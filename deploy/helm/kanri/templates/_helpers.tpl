@@ -105,6 +105,13 @@ there is no exec, no RBAC object, no node and no namespace among them.
 - apiGroups: ["storage.k8s.io"]
   resources: ["storageclasses"]
   verbs: ["list", "watch"]
+{{- if .Values.upgradeCRDs }}
+# Its own two CRDs, by name: replaced with the operator's at start (values `upgradeCRDs`; crds/ creates them).
+- apiGroups: ["apiextensions.k8s.io"]
+  resources: ["customresourcedefinitions"]
+  resourceNames: ["postgresclusters.kanri.dev", "postgresbackups.kanri.dev"]
+  verbs: ["get", "update"]
+{{- end }}
 {{- end -}}
 
 {{/*
