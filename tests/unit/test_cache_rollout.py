@@ -109,3 +109,22 @@ def test_the_update_revision_counts_only_once_the_controller_observed_the_spec()
     sts["status"] = {"observedGeneration": 2, "updateRevision": NEW}
     assert update_revision(sts) == NEW
     assert update_revision(None) is None
+
+
+def test_planned_switchovers_are_not_counted_as_failovers_and_a_rollout_shows_as_updating() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from kanri.cache.metrics import CacheMetrics
+
+    registry = CollectorRegistry()
+    metrics = CacheMetrics(registry)
+    records = [{"reason": "observed by the operator: Sentinel promoted another pod"},
+               {"reason": "planned switchover from c-0 to c-1: writes paused until it held them all"}]  # fmt: skip
+    conditions = [{"type": "Updating", "status": "True"}, {"type": "Ready", "status": "True"}]
+    metrics.observe({"metadata": {"name": "c", "namespace": "ns"},
+                     "status": {"failovers": records, "conditions": conditions}})  # fmt: skip
+    labels = {"namespace": "ns", "cache": "c"}
+    assert registry.get_sample_value("kanri_cache_cache_recorded_failovers", labels) == 1
+    assert registry.get_sample_value("kanri_cache_cache_updating", labels) == 1
+    metrics.forget("ns", "c")
+    assert registry.get_sample_value("kanri_cache_cache_updating", labels) is None

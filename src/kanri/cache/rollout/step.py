@@ -66,7 +66,7 @@ async def roll(ctx: kit.PassContext, spec: CacheSpec, seen: Assessment, password
     pending = [p.name for p in sorted(pods, key=lambda p: p.ordinal)
                if revision is not None and p.ordinal < spec.replicas and p.revision != revision]  # fmt: skip
     leaving = [p.name for p in pods if p.ordinal >= spec.replicas]
-    _stage(ctx, decision, pending, leaving)
+    _stage(ctx, decision, pending, sorted(leaving), spec.storage is not None)
     match decision:
         case Replace(pod=pod, reason=reason):
             ctx.requeue(ACT_AGAIN)
@@ -77,12 +77,16 @@ async def roll(ctx: kit.PassContext, spec: CacheSpec, seen: Assessment, password
     return None
 
 
-def _stage(ctx: kit.PassContext, decision: RolloutDecision, pending: list[str], leaving: list[str]) -> None:
+def _stage(ctx: kit.PassContext, decision: RolloutDecision, pending: list[str], leaving: list[str],
+           durable: bool) -> None:  # fmt: skip
     if isinstance(decision, Settled) or (not pending and not leaving):
         ctx.ledger.condition(CONDITION, False, "UpToDate", "every pod runs the current template")
         return
     now = {Replace: "ReplacingPod", Switchover: "SwitchingOver", Wait: "Waiting"}[type(decision)]
-    parts = [f"pending: {', '.join(pending) or 'none'}"] + ([f"leaving: {', '.join(leaving)}"] if leaving else [])
+    parts = [f"pending: {', '.join(pending) or 'none'}"]
+    if leaving:
+        kept = f" (their volumes are kept: {', '.join(f'data-{pod}' for pod in leaving)})" if durable else ""
+        parts.append(f"leaving: {', '.join(leaving)}{kept}")
     reason = getattr(decision, "reason", "")
     ctx.ledger.condition(CONDITION, True, now, f"{reason}; {'; '.join(parts)}")
 

@@ -21,10 +21,12 @@ import structlog
 from kanri.cache.agent.node import FENCED_PRIMARY
 from kanri.cache.agent.resp import UNAVAILABLE, Connection, Secret
 
-__all__ = ["PAUSE_MS", "Outcome", "Topology", "switch_over"]
+__all__ = ["PAUSE_MS", "PLANNED", "Outcome", "Topology", "switch_over"]
 
 log = structlog.get_logger("kanri.cache.rollout")
 
+PLANNED = "planned switchover"
+"""How a planned switchover's failover record's reason starts (metrics and alerts tell it from Sentinel's own)."""
 PAUSE_MS = 15_000
 """Longest writes stay paused on the old primary (also if the operator dies mid-way)."""
 CATCH_UP_SECONDS = 5.0
@@ -209,9 +211,11 @@ async def _paused_failover(master: str, primary: tuple[str, str], candidates: Ma
                 await _command(old_address, password, "REPLICAOF", "NO", "ONE")
             return Outcome(None, f"no replica was promoted within {PROMOTION_SECONDS:.0f} s")
         named = await _renamed(sentinel, password, master, before)
-        if named is not None and named != before:  # the new primary's address as the pods know it (its DNS name)
-            await _command(old_address, password, "REPLICAOF", named[0], named[1])
-        return Outcome(promoted, f"planned switchover from {old} to {promoted}: writes paused until it held them all")
+        if named is None:  # the old primary stays fenced: no second primary; the next look replaces it
+            return Outcome(None, f"{promoted} was promoted but the Sentinel did not switch to it within "
+                           f"{PROMOTION_SECONDS:.0f} s; {old} stays fenced")  # fmt: skip
+        await _command(old_address, password, "REPLICAOF", named[0], named[1])  # the address the pods know it by
+        return Outcome(promoted, f"{PLANNED} from {old} to {promoted}: writes paused until it held them all")
     finally:
         with contextlib.suppress(*UNAVAILABLE):
             await _command(old_address, password, "CLIENT", "UNPAUSE")
