@@ -51,7 +51,8 @@ from kanri.postgres.cluster.recorded import (
     recorded_system_identifier,
 )
 from kanri.postgres.cluster.report import report
-from kanri.postgres.cluster.status import Observation
+from kanri.postgres.cluster.routed import unrouted
+from kanri.postgres.cluster.status import SWITCHOVER_SETTLE, Observation
 from kanri.postgres.cluster.sync import ensure
 from kanri.postgres.credentials import step as credentials_step
 from kanri.postgres.ha import primary_update
@@ -101,7 +102,9 @@ from kanri.runtime import (
     controller_of,
     deletion_time,
     finalizer_step,
+    get_condition,
     is_controlled_by,
+    parse_optional_time,
     remove_finalizer,
 )
 from kanri.runtime.kinds import (
@@ -121,6 +124,7 @@ log = structlog.get_logger("kanri.postgres")
 
 _RETRY_BLOCKED = 2.0  # a child of ours still held by a deleted owner: the garbage collector is quick
 _UPGRADE_POLL = 2.0  # a major upgrade under way: its pods and its downtime are watched closely
+_ROUTE_POLL = 1.0  # every instance is ready but -rw does not route to the primary yet: Ready follows within a second
 _RETRIED_STATUSES = frozenset({429, 503, 504})  # throttled or unavailable: retried with backoff, not a refusal
 _RESTART_COOLDOWN = 60.0  # do not ask the same instance to restart again before it had time to report
 # A changed ConfigMap reaches the instance managers a few config intervals (2 s) apart: restart only once the set of
@@ -317,6 +321,8 @@ class ClusterPass:
         """Why the primary's update waits (a planned switchover for this spec failed)."""
         self.primary_behind = False
         """The primary still lacks the pod template or the parameters its replicas have."""
+        self.unrouted: str | None = None
+        """Why ``-rw`` does not route to the primary yet (:mod:`kanri.postgres.cluster.routed`)."""
         self.reads = ReadLag(lag={}, withheld={})
         """The replicas' lag as the primary sees it, and those withheld from reads (:mod:`kanri.postgres.ha.reads`)."""
 
@@ -378,6 +384,7 @@ class ClusterPass:
             step = self.switching
             self.cluster, self.status = step.cluster, step.cluster.get("status") or {}
         self.find_problems(seen)
+        self.unrouted = await self.routing_to_primary(seen, data.plan)  # Ready waits for -rw to route to it
         await report(self, self.observation(seen, data, changes, step))
         # status.upgrade: approval, gates, check, pg_upgrade
         self.upgrade_busy = await upgrade_step.run(self, data.major, data.plan, seen.reports)
@@ -447,6 +454,16 @@ class ClusterPass:
             await self.settle_primary_update()
         return changes
 
+    async def routing_to_primary(self, seen: Seen, plan: InstancePlan) -> str | None:
+        """Why ``-rw`` does not route to the primary yet; its EndpointSlices are read only around a change."""
+        if not self.running:
+            return None
+        ready = get_condition(self.status.get("conditions") or [], "Ready") or {}
+        last = parse_optional_time(str((self.status.get("lastFailover") or {}).get("time") or ""))
+        recent = last is not None and datetime.now(UTC) - last < SWITCHOVER_SETTLE
+        changed = ready.get("status") != "True" or self.status.get("currentPrimary") != plan.primary or recent
+        return await unrouted(self, plan.primary, seen.pods, slices=changed)
+
     def find_problems(self, seen: Seen) -> None:
         """What the cache and the reports show wrong (beyond what the steps found as they went)."""
         self.problems.extend(credentials_step.problems(self))
@@ -476,6 +493,7 @@ class ClusterPass:
                            upgrade=upgrade_verdict(data.major, self.spec.version, approved,
                                                    upgrade_step.repository_missing(self)),
                            system_identifier=data.system_identifier, split_brain=seen.split_brain,
+                           unrouted=self.unrouted,
                            failover=step.progress, primary_waiting=self.primary_waiting,
                            upgrading=upgrade_step.in_progress(self.status))  # fmt: skip
 
@@ -488,6 +506,8 @@ class ClusterPass:
             wait = min(wait, step.requeue)
         if self.upgrade_busy:
             wait = min(wait, _UPGRADE_POLL)
+        if self.unrouted is not None:
+            wait = min(wait, _ROUTE_POLL)
         return Result(requeue_after=wait)
 
     def existing_instances(self) -> list[str]:

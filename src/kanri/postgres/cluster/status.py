@@ -5,7 +5,8 @@ Conditions (``Ready``, ``Progressing``, ``Degraded``, ``StorageResizing``, ``Maj
 | condition | status | reasons |
 |---|---|---|
 | Ready | True | ``InstancesReady`` |
-| Ready | False | ``PrimaryNotReady``, ``ReplicasNotReady``, ``Hibernated`` |
+| Ready | False | ``PrimaryNotReady``, ``ReplicasNotReady``, ``PrimaryNotRouted`` (every instance ready, ``-rw`` not
+routing to the primary yet: ``cluster/routed.py``), ``Hibernated`` |
 | Progressing | True | ``Provisioning``, ``Scaling``, ``ScaleDownWaiting``, ``ResizingStorage``,
 ``PrimaryUpdateWaiting`` (a switchover to update the primary failed: ``status.primaryUpdate``), ``RollingUpdate``,
 ``RestartingInstances``, ``WaitingForInstances`` |
@@ -94,6 +95,8 @@ class Observation:
     """Why the primary's update (rollout or restart) waits: a switchover for this spec failed (``primary_update``)."""
     upgrading: str | None = None
     """A major upgrade under way (``upgrade_step.in_progress``): what it does now."""
+    unrouted: str | None = None
+    """Why ``-rw`` does not route to the primary yet (:mod:`kanri.postgres.cluster.routed`): Ready waits."""
     lag: Mapping[str, int | None] | None = None
     """Replica -> replay lag as the primary sees it, None when unknown (:mod:`kanri.postgres.ha.reads`); None: each
     replica's own figure."""
@@ -172,7 +175,8 @@ def _seen(old: Obj, obs: Observation) -> _Seen:
     ready = [name for name in instances if (r := obs.reports.get(name)) is not None and r.ready]
     not_ready = [name for name in instances if name not in ready]
     previous_phase = old.get("phase")
-    never_ready = previous_phase in (None, "Pending", "Provisioning") and not (primary in ready and not not_ready)
+    serving = primary in ready and not not_ready and obs.unrouted is None
+    never_ready = previous_phase in (None, "Pending", "Provisioning") and not serving
     scaling = obs.scaled or (previous_phase == "Scaling" and bool(not_ready))
     return _Seen(primary, instances, ready, not_ready, never_ready, scaling)
 
@@ -183,6 +187,8 @@ def _ready(obs: Observation, seen: _Seen, details: str) -> Verdict:
     if obs.hibernated:
         kept = ", ".join(obs.plan.instances) or "none"
         return False, "Hibernated", f"replicas is 0: every instance is stopped; volumes kept: {kept}"
+    if not seen.not_ready and seen.primary_ready and obs.unrouted:
+        return False, "PrimaryNotRouted", f"{seen.summary}: {obs.unrouted}"
     if not seen.not_ready and seen.primary_ready:
         return True, "InstancesReady", f"{seen.summary}, primary {seen.primary}"
     reason = "ReplicasNotReady" if seen.primary_ready else "PrimaryNotReady"
@@ -282,7 +288,7 @@ def _phase(obs: Observation, seen: _Seen, problems: list[Problem], switching: st
         return "SwitchingOver"
     if obs.failover:
         return "FailingOver"
-    if seen.primary_ready and not seen.not_ready and not problems and not obs.removal_waiting:
+    if seen.primary_ready and not seen.not_ready and not problems and not obs.removal_waiting and not obs.unrouted:
         return "Ready"
     if seen.scaling or obs.removal_waiting:
         return "Scaling"

