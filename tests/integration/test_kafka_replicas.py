@@ -1,5 +1,6 @@
-"""A replication-factor change by reassignment, against a real kube-apiserver and a real three-node KRaft cluster
-(host processes on 127.0.0.1-3): RF 1 -> 3 on a topic holding messages, throttled and tracked in
+"""Against a real three-node KRaft cluster (host processes on 127.0.0.1-3): the rolling-restart gate read from
+Kafka's ISRs (held while a broker is down, open again once it is back in sync), and — with a real kube-apiserver —
+a replication-factor change by reassignment: RF 1 -> 3 on a topic holding messages, throttled and tracked in
 status.replicasChange, the operator stopped mid-change and a new one finishing it from what Kafka reports; every
 message is still readable afterwards, also with the broker that led half the partitions stopped."""
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +17,10 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from prometheus_client import CollectorRegistry
 
 from kanri.kafka.api import TOPIC_KIND
-from kanri.kafka.broker.host import HostBroker, host_cluster
+from kanri.kafka.broker.host import HostBroker, host_cluster, restart
+from kanri.kafka.cluster.rolling import BrokerPod, Hold, PartitionIsr, Restart, next_restart, safe_to_stop
 from kanri.kafka.topics import reassign_wire, replicas_step
+from kanri.kafka.topics.admin import TopicAdmin
 from kanri.runtime import Client
 from tests.integration.test_kafka_topics import client, condition, events, metric_is, operator, topic
 from tests.support import eventually
@@ -56,6 +60,37 @@ def read_all(bootstrap: str, name: str, partitions: int) -> list[int]:
     finally:
         consumer.close()
     return seen
+
+
+async def in_sync(admin: TopicAdmin, topic: str, size: int) -> list[PartitionIsr] | None:
+    """Every partition's ISR, once every partition of ``topic`` has ``size`` in-sync replicas."""
+    view = [PartitionIsr(*row) for row in await admin.in_sync()]
+    mine = [p for p in view if p.topic == topic]
+    return view if mine and all(len(p.isr) == size for p in mine) else None
+
+
+async def test_a_restart_is_held_while_stopping_a_broker_would_take_a_partition_under_min_isr(
+    brokers: list[HostBroker],
+) -> None:
+    admin = TopicAdmin(",".join(b.bootstrap for b in brokers))
+    await admin.create("gated", 3, 3, {"min.insync.replicas": "2"})
+    await admin.create("scratch", 1, 1, {})  # RF 1: down with its broker whatever is waited for, so never a hold
+    outdated = [BrokerPod(f"events-{n}", n, True, False) for n in range(3)]
+    view = await eventually(lambda: in_sync(admin, "gated", 3), timeout=30)
+    assert next_restart(outdated, view) == Restart("events-2", 2)
+    await asyncio.to_thread(brokers[0].stop)  # broker 0 down (a restart under way, or a failure)
+    try:
+        view = await eventually(lambda: in_sync(admin, "gated", 2), timeout=60)
+        held = next_restart([replace(outdated[0], current=True), *outdated[1:]], view)
+        assert isinstance(held, Hold), held
+        assert held.reason == "MinInSyncReplicas"
+        assert "stopping broker 2 would leave gated-0 (in sync: 2, min.insync.replicas 2)" in held.message
+        assert "scratch" not in held.message
+    finally:
+        await asyncio.to_thread(restart, brokers[0])
+    view = await eventually(lambda: in_sync(admin, "gated", 3), timeout=90)  # back in sync: the gate opens
+    assert safe_to_stop(2, view) is None
+    admin.close()
 
 
 async def test_replication_factor_1_to_3_is_moved_throttled_and_resumed_after_a_restart(

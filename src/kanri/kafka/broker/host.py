@@ -118,6 +118,15 @@ def host_cluster(
             broker.stop()
 
 
+def restart(broker: HostBroker, timeout: float = 60.0) -> None:
+    """Start a stopped ``broker`` again with the same environment and data; returns once it answers."""
+    broker.stop()
+    with broker.log.open("ab") as out:
+        broker.process = subprocess.Popen([sys.executable, "-m", "kanri.kafka.broker"], env=broker.env, stdout=out,
+                                          stderr=subprocess.STDOUT)  # fmt: skip
+    _wait_ready(broker, timeout)
+
+
 def _start(data: Path, env: dict[str, str], bootstrap: str) -> HostBroker:
     data.mkdir(parents=True, exist_ok=True)
     log = data / "broker.log"
