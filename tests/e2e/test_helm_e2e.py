@@ -1,6 +1,7 @@
 """The Helm chart end to end: `helm install` runs the operator as a pod of the local node under the chart's
 ServiceAccount and RBAC, a PostgresCluster becomes Ready, and `helm uninstall` removes the operator only: the cluster,
-its volume claims and its data stay, and a reinstalled operator takes the cluster over again.
+its volume claims and its data stay, and a reinstalled operator takes the cluster over again, after bringing an
+older operator's CRD up to its own (the path a `helm upgrade` takes, docs/helm.md).
 
 The chart is installed in namespaced mode, watching the test's own namespace: the control plane is shared by the
 whole session, and a cluster-wide operator would reconcile the other tests' clusters too."""
@@ -12,14 +13,19 @@ from pathlib import Path
 
 import pytest
 
+from kanri import __version__
 from kanri.local import Endpoint
 from kanri.local.node import LocalNode
 from kanri.postgres.kinds import POSTGRES_CLUSTER
+from kanri.postgres.operator import operator_crds
 from kanri.runtime import ApiError, Client, Kind
-from kanri.runtime.kinds import CLUSTER_ROLE, DEPLOYMENT, POD, PVC, ROLE
+from kanri.runtime._crd_upgrade import DIGEST_ANNOTATION, VERSION_ANNOTATION, crd_digest
+from kanri.runtime.kinds import CLUSTER_ROLE, CRD, DEPLOYMENT, POD, PVC, ROLE
 from tests.e2e.postgres_helpers import cluster, cluster_ip, credentials, gone, names, ready, rows_on, write_row
 from tests.helm_support import CHART, helm_async
 from tests.support import eventually
+
+CLUSTER_CRD = operator_crds()[0]["metadata"]["name"]  # postgresclusters.kanri.dev
 
 
 async def absent(client: Client, kind: Kind, name: str, namespace: str | None = None) -> bool:
@@ -71,10 +77,17 @@ async def test_helm_install_runs_the_operator_and_uninstall_keeps_the_cluster_an
         host = await cluster_ip(client, namespace, "inventory-rw")
         assert await eventually(lambda: rows_on(host, user, password), timeout=30) == [42]
 
+        # An older operator's CRD (as after an upgrade of the chart, whose crds/ Helm never updates): the new
+        # operator's pod replaces it with its own before it serves, under the chart's RBAC (docs/helm.md).
+        older = {VERSION_ANNOTATION: "0.0.1", DIGEST_ANNOTATION: "0" * 16}
+        await client.patch(CRD, CLUSTER_CRD, {"metadata": {"annotations": older}})
         # A reinstalled operator takes the cluster over: it stays Ready, and deleting it now runs the finalizer,
         # which keeps the claims (deletionPolicy Retain, the default).
         await helm_async(*install, home=home)
         installed = True
+        stamped = (await client.get(CRD, CLUSTER_CRD))["metadata"]["annotations"]
+        assert stamped[VERSION_ANNOTATION] == __version__, stamped
+        assert stamped[DIGEST_ANNOTATION] == crd_digest(operator_crds()[0]), stamped
         await eventually(lambda: ready(client, namespace, "inventory", 1), timeout=120, interval=1)
         await client.delete(POSTGRES_CLUSTER, "inventory", namespace)
         await eventually(lambda: gone(client, namespace, "inventory"), timeout=120, interval=1)
