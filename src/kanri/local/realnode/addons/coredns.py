@@ -11,6 +11,8 @@ Why it looks the way it does:
 - **Port 1053.** The image runs as a non-root user, which may not bind a port below 1024 (file capabilities would need
   xattrs in the layer). Clients reach it at the pod's address on 1053; the Service maps port 53 to it, so a kube-proxy
   makes ``<clusterIP>:53`` work for every pod's ``/etc/resolv.conf``.
+- **kube-system is privileged** (its Pod Security label): the control plane enforces ``baseline`` everywhere else,
+  which refuses a host-network pod.
 - **The ClusterIP** is the tenth address of the control plane's Service range (``serviceCIDR`` in its config.json),
   as kubeadm chooses it; the kubelets' ``clusterDNS`` must name the same address.
 """
@@ -150,7 +152,8 @@ def _pod_template(image: str, node_selector: dict[str, str]) -> dict[str, Any]:
 
 
 def manifests(apiserver: str, cluster_ip: str, image: str, node_selector: dict[str, str]) -> list[dict[str, Any]]:
-    """Every object of the add-on: RBAC, the ConfigMap (Corefile, kubeconfig), the Deployment, the Service."""
+    """Every object of the add-on: kube-system's Pod Security label, RBAC, the ConfigMap (Corefile, kubeconfig), the
+    Deployment, the Service."""
     config_map = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -180,7 +183,12 @@ def manifests(apiserver: str, cluster_ip: str, image: str, node_selector: dict[s
             ],
         },
     }
-    return [*_rbac(), config_map, deployment, service]
+    namespace = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": NAMESPACE, "labels": {"pod-security.kubernetes.io/enforce": "privileged"}},
+    }
+    return [namespace, *_rbac(), config_map, deployment, service]
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,19 @@
 """NetworkPolicy enforcement on a real node: kube-network-policies (built by nodes/build.sh), one per node.
 
-It runs as the node's own process, not as a pod: in the node's network namespace (where its pods' traffic is
-forwarded, between the node's ``cni0`` ports through the bridge's netfilter hooks, and out through ``eth0``) and in
-the node's cgroup (a stop of the node kills it with the rest). It installs the nftables table
-``inet kube-network-policies`` there, which sends the first packet of every connection to or from a pod that a
-NetworkPolicy selects to its nfqueue; it answers accept or drop from the policies it watches.
+It runs as the node's own process, not as a pod: in the node's network namespace (where its pods' traffic passes,
+between the node's ``cni0`` ports through the bridge's netfilter hooks, and out through ``eth0``) and in the node's
+cgroup (a stop of the node kills it with the rest). The first packet of every new connection to or from one of the
+node's pods goes to its nfqueue; it answers accept or drop from the NetworkPolicies, pods and namespaces it watches.
+
+**The queue rule is ours.** Upstream the agent sends packets to its queue with an nftables ``queue`` statement, and
+this machine's kernel is built without it (``# CONFIG_NFT_QUEUE is not set``: its table fails with "No such file or
+directory"); it has the iptables ``NFQUEUE`` target (``CONFIG_NETFILTER_XT_TARGET_NFQUEUE=y``, through
+``CONFIG_NFT_COMPAT``). So once the agent listens on its queue, the chain ``KANRI-NETPOL`` of the node's ``mangle``
+``POSTROUTING`` (iptables-nft) does what the agent's own chain would: accept DNS (the agent's conntrack race
+workaround), root's own traffic (kubelet probes) and established connections; queue the rest of the pod network's.
+Upstream queues only the pods some policy selects (a set the agent keeps); this chain queues every pod of the node and
+the agent accepts the unselected ones. ``--queue-bypass``: while no agent listens, packets pass (fail open), where
+upstream drops the selected pods' packets. The agent's own attempts to write its table keep failing (logged).
 
 It finds the API only the in-cluster way (``KUBERNETES_SERVICE_HOST``, and a token and CA under
 ``/var/run/secrets/kubernetes.io/serviceaccount``). Without kube-proxy the ``kubernetes`` Service is no way in, so
@@ -31,7 +40,8 @@ from kanri.local.realnode.spec import NODE_NETWORK
 
 NAME = "kube-network-policies"
 NAMESPACE = "kube-system"
-TABLE = "inet kube-network-policies"
+QUEUE = 100
+CHAIN = "KANRI-NETPOL"
 TOKEN_LIFETIME = "48h"
 _SERVICE_ACCOUNT_DIR = "/run/secrets/kubernetes.io/serviceaccount"  # /var/run is /run
 
@@ -67,8 +77,8 @@ def rbac() -> list[dict[str, object]]:
 
 
 class NetworkPolicyAgent:
-    """kube-network-policies for ``node`` (which must be running): :meth:`start` returns once its nftables table is in
-    the node's namespace; :meth:`stop` ends it and removes the table. A stop of the node ends it too."""
+    """kube-network-policies for ``node`` (which must be running): :meth:`start` returns once it listens on its queue
+    and the queue chain is in place; :meth:`stop` removes the chain and ends it. A stop of the node ends both."""
 
     def __init__(self, node: RealNode) -> None:
         self.node = node
@@ -120,7 +130,7 @@ class NetworkPolicyAgent:
             "unshare", "--mount", "--propagation", "private", "sh", "-c", _ENTER, "sh",
             str(self.node.bin_dir / NAME),
             f"--hostname-override={self.node.spec.name}",
-            "--disable-nri",  # the pods' addresses come from the API (containerd's NRI socket is not set up)
+            f"--nfqueue-id={QUEUE}",
             "--metrics-bind-address=127.0.0.1:9080",
             "--v=2",
         ]  # fmt: skip
@@ -136,33 +146,65 @@ class NetworkPolicyAgent:
                 preexec_fn=lambda: cgroups.join(cgroup, os.getpid()),  # born in the node: its stop kills the agent
             )
         deadline = time.monotonic() + timeout
-        while not self.table_exists():
-            if self._process.poll() is not None:
-                raise AddonError(f"{NAME} exited with {self._process.returncode}\n{self.log_tail()}")
-            if time.monotonic() > deadline:
-                raise AddonError(f"{NAME} made no nftables table in {timeout} s\n{self.log_tail()}")
+        while not self.listening():
+            if self._process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise AddonError(f"{NAME} is not listening on nfqueue {QUEUE}\n{self.log_tail()}")
             time.sleep(0.2)
+        self._install_queue_chain()
 
-    def _nft(self, *args: str) -> subprocess.CompletedProcess[str]:
-        netns = f"/run/netns/{self.node.spec.netns}"
-        return subprocess.run(["nsenter", f"--net={netns}", "nft", *args], capture_output=True, text=True)
+    def _in_node(self, *args: str, check: bool = True) -> str:
+        """Run a command in the node's network namespace."""
+        netns = f"--net=/run/netns/{self.node.spec.netns}"
+        result = subprocess.run(["nsenter", netns, *args], capture_output=True, text=True)
+        if check and result.returncode != 0:
+            raise AddonError(f"{' '.join(args)}: {result.stderr.strip()}")
+        return result.stdout
 
-    def table_exists(self) -> bool:
-        """Whether the agent's nftables table is in the node's network namespace."""
-        return self._nft("list", "table", *TABLE.split()).returncode == 0
+    def listening(self) -> bool:
+        """Whether a process listens on the agent's nfqueue in the node's namespace (/proc/net is per namespace)."""
+        queues = self._in_node("cat", "/proc/net/netfilter/nfnetlink_queue", check=False)
+        return any(line.split()[:1] == [str(QUEUE)] for line in queues.splitlines())
 
-    def stop(self, timeout: float = 15.0) -> None:
-        """End the agent (SIGTERM: it removes its table; SIGKILL after ``timeout``) and remove its table if left."""
+    def _install_queue_chain(self) -> None:
+        pods = self.node.spec.pod_cidr
+        rules = [
+            ["-p", "udp", "--dport", "53", "-j", "RETURN"],
+            ["-m", "owner", "--uid-owner", "0", "-j", "RETURN"],
+            ["-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "RETURN"],
+            ["-s", pods, "-j", "NFQUEUE", "--queue-num", str(QUEUE), "--queue-bypass"],
+            ["-d", pods, "-j", "NFQUEUE", "--queue-num", str(QUEUE), "--queue-bypass"],
+        ]
+        self._remove_queue_chain()
+        self._in_node("iptables", "-t", "mangle", "-N", CHAIN)
+        for rule in rules:
+            self._in_node("iptables", "-t", "mangle", "-A", CHAIN, *rule)
+        self._in_node("iptables", "-t", "mangle", "-A", "POSTROUTING", "-j", CHAIN)
+
+    def _remove_queue_chain(self) -> None:
+        iptables = ("iptables", "-t", "mangle")
+        while self._jumps():
+            self._in_node(*iptables, "-D", "POSTROUTING", "-j", CHAIN)
+        if self.chain_installed():
+            self._in_node(*iptables, "-F", CHAIN)
+            self._in_node(*iptables, "-X", CHAIN)
+
+    def _jumps(self) -> bool:
+        rules = self._in_node("iptables", "-t", "mangle", "-S", "POSTROUTING", check=False)
+        return f"-j {CHAIN}" in rules
+
+    def chain_installed(self) -> bool:
+        """Whether the queue chain is in the node's namespace."""
+        return bool(self._in_node("iptables", "-t", "mangle", "-S", CHAIN, check=False))
+
+    def stop(self) -> None:
+        """Remove the queue chain, then kill the agent (its only state is its queue binding, which dies with it)."""
+        if (Path("/run/netns") / self.node.spec.netns).exists():
+            self._remove_queue_chain()
         process, self._process = self._process, None
         if process is not None and process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-        if (Path("/run/netns") / self.node.spec.netns).exists() and self.table_exists():
-            self._nft("delete", "table", *TABLE.split())
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
 
     def log_tail(self, lines: int = 30) -> str:
         if not self.log.is_file():
