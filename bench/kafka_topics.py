@@ -1,8 +1,11 @@
 """Benchmark the KafkaTopic controller against a real control plane and a real broker (a host process from the jars
 of ``make kafka-dist``): time to converge N topics, reconciles and operator CPU per topic at rest, and the time of
-each partition-growth step (6 -> 12 in steps of 2, no pause, no consumer groups).
+each partition-growth step (6 -> 12 in steps of 2, no pause, no consumer groups); with ``--brokers 3
+--replicas-mb N`` also a replication-factor change 1 -> 3 of a 12-partition topic holding N MB (the operator's
+throttle, 20 MiB/s per broker, in force).
 
     .venv/bin/python bench/kafka_topics.py --topics 1000 --rest 60
+    .venv/bin/python bench/kafka_topics.py --topics 100 --rest 20 --brokers 3 --replicas-mb 64
 
 Prints the numbers; record them in docs/benchmarks.md with the command that produced it. The operator runs in
 this process (its CPU time is this process's, the broker's is not counted).
@@ -19,10 +22,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry
 
 from kanri.kafka.api import CLUSTER_KIND, TOPIC_KIND, KafkaCluster, KafkaTopic
-from kanri.kafka.broker.host import host_broker
+from kanri.kafka.broker.host import host_cluster
 from kanri.kafka.topics.reconciler import controller
 from kanri.local import ControlPlane
 from kanri.runtime import Client, Manager, ManagerOptions, install_crd, parse_time
@@ -73,8 +77,39 @@ async def wait_named(client: Client, name: str, partitions: int) -> dict[str, An
         await asyncio.sleep(0.2)
 
 
-async def run(topics: int, rest: float) -> None:
-    with tempfile.TemporaryDirectory() as scratch, host_broker(Path(scratch) / "kafka") as broker:
+async def replicas_change(client: Client, bootstrap: str, megabytes: int) -> None:
+    spec = {"cluster": "events", "partitions": 12, "replicationFactor": 1}
+    await client.create(TOPIC_KIND, {"metadata": {"name": "copied", "namespace": NS}, "spec": spec})
+    await wait_named(client, "copied", 12)
+    await asyncio.to_thread(fill, bootstrap, "copied", megabytes)
+    asked = time.monotonic()
+    await client.patch(TOPIC_KIND, "copied", {"spec": {"replicationFactor": 3}}, NS)
+    while True:
+        status = (await client.get(TOPIC_KIND, "copied", NS)).get("status") or {}
+        if status.get("phase") == "Ready" and status.get("replicationFactor") == 3 and "replicasChange" not in status:
+            break
+        await asyncio.sleep(0.2)
+    took = time.monotonic() - asked
+    print(f"replication factor 1 -> 3, 12 partitions, {megabytes} MB: {took:.1f} s ({2 * megabytes / took:.1f} MB/s "
+          "copied over the brokers)")  # fmt: skip
+
+
+def fill(bootstrap: str, topic: str, megabytes: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 20, "compression.type": "none"})
+    chunk = bytes(range(256)) * 256  # 64 KiB, incompressible enough
+    for i in range(megabytes * 16):
+        while True:
+            try:
+                producer.produce(topic, key=str(i).encode(), value=chunk)
+                break
+            except BufferError:
+                producer.poll(0.1)
+    assert producer.flush(120) == 0
+
+
+async def run(topics: int, rest: float, brokers: int = 1, replicas_mb: int = 0) -> None:
+    with tempfile.TemporaryDirectory() as scratch, host_cluster(Path(scratch) / "kafka", brokers) as nodes:
+        bootstrap = ",".join(node.bootstrap for node in nodes)
         plane = ControlPlane(Path(scratch) / "cp")
         endpoint = plane.start(exit_with_parent=True)
         try:
@@ -84,7 +119,7 @@ async def run(topics: int, rest: float) -> None:
                 await client.create(NAMESPACE, {"metadata": {"name": NS}})
                 cluster = await client.create(CLUSTER_KIND, {"metadata": {"name": "events", "namespace": NS},
                                                              "spec": {"storage": {"size": "1Gi"}}})  # fmt: skip
-                cluster["status"] = {"bootstrap": broker.bootstrap}
+                cluster["status"] = {"bootstrap": bootstrap}
                 await client.replace_status(CLUSTER_KIND, cluster)
                 registry = CollectorRegistry()
                 manager = Manager(client, ManagerOptions(name="kafka-bench", namespace=NS, leader_election=False,
@@ -93,6 +128,8 @@ async def run(topics: int, rest: float) -> None:
                 task = asyncio.create_task(manager.run(handle_signals=False))
                 try:
                     await measure(client, registry, topics, rest)
+                    if replicas_mb:
+                        await replicas_change(client, bootstrap, replicas_mb)
                 finally:
                     manager.stop()
                     with contextlib.suppress(Exception):
@@ -125,8 +162,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--topics", type=int, default=1000)
     parser.add_argument("--rest", type=float, default=60.0, help="seconds measured at rest")
+    parser.add_argument("--brokers", type=int, default=1, help="host brokers of one KRaft quorum")
+    parser.add_argument("--replicas-mb", type=int, default=0, help="with --brokers 3: time RF 1 -> 3 of N MB")
     args = parser.parse_args()
-    asyncio.run(run(args.topics, args.rest))
+    if args.replicas_mb and args.brokers < 3:
+        parser.error("--replicas-mb needs --brokers 3")
+    asyncio.run(run(args.topics, args.rest, args.brokers, args.replicas_mb))
 
 
 if __name__ == "__main__":
