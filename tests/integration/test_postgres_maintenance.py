@@ -23,6 +23,7 @@ from kanri.runtime import ApiError, Client
 from kanri.runtime.kinds import EVENT, NODE, POD, POD_DISRUPTION_BUDGET
 from tests.integration.test_postgres_failover import status_of
 from tests.integration.test_postgres_primary_update import UpdateFake, fakes_for, running
+from tests.integration.test_postgres_primary_update import kubelet as stand_in_kubelet
 from tests.integration.test_postgres_reconciler import pgc
 from tests.postgres_support import Operator, install_postgres_crd
 from tests.support import NotYet, eventually
@@ -82,6 +83,12 @@ async def wait_phase(client: Client, namespace: str, name: str, phase: str, time
         await eventually(reached, timeout=timeout)
     except NotYet as exc:
         raise AssertionError(f"{exc}; last status: {await status_of(client, namespace, name)}") from None
+
+
+async def _stop(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 async def _events(client: Client, namespace: str, name: str) -> list[Obj]:
@@ -144,8 +151,13 @@ async def test_a_single_instance_is_held_from_a_drain_unless_its_maintenance_win
     async def are(expected: list[str]) -> bool:
         return await budgets() == expected
 
-    await client.create(POSTGRES_CLUSTER, pgc("alone", namespace, replicas=1))
-    async with Operator(control_plane, namespace).running(refresh=0.5):
+    async with contextlib.AsyncExitStack() as stack:
+        fakes, instances = await stack.enter_async_context(fakes_for("alone", 1))
+        await client.create(POSTGRES_CLUSTER, pgc("alone", namespace, replicas=1))
+        pods = asyncio.create_task(stand_in_kubelet(client, namespace, fakes))
+        stack.push_async_callback(_stop, pods)
+        await stack.enter_async_context(Operator(control_plane, namespace, instances=instances).running(refresh=0.5))
+        # once its primary served (a pod that never did loses nothing to a drain)
         await eventually(lambda: are(["alone-primary"]), timeout=30)
         budget = await client.get(POD_DISRUPTION_BUDGET, "alone-primary", namespace)
         assert budget["spec"]["minAvailable"] == 1  # the only pod: no eviction at all

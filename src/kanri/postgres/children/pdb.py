@@ -1,9 +1,9 @@
 """PodDisruptionBudgets: a drain may take at most one replica at a time and never the primary without a
 switchover (the operator switches the primary away from a cordoned node first: :mod:`kanri.postgres.ha.maintenance`).
 
-A single instance has no replica to hand its role to: its pod is kept from a drain (the primary budget alone) unless
-``spec.nodeMaintenanceWindow.inProgress`` says the owner accepts the downtime. A hibernated cluster has none (no pod
-to protect)."""
+A single instance has no replica to hand its role to: once it served, its pod is kept from a drain (the primary
+budget alone) unless ``spec.nodeMaintenanceWindow.inProgress`` says the owner accepts the downtime. A hibernated
+cluster has none (no pod to protect)."""
 
 from __future__ import annotations
 

@@ -442,7 +442,8 @@ class ClusterPass:
             changes.scaled = await topology_step.scale(self, data.plan)
             if not restore.blocked:
                 await self.instances(data.plan, data.major)
-            await topology_step.budgets(self, data.plan)
+            serving = (primary := seen.reports.get(data.plan.primary or "")) is not None and primary.ready
+            await topology_step.budgets(self, data.plan, serving=serving)
             changes.storage = await topology_step.storage(self, data.plan)
         topology_step.check_storage_class(self, data.plan)
         fenced = fenced_names(seen.split_brain) | set(seen.marked)

@@ -39,13 +39,19 @@ async def scale(step: Pass, plan: InstancePlan) -> bool:
     return scaling
 
 
-async def budgets(step: Pass, plan: InstancePlan) -> None:
-    """Disruption budgets while a primary runs (a lone one outside a maintenance window); none otherwise (nor under
-    the old replica name)."""
+async def budgets(step: Pass, plan: InstancePlan, *, serving: bool) -> None:
+    """Disruption budgets while a primary runs (a lone one outside a maintenance window, once it served: ``serving``
+    says its instance reports ready now, and a budget made earlier is kept); none otherwise (nor under the old
+    replica name). A lone pod that never served loses nothing to a drain, and a budget on it would only hold the
+    drain."""
     unwanted = [names.legacy_replica_pdb(step.name)]
     window = step.spec.node_maintenance_window
     count = len(plan.instances)
-    if wants_budgets(count, not step.running, maintenance=window is not None and window.in_progress):
+    made = step.cache.get(POD_DISRUPTION_BUDGET, names.primary_pdb(step.name), step.namespace) is not None
+    wanted = wants_budgets(count, not step.running, maintenance=window is not None and window.in_progress)
+    if wanted and count == 1 and not (serving or made):
+        wanted = False
+    if wanted:
         by_app = cluster_routes_by_app(step.cache, step.cluster)
         for budget in disruption_budgets(step.cluster, by_app=by_app, instances=count):
             await step.apply(POD_DISRUPTION_BUDGET, budget)
