@@ -12,15 +12,19 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
+from kanri.cli.main import app
 from kanri.local.controlplane import Endpoint
-from kanri.local.realnode import ZONES, RealCluster, RealNode, network
+from kanri.local.realnode import ZONES, RealCluster, RealNode, chaos, network
 from tests.integration.realnode_support import kubectl, pod
 from tests.support import NotYet, eventually
 
@@ -40,11 +44,22 @@ socketserver.ThreadingTCPServer(("", {ECHO_PORT}), Echo).serve_forever()
 STAY = {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"}
 
 
+CLUSTER = "rc"
+
+
 @pytest.fixture(scope="module")
-def cluster(control_plane: Endpoint, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
-    nodes = RealCluster(
-        control_plane.kubeconfig.parent, tmp_path_factory.mktemp("real-cluster"), prefix="rc", images=("kanri-tools",)
-    )
+def kanri_home() -> Iterator[Path]:
+    """The module's ``KANRI_HOME``: the nodes live in its cluster ``rc``, where the CLI finds them. Short, unlike
+    pytest's temporary paths: the kubelet binds unix sockets (at most 107 bytes) deep in a node's directory."""
+    home = Path(tempfile.mkdtemp(prefix="krc-"))
+    yield home
+    shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cluster(control_plane: Endpoint, kanri_home: Path) -> Iterator[RealCluster]:
+    data_dir = chaos.real_nodes_dir(kanri_home / "clusters" / CLUSTER)
+    nodes = RealCluster(control_plane.kubeconfig.parent, data_dir, prefix="rc", images=("kanri-tools",))
     seconds = nodes.start()
     print(f"three real nodes: start -> Ready in {seconds}")
     try:
@@ -247,3 +262,30 @@ async def test_a_stopped_and_a_partitioned_node_are_unreachable_to_the_node_cont
     await wait_nodes(kubeconfig, dict.fromkeys(names, READY), timeout=90)
     print(f"heal and start -> Ready, untainted: {time.monotonic() - recovery:.1f} s")
     assert await echo_through(kubeconfig, namespace, "client", ips["echo"]) == "echo hello"
+
+
+async def test_the_cli_chaos_verbs_find_a_real_node_by_name(
+    cluster: RealCluster, kanri_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KANRI_HOME", str(kanri_home))
+    node = cluster.nodes[0]
+
+    async def cli(verb: str) -> str:
+        argv = ["local", "node", verb, node.spec.name, "--name", CLUSTER]
+        result = await asyncio.to_thread(CliRunner().invoke, app, argv)
+        assert result.exit_code == 0, result.output
+        return " ".join(result.output.split())
+
+    assert await cli("partition") == "rc-0: partition done; now Running, Partitioned"
+    assert node.is_partitioned()
+    assert await cli("partition") == "rc-0: partition nothing to do; now Running, Partitioned"
+    assert await cli("heal") == "rc-0: heal done; now Running"
+    assert not node.is_partitioned()
+    assert await cli("freeze") == "rc-0: freeze done; now Running, Frozen"
+    assert node.is_frozen()
+    assert await cli("thaw") == "rc-0: thaw done; now Running"
+    assert await cli("stop") == "rc-0: stop done; now Stopped"
+    assert node.pids() == set()
+    assert await cli("stop") == "rc-0: stop nothing to do; now Stopped"
+    assert await cli("start") == "rc-0: start done; now Running"  # returns once the kubelet reported Ready
+    assert node.is_ready()

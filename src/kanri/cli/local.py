@@ -21,6 +21,8 @@ from kanri.local.leftovers import find_leftovers, undo_chaos
 from kanri.local.node import NodeOptions
 from kanri.local.node.control import ControlError, call
 from kanri.local.nodeprocess import NodeProcess
+from kanri.local.realnode import RealNodeError
+from kanri.local.realnode import chaos as realnode_chaos  # issue 27 (rn-cluster)
 from kanri.local.registry import LocalRegistry, registry_binary
 from kanri.runtime import Client
 
@@ -286,6 +288,15 @@ def node_list(name: ClusterOption = "default") -> None:
 
 def _verb(verb: str, doc: str) -> None:
     def command(node: NodeArgument, name: ClusterOption = "default") -> None:
+        # issue 27 (rn-cluster): a real node of the cluster is found by name in its directory and acted on here
+        if (real := realnode_chaos.find(paths.cluster_dir(name), node)) is not None:
+            try:
+                changed = realnode_chaos.apply(real, verb)
+            except RealNodeError as exc:
+                err.print(f"[red]error:[/red] {exc}")
+                raise typer.Exit(1) from exc
+            err.print(f"{node}: {verb} {'done' if changed else 'nothing to do'}; now {realnode_chaos.state(real)}")
+            return
         answer = _control(name, "POST", f"/nodes/{node}/{verb}")
         done = "done" if answer["changed"] else "nothing to do"
         err.print(f"{node}: {verb} {done}; now {answer['node']['state']}")

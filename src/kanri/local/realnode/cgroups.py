@@ -72,6 +72,12 @@ def set_frozen(name: str, frozen: bool) -> None:
         state.write_text("FROZEN\n" if frozen else "THAWED\n")
 
 
+def is_frozen(name: str) -> bool:
+    """Whether the node's freezer cgroup is frozen (or freezing)."""
+    state = Path("/sys/fs/cgroup/freezer") / name / "freezer.state"
+    return state.exists() and state.read_text().strip() != "THAWED"
+
+
 def kill_all(name: str, timeout: float = 20.0) -> None:
     """SIGKILL every process of the node at once and wait until none is left."""
     deadline = time.monotonic() + timeout

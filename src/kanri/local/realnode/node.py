@@ -24,6 +24,7 @@ from kanri.local.realnode.spec import NodeLayout, NodeSpec
 
 PAUSE_IMAGE = "kanri-pause"
 _LOG_TAIL = 30
+_MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes, the last one NUL
 
 #: kubeadm's grant: the API server's kubelet client may use every kubelet API (logs, exec, port-forward). The
 #: kubelet asks the API server (SubjectAccessReview) whether its caller may; without this binding it may not.
@@ -97,6 +98,35 @@ class RealNode:
         self.cluster_dns = cluster_dns
         self._process: subprocess.Popen[bytes] | None = None
 
+    def save(self) -> None:
+        """Write what this node is made of into its directory (``node.json``): a later process — the CLI's chaos
+        verbs — acts on the node through :meth:`load`, as everything of a node is found by its name."""
+        state = {
+            "spec": {"name": self.spec.name, "zone": self.spec.zone, "index": self.spec.index},
+            "controlPlaneDir": str(self.control_plane_dir),
+            "images": list(self._image_names[1:]),
+            "extraLayouts": [[str(layout), repository] for layout, repository in self._extra_layouts],
+            "binDir": str(self.bin_dir),
+            "imagesDir": str(self._images_dir),
+            "clusterDNS": self.cluster_dns,
+        }
+        self.layout.state_file.write_text(json.dumps(state, indent=2) + "\n")
+
+    @classmethod
+    def load(cls, data_dir: Path) -> RealNode:
+        """The node whose directory is ``data_dir``, as its last :meth:`start` saved it."""
+        state = json.loads(NodeLayout(data_dir).state_file.read_text())
+        return cls(
+            NodeSpec(**state["spec"]),
+            data_dir,
+            Path(state["controlPlaneDir"]),
+            images=tuple(state["images"]),
+            extra_layouts=tuple((Path(layout), repository) for layout, repository in state["extraLayouts"]),
+            bin_dir=Path(state["binDir"]),
+            images_dir=Path(state["imagesDir"]),
+            cluster_dns=state["clusterDNS"],
+        )
+
     @property
     def admin_kubeconfig(self) -> Path:
         return self.control_plane_dir / "admin.kubeconfig"
@@ -113,7 +143,11 @@ class RealNode:
         missing = [b for b in ("kubelet", "containerd", "runc", "ctr") if not (self.bin_dir / b).is_file()]
         if missing:
             raise RealNodeError(f"{', '.join(missing)} missing in {self.bin_dir}: run `make node-components`")
+        # the kubelet binds unix sockets under its root dir (pod-resources/<9 digits>): 107 bytes at most
+        if len(str(self.layout.kubelet_root / "pod-resources" / "123456789")) > _MAX_SOCKET_PATH:
+            raise RealNodeError(f"{self.layout.root} is too long a path for the kubelet's sockets; use a shorter one")
         self._prepare()
+        self.save()
         previous = self._ready_heartbeat()
         command = [
             "nsenter", f"--net={network.NETNS_DIR / self.spec.netns}",
@@ -243,6 +277,12 @@ class RealNode:
 
     def thaw(self) -> None:
         cgroups.set_frozen(self.spec.cgroup, False)
+
+    def is_frozen(self) -> bool:
+        return cgroups.is_frozen(self.spec.cgroup)
+
+    def is_partitioned(self) -> bool:
+        return network.is_partitioned(self.spec)
 
     def partition(self) -> None:
         """Cut the node's network off the other nodes and the control plane (nftables in its namespace); its

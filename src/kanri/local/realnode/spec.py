@@ -113,6 +113,11 @@ class NodeLayout:
         return self.root / "sysctl"
 
     @property
+    def state_file(self) -> Path:
+        """What the node is made of (``RealNode.save``), for a later process that acts on it by name."""
+        return self.root / "node.json"
+
+    @property
     def launch_plan(self) -> Path:
         return self.root / "launch.json"
 
