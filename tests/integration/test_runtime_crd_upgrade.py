@@ -2,13 +2,15 @@
 
 A CRD of revision N is installed the way Helm's ``crds/`` does (a plain create, no stamp); operator N+1 replaces it
 with its own before it serves (a property added, one dropped: the replace leaves nothing of N behind); operator N
-then refuses to run against N+1's CRD and changes nothing; an older operator whose CRD equals the installed one runs.
+then refuses to run against N+1's CRD and changes nothing; an older operator whose CRD equals the installed one runs;
+two replicas upgrading at once both succeed.
 The CRDs use a group of this module's own; the last test runs the PostgreSQL operator's wiring against the session's
 PostgresCluster CRD.
 """
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections.abc import AsyncIterator
 from typing import Any
@@ -74,11 +76,14 @@ async def test_the_newer_operator_replaces_an_older_crd_before_it_serves(client:
     # The new field is served at once (before the upgrade the API server pruned it).
     namespace = f"crdupgrade-{secrets.token_hex(3)}"
     await client.create(NAMESPACE, {"metadata": {"name": namespace}})
-    body = {"metadata": {"name": "w", "namespace": namespace}, "spec": {"size": 1, "color": "blue", "legacy": "x"}}
+    attempts = iter(range(1000))
 
     async def kept() -> Obj | None:
-        # The API server switches a CRD's schema shortly after the write (its handler reloads on the watch event).
-        spec: Obj = (await client.apply(WIDGET, body, field_manager="crd-upgrade-test"))["spec"]
+        # The API server switches a CRD's schema shortly after the write (its handler reloads on the watch event);
+        # a create prunes what the schema in force does not declare.
+        name = f"w{next(attempts)}"
+        body = {"metadata": {"name": name, "namespace": namespace}, "spec": {"size": 1, "color": "blue", "legacy": "x"}}
+        spec: Obj = (await client.create(WIDGET, body))["spec"]
         return spec if "color" in spec else None
 
     assert await eventually(kept, timeout=30) == {"size": 1, "color": "blue"}
@@ -108,6 +113,13 @@ async def test_an_older_operator_carrying_the_same_crd_runs_and_writes_nothing(c
     (older,) = await upgrade_crds(client, [CRD_N1], operator_version="0.2.0")
     assert (older.action, older.installed_version) == ("newer-kept", "0.2.1")
     assert (await client.get(CRD, NAME))["metadata"]["resourceVersion"] == stamped["metadata"]["resourceVersion"]
+    # Two replicas of a newer operator starting at once: both read the same CRD; one replaces it, the other's replace
+    # conflicts, reads again and finds it done.
+    results = await asyncio.gather(*(upgrade_crds(client, [CRD_N], operator_version="0.3.0") for _ in range(2)))
+    assert sorted(r.action for (r,) in results) in (["unchanged", "upgraded"], ["upgraded", "upgraded"]), results
+    final = await client.get(CRD, NAME)
+    assert final["metadata"]["annotations"][VERSION_ANNOTATION] == "0.3.0"
+    assert spec_properties(final) == {"size", "legacy"}
     await client.delete(CRD, NAME)
 
 

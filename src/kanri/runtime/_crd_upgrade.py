@@ -96,7 +96,7 @@ async def upgrade_crds(
     results = []
     for crd, installed, action in plans:
         if action in ("created", "upgraded"):
-            await _write(client, crd, installed, operator_version)
+            action = await _write(client, crd, installed, operator_version, mine)
         await _established(client, crd["metadata"]["name"], timeout)
         results.append(CrdUpgrade(crd["metadata"]["name"], action, _stamp(installed, VERSION_ANNOTATION)))
     return results
@@ -156,23 +156,30 @@ def _keep_ca_bundle(body: Obj, installed: Obj) -> None:
         target["caBundle"] = bundle
 
 
-async def _write(client: Client, crd: Obj, installed: Obj | None, operator_version: str) -> None:
+async def _write(client: Client, crd: Obj, installed: Obj | None, operator_version: str, mine: tuple[int, ...]
+                 ) -> str:  # fmt: skip
+    """Create or replace ``crd``; after a conflict (another replica, a newer operator or the caBundle rotation wrote
+    first) read it again and decide again, so a newer operator's CRD written meanwhile is never overwritten."""
     name = crd["metadata"]["name"]
-    body = _stamped(crd, operator_version)
-    for _ in range(5):  # a conflict: another replica (or the caBundle rotation) wrote first; read again
+    action = _decide(crd, installed, operator_version, mine)
+    for _ in range(5):
+        if action not in ("created", "upgraded"):
+            return action
+        body = _stamped(crd, operator_version)
         try:
             if installed is None:
                 await client.create(CRD, body)
-                return
+                return action
             body["metadata"]["resourceVersion"] = installed["metadata"]["resourceVersion"]
             body["metadata"]["labels"] = {**(installed["metadata"].get("labels") or {}), **_labels(crd)}
             _keep_ca_bundle(body, installed)
             await client.replace(CRD, body)
-            return
+            return action
         except ApiError as exc:
-            if exc.status != 409:
+            if exc.status not in (409, 404):  # 409 from a replace, or a create when another replica created it
                 raise CrdUpgradeFailed(f"writing CRD {name} (operator {operator_version}): {exc}") from exc
         installed = await _read(client, name)
+        action = _decide(crd, installed, operator_version, mine)
     raise CrdUpgradeFailed(f"writing CRD {name}: it kept changing under this operator (5 conflicts)")
 
 
