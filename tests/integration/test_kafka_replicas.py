@@ -7,7 +7,8 @@ message is still readable afterwards, also with the broker that led half the par
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import contextlib
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -16,12 +17,15 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from prometheus_client import CollectorRegistry
 
-from kanri.kafka.api import TOPIC_KIND
+from kanri.kafka.api import CLUSTER_KIND, TOPIC_KIND
 from kanri.kafka.broker.host import HostBroker, host_cluster, restart
+from kanri.kafka.cluster.reconciler import controller as cluster_controller
+from kanri.kafka.cluster.roll_step import REVISION
 from kanri.kafka.cluster.rolling import BrokerPod, Hold, PartitionIsr, Restart, next_restart, safe_to_stop
 from kanri.kafka.topics import reassign_wire, replicas_step
 from kanri.kafka.topics.admin import TopicAdmin
-from kanri.runtime import Client
+from kanri.runtime import ApiError, Client, Manager, ManagerOptions
+from kanri.runtime.kinds import POD
 from tests.integration.test_kafka_topics import client, condition, events, metric_is, operator, topic
 from tests.support import eventually
 
@@ -91,6 +95,92 @@ async def test_a_restart_is_held_while_stopping_a_broker_would_take_a_partition_
     view = await eventually(lambda: in_sync(admin, "gated", 3), timeout=90)  # back in sync: the gate opens
     assert safe_to_stop(2, view) is None
     admin.close()
+
+
+async def pod_up(client: Client, namespace: str, name: str, node: int) -> None:
+    """What a kubelet would report for a started broker pod: running, ready, at host broker ``node``'s address."""
+    ready = {"type": "Ready", "status": "True", "lastTransitionTime": "2026-12-06T00:00:00Z"}
+    status = {"phase": "Running", "podIP": f"127.0.0.{node + 1}", "conditions": [ready]}
+    await client.patch_status(POD, name, {"status": status}, namespace)
+
+
+async def revision_of(client: Client, namespace: str, name: str) -> str | None:
+    try:
+        pod = await client.get(POD, name, namespace)
+    except ApiError:
+        return None
+    return None if pod["metadata"].get("deletionTimestamp") else pod["metadata"]["labels"].get(REVISION)
+
+
+async def rolling_says(client: Client, namespace: str, text: str) -> str | None:
+    said = ((await client.get(CLUSTER_KIND, "events", namespace)).get("status") or {}).get("rollingRestart") or ""
+    return said if text in said else None
+
+
+@contextlib.asynccontextmanager
+async def cluster_operator(client: Client, namespace: str, port: int) -> AsyncIterator[None]:
+    options = ManagerOptions(name="kafka-operator", namespace=namespace, leader_election=False, health_port=0,
+                             graceful_shutdown_timeout=10)  # fmt: skip
+    manager = Manager(client, options, registry=CollectorRegistry())
+    manager.add(cluster_controller(manager, client_port=port))
+    task = asyncio.create_task(manager.run(handle_signals=False))
+    try:
+        yield
+    finally:
+        manager.stop()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(task, 20)
+
+
+async def test_a_config_change_restarts_one_broker_at_a_time_behind_the_min_isr_gate(
+    client: Client, namespace: str, brokers: list[HostBroker]
+) -> None:
+    """The KafkaCluster controller on a real API server (its StatefulSet's pods made by the real controller
+    manager, their status written here as a kubelet would) and the three host brokers as its brokers."""
+    admin = TopicAdmin(",".join(b.bootstrap for b in brokers))
+    await admin.create("rolled", 3, 3, {"min.insync.replicas": "2"})
+    port = int(brokers[0].bootstrap.rpartition(":")[2])
+    body = {"metadata": {"name": "events", "namespace": namespace}, "spec": {"storage": {"size": "1Gi"}}}
+    async with cluster_operator(client, namespace, port):
+        await client.create(CLUSTER_KIND, body)
+        for node in range(3):
+            await eventually(lambda n=node: revision_of(client, namespace, f"events-{n}"), timeout=60)  # type: ignore[misc]
+            await pod_up(client, namespace, f"events-{node}", node)
+        await eventually(lambda: rolling_ready(client, namespace), timeout=60)
+        old = await revision_of(client, namespace, "events-1")
+        await client.patch(CLUSTER_KIND, "events", {"spec": {"config": {"log.retention.hours": "100"}}}, namespace)
+        # the highest broker goes first; the StatefulSet controller makes its pod again on the new revision
+        await eventually(lambda: rolling_says(client, namespace, "restarted events-2 (broker 2)"), timeout=60)
+        assert await revision_of(client, namespace, "events-1") == old
+        await asyncio.to_thread(brokers[2].stop)  # what the restart does to Kafka: broker 2 leaves the ISRs
+        try:
+            await eventually(lambda: in_sync(admin, "rolled", 2), timeout=60)
+            new = await eventually(lambda: revision_of(client, namespace, "events-2"), timeout=60)
+            assert new != old
+            await pod_up(client, namespace, "events-2", 2)  # ready (the listener answers), not yet in sync
+            held = await eventually(
+                lambda: rolling_says(client, namespace, "stopping broker 1 would leave"), timeout=60
+            )
+            assert held.startswith("MinInSyncReplicas: ")
+            assert "(in sync: 2, min.insync.replicas 2)" in held
+            assert await revision_of(client, namespace, "events-1") == old  # held: nothing else restarted
+        finally:
+            await asyncio.to_thread(restart, brokers[2])
+        # back in sync: the gate opens and broker 1 goes next (its new pod then waits to be ready, like broker 2's)
+        restarted = await eventually(lambda: restarts(client, namespace, 2), timeout=90)
+        assert [e["message"].split()[0] for e in restarted] == ["events-2", "events-1"]
+    admin.close()
+
+
+async def restarts(client: Client, namespace: str, count: int) -> list[Obj] | None:
+    """The BrokerRestarted Events, oldest first, once there are ``count``."""
+    found = sorted(await events(client, namespace, "BrokerRestarted"), key=lambda e: e["metadata"]["creationTimestamp"])
+    return found if len(found) >= count else None
+
+
+async def rolling_ready(client: Client, namespace: str) -> Obj | None:
+    status = (await client.get(CLUSTER_KIND, "events", namespace)).get("status") or {}
+    return status if status.get("bootstrap") and status.get("readyBrokers") == 3 else None
 
 
 async def test_replication_factor_1_to_3_is_moved_throttled_and_resumed_after_a_restart(

@@ -3,6 +3,8 @@ not ready or while stopping the next one would take a partition under min.insync
 
 from __future__ import annotations
 
+from kanri.kafka.api import KafkaClusterSpec
+from kanri.kafka.cluster.children import CONFIG_HASH, statefulset
 from kanri.kafka.cluster.rolling import BrokerPod, Hold, PartitionIsr, Restart, next_restart, safe_to_stop
 
 
@@ -49,3 +51,14 @@ def test_a_hold_names_at_most_three_partitions_and_counts_the_rest() -> None:
     assert "t-0" in reason
     assert "t-3" not in reason
     assert "and 2 more" in reason
+
+
+def test_the_statefulset_is_rolled_by_the_operator_and_a_config_change_is_a_new_revision() -> None:
+    spec = KafkaClusterSpec.model_validate({"storage": {"size": "1Gi"}})
+    changed = KafkaClusterSpec.model_validate({"storage": {"size": "1Gi"}, "config": {"log.retention.hours": "100"}})
+    before, after = statefulset("events", "shop", spec), statefulset("events", "shop", changed)
+    assert before["spec"]["updateStrategy"] == {"type": "OnDelete"}  # the StatefulSet controller restarts nothing
+    again = statefulset("events", "shop", spec)
+    hashes = [sts["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH] for sts in (before, after, again)]
+    assert hashes[0] != hashes[1]
+    assert hashes[0] == hashes[2]

@@ -109,7 +109,7 @@ class BrokerStatus(KubeModel):
 class KafkaClusterStatus(kit.KitStatus):
     """The observed state of a KafkaCluster, written only by the operator."""
 
-    phase: Literal["Pending", "Provisioning", "Ready", "Degraded", "Deleting"] | None = None
+    phase: Literal["Pending", "Provisioning", "Ready", "Degraded", "Restarting", "Deleting"] | None = None
     cluster_id: str | None = None
     """The KRaft cluster id every node was formatted with (kept: a node formatted with another never joins)."""
     bootstrap: str | None = None
@@ -120,6 +120,8 @@ class KafkaClusterStatus(kit.KitStatus):
     """Partitions whose in-sync replicas are fewer than their replicas, at the last look."""
     offline_partitions: int | None = None
     """Partitions without a leader at the last look."""
+    rolling_restart: str | None = None
+    """A rolling restart under way: the broker last restarted, or what the next restart waits for."""
 
 
 class KafkaCluster(

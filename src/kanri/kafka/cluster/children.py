@@ -5,12 +5,14 @@
 - ``<name>-brokers``: headless, every node's stable DNS name, ready or not (the controller quorum's voters).
 - ``<name>-bootstrap``: the clients' Service, ready brokers only.
 - ``<name>`` StatefulSet: one combined controller+broker per replica, started together (a quorum needs a majority
-  of voters up before any is ready), each with its volume. Brokers advertise their pod IP: clients outside the pod
+  of voters up before any is ready), each with its volume; ``OnDelete``, so the operator restarts brokers itself,
+  one at a time behind the min.insync.replicas gate. Brokers advertise their pod IP: clients outside the pod
   network's DNS (the operator, a test) reach them too.
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from kanri.kafka.api import LABELS, KafkaClusterSpec
@@ -25,6 +27,7 @@ CONTROLLER_PORT = 9093
 DATA_DIR = "/var/lib/kafka"
 CONFIG_DIR = "/etc/kafka/user"
 CLUSTER_ID_KEY = "clusterId"
+CONFIG_HASH = LABELS.key("config-hash")
 
 
 def kraft_name(cluster: str) -> str:
@@ -60,6 +63,12 @@ def config_map(cluster: str, spec: KafkaClusterSpec) -> Obj:
     text = "".join(f"{key}={value}\n" for key, value in sorted(spec.config.items()))
     return {"metadata": {"name": config_name(cluster), "labels": LABELS.labels(cluster)},
             "data": {"broker.properties": text}}  # fmt: skip
+
+
+def config_hash(spec: KafkaClusterSpec) -> str:
+    """A short hash of the broker config: brokers read it only at start, so a change must restart them."""
+    text = "".join(f"{key}={value}\n" for key, value in sorted(spec.config.items()))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _service(cluster: str, name: str, **extra: Any) -> Obj:
@@ -120,7 +129,12 @@ def statefulset(cluster: str, namespace: str, spec: KafkaClusterSpec) -> Obj:
             "replicas": spec.replicas,
             "podManagementPolicy": "Parallel",  # a quorum needs a majority of voters up before any is ready
             "selector": {"matchLabels": LABELS.selector(cluster)},
-            "template": {"metadata": {"labels": LABELS.labels(cluster)}, "spec": pod_spec},
+            # the config's hash in the template: a config change is a new revision, rolled by the operator
+            "template": {"metadata": {"labels": LABELS.labels(cluster),
+                                      "annotations": {CONFIG_HASH: config_hash(spec)}}, "spec": pod_spec},
+            # OnDelete: the StatefulSet controller never restarts a broker; the operator does, one at a time, only
+            # when no partition would fall under min.insync.replicas (cluster/rolling.py)
+            "updateStrategy": {"type": "OnDelete"},
             # Retain: the volumes stay when the StatefulSet goes; deletionPolicy decides (kit.carry_out)
             "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},
             "volumeClaimTemplates": [{"metadata": {"name": "data", "labels": LABELS.labels(cluster)},

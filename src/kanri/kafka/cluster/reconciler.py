@@ -9,16 +9,22 @@ from kanri import kit
 from kanri import runtime as kr
 from kanri.kafka.api import CLUSTER_FINALIZER, CLUSTER_KIND, FIELD_MANAGER, LABELS
 from kanri.kafka.cluster import steps
+from kanri.kafka.cluster.children import CLIENT_PORT
+from kanri.kafka.cluster.roll_step import roll
 from kanri.kafka.topics.context import Admins
 from kanri.runtime.kinds import CONFIG_MAP, POD, PVC, SERVICE, STATEFUL_SET
 
 
 class ClusterReconciler:
-    def __init__(self, manager: kr.Manager, *, admins: Admins | None = None) -> None:
+    def __init__(self, manager: kr.Manager, *, admins: Admins | None = None, client_port: int = CLIENT_PORT) -> None:
         self.cache, self.client = manager.cache, manager.client
         self.events = kr.EventRecorder(self.client, component=FIELD_MANAGER)
         self.admins = admins or Admins()
-        self.steps: list[kit.Step] = [steps.write_children, steps.observe(self.admins)]
+        self.steps: list[kit.Step] = [
+            steps.write_children,
+            steps.observe(self.admins, client_port),
+            roll(self.admins, lambda ctx: steps.spec_of(ctx).replicas),  # one broker at a time, min.isr gated
+        ]
 
     async def reconcile(self, request: kr.Request) -> kr.Result | None:
         obj = self.cache.get(CLUSTER_KIND, request.name, request.namespace)
@@ -45,8 +51,10 @@ def _owned_by(child: dict[str, Any], owner: dict[str, Any]) -> bool:
     return any(ref.get("uid") == owner["metadata"].get("uid") and ref.get("controller") for ref in refs)
 
 
-def controller(manager: kr.Manager, *, admins: Admins | None = None) -> kr.Controller:
-    """Owns the StatefulSet, Services and the config ConfigMap; pods and claims are mapped back by label."""
-    built = kr.Controller("kafkacluster", ClusterReconciler(manager, admins=admins), for_kind=CLUSTER_KIND)
+def controller(manager: kr.Manager, *, admins: Admins | None = None, client_port: int = CLIENT_PORT) -> kr.Controller:
+    """Owns the StatefulSet, Services and the config ConfigMap; pods and claims are mapped back by label.
+    ``client_port``: where the brokers listen (tests point the controller at host brokers)."""
+    reconciler = ClusterReconciler(manager, admins=admins, client_port=client_port)
+    built = kr.Controller("kafkacluster", reconciler, for_kind=CLUSTER_KIND)
     built = built.owns(STATEFUL_SET).owns(SERVICE).owns(CONFIG_MAP)
     return built.watches(POD, LABELS.owner_requests).watches(PVC, LABELS.owner_requests)

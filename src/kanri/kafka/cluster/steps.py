@@ -54,9 +54,9 @@ def brokers_of(ctx: kit.PassContext) -> list[dict[str, Any]]:
     return sorted(found, key=lambda b: b["nodeId"])
 
 
-def observe(admins: Admins) -> kit.Step:
+def observe(admins: Admins, client_port: int = children.CLIENT_PORT) -> kit.Step:
     """Brokers from the pods, partition health from Kafka, and Ready when every broker answers and no partition is
-    under-replicated or offline."""
+    under-replicated or offline. ``client_port``: where brokers listen (tests point it at host brokers)."""
 
     async def step(ctx: kit.PassContext) -> kr.Result | None:
         ctx.requeue(LOOK_AGAIN)
@@ -69,7 +69,7 @@ def observe(admins: Admins) -> kit.Step:
             ctx.ledger.stage("phase", "Provisioning")
             ctx.ledger.condition("Ready", False, "Provisioning", f"0 of {spec.replicas} brokers ready")
             return None
-        bootstrap = ",".join(f"{b['ip']}:{children.CLIENT_PORT}" for b in ready)
+        bootstrap = ",".join(f"{b['ip']}:{client_port}" for b in ready)
         try:
             answering, under, offline = await admins.of((ctx.namespace, ctx.name), bootstrap).health()
         except AdminError as exc:
