@@ -20,6 +20,7 @@ CRI_TOOLS_VERSION=v1.37.0
 # cluster add-ons run on real nodes (src/kanri/local/realnode/addons)
 COREDNS_VERSION=v1.15.0
 KUBE_NETWORK_POLICIES_VERSION=v0.8.0
+LOCAL_PATH_PROVISIONER_VERSION=v0.0.30
 
 export GOFLAGS=-buildvcs=false
 
@@ -108,3 +109,8 @@ network_policies_install() {
   rmdir "$scratch"
 }
 build kube-network-policies "$KUBE_NETWORK_POLICIES_VERSION" network_policies_install
+
+# rancher's local-path-provisioner (node-local volumes); its version is stamped the way its Makefile does.
+build local-path-provisioner "$LOCAL_PATH_PROVISIONER_VERSION" go_install local-path-provisioner \
+  "github.com/rancher/local-path-provisioner@$LOCAL_PATH_PROVISIONER_VERSION" \
+  "-s -w -X main.VERSION=$LOCAL_PATH_PROVISIONER_VERSION"

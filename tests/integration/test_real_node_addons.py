@@ -7,6 +7,7 @@ machine's pod networks: ``flock /tmp/kanri-e2e.lock .venv/bin/pytest tests/integ
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,8 @@ from kanri.local.controlplane import Endpoint
 from kanri.local.realnode import NodeSpec, RealNode
 from kanri.local.realnode.addons import ClusterDNS, NetworkPolicyAgent, coredns_image, install_coredns
 from kanri.local.realnode.addons.coredns import NAMESPACE as DNS_NAMESPACE
+from kanri.local.realnode.addons.coredns import cluster_dns_ip
+from kanri.local.realnode.addons.localpath import STORAGE_CLASS, LocalPathProvisioner
 from kanri.local.realnode.node import node_bin_dir
 from tests.integration.realnode_support import kubectl, pod
 from tests.support import NotYet, eventually
@@ -69,12 +72,14 @@ CONNECT = (
 def addons_node(control_plane: Endpoint, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealNode]:
     """A real node with the tools image and the CoreDNS image built here."""
     work = tmp_path_factory.mktemp("addons-node")
+    control_plane_config = json.loads((control_plane.kubeconfig.parent / "config.json").read_text())
     node = RealNode(
         NodeSpec(NODE, "zone-a", 0),
         work / "node",
         control_plane.kubeconfig.parent,
         images=("kanri-tools",),
         extra_layouts=(coredns_image(node_bin_dir(), work / "coredns"),),
+        cluster_dns=cluster_dns_ip(control_plane_config["serviceCIDR"]),  # the kubelet's clusterDNS
     )
     print(f"real node {NODE}: start -> Ready in {node.start():.1f} s")
     try:
@@ -100,6 +105,23 @@ def policy_agent(addons_node: RealNode) -> Iterator[NetworkPolicyAgent]:
         agent.stop()
         assert not agent.chain_installed()
         assert not agent.listening()
+
+
+@pytest.fixture(scope="module")
+def volumes_dir(addons_node: RealNode) -> Path:
+    return addons_node.layout.root / "local-path"
+
+
+@pytest.fixture(scope="module")
+def provisioner(addons_node: RealNode, volumes_dir: Path) -> Iterator[LocalPathProvisioner]:
+    work = addons_node.layout.root.parent / "local-path-provisioner"
+    paths = {NODE: str(volumes_dir)}
+    provisioner = LocalPathProvisioner(addons_node.control_plane_dir, work, node_bin_dir(), paths, tools(addons_node))
+    provisioner.start()
+    try:
+        yield provisioner
+    finally:
+        provisioner.stop()
 
 
 @pytest.fixture
@@ -179,6 +201,29 @@ async def test_coredns_answers_cluster_names_on_its_pod_address(
     assert answers[names[2]]["rcode"] == 3, answers  # NXDOMAIN: the answers come from the API, not a wildcard
 
 
+async def test_pods_resolve_names_through_the_kube_dns_cluster_ip(
+    addons_node: RealNode, cluster_dns: ClusterDNS, kubeconfig: Path, namespace: str
+) -> None:
+    """The pod's resolv.conf (the kubelet's clusterDNS and search path) -> kube-proxy's DNAT of the ClusterIP's
+    port 53 -> CoreDNS on its pod's port: glibc's resolver, as any program in a pod uses it."""
+    await ready_pod_ip(kubeconfig, DNS_NAMESPACE, "k8s-app=kube-dns")
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "web"},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]},
+    }
+    await create(kubeconfig, namespace, service)
+    web_ip = (await get(kubeconfig, namespace, "service", "web"))["spec"]["clusterIP"]
+    kubernetes_ip = (await get(kubeconfig, "default", "service", "kubernetes"))["spec"]["clusterIP"]
+    lookup = "import socket, sys; print(' '.join(socket.gethostbyname(name) for name in sys.argv[1:]))"
+    names = ["kubernetes.default", "web"]  # completed by the search path the kubelet wrote
+    resolver = pod("lookup", NODE, tools(addons_node), ["python3", "-c", lookup, *names])
+    resolver["spec"]["dnsPolicy"] = "ClusterFirst"
+    await create(kubeconfig, namespace, resolver)
+    assert (await logs_of_finished(kubeconfig, namespace, "lookup")).split() == [kubernetes_ip, web_ip]
+
+
 def policy(name: str, ingress: list[dict[str, Any]]) -> dict[str, Any]:
     """A NetworkPolicy over every pod of its namespace admitting only ``ingress`` ([] denies all)."""
     return {
@@ -239,3 +284,42 @@ async def _running_ip(kubeconfig: Path, namespace: str, name: str) -> str:
         return str(status["podIP"]) if status.get("phase") == "Running" and status.get("podIP") else None
 
     return await eventually(check, timeout=60)
+
+
+async def test_a_claim_is_provisioned_on_the_node_mounted_and_removed_with_its_claim(
+    addons_node: RealNode, provisioner: LocalPathProvisioner, volumes_dir: Path, kubeconfig: Path, namespace: str
+) -> None:
+    claim = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "data"},
+        "spec": {
+            "storageClassName": STORAGE_CLASS,
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "16Mi"}},
+        },
+    }
+    await create(kubeconfig, namespace, claim)
+    writer = pod("writer", NODE, tools(addons_node), ["bash", "-c", "echo written on a real node > /data/proof"])
+    # through the scheduler (not nodeName): a WaitForFirstConsumer claim is provisioned on the node it picks
+    del writer["spec"]["nodeName"]
+    writer["spec"]["nodeSelector"] = {"kubernetes.io/hostname": NODE}
+    writer["spec"]["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
+    writer["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
+    await create(kubeconfig, namespace, writer)
+    await logs_of_finished(kubeconfig, namespace, "writer")
+
+    volume_name = (await get(kubeconfig, namespace, "pvc", "data"))["spec"]["volumeName"]
+    volume = json.loads(await kubectl(kubeconfig, "get", "pv", volume_name, "-o", "json"))
+    path = Path(volume["spec"]["hostPath"]["path"])
+    assert path.parent == volumes_dir, volume["spec"]
+    assert (path / "proof").read_text() == "written on a real node\n"
+
+    await kubectl(kubeconfig, "-n", namespace, "delete", "pod", "writer")
+    await kubectl(kubeconfig, "-n", namespace, "delete", "pvc", "data", "--wait=false")
+
+    async def removed() -> bool:
+        gone = "NotFound" in await kubectl(kubeconfig, "get", "pv", volume_name, check=False)
+        return gone and not await asyncio.to_thread(path.exists)
+
+    await eventually(removed, timeout=60)
