@@ -3,11 +3,11 @@ Deployment ``kube-system/coredns`` behind the Service ``kube-system/kube-dns``.
 
 Why it looks the way it does:
 
-- **Host network.** A pod of a real node cannot reach the API server yet (the node's pod network is not masqueraded
-  and the host has no route back to it; docs/real-nodes.md, "Not done yet"), so CoreDNS runs in the node's network
-  namespace, where the kubelet reaches the API server: at the host bridge's address, with the certificate checked
-  for ``localhost``. It reads the API with a kubeconfig (a ConfigMap: no secret in it) naming the pod's projected
-  ServiceAccount token and CA, not with the in-cluster address (the ``kubernetes`` Service needs kube-proxy).
+- **Host network.** Written when a real node's pods could not reach the API server, CoreDNS runs in a node's network
+  namespace, where the kubelet reaches it: at the host bridge's address, with the certificate checked for
+  ``localhost``. It reads the API with a kubeconfig (a ConfigMap: no secret in it) naming the pod's projected
+  ServiceAccount token and CA. Now that pods route to the API server, a pod-network CoreDNS with the in-cluster
+  config would do without the privileged namespace below (docs/real-nodes.md, "Not done yet").
 - **Port 1053.** The image runs as a non-root user, which may not bind a port below 1024 (file capabilities would need
   xattrs in the layer). Clients reach it at the pod's address on 1053; the Service maps port 53 to it, so a kube-proxy
   makes ``<clusterIP>:53`` work for every pod's ``/etc/resolv.conf``.
