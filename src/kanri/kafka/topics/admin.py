@@ -96,6 +96,7 @@ class TopicAdmin:
         self._handle: AdminClient | None = AdminClient(config)
         self._snapshot: tuple[float, dict[str, TopicState]] | None = None
         self._offsets: tuple[float, dict[str, dict[str, dict[int, int]]]] | None = None
+        self._offsets_lock = asyncio.Lock()  # its own: a slow listing of many groups must not hold topic reads
         self._snapshot_lock = asyncio.Lock()
         self._written: dict[str, float] = {}
 
@@ -321,7 +322,7 @@ class TopicAdmin:
     async def _all_offsets(self, max_age: float) -> dict[str, dict[str, dict[int, int]]]:
         """Group -> topic -> partition -> committed offset, for every group of the cluster, including a topic its
         members are assigned without having committed on it (an empty mapping). Shared and cached."""
-        async with self._snapshot_lock:
+        async with self._offsets_lock:
             if self._offsets is not None and time.monotonic() - self._offsets[0] < max_age:
                 return self._offsets[1]
             taken = time.monotonic()
