@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -91,8 +92,14 @@ def addons_node(control_plane: Endpoint, tmp_path_factory: pytest.TempPathFactor
 
 
 @pytest.fixture(scope="module")
-def cluster_dns(addons_node: RealNode) -> ClusterDNS:
-    return install_coredns(addons_node.control_plane_dir, node_bin_dir(), {"kubernetes.io/hostname": NODE})
+def cluster_dns(addons_node: RealNode) -> Iterator[ClusterDNS]:
+    yield install_coredns(addons_node.control_plane_dir, node_bin_dir(), {"kubernetes.io/hostname": NODE})
+    # the session's control plane outlives the module: later tests (the home-made node's DNS) make their own kube-dns
+    admin = addons_node.admin_kubeconfig
+    for kind in ("deployment/coredns", "service/kube-dns", "configmap/coredns"):
+        subprocess.run(["kubectl", f"--kubeconfig={admin}", "-n", DNS_NAMESPACE, "delete", kind], check=True)
+    label = "pod-security.kubernetes.io/enforce-"
+    subprocess.run(["kubectl", f"--kubeconfig={admin}", "label", "namespace", DNS_NAMESPACE, label], check=True)
 
 
 @pytest.fixture(scope="module")
