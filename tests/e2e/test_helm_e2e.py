@@ -1,7 +1,7 @@
 """The Helm chart end to end: `helm install` runs the operator as a pod of the local node under the chart's
 ServiceAccount and RBAC, a PostgresCluster becomes Ready, and `helm uninstall` removes the operator only: the cluster,
-its volume claims and its data stay, and a reinstalled operator takes the cluster over again, after bringing an
-older operator's CRD up to its own (the path a `helm upgrade` takes, docs/helm.md).
+its volume claims and its data stay, and a reinstalled operator takes the cluster over again. First, a `helm
+upgrade` over an older operator's CRD: the new operator pod brings it up to its own (docs/helm.md).
 
 The chart is installed in namespaced mode, watching the test's own namespace: the control plane is shared by the
 whole session, and a cluster-wide operator would reconcile the other tests' clusters too."""
@@ -57,6 +57,15 @@ async def test_helm_install_runs_the_operator_and_uninstall_keeps_the_cluster_an
     try:
         # --wait returned: the operator's pod passed its readiness probe (its caches synced under the chart's RBAC).
         assert len(await operator_pods(client, namespace)) == 1
+        # `helm upgrade` over an older operator's CRD (Helm never updates crds/): the new pod replaces it with its
+        # own before it serves, under the chart's RBAC (docs/helm.md, "Upgrades and the CRDs").
+        older = {VERSION_ANNOTATION: "0.0.1", DIGEST_ANNOTATION: "0" * 16}
+        await client.patch(CRD, CLUSTER_CRD, {"metadata": {"annotations": older}})
+        await helm_async("upgrade", release, str(CHART), *kubeconfig, "--reuse-values", "--set-string",
+                         "podAnnotations.e2e/rollout=upgraded", "--wait", "--timeout", "120s", home=home)  # fmt: skip
+        stamped = (await client.get(CRD, CLUSTER_CRD))["metadata"]["annotations"]
+        assert stamped[VERSION_ANNOTATION] == __version__, stamped
+        assert stamped[DIGEST_ANNOTATION] == crd_digest(operator_crds()[0]), stamped
         await client.create(POSTGRES_CLUSTER, cluster("inventory", namespace, 1))
         await eventually(lambda: ready(client, namespace, "inventory", 1), timeout=240, interval=1)
         await write_row(client, namespace, "inventory", 42)
@@ -77,17 +86,10 @@ async def test_helm_install_runs_the_operator_and_uninstall_keeps_the_cluster_an
         host = await cluster_ip(client, namespace, "inventory-rw")
         assert await eventually(lambda: rows_on(host, user, password), timeout=30) == [42]
 
-        # An older operator's CRD (as after an upgrade of the chart, whose crds/ Helm never updates): the new
-        # operator's pod replaces it with its own before it serves, under the chart's RBAC (docs/helm.md).
-        older = {VERSION_ANNOTATION: "0.0.1", DIGEST_ANNOTATION: "0" * 16}
-        await client.patch(CRD, CLUSTER_CRD, {"metadata": {"annotations": older}})
         # A reinstalled operator takes the cluster over: it stays Ready, and deleting it now runs the finalizer,
         # which keeps the claims (deletionPolicy Retain, the default).
         await helm_async(*install, home=home)
         installed = True
-        stamped = (await client.get(CRD, CLUSTER_CRD))["metadata"]["annotations"]
-        assert stamped[VERSION_ANNOTATION] == __version__, stamped
-        assert stamped[DIGEST_ANNOTATION] == crd_digest(operator_crds()[0]), stamped
         await eventually(lambda: ready(client, namespace, "inventory", 1), timeout=120, interval=1)
         await client.delete(POSTGRES_CLUSTER, "inventory", namespace)
         await eventually(lambda: gone(client, namespace, "inventory"), timeout=120, interval=1)
