@@ -3,16 +3,11 @@ Deployment ``kube-system/coredns`` behind the Service ``kube-system/kube-dns``.
 
 Why it looks the way it does:
 
-- **Host network.** Written when a real node's pods could not reach the API server, CoreDNS runs in a node's network
-  namespace, where the kubelet reaches it: at the host bridge's address, with the certificate checked for
-  ``localhost``. It reads the API with a kubeconfig (a ConfigMap: no secret in it) naming the pod's projected
-  ServiceAccount token and CA. Now that pods route to the API server, a pod-network CoreDNS with the in-cluster
-  config would do without the privileged namespace below (docs/real-nodes.md, "Not done yet").
-- **Port 1053.** The image runs as a non-root user, which may not bind a port below 1024 (file capabilities would need
-  xattrs in the layer). Clients reach it at the pod's address on 1053; the Service maps port 53 to it, so a kube-proxy
-  makes ``<clusterIP>:53`` work for every pod's ``/etc/resolv.conf``.
-- **kube-system is privileged** (its Pod Security label): the control plane enforces ``baseline`` everywhere else,
-  which refuses a host-network pod.
+- **A pod like any other**: on the pod network, reading the API the in-cluster way (the ``kubernetes`` Service,
+  which each node's kube-proxy sends to the API server; its certificate names the Service's address).
+- **Port 53 as a non-root user**: the pod sets the namespaced sysctl ``net.ipv4.ip_unprivileged_port_start=53``
+  (one of the kubelet's safe sysctls; Pod Security ``baseline`` and ``restricted`` allow it), so the image needs no
+  capability (file capabilities would need xattrs in the layer).
 - **The ClusterIP** is the tenth address of the control plane's Service range (``serviceCIDR`` in its config.json),
   as kubeadm chooses it; the kubelets' ``clusterDNS`` must name the same address.
 """
@@ -28,16 +23,14 @@ from typing import Any
 from kanri.local.realnode.addons.image import BinaryImage, write_binary_image
 from kanri.local.realnode.addons.kube import apply
 from kanri.local.realnode.images import IMAGE_REGISTRY
-from kanri.local.realnode.spec import NODE_NETWORK
 
 NAMESPACE = "kube-system"
 NAME = "coredns"
 SERVICE = "kube-dns"
 REPOSITORY = f"{IMAGE_REGISTRY}/kanri-coredns"
-DNS_PORT = 1053
+DNS_PORT = 53
 READY_PORT = 8181
 CLUSTER_DOMAIN = "cluster.local"
-_SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 _CONFIG_DIR = "/etc/coredns"
 
 
@@ -64,7 +57,6 @@ def corefile() -> str:
     errors
     ready :{READY_PORT}
     kubernetes {CLUSTER_DOMAIN} in-addr.arpa ip6.arpa {{
-        kubeconfig {_CONFIG_DIR}/kubeconfig
         pods insecure
         fallthrough in-addr.arpa ip6.arpa
     }}
@@ -72,27 +64,6 @@ def corefile() -> str:
     cache 30
 }}
 """
-
-
-def api_kubeconfig(apiserver: str) -> dict[str, Any]:
-    """CoreDNS's kubeconfig: the API server as the node reaches it, the pod's own token and CA (files, re-read)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "local",
-                "cluster": {
-                    "server": apiserver,
-                    "certificate-authority": f"{_SERVICE_ACCOUNT_DIR}/ca.crt",
-                    "tls-server-name": "localhost",
-                },
-            }
-        ],
-        "users": [{"name": NAME, "user": {"tokenFile": f"{_SERVICE_ACCOUNT_DIR}/token"}}],
-        "contexts": [{"name": NAME, "context": {"cluster": "local", "user": NAME}}],
-        "current-context": NAME,
-    }
 
 
 def _rbac() -> list[dict[str, Any]]:
@@ -141,8 +112,8 @@ def _pod_template(image: str, node_selector: dict[str, str]) -> dict[str, Any]:
         "metadata": {"labels": {"k8s-app": SERVICE}},
         "spec": {
             "serviceAccountName": NAME,
-            "hostNetwork": True,
             "dnsPolicy": "Default",  # CoreDNS forwards to the node's resolvers, never to itself
+            "securityContext": {"sysctls": [{"name": "net.ipv4.ip_unprivileged_port_start", "value": str(DNS_PORT)}]},
             "nodeSelector": node_selector,
             "priorityClassName": "system-cluster-critical",
             "containers": [container],
@@ -151,14 +122,13 @@ def _pod_template(image: str, node_selector: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def manifests(apiserver: str, cluster_ip: str, image: str, node_selector: dict[str, str]) -> list[dict[str, Any]]:
-    """Every object of the add-on: kube-system's Pod Security label, RBAC, the ConfigMap (Corefile, kubeconfig), the
-    Deployment, the Service."""
+def manifests(cluster_ip: str, image: str, node_selector: dict[str, str]) -> list[dict[str, Any]]:
+    """Every object of the add-on: RBAC, the ConfigMap (Corefile), the Deployment, the Service."""
     config_map = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": NAME, "namespace": NAMESPACE},
-        "data": {"Corefile": corefile(), "kubeconfig": json.dumps(api_kubeconfig(apiserver), indent=2)},
+        "data": {"Corefile": corefile()},
     }
     deployment = {
         "apiVersion": "apps/v1",
@@ -183,12 +153,7 @@ def manifests(apiserver: str, cluster_ip: str, image: str, node_selector: dict[s
             ],
         },
     }
-    namespace = {
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {"name": NAMESPACE, "labels": {"pod-security.kubernetes.io/enforce": "privileged"}},
-    }
-    return [namespace, *_rbac(), config_map, deployment, service]
+    return [*_rbac(), config_map, deployment, service]
 
 
 @dataclass(frozen=True)
@@ -203,9 +168,7 @@ def install_coredns(control_plane_dir: Path, bin_dir: Path, node_selector: dict[
     """Apply CoreDNS to the control plane of ``control_plane_dir`` (server-side, so a second install changes
     nothing); its nodes must have imported the image (:func:`coredns_image`). Returns where it answers."""
     config = json.loads((control_plane_dir / "config.json").read_text())
-    gateway = NODE_NETWORK.network_address + 1  # where the nodes reach the API server (network.py)
-    apiserver = f"https://{gateway}:{int(config['apiserverPort'])}"
     cluster_ip = cluster_dns_ip(str(config["serviceCIDR"]))
-    objects = manifests(apiserver, cluster_ip, image_ref(bin_dir), node_selector or {})
+    objects = manifests(cluster_ip, image_ref(bin_dir), node_selector or {})
     apply(control_plane_dir / "admin.kubeconfig", objects)
     return ClusterDNS(cluster_ip)
