@@ -10,6 +10,7 @@ from pathlib import Path
 
 import typer
 from prometheus_client import CollectorRegistry
+from rich.console import Console
 
 from kanri.cli import _run_options as opts
 from kanri.postgres.backup.archiving import DefaultRepository, load_repository, utc_now
@@ -17,8 +18,9 @@ from kanri.postgres.children.images import ENV as POSTGRES_IMAGES_ENV
 from kanri.postgres.children.images import PostgresImages
 from kanri.postgres.cluster.instances import HttpInstanceClient
 from kanri.postgres.operator import OperatorOptions, build_manager
-from kanri.runtime import Client, ClientMetrics, configure_logging
+from kanri.runtime import Client, ClientMetrics, CrdDowngradeRefused, configure_logging
 
+err = Console(stderr=True, soft_wrap=True)
 _SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
@@ -67,7 +69,12 @@ def run(
         allowed_backup_endpoints=tuple(e.strip() for e in allowed_backup_endpoint or () if e.strip()),
         allowed_priority_classes=tuple(c.strip() for c in allowed_priority_class or () if c.strip()),
     )
-    asyncio.run(_run(str(kubeconfig) if kubeconfig else None, options))
+    try:
+        asyncio.run(_run(str(kubeconfig) if kubeconfig else None, options))
+    except CrdDowngradeRefused as exc:
+        # An older operator started against CRDs a newer one wrote: one line that says which, no traceback.
+        err.print(f"[red]{exc}[/red]")
+        raise typer.Exit(1) from None
 
 
 def default_repository(path: Path | None) -> DefaultRepository | None:
