@@ -42,9 +42,11 @@ from kanri.runtime import (
 from kanri.runtime.kinds import (
     CONFIG_MAP,
     CRD,
+    ENDPOINT_SLICE,
     EVENT,
     LEASE,
     NETWORK_POLICY,
+    NODE,
     POD,
     POD_DISRUPTION_BUDGET,
     PVC,
@@ -58,6 +60,7 @@ from kanri.runtime.kinds import (
 __all__ = [
     "CRD_UPGRADE",
     "LEADER_ELECTION",
+    "READS",
     "UPGRADE_CRDS_ENV",
     "WRITES",
     "OperatorOptions",
@@ -119,7 +122,12 @@ WRITES: tuple[Permission, ...] = (
     # the first and the scheduled base backups are PostgresBackups the operator creates; retention deletes them
     _grant(POSTGRES_BACKUP, "create", "delete"),
     _grant(POSTGRES_BACKUP, "patch", subresource="status"),  # the backup's state machine
+    # a read, not a write: is the primary's Node cordoned? Then a planned switchover first (ha/maintenance.py)
+    _grant(NODE, "get"),
 )
+# Reads beyond the informers' list + watch: -rw's EndpointSlices, listed while Ready waits until -rw routes to the
+# primary (cluster/routed.py).
+READS: tuple[Permission, ...] = (_grant(ENDPOINT_SLICE, "list"),)
 # Leader election (the runtime's LeaderElector): only in the operator's own namespace, so a Role of its own.
 LEADER_ELECTION: tuple[Permission, ...] = (_grant(LEASE, "get", "create", "update"),)
 # Bringing its own CRDs up to date at start (kanri.runtime.upgrade_crds): read and replace, the chart names the two
@@ -128,12 +136,12 @@ CRD_UPGRADE: tuple[Permission, ...] = (_grant(CRD, "get", "update"),)
 
 
 def permissions() -> dict[tuple[Kind, str], frozenset[str]]:
-    """Everything the operator needs outside leader election: list + watch on what it watches, plus WRITES and
-    CRD_UPGRADE."""
+    """Everything the operator needs outside leader election: list + watch on what it watches, plus WRITES, READS
+    and CRD_UPGRADE."""
     needed: dict[tuple[Kind, str], frozenset[str]] = {}
     for kind in (POSTGRES_CLUSTER, POSTGRES_BACKUP, *OWNED, *LABELLED, *CLUSTER_WIDE):
         needed[(kind, "")] = frozenset({"list", "watch"})
-    for permission in (*WRITES, *CRD_UPGRADE):
+    for permission in (*WRITES, *READS, *CRD_UPGRADE):
         key = (permission.kind, permission.subresource)
         needed[key] = needed.get(key, frozenset()) | permission.verbs
     return needed

@@ -97,6 +97,10 @@ there is no exec, no RBAC object, no node and no namespace among them.
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch"]
+# -rw's EndpointSlices: Ready waits until -rw routes to the primary
+- apiGroups: ["discovery.k8s.io"]
+  resources: ["endpointslices"]
+  verbs: ["list"]
 {{- end -}}
 
 {{/* Rules on cluster-scoped resources, which no Role can grant: read-only, in both modes. */}}
@@ -105,6 +109,11 @@ there is no exec, no RBAC object, no node and no namespace among them.
 - apiGroups: ["storage.k8s.io"]
   resources: ["storageclasses"]
   verbs: ["list", "watch"]
+# Nodes, one by name: is the primary's node cordoned? Then a planned switchover before the drain (never list, never
+# a write, never nodes/proxy).
+- apiGroups: [""]
+  resources: ["nodes"]
+  verbs: ["get"]
 {{- if .Values.upgradeCRDs }}
 # Its own two CRDs, by name: replaced with the operator's at start (values `upgradeCRDs`; crds/ creates them).
 - apiGroups: ["apiextensions.k8s.io"]
