@@ -15,6 +15,7 @@ from kanri.images.push import PushError, push_images
 from kanri.images.registry import Destination, Oras, RegistryClientError
 from kanri.local import BuildError, ControlPlane, controlplane_binary, paths
 from kanri.local.access import AccessError, container_log_file, forward, read_pod, resolve_target
+from kanri.local.controlplane import Endpoint
 from kanri.local.detached import DetachedProcessError
 from kanri.local.imagemap import write_default_image_map
 from kanri.local.leftovers import find_leftovers, undo_chaos
@@ -23,6 +24,7 @@ from kanri.local.node.control import ControlError, call
 from kanri.local.nodeprocess import NodeProcess
 from kanri.local.realnode import RealNodeError
 from kanri.local.realnode import chaos as realnode_chaos  # issue 27 (rn-cluster)
+from kanri.local.realnode import local as realnode_local
 from kanri.local.registry import LocalRegistry, registry_binary
 from kanri.runtime import Client
 
@@ -53,9 +55,8 @@ def _node_options(name: str) -> NodeOptions:
     return NodeOptions(data_dir=_node(name).node_dir)
 
 
-def start_cluster(name: str, image_map: Path | None = None, nodes: int = 3) -> ControlPlane:
-    """Build (if needed) and start the control plane, then the node host with ``nodes`` nodes; what `up` and
-    `kanri up` share."""
+def _start_control_plane(name: str) -> tuple[ControlPlane, Endpoint]:
+    """Build (if needed) and start the control plane."""
     cp = _control_plane(name)
     with err.status("checking the control-plane binary") as status:
         binary = controlplane_binary(on_build=lambda message: status.update(message))
@@ -65,6 +66,24 @@ def start_cluster(name: str, image_map: Path | None = None, nodes: int = 3) -> C
         endpoint = cp.start()
     verb = "already running" if already else "ready"
     err.print(f"[green]control plane {verb}[/green] at {endpoint.server} (pid {endpoint.pid})")
+    return cp, endpoint
+
+
+def start_real_cluster(name: str) -> ControlPlane:
+    """The control plane and three real nodes in three zones (issue 27, docs/real-nodes.md), instead of the
+    home-made node; the nodes keep running after this process (their own sessions and cgroups)."""
+    cp, _ = _start_control_plane(name)
+    with err.status("starting three real nodes"):
+        seconds = realnode_local.start(paths.cluster_dir(name), cp.data_dir)
+    started = ", ".join(f"{node} in {s:.1f} s" for node, s in sorted(seconds.items()))
+    err.print(f"[green]real nodes ready[/green] ({started or 'all already running'})")
+    return cp
+
+
+def start_cluster(name: str, image_map: Path | None = None, nodes: int = 3) -> ControlPlane:
+    """Build (if needed) and start the control plane, then the node host with ``nodes`` nodes; what `up` and
+    `kanri up` share."""
+    cp, endpoint = _start_control_plane(name)
     node = _node(name)
     node_running = node.running_pid() is not None
     with err.status("starting the local nodes"):
@@ -105,12 +124,18 @@ def up(
         Path | None, typer.Option("--image-map", help="Your image map (YAML); its entries win over kanri's own.")
     ] = None,
     nodes: Annotated[int, typer.Option("--nodes", min=1, max=26, help="How many nodes (one zone each).")] = 3,
+    real_nodes: Annotated[
+        bool,
+        typer.Option(
+            "--real-nodes", help="Three real nodes (kubelet, containerd) in three zones instead of the home-made node."
+        ),
+    ] = False,
 ) -> None:
     """Start the control plane (building it if its sources changed) and the local nodes; wait until both are
     ready. Idempotent."""
     try:
-        cp = start_cluster(name, image_map, nodes)
-    except (BuildError, DetachedProcessError) as exc:
+        cp = start_real_cluster(name) if real_nodes else start_cluster(name, image_map, nodes)
+    except (BuildError, DetachedProcessError, RealNodeError) as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(1) from exc
     err.print(f"  kubectl --kubeconfig {cp.kubeconfig} get nodes")
@@ -128,12 +153,13 @@ def down(name: ClusterOption = "default") -> None:
         err.print("local node stopped" if node_stopped else "local node was not running")
         if LocalRegistry(paths.cluster_dir(name)).stop():
             err.print("image registry stopped")
+        real_left = realnode_local.stop(paths.cluster_dir(name))  # issue 27: the real nodes, by name
         stopped = _control_plane(name).stop()
-    except DetachedProcessError as exc:
+    except (DetachedProcessError, RealNodeError) as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(1) from exc
     err.print("control plane stopped" if stopped else "control plane was not running")
-    left = find_leftovers(_node_options(name))
+    left = real_left + find_leftovers(_node_options(name))
     if left:
         err.print("[red]left behind:[/red] " + ", ".join(left))
         raise typer.Exit(1)
@@ -151,7 +177,12 @@ def status(name: ClusterOption = "default") -> None:
         err.print(f"control plane: [yellow]running (pid {pid}) but not ready[/yellow]; see {cp.log_file}")
         raise typer.Exit(1)
     err.print(f"control plane: [green]ready[/green] (pid {pid}), kubeconfig {cp.kubeconfig}")
+    real = realnode_local.rows(paths.cluster_dir(name))
+    for row in real:
+        err.print(f"  real node {row.name} ({row.zone}): {row.state}")
     node_pid = _node(name).running_pid()
+    if node_pid is None and real:
+        return
     if node_pid is None:
         err.print("local node: [yellow]stopped[/yellow]")
         raise typer.Exit(1)
@@ -277,8 +308,11 @@ def _control(name: str, method: str, route: str) -> Any:
 @node_app.command("list")
 def node_list(name: ClusterOption = "default") -> None:
     """The nodes: zone, chaos state (Running, Stopped, Frozen, Partitioned), address, pod CIDR, pods."""
-    rows = _control(name, "GET", "/nodes")
+    real = realnode_local.rows(paths.cluster_dir(name))
+    rows = _control(name, "GET", "/nodes") if _node(name).running_pid() is not None or not real else []
     typer.echo(f"{'NAME':<16}{'ZONE':<10}{'STATE':<24}{'INTERNAL-IP':<16}{'POD-CIDR':<18}PODS")
+    for r in real:  # issue 27: real nodes; their pods are the API server's to count
+        typer.echo(f"{r.name:<16}{r.zone:<10}{r.state:<24}{r.ip:<16}{r.pod_cidr:<18}-")
     for row in rows:
         typer.echo(
             f"{row['name']:<16}{row['zone'] or '':<10}{row['state']:<24}{row['internalIP']:<16}"

@@ -1,0 +1,86 @@
+"""The real nodes of a ``kanri local`` cluster (``kanri local up --real-nodes``): three nodes in three zones under
+``<cluster dir>/real-nodes/``, started and stopped by name. A node is no child of the process that starts it (its
+processes run in a session and cgroup of their own), so the nodes keep running after ``up`` returns; the cgroup
+is what a pid file is for the home-made node: :meth:`RealNode.pids` finds every process of the node by name, and a
+start first removes whatever a crash left (namespace, links, cgroups) by name.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from kanri.local.realnode import chaos, network
+from kanri.local.realnode.cluster import RealCluster
+from kanri.local.realnode.node import RealNode
+from kanri.local.realnode.spec import HOST_BRIDGE
+
+#: Node ``i`` is ``real-<i>`` (zones kanri-a, kanri-b, kanri-c): short, since the kubelet's socket paths are bounded.
+PREFIX = "real"
+COUNT = 3
+#: What each node imports at its start (cheap once imported); other images would make every start slower.
+IMAGES = ("kanri-tools", "kanri-operator")
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    """One real node as ``kanri local status`` and ``kanri local node list`` show it."""
+
+    name: str
+    zone: str
+    state: str
+    ip: str
+    pod_cidr: str
+
+
+def local_cluster(cluster_dir: Path, control_plane_dir: Path) -> RealCluster:
+    """The cluster's three real nodes (not started)."""
+    return RealCluster(control_plane_dir, chaos.real_nodes_dir(cluster_dir), count=COUNT, prefix=PREFIX, images=IMAGES)
+
+
+def start(cluster_dir: Path, control_plane_dir: Path) -> dict[str, float]:
+    """Start every node that has no process (a crashed one is cleaned by name first), all at once; the seconds each
+    started node took. Nodes with processes are left alone, chaos and all (``up`` is idempotent)."""
+    todo = [node for node in local_cluster(cluster_dir, control_plane_dir).nodes if not node.pids()]
+    if not todo:
+        return {}
+    with ThreadPoolExecutor(max_workers=len(todo)) as pool:
+        futures = {node.spec.name: pool.submit(node.start) for node in todo}
+    return {name: future.result() for name, future in futures.items()}
+
+
+def saved_nodes(cluster_dir: Path) -> list[RealNode]:
+    """Every real node ever started in the cluster (those with a ``node.json``), by name."""
+    root = chaos.real_nodes_dir(cluster_dir)
+    if not root.is_dir():
+        return []
+    return [RealNode.load(d) for d in sorted(root.iterdir()) if (d / "node.json").is_file()]
+
+
+def stop(cluster_dir: Path) -> list[str]:
+    """Stop every real node of the cluster (frozen and partitioned ones too: the kill goes through the freezer and
+    the partition table dies with the node's namespace) and say what is left of them, by name: processes,
+    cgroups, network namespaces, links, mounts, and the host's bridge and table once no node of any cluster
+    uses them. Empty when nothing is left."""
+    nodes = saved_nodes(cluster_dir)
+    for node in nodes:
+        node.stop()
+    left = [item for node in nodes for item in [*(f"process {pid}" for pid in node.pids()), *node.leftovers()]]
+    if nodes and not _other_real_nodes_run():
+        left += network.host_leftovers()
+    return left
+
+
+def _other_real_nodes_run() -> bool:
+    """Whether any real node's link (of another cluster or a test) is still on the host bridge."""
+    ports = Path(f"/sys/class/net/{HOST_BRIDGE}/brif")
+    return ports.is_dir() and any(ports.iterdir())
+
+
+def rows(cluster_dir: Path) -> list[NodeRow]:
+    """The cluster's real nodes with their state (``Running``, ``Running, Frozen, Partitioned``, ``Stopped``)."""
+    return [
+        NodeRow(node.spec.name, node.spec.zone, chaos.state(node), node.spec.ip, node.spec.pod_cidr)
+        for node in saved_nodes(cluster_dir)
+    ]
