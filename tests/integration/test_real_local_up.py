@@ -13,6 +13,7 @@ import asyncio
 import os
 import shutil
 import signal
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,7 @@ from kanri.cli.main import app
 from kanri.local import ControlPlane
 from kanri.local.realnode import ZONES, cgroups, network
 from kanri.local.realnode import local as realnode_local
+from kanri.local.realnode.addons import NetworkPolicyAgent
 from kanri.local.realnode.spec import HOST_BRIDGE
 from tests.support import eventually
 
@@ -53,6 +55,20 @@ def node_states(cluster_dir: Path) -> dict[str, tuple[str, str]]:
     return {row.name: (row.zone, row.state) for row in realnode_local.rows(cluster_dir)}
 
 
+def assert_addons_run(cluster_dir: Path) -> None:
+    """CoreDNS is applied and is the nodes' cluster DNS; every node's NetworkPolicy agent listens on its queue."""
+    admin = cluster_dir / "admin.kubeconfig"
+    deployment = subprocess.run(
+        ["kubectl", f"--kubeconfig={admin}", "-n", "kube-system", "get", "deployment", "coredns", "-o", "name"],
+        capture_output=True,
+        text=True,
+    )
+    assert deployment.stdout.strip() == "deployment.apps/coredns", deployment.stderr
+    nodes = realnode_local.saved_nodes(cluster_dir)
+    assert {node.cluster_dns for node in nodes} == {"10.96.0.10"}
+    assert all(NetworkPolicyAgent(node).listening() for node in nodes)
+
+
 def crash(cluster_dir: Path) -> None:
     """SIGKILL every process of the cluster, as a power loss would; nothing is cleaned up."""
     pid = ControlPlane(cluster_dir).running_pid()
@@ -73,7 +89,9 @@ def test_up_crash_up_down(kanri_home: Path) -> None:
 
     up = kanri("up", "--real-nodes")
     assert up.exit_code == 0, up.output
+    print(up.output)
     assert node_states(cluster_dir) == running  # still running after `up` returned
+    assert_addons_run(cluster_dir)
     listed = kanri("node", "list")
     assert listed.exit_code == 0, listed.output
     assert all(f"real-{i}" in listed.output for i in range(3)), listed.output
@@ -91,8 +109,10 @@ def test_up_crash_up_down(kanri_home: Path) -> None:
 
     recovered = kanri("up", "--real-nodes")
     assert recovered.exit_code == 0, recovered.output
+    print(recovered.output)
     assert node_states(cluster_dir) == running
     assert all(node.is_ready() for node in realnode_local.saved_nodes(cluster_dir))
+    assert_addons_run(cluster_dir)
 
     down = kanri("down")
     assert down.exit_code == 0, down.output

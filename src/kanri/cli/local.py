@@ -25,6 +25,7 @@ from kanri.local.nodeprocess import NodeProcess
 from kanri.local.realnode import RealNodeError
 from kanri.local.realnode import chaos as realnode_chaos  # issue 27 (rn-cluster)
 from kanri.local.realnode import local as realnode_local
+from kanri.local.realnode.addons import AddonError
 from kanri.local.registry import LocalRegistry, registry_binary
 from kanri.runtime import Client
 
@@ -135,7 +136,7 @@ def up(
     ready. Idempotent."""
     try:
         cp = start_real_cluster(name) if real_nodes else start_cluster(name, image_map, nodes)
-    except (BuildError, DetachedProcessError, RealNodeError) as exc:
+    except (BuildError, DetachedProcessError, RealNodeError, AddonError) as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(1) from exc
     err.print(f"  kubectl --kubeconfig {cp.kubeconfig} get nodes")

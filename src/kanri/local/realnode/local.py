@@ -7,13 +7,15 @@ start first removes whatever a crash left (namespace, links, cgroups) by name.
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from kanri.local.realnode import chaos, network
+from kanri.local.realnode.addons import NetworkPolicyAgent, cluster_dns_ip, coredns_image, install_coredns
 from kanri.local.realnode.cluster import RealCluster
-from kanri.local.realnode.node import RealNode
+from kanri.local.realnode.node import RealNode, node_bin_dir
 from kanri.local.realnode.spec import HOST_BRIDGE
 
 #: Node ``i`` is ``real-<i>`` (zones kanri-a, kanri-b, kanri-c): short, since the kubelet's socket paths are bounded.
@@ -34,20 +36,56 @@ class NodeRow:
     pod_cidr: str
 
 
-def local_cluster(cluster_dir: Path, control_plane_dir: Path) -> RealCluster:
+def local_cluster(
+    cluster_dir: Path,
+    control_plane_dir: Path,
+    *,
+    extra_layouts: tuple[tuple[Path, str], ...] = (),
+    cluster_dns: str | None = None,
+) -> RealCluster:
     """The cluster's three real nodes (not started)."""
-    return RealCluster(control_plane_dir, chaos.real_nodes_dir(cluster_dir), count=COUNT, prefix=PREFIX, images=IMAGES)
+    return RealCluster(
+        control_plane_dir,
+        chaos.real_nodes_dir(cluster_dir),
+        count=COUNT,
+        prefix=PREFIX,
+        images=IMAGES,
+        extra_layouts=extra_layouts,
+        cluster_dns=cluster_dns,
+    )
+
+
+def addons_built(bin_dir: Path) -> bool:
+    """Whether ``make node-components`` built the add-ons :func:`start` runs (CoreDNS, the NetworkPolicy agent)."""
+    return all((bin_dir / name).is_file() for name in ("coredns", "kube-network-policies"))
 
 
 def start(cluster_dir: Path, control_plane_dir: Path) -> dict[str, float]:
-    """Start every node that has no process (a crashed one is cleaned by name first), all at once; the seconds each
-    started node took. Nodes with processes are left alone, chaos and all (``up`` is idempotent)."""
-    todo = [node for node in local_cluster(cluster_dir, control_plane_dir).nodes if not node.pids()]
-    if not todo:
+    """Start every node that has no process (a crashed one is cleaned by name first), all at once, with the
+    add-ons when they are built: CoreDNS (the nodes' ``clusterDNS``) and a NetworkPolicy agent in each started
+    node (it dies with its node). The seconds each started node took. Nodes with processes are left alone, chaos
+    and all (``up`` is idempotent)."""
+    names = {node.spec.name for node in local_cluster(cluster_dir, control_plane_dir).nodes if not node.pids()}
+    if not names:
         return {}
+    bin_dir = node_bin_dir()
+    addons = addons_built(bin_dir)
+    extra: tuple[tuple[Path, str], ...] = ()
+    dns = None
+    if addons:
+        extra = (coredns_image(bin_dir, chaos.real_nodes_dir(cluster_dir) / "coredns-image"),)
+        config = json.loads((control_plane_dir / "config.json").read_text())
+        dns = cluster_dns_ip(str(config["serviceCIDR"]))
+    cluster = local_cluster(cluster_dir, control_plane_dir, extra_layouts=extra, cluster_dns=dns)
+    todo = [node for node in cluster.nodes if node.spec.name in names]
     with ThreadPoolExecutor(max_workers=len(todo)) as pool:
         futures = {node.spec.name: pool.submit(node.start) for node in todo}
-    return {name: future.result() for name, future in futures.items()}
+    seconds = {name: future.result() for name, future in futures.items()}
+    if addons:
+        install_coredns(control_plane_dir, bin_dir)
+        for node in todo:
+            NetworkPolicyAgent(node).start()
+    return seconds
 
 
 def saved_nodes(cluster_dir: Path) -> list[RealNode]:
