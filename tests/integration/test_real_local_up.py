@@ -98,6 +98,11 @@ def test_up_crash_up_down(kanri_home: Path) -> None:
     status = kanri("status")
     assert status.exit_code == 0, status.output
     assert "real node real-2 (kanri-c): Running" in status.output, status.output
+    stopped = kanri("node", "stop", "real-1")
+    assert "now Stopped" in stopped.output, stopped.output
+    started = kanri("node", "start", "real-1")  # the node comes back with its NetworkPolicy agent
+    assert "start done; now Running" in started.output, started.output
+    assert_addons_run(cluster_dir)
     again = kanri("up", "--real-nodes")  # idempotent: nothing restarted
     assert again.exit_code == 0, again.output
     assert "all already running" in again.output, again.output

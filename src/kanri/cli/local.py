@@ -140,7 +140,8 @@ def up(
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(1) from exc
     err.print(f"  kubectl --kubeconfig {cp.kubeconfig} get nodes")
-    err.print(f"  logs: {cp.log_file} (control plane), {_node(name).log_file} (node)")
+    nodes_log = realnode_chaos.real_nodes_dir(cp.data_dir) / "NODE" if real_nodes else _node(name).log_file
+    err.print(f"  logs: {cp.log_file} (control plane), {nodes_log} (node)")
 
 
 @app.command()

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from kanri.local.realnode.addons import NetworkPolicyAgent
 from kanri.local.realnode.node import RealNode
 
 REAL_NODES = "real-nodes"
@@ -50,4 +51,12 @@ def apply(node: RealNode, verb: str) -> bool:
     wanted, action = needed[verb]
     if wanted:
         action()
+        if verb == "start" and node.cluster_dns is not None and addons_built(node.bin_dir):
+            NetworkPolicyAgent(node).start()  # `up --real-nodes` gave it one; it died with the node's stop
     return wanted
+
+
+def addons_built(bin_dir: Path) -> bool:
+    """Whether ``make node-components`` built the add-ons ``kanri local up --real-nodes`` runs (CoreDNS, the
+    NetworkPolicy agent)."""
+    return all((bin_dir / name).is_file() for name in ("coredns", "kube-network-policies"))

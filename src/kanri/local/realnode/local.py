@@ -55,11 +55,6 @@ def local_cluster(
     )
 
 
-def addons_built(bin_dir: Path) -> bool:
-    """Whether ``make node-components`` built the add-ons :func:`start` runs (CoreDNS, the NetworkPolicy agent)."""
-    return all((bin_dir / name).is_file() for name in ("coredns", "kube-network-policies"))
-
-
 def start(cluster_dir: Path, control_plane_dir: Path) -> dict[str, float]:
     """Start every node that has no process (a crashed one is cleaned by name first), all at once, with the
     add-ons when they are built: CoreDNS (the nodes' ``clusterDNS``) and a NetworkPolicy agent in each started
@@ -69,7 +64,7 @@ def start(cluster_dir: Path, control_plane_dir: Path) -> dict[str, float]:
     if not names:
         return {}
     bin_dir = node_bin_dir()
-    addons = addons_built(bin_dir)
+    addons = chaos.addons_built(bin_dir)
     extra: tuple[tuple[Path, str], ...] = ()
     dns = None
     if addons:
