@@ -184,6 +184,8 @@ def status(name: ClusterOption = "default") -> None:
         err.print(f"  real node {row.name} ({row.zone}): {row.state}")
     node_pid = _node(name).running_pid()
     if node_pid is None and real:
+        if all(row.state == "Stopped" for row in real):
+            raise typer.Exit(1)
         return
     if node_pid is None:
         err.print("local node: [yellow]stopped[/yellow]")
