@@ -19,16 +19,25 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from kanri.cli import status_cache, status_kafka
+from kanri.cli._render import (
+    about_cluster,
+    ago,
+    conditions_table,
+    event_time,
+    human_bytes,
+    pod_state,
+    titled_table,
+)
 from kanri.postgres.api.v1alpha1 import DEFAULT_MAX_DATA_LOSS_BYTES
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.labels import CLUSTER, INSTANCE, ROLE, belongs
-from kanri.runtime import ApiError, Client, parse_time
+from kanri.runtime import ApiError, Client
 from kanri.runtime._connection import ConfigError  # not re-exported by kanri.runtime; raised by from_kubeconfig
 from kanri.runtime.kinds import EVENT, NODE, POD
 
@@ -69,90 +78,14 @@ async def snapshot(client: Client, name: str, namespace: str) -> Snapshot:
     clusters, _ = await client.list(POSTGRES_CLUSTER, namespace)
     others = {c["metadata"]["name"] for c in clusters} - {name}
     names = {pod["metadata"]["name"] for pod in pods}
-    ours = [event for event in warnings if _about_cluster(event, name, names, others)]
-    ours.sort(key=_event_time, reverse=True)
+    ours = [event for event in warnings if about_cluster(event, name, names, others)]
+    ours.sort(key=event_time, reverse=True)
     # An instance is a StatefulSet of one pod (``orders-1`` runs pod ``orders-1-0``): match them by the label.
     by_instance = {(pod["metadata"].get("labels") or {}).get(INSTANCE) or pod["metadata"]["name"]: pod for pod in pods}
     return Snapshot(cluster, by_instance, zones, ours[:RECENT_EVENTS])
 
 
-def _about_cluster(event: Obj, cluster: str, pods: set[str], others: set[str]) -> bool:
-    """The cluster itself, its pods, and its children, which are all named after it (``<cluster>-...``) — but not
-    another cluster whose name merely starts with ours (``orders-archive`` and its children, for ``orders``)."""
-    involved = (event.get("involvedObject") or {}).get("name") or ""
-    if involved == cluster or involved in pods:
-        return True
-    if not involved.startswith(f"{cluster}-"):
-        return False
-    return not any(
-        involved == other or involved.startswith(f"{other}-") for other in others if len(other) > len(cluster)
-    )
-
-
-def _event_time(event: Obj) -> datetime:
-    for stamp in (event.get("lastTimestamp"), (event.get("series") or {}).get("lastObservedTime"),
-                  event.get("eventTime"), event["metadata"].get("creationTimestamp")):  # fmt: skip
-        if stamp:
-            return parse_time(stamp)
-    return datetime.fromtimestamp(0, UTC)
-
-
 # --- rendering (pure) ------------------------------------------------------------------------------------------------
-
-
-def ago(stamp: str | datetime | None, now: datetime) -> str:
-    """``3m12s ago`` style age of an RFC 3339 time or a datetime (``-`` when absent)."""
-    if not stamp:
-        return "-"
-    moment = parse_time(stamp) if isinstance(stamp, str) else stamp
-    seconds = max(0, int((now - moment).total_seconds()))
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, seconds = divmod(rest, 60)
-    if days:
-        return f"{days}d{hours}h ago"
-    if hours:
-        return f"{hours}h{minutes}m ago"
-    return f"{minutes}m{seconds}s ago" if minutes else f"{seconds}s ago"
-
-
-def human_bytes(value: int | None) -> str:
-    """Bytes in binary units (``16 MiB``); ``-`` when unknown."""
-    if value is None:
-        return "-"
-    amount = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if amount < 1024 or unit == "TiB":
-            return f"{amount:.0f} {unit}" if unit == "B" else f"{amount:.1f} {unit}"
-        amount /= 1024
-    raise AssertionError("unreachable")
-
-
-def pod_state(pod: Obj | None) -> str:
-    """What the pod is doing: Terminating, a container's waiting reason (ImagePullBackOff, CrashLoopBackOff, ...),
-    or its phase with readiness and restarts."""
-    if pod is None:
-        return "no pod"
-    if pod["metadata"].get("deletionTimestamp"):
-        return "Terminating"
-    status = pod.get("status") or {}
-    containers = status.get("containerStatuses") or []
-    for container in containers:
-        waiting = (container.get("state") or {}).get("waiting")
-        if waiting and waiting.get("reason"):
-            return str(waiting["reason"])
-    phase = status.get("phase") or "Pending"
-    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions") or [])
-    restarts = sum(int(c.get("restartCount") or 0) for c in containers)
-    text = f"{phase}, {'ready' if ready else 'not ready'}"
-    return f"{text}, {restarts} restarts" if restarts else text
-
-
-def _table(title: str, *columns: str) -> Table:
-    table = Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, show_edge=False)
-    for column in columns:
-        table.add_column(column, overflow="fold")
-    return table
 
 
 def _summary(cluster: Obj) -> Table:
@@ -180,8 +113,8 @@ def _summary(cluster: Obj) -> Table:
 
 def _instances(snap: Snapshot) -> Table:
     status = snap.cluster.get("status") or {}
-    table = _table("Instances", "Name", "Role", "Ready", "Pod", "Node", "Zone", "Received LSN", "Replayed LSN", "Lag",
-                   "Timeline")  # fmt: skip
+    columns = ("Name", "Role", "Ready", "Pod", "Node", "Zone", "Received LSN", "Replayed LSN", "Lag", "Timeline")
+    table = titled_table("Instances", *columns)
     reported = {instance["name"]: instance for instance in status.get("instances") or []}
     for name in sorted(reported.keys() | snap.pods.keys()):
         instance, pod = reported.get(name, {}), snap.pods.get(name)
@@ -233,23 +166,14 @@ def _backups(cluster: Obj, now: datetime) -> RenderableType:
     )
 
 
-def _conditions(status: Obj, now: datetime) -> Table:
-    table = _table("Conditions", "Type", "Status", "Reason", "Since", "Message")
-    for condition in status.get("conditions") or []:
-        style = "red" if (condition["type"], condition["status"]) in {("Ready", "False"), ("Degraded", "True")} else ""
-        table.add_row(condition["type"], Text(condition["status"], style=style), condition.get("reason") or "",
-                      ago(condition.get("lastTransitionTime"), now), condition.get("message") or "")  # fmt: skip
-    return table
-
-
 def _events(events: list[Obj], now: datetime) -> RenderableType:
     if not events:
         return Text("Warning events: none recent")
-    table = _table("Warning events", "Last seen", "Object", "Reason", "Count", "Message")
+    table = titled_table("Warning events", "Last seen", "Object", "Reason", "Count", "Message")
     for event in events:
         involved = event.get("involvedObject") or {}
         count = event.get("count") or (event.get("series") or {}).get("count") or 1
-        table.add_row(ago(_event_time(event), now),
+        table.add_row(ago(event_time(event), now),
                       f"{involved.get('kind', '')}/{involved.get('name', '')}", event.get("reason") or "", str(count),
                       event.get("message") or "")  # fmt: skip
     return table
@@ -270,7 +194,7 @@ def render(snap: Snapshot, now: datetime) -> Group:
         fenced = ", ".join(side["name"] for side in split.get("fenced") or [])
         parts.append(Text(f"Split brain: kept {split['kept']['name']} ({split.get('keptBy')}), fenced {fenced}",
                           style="bold red"))  # fmt: skip
-    parts += [_backups(snap.cluster, now), Text(""), _conditions(status, now), Text(""), _events(snap.events, now)]
+    parts += [_backups(snap.cluster, now), Text(""), conditions_table(status, now), Text(""), _events(snap.events, now)]
     return Group(*parts)
 
 
@@ -331,8 +255,6 @@ async def _show_postgres(client: Client, name: str, namespace: str, console: Con
 
 async def _show_cache(client: Client, name: str, namespace: str, console: Console, watch: bool,
                       interval: float) -> None:  # fmt: skip
-    from kanri.cli import status_cache  # it renders with this module's helpers: imported when asked for
-
     await status_cache.show(client, name, namespace, console, watch, interval)
 
 
@@ -340,7 +262,7 @@ KINDS: dict[str, tuple[str, Viewer]] = {
     # ``kanri status KIND/NAME``: the kind as typed (lower case) -> its name in messages and its viewer
     "postgrescluster": ("PostgresCluster", _show_postgres),
     "cache": ("Cache", _show_cache),
-    "kafkatopic": ("KafkaTopic", lambda *args: __import__("kanri.cli.status_kafka", fromlist=["show"]).show(*args)),
+    "kafkatopic": ("KafkaTopic", status_kafka.show),
 }
 DEFAULT_KIND = "postgrescluster"
 """A bare NAME."""

@@ -22,7 +22,7 @@ from rich.text import Text
 
 from kanri.cache.api import KIND, LABELS
 from kanri.cache.children import READABLE, ROLE
-from kanri.cli.status import _about_cluster, _conditions, _event_time, _table, ago, human_bytes, pod_state
+from kanri.cli._render import about_cluster, ago, conditions_table, event_time, human_bytes, pod_state, titled_table
 from kanri.runtime import ApiError, Client
 from kanri.runtime.kinds import EVENT, POD, SERVICE, STATEFUL_SET
 
@@ -65,7 +65,7 @@ async def snapshot(client: Client, name: str, namespace: str) -> CacheSnapshot:
     caches, _ = await client.list(KIND, namespace)
     others = {c["metadata"]["name"] for c in caches} - {name}
     names = {pod["metadata"]["name"] for pod in pods}
-    ours = sorted((e for e in events if _about_cluster(e, name, names, others)), key=_event_time, reverse=True)
+    ours = sorted((e for e in events if about_cluster(e, name, names, others)), key=event_time, reverse=True)
     pods.sort(key=lambda pod: int(pod["metadata"]["name"].rsplit("-", 1)[1]))
     return CacheSnapshot(cache, pods, statefulset, services, ours[:RECENT_EVENTS])
 
@@ -107,7 +107,7 @@ def _pods(snap: CacheSnapshot) -> Table:
     revision = ((snap.statefulset or {}).get("status") or {}).get("updateRevision")
     wanted = int((snap.cache.get("spec") or {}).get("replicas") or 0)
     readable = set(status.get("readableReplicas") or [])
-    table = _table("Pods", "Name", "Role", "Reads", "Template", "Pod", "Node")
+    table = titled_table("Pods", "Name", "Role", "Reads", "Template", "Pod", "Node")
     for pod in snap.pods:
         meta = pod["metadata"]
         labels = meta.get("labels") or {}
@@ -124,7 +124,7 @@ def _pods(snap: CacheSnapshot) -> Table:
 
 
 def _services(snap: CacheSnapshot) -> Table:
-    table = _table("Services", "Name", "Routes to")
+    table = titled_table("Services", "Name", "Routes to")
     for service in sorted(snap.services, key=lambda s: s["metadata"]["name"]):
         selector = (service.get("spec") or {}).get("selector") or {}
         matching = [p["metadata"]["name"] for p in snap.pods
@@ -137,7 +137,7 @@ def _failovers(status: Obj, now: datetime) -> RenderableType:
     records = (status.get("failovers") or [])[-RECENT_FAILOVERS:]
     if not records:
         return Text("Failovers: none recorded")
-    table = _table("Failovers (newest last)", "When", "From", "To", "Possibly lost", "Reason")
+    table = titled_table("Failovers (newest last)", "When", "From", "To", "Possibly lost", "Reason")
     for record in records:
         loss = record.get("possibleLossBytes")
         style = "bold red" if loss is None or loss > 0 else "green"
@@ -150,11 +150,11 @@ def _failovers(status: Obj, now: datetime) -> RenderableType:
 def _events(events: list[Obj], now: datetime) -> RenderableType:
     if not events:
         return Text("Events: none recent")
-    table = _table("Events", "Last seen", "Type", "Object", "Reason", "Message")
+    table = titled_table("Events", "Last seen", "Type", "Object", "Reason", "Message")
     for event in events:
         involved = event.get("involvedObject") or {}
         kind = event.get("type") or ""
-        table.add_row(ago(_event_time(event), now), Text(kind, style="red" if kind == "Warning" else ""),
+        table.add_row(ago(event_time(event), now), Text(kind, style="red" if kind == "Warning" else ""),
                       f"{involved.get('kind', '')}/{involved.get('name', '')}", event.get("reason") or "",
                       event.get("message") or "")  # fmt: skip
     return table
@@ -173,7 +173,7 @@ def render(snap: CacheSnapshot, now: datetime) -> Group:
         Text(""),
         _failovers(status, now),
         Text(""),
-        _conditions(status, now),
+        conditions_table(status, now),
         Text(""),
         _events(snap.events, now),
     )

@@ -21,7 +21,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from kanri.cli.status import _conditions, _event_time, _table, ago
+from kanri.cli._render import ago, conditions_table, event_time, titled_table
 from kanri.kafka.api import APPROVE_DELETION, APPROVE_GROWTH, CLUSTER_KIND, RELEASE, TOPIC_KIND
 from kanri.kafka.topics.admin import AdminError, GroupLag, TopicAdmin, TopicState
 from kanri.runtime import Client
@@ -64,7 +64,7 @@ async def snapshot(client: Client, name: str, namespace: str, kafka_timeout: flo
     events, _ = await client.list(EVENT, namespace)
     ours = [e for e in events if (e.get("involvedObject") or {}).get("kind") == "KafkaTopic"
             and (e.get("involvedObject") or {}).get("name") == name]  # fmt: skip
-    snap.events = sorted(ours, key=_event_time, reverse=True)[:RECENT_EVENTS]
+    snap.events = sorted(ours, key=event_time, reverse=True)[:RECENT_EVENTS]
     bootstrap = ((snap.cluster or {}).get("status") or {}).get("bootstrap")
     if not bootstrap:
         snap.kafka_error = f"KafkaCluster {wanted} publishes no bootstrap address"
@@ -132,7 +132,7 @@ def _settings(snap: TopicSnapshot) -> RenderableType:
     if snap.kafka is None:
         shown = ", ".join(f"{k}={v}" for k, v in sorted(wanted.items())) or "broker defaults"
         return Group(Text(f"Settings (spec): {shown}"), drift)
-    table = _table("Settings", "Key", "Spec", "Kafka")
+    table = titled_table("Settings", "Key", "Spec", "Kafka")
     for key in sorted(set(wanted) | set(snap.kafka.config)):
         spec_value, kafka_value = wanted.get(key, "-"), snap.kafka.config.get(key, "-")
         table.add_row(key, spec_value, Text(kafka_value, style="" if spec_value == kafka_value else "yellow"))
@@ -159,7 +159,7 @@ def _growth(snap: TopicSnapshot, now: datetime) -> RenderableType:
     if spec.get("keyOrdered") or approval:
         parts.append(Text(f"  approval ({APPROVE_GROWTH}): {approval or 'none'}"))
     if steps:
-        table = _table("Steps done (newest last)", "From", "To", "Done", "Checked")
+        table = titled_table("Steps done (newest last)", "From", "To", "Done", "Checked")
         for done in steps[-RECENT_STEPS:]:
             table.add_row(str(done["fromPartitions"]), str(done["toPartitions"]), ago(done.get("time"), now),
                           done.get("checks") or "")  # fmt: skip
@@ -184,7 +184,7 @@ def _groups(snap: TopicSnapshot, max_lag: int) -> RenderableType:
         return Text("Consumer groups: not read (Kafka not reached)")
     if not snap.groups:
         return Text("Consumer groups: none reads the topic")
-    table = _table("Consumer groups", "Group", "State", "Members", "Lag", "Gates growth")
+    table = titled_table("Consumer groups", "Group", "State", "Members", "Lag", "Gates growth")
     for group in sorted(snap.groups, key=lambda g: g.group):
         gating = "no (no members)" if not group.members else ("yes: over maxLag" if group.lag > max_lag else "yes")
         lag = Text(str(group.lag), style="yellow" if group.members and group.lag > max_lag else "")
@@ -212,11 +212,11 @@ def _deletion(snap: TopicSnapshot, now: datetime) -> RenderableType:
 def _events(events: list[Obj], now: datetime) -> RenderableType:
     if not events:
         return Text("Events: none recent")
-    table = _table("Events", "Last seen", "Type", "Reason", "Count", "Message")
+    table = titled_table("Events", "Last seen", "Type", "Reason", "Count", "Message")
     for event in events:
         count = event.get("count") or (event.get("series") or {}).get("count") or 1
         kind = event.get("type") or ""
-        table.add_row(ago(_event_time(event), now), Text(kind, style="red" if kind == "Warning" else ""),
+        table.add_row(ago(event_time(event), now), Text(kind, style="red" if kind == "Warning" else ""),
                       event.get("reason") or "", str(count), event.get("message") or "")  # fmt: skip
     return table
 
@@ -238,7 +238,7 @@ def render(snap: TopicSnapshot, now: datetime) -> Group:
         Text(""),
         _deletion(snap, now),
         Text(""),
-        _conditions(status, now),
+        conditions_table(status, now),
         Text(""),
         _events(snap.events, now),
     )
