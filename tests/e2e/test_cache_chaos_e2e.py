@@ -37,7 +37,7 @@ from kanri.runtime import Client, Manager, ManagerOptions, install_crd
 from kanri.runtime.kinds import POD, SERVICE
 from tests.e2e.test_cache_e2e import Pods, ready, writable
 from tests.local_node_support import init_pid, running_nodes, with_test_network
-from tests.support import eventually
+from tests.support import NotYet, eventually
 
 pytestmark = [pytest.mark.timeout(420), pytest.mark.faults]
 Obj = dict[str, Any]
@@ -116,6 +116,8 @@ class Workload:
     writable_counts: list[tuple[float, int]] = field(default_factory=list)
     staleness: list[float] = field(default_factory=list)
     stop: asyncio.Event = field(default_factory=asyncio.Event)
+    seen: dict[str, Any] = field(default_factory=dict)
+    """What :func:`converged` last saw (for a failure message)."""
 
     async def primary(self) -> str | None:
         """The pod IP of a primary that accepts writes (a cut-off one does not: min-replicas-to-write)."""
@@ -180,17 +182,40 @@ class Workload:
     def most_writable_since(self, moment: float) -> int:
         return max((count for at, count in self.writable_counts if at >= moment), default=0)
 
-    async def missing(self) -> int:
+    async def missing(self) -> list[int]:
+        """The confirmed writes the writable primary lacks."""
         ip = await self.primary()
         assert ip is not None
         conn = self.pods.connect(ip)
+        lost: list[int] = []
         try:
-            present = 0
             for start in range(0, len(self.acked), 1000):
-                present += int(await conn.exists(*(f"ledger:{n}" for n in self.acked[start : start + 1000])))
+                chunk = self.acked[start : start + 1000]
+                async with conn.pipeline(transaction=False) as pipe:
+                    for n in chunk:
+                        pipe.exists(f"ledger:{n}")
+                    found = await pipe.execute()
+                lost += [n for n, present in zip(chunk, found, strict=True) if not present]
         finally:
             await conn.aclose()
-        return len(self.acked) - present
+        return lost
+
+
+STORY = ("role decision", "stepping down", "catching up", "+switch-master", "+selected-slave", "+promoted-slave",
+         "+failover-end", "+slave-reconf-sent", "+odown", "Full resync", "Partial resynchronization",
+         "MASTER <-> REPLICA")  # fmt: skip
+
+
+def story(root: Path, since: float) -> str:
+    """The agents' decisions and Sentinel's failover steps from the container logs under ``root`` (for a failure)."""
+    lines = []
+    for path in sorted(root.rglob("pods/*/*/*.log")):
+        if path.stat().st_mtime < since:
+            continue
+        for line in path.read_text(errors="replace").splitlines():
+            if any(mark in line for mark in STORY):
+                lines.append(f"{path.parent.parent.name.split('_')[1]}/{path.parent.name}: {line[:300]}")
+    return "\n".join(lines[-150:])
 
 
 async def primary_pod(workload: Workload, client: Client, namespace: str) -> tuple[str, str]:
@@ -207,18 +232,23 @@ async def primary_pod(workload: Workload, client: Client, namespace: str) -> tup
 async def converged(workload: Workload) -> bool:
     """One writable primary, every other pod its replica with the link up, every Sentinel knowing both replicas."""
     roles = await workload.pods.roles()
+    workload.seen = {pod: None if i is None else (i.get("role"), i.get("master_host"), i.get("master_link_status"),
+                                                  i.get("master_repl_offset")) for pod, i in roles.items()}  # fmt: skip
     if len(roles) != 3 or any(info is None for info in roles.values()):
         return False
     primaries = [info for info in roles.values() if info is not None and writable(info)]
     linked = [info for info in roles.values() if info is not None and info.get("master_link_status") == "up"]
-    return len(primaries) == 1 and len(linked) == 2 and await workload.pods.sentinels_know_replicas(2)
+    if len(primaries) != 1 or len(linked) != 2:
+        return False
+    workload.seen["sentinels know both replicas"] = await workload.pods.sentinels_know_replicas(2)
+    return bool(workload.seen["sentinels know both replicas"])
 
 
 Fault = Callable[[str, str], Awaitable[None]]
 
 
 async def run_fault(workload: Workload, client: Client, namespace: str, label: str, inject: Fault, recover: Fault,
-                    results: list[str]) -> None:  # fmt: skip
+                    results: list[str], logs: Path) -> None:  # fmt: skip
     """Inject a fault on the primary, wait for a confirmed write after it, recover, wait until converged; check."""
     pod, node = await primary_pod(workload, client, namespace)
     before = len(workload.acked)
@@ -226,20 +256,26 @@ async def run_fault(workload: Workload, client: Client, namespace: str, label: s
     fault_at = time.monotonic()  # once in place: a write confirmed while the fault was being applied does not count
     first = await eventually(lambda: asyncio.sleep(0, workload.first_ack_after(fault_at)), timeout=60)
     await recover(pod, node)
-    await eventually(lambda: converged(workload), timeout=120, interval=0.5)
+    try:
+        await eventually(lambda: converged(workload), timeout=120, interval=0.5)
+    except NotYet as exc:
+        raise AssertionError(f"{label}: not converged: {workload.seen}\n{story(logs, 0)}") from exc
     await eventually(lambda: asyncio.sleep(0, len(workload.acked) > before + 50 or None), timeout=30)
-    missing, most = await workload.missing(), workload.most_writable_since(fault_at)
+    lost, most = await workload.missing(), workload.most_writable_since(fault_at)
     results.append(
         f"{label} ({pod} on {node}): writes confirmed again {first - fault_at:.2f} s after the fault; "
-        f"{missing} of {len(workload.acked)} confirmed writes lost; at most {most} writable primaries"
+        f"{len(lost)} of {len(workload.acked)} confirmed writes lost; at most {most} writable primaries"
     )
     print(results[-1])
-    assert missing == 0, results[-1]
+    if lost:
+        where = [workload.acked_on[workload.acked.index(n)] for n in lost]
+        print(f"lost {lost} confirmed on {where}; last confirmed {workload.acked[-1]}\n{story(logs, 0)}")
+    assert not lost, results[-1]
     assert most <= 1, results[-1]
 
 
 async def test_a_durable_cache_keeps_every_confirmed_write_through_node_faults(
-    operator: Operator, host: NodeHost, namespace: str
+    operator: Operator, host: NodeHost, namespace: str, tmp_path: Path
 ) -> None:
     client = operator.client
     await client.create(KIND, {"metadata": {"name": NAME, "namespace": namespace}, "spec": SPEC})
@@ -278,11 +314,12 @@ async def test_a_durable_cache_keeps_every_confirmed_write_through_node_faults(
 
     try:
         await eventually(lambda: asyncio.sleep(0, len(workload.acked) > 100 or None), timeout=30)
-        faults = [("node stopped", verb("stop"), verb("start")), ("node frozen", verb("freeze"), verb("thaw")),
-                  ("node partitioned, operator stopped", partition_without_operator, heal_and_restart_operator),
-                  *[(f"server killed ({n}/3)", kill, nothing) for n in (1, 2, 3)]]  # fmt: skip
+        partitioned = ("node partitioned, operator stopped", partition_without_operator, heal_and_restart_operator)
+        faults = [*[(f"server killed ({n}/3)", kill, nothing) for n in (1, 2, 3)],
+                  ("node stopped", verb("stop"), verb("start")), ("node frozen", verb("freeze"), verb("thaw")),
+                  partitioned]  # fmt: skip
         for label, inject, recover in faults:
-            await run_fault(workload, client, namespace, label, inject, recover, results)
+            await run_fault(workload, client, namespace, label, inject, recover, results, tmp_path)
         await eventually(lambda: ready(client, namespace, NAME), timeout=60, interval=1)
     finally:
         workload.stop.set()

@@ -1,7 +1,8 @@
 """The planned switchover of a rolling replace (kanri.cache.rollout.switchover) against real valkey-server and
 Sentinel processes run by the in-pod agent's code (no cluster): with a WAIT ledger writing throughout, the primary
 moves to an up-to-date replica, the old primary follows it, no WAIT-confirmed write is lost and never two pods accept
-writes; a replica leaving with a scale-down is never the one promoted."""
+writes; a replica leaving with a scale-down is never the one promoted, and once it is gone the Sentinels that stay
+forget its Sentinel (else a failover would need every one of them)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from pathlib import Path
 
 import pytest_asyncio
 
-from kanri.cache.agent.node import command
+from kanri.cache.agent.node import command, stop
 from kanri.cache.agent.resp import Secret
 from kanri.cache.api import CacheSpec
+from kanri.cache.rollout.sentinels import forget_removed
 from kanri.cache.rollout.switchover import Topology, switch_over
 from tests.cache_support import Ledger, LocalCache
 from tests.support import eventually
@@ -55,6 +57,15 @@ async def settled(cache: LocalCache) -> int:
         return leads[0]
 
     return await eventually(check, timeout=40)
+
+
+async def stop_pod(cache: LocalCache, index: int) -> None:
+    pod = cache.pods[index]
+    if pod.role is not None:
+        pod.role.cancel()
+    for process in (pod.process, pod.sentinel_process):
+        if process is not None:
+            await stop(process, timeout=5)
 
 
 def topology(cache: LocalCache, primary: int, candidates: list[int], others: list[int] = ()) -> Topology:  # type: ignore[assignment]
@@ -120,3 +131,18 @@ async def test_a_planned_switchover_loses_no_confirmed_write_and_never_leaves_tw
     priority = await command(cache.pods[leaving].server, cache.pods[leaving].server.me, "CONFIG", "GET",
                              "replica-priority")  # fmt: skip
     assert priority[1] == "100", "the leaving replica's exclusion is undone"
+    # the leaving pod goes; the Sentinels that stay forget it, one at a time
+    await stop_pod(cache, leaving)
+    staying = {f"pod-{i}": cache.pods[i].sentinel.me for i in (first, second)}
+    node = cache.pods[first].server
+
+    async def forgotten() -> list[int] | None:
+        await forget_removed(staying, password, cache.name)
+        counts = []
+        for address in staying.values():
+            master = await command(node, address, "SENTINEL", "MASTER", cache.name)
+            fields = dict(zip(master[::2], master[1::2], strict=True))
+            counts += [int(fields["num-other-sentinels"]), int(fields["num-slaves"])]
+        return counts if counts == [1, 1, 1, 1] else None
+
+    await eventually(forgotten, timeout=60)

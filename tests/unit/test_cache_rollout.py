@@ -128,3 +128,18 @@ def test_planned_switchovers_are_not_counted_as_failovers_and_a_rollout_shows_as
     assert registry.get_sample_value("kanri_cache_cache_updating", labels) == 1
     metrics.forget("ns", "c")
     assert registry.get_sample_value("kanri_cache_cache_updating", labels) is None
+
+
+def test_sentinels_that_count_gone_peers_are_reset_one_at_a_time_and_never_mid_failover() -> None:
+    from kanri.cache.rollout.sentinels import SentinelView, to_reset
+
+    def view(sentinels: int, replicas: int = 2, primary: str = "c-0:6379", failing: bool = False) -> SentinelView:
+        return SentinelView(primary, sentinels, replicas, failing)
+
+    assert to_reset({"c-0": view(2), "c-1": view(2), "c-2": view(2)}, 3) is None, "nothing to forget"
+    assert to_reset({"c-0": view(2), "c-1": view(4), "c-2": view(3)}, 3) == "c-1"
+    # the one reset before still relearns its replicas: wait
+    assert to_reset({"c-0": view(2, replicas=0), "c-1": view(4), "c-2": view(3)}, 3) is None
+    assert to_reset({"c-0": view(4), "c-1": view(4), "c-2": None}, 3) is None, "a Sentinel does not answer"
+    assert to_reset({"c-0": view(4), "c-1": view(4, primary="c-1:6379"), "c-2": view(2)}, 3) is None
+    assert to_reset({"c-0": view(4, failing=True), "c-1": view(4), "c-2": view(2)}, 3) is None

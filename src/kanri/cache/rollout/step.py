@@ -15,6 +15,7 @@ from kanri.cache.api import CacheSpec, FailoverRecord
 from kanri.cache.config import SENTINEL_PORT, VALKEY_PORT
 from kanri.cache.observe import Assessment
 from kanri.cache.rollout.decide import PodState, Replace, RolloutDecision, Settled, Switchover, Wait, decide
+from kanri.cache.rollout.sentinels import forget_removed
 from kanri.cache.rollout.switchover import Topology, switch_over
 from kanri.runtime.kinds import POD, STATEFUL_SET
 
@@ -68,6 +69,8 @@ async def roll(ctx: kit.PassContext, spec: CacheSpec, seen: Assessment, password
     leaving = [p.name for p in pods if p.ordinal >= spec.replicas]
     _stage(ctx, decision, pending, sorted(leaving), spec.storage is not None)
     match decision:
+        case Settled() if not leaving:
+            await _forget_removed(ctx, spec, password)
         case Replace(pod=pod, reason=reason):
             ctx.requeue(ACT_AGAIN)
             await _replace(ctx, pod, reason)
@@ -89,6 +92,17 @@ def _stage(ctx: kit.PassContext, decision: RolloutDecision, pending: list[str], 
         parts.append(f"leaving: {', '.join(leaving)}{kept}")
     reason = getattr(decision, "reason", "")
     ctx.ledger.condition(CONDITION, True, now, f"{reason}; {'; '.join(parts)}")
+
+
+async def _forget_removed(ctx: kit.PassContext, spec: CacheSpec, password: Secret) -> None:
+    """Sentinels that still count removed or replaced pods' Sentinels forget them, one per pass."""
+    addresses = kit.pod_addresses(ctx.cache, ctx.labels, ctx.obj)
+    if len(addresses) != spec.replicas:
+        return
+    reset = await forget_removed({pod: f"{ip}:{SENTINEL_PORT}" for pod, ip in addresses.items()}, password, ctx.name)
+    if reset is not None:
+        why = "counted Sentinels of pods that are gone (a failover needs a majority of all it knows)"
+        await ctx.events.normal(ctx.obj, "SentinelReset", f"the Sentinel of {reset} {why}: it relearns its peers")
 
 
 async def _replace(ctx: kit.PassContext, pod: str, reason: str) -> None:
