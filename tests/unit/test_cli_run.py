@@ -17,6 +17,8 @@ def test_a_refused_crd_downgrade_exits_1_with_the_message_alone(monkeypatch: pyt
         raise CrdDowngradeRefused(message)
 
     monkeypatch.setattr(run_module, "_run", refused)
+    # the process-wide logging set-up would outlive this test and change what later tests' log captures see
+    monkeypatch.setattr(run_module, "configure_logging", lambda level: None)
     result = CliRunner().invoke(app, ["run", "--no-leader-election"])
     assert result.exit_code == 1, result.output
     assert message in result.output, result.output

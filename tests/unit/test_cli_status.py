@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from kanri.cli.status import Snapshot, ago, human_bytes, pod_state, render
+from kanri.cli._render import ago, human_bytes, pod_state
+from kanri.cli.status import Snapshot, render
 
 NOW = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
 
