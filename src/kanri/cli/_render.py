@@ -4,16 +4,29 @@ Events belong to an object. Pure functions of their arguments, shared by :mod:`k
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from rich import box
+from rich.console import Console, RenderableType
+from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
 from kanri.runtime import parse_time
 
-__all__ = ["about_cluster", "ago", "conditions_table", "event_time", "human_bytes", "pod_state", "titled_table"]
+__all__ = [
+    "about_cluster",
+    "ago",
+    "conditions_table",
+    "event_time",
+    "human_bytes",
+    "pod_state",
+    "show_reports",
+    "titled_table",
+]
 
 Obj = dict[str, Any]
 
@@ -101,3 +114,40 @@ def conditions_table(status: Obj, now: datetime) -> Table:
         table.add_row(condition["type"], Text(condition["status"], style=style), condition.get("reason") or "",
                       ago(condition.get("lastTransitionTime"), now), condition.get("message") or "")  # fmt: skip
     return table
+
+
+async def show_reports(
+    report: Callable[[], Awaitable[RenderableType]],
+    console: Console,
+    *,
+    watch: bool,
+    interval: float = 2.0,
+    frames: int | None = None,
+    after_frame: Callable[[int], Awaitable[None]] | None = None,
+) -> None:
+    """Print ``report()`` once; with ``watch``, again every ``interval`` seconds — redrawn in place on a terminal,
+    elsewhere each after a rule with the time (like ``kubectl get -w``). ``frames`` and ``after_frame`` bound and
+    observe the loop (tests)."""
+    shown = 0
+    live = Live(console=console, auto_refresh=False) if watch and console.is_terminal else None
+    try:
+        if live is not None:
+            live.start()
+        while frames is None or shown < frames:
+            frame = await report()
+            if live is not None:
+                live.update(frame, refresh=True)
+            else:
+                if watch:
+                    console.rule(datetime.now(UTC).strftime("%H:%M:%S"))
+                console.print(frame)
+            shown += 1
+            if after_frame is not None:
+                await after_frame(shown)
+            if not watch:
+                return
+            if frames is None or shown < frames:
+                await asyncio.sleep(interval)
+    finally:
+        if live is not None:
+            live.stop()

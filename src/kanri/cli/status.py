@@ -20,7 +20,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console, Group, RenderableType
-from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
@@ -32,6 +31,7 @@ from kanri.cli._render import (
     event_time,
     human_bytes,
     pod_state,
+    show_reports,
     titled_table,
 )
 from kanri.postgres.api.v1alpha1 import DEFAULT_MAX_DATA_LOSS_BYTES
@@ -213,26 +213,11 @@ async def follow(
 ) -> None:
     """``--watch``: redraw in place on a terminal; elsewhere print each new snapshot after a rule (like
     ``kubectl get -w``). ``frames`` and ``after_frame`` bound and observe the loop (tests)."""
-    shown = 0
-    live = Live(console=console, auto_refresh=False) if console.is_terminal else None
-    try:
-        if live is not None:
-            live.start()
-        while frames is None or shown < frames:
-            report = render(await snapshot(client, name, namespace), datetime.now(UTC))
-            if live is not None:
-                live.update(report, refresh=True)
-            else:
-                console.rule(datetime.now(UTC).strftime("%H:%M:%S"))
-                console.print(report)
-            shown += 1
-            if after_frame is not None:
-                await after_frame(shown)
-            if frames is None or shown < frames:
-                await asyncio.sleep(interval)
-    finally:
-        if live is not None:
-            live.stop()
+
+    async def report() -> Group:
+        return render(await snapshot(client, name, namespace), datetime.now(UTC))
+
+    await show_reports(report, console, watch=True, interval=interval, frames=frames, after_frame=after_frame)
 
 
 def _console() -> Console:

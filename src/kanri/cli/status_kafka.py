@@ -11,17 +11,15 @@ recorded. :func:`render` is pure.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console, Group, RenderableType
-from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from kanri.cli._render import ago, conditions_table, event_time, titled_table
+from kanri.cli._render import ago, conditions_table, event_time, show_reports, titled_table
 from kanri.kafka.api import APPROVE_DELETION, APPROVE_GROWTH, CLUSTER_KIND, RELEASE, TOPIC_KIND
 from kanri.kafka.topics.admin import AdminError, GroupLag, TopicAdmin, TopicState
 from kanri.runtime import Client
@@ -250,21 +248,8 @@ def render(snap: TopicSnapshot, now: datetime) -> Group:
 async def show(client: Client, name: str, namespace: str, console: Console, watch: bool, interval: float) -> None:
     """Print the report once, or with ``watch`` keep printing it every ``interval`` seconds (redrawn in place on a
     terminal)."""
-    live = Live(console=console, auto_refresh=False) if watch and console.is_terminal else None
-    if live is not None:
-        live.start()
-    try:
-        while True:
-            report = render(await snapshot(client, name, namespace), datetime.now(UTC))
-            if live is not None:
-                live.update(report, refresh=True)
-            else:
-                if watch:
-                    console.rule(datetime.now(UTC).strftime("%H:%M:%S"))
-                console.print(report)
-            if not watch:
-                return
-            await asyncio.sleep(interval)
-    finally:
-        if live is not None:
-            live.stop()
+
+    async def report() -> Group:
+        return render(await snapshot(client, name, namespace), datetime.now(UTC))
+
+    await show_reports(report, console, watch=watch, interval=interval)
