@@ -172,7 +172,7 @@ async def logs_of_finished(kubeconfig: Path, namespace: str, name: str) -> str:
         status = (await get(kubeconfig, namespace, "pod", name))["status"]
         return status if status.get("phase") in ("Succeeded", "Failed") else None
 
-    status = await eventually(check, timeout=60)
+    status = await eventually(check, timeout=90)
     out = await kubectl(kubeconfig, "-n", namespace, "logs", name)
     assert status["phase"] == "Succeeded", (status, out)
     return out
@@ -223,7 +223,19 @@ async def test_pods_resolve_names_through_the_kube_dns_cluster_ip(
     await create(kubeconfig, namespace, service)
     web_ip = (await get(kubeconfig, namespace, "service", "web"))["spec"]["clusterIP"]
     kubernetes_ip = (await get(kubeconfig, "default", "service", "kubernetes"))["spec"]["clusterIP"]
-    lookup = "import socket, sys; print(' '.join(socket.gethostbyname(name) for name in sys.argv[1:]))"
+    # Until kube-proxy has programmed the kube-dns ClusterIP the resolver fails: the pod asks again (45 s deadline).
+    lookup = (
+        "import socket, sys, time\n"
+        "deadline = time.monotonic() + 45\n"
+        "while True:\n"
+        "    try:\n"
+        "        print(' '.join(socket.gethostbyname(name) for name in sys.argv[1:]))\n"
+        "        break\n"
+        "    except socket.gaierror:\n"
+        "        if time.monotonic() > deadline:\n"
+        "            raise\n"
+        "        time.sleep(0.5)\n"
+    )
     names = ["kubernetes.default", "web"]  # completed by the search path the kubelet wrote
     resolver = pod("lookup", NODE, tools(addons_node), ["python3", "-c", lookup, *names])
     resolver["spec"]["dnsPolicy"] = "ClusterFirst"
