@@ -4,16 +4,14 @@ series the KafkaTopic controller registers, with their labels."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from prometheus_client import CollectorRegistry
 
 from kanri.kafka.topics.metrics import TopicMetrics
+from tests import alert_rules
 from tests.unit.test_monitoring import TARGET_LABELS, used_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,28 +19,16 @@ ALERTS = ROOT / "deploy" / "monitoring" / "kafka-alerts.yaml"
 TESTS = ROOT / "deploy" / "monitoring" / "kafka-alerts.test.yaml"
 
 
-def promtool(*args: str) -> subprocess.CompletedProcess[str]:
-    found = shutil.which("promtool")
-    assert found, "promtool not found: run `make system` (Debian's prometheus package ships it)"
-    return subprocess.run([found, *args], capture_output=True, text=True, timeout=120, check=False)
-
-
 def rules() -> list[dict[str, Any]]:
-    return [rule for group in yaml.safe_load(ALERTS.read_text())["groups"] for rule in group["rules"]]
+    return alert_rules.rules(ALERTS)
 
 
 def test_promtool_accepts_the_rules_and_their_tests_pass() -> None:
-    checked = promtool("check", "rules", str(ALERTS))
-    assert checked.returncode == 0, checked.stdout + checked.stderr
-    tested = promtool("test", "rules", str(TESTS))
-    assert tested.returncode == 0, tested.stdout + tested.stderr
+    alert_rules.assert_promtool_passes(ALERTS, TESTS)
 
 
 def test_every_alert_is_tested_firing_and_quiet() -> None:
-    cases = [case for test in yaml.safe_load(TESTS.read_text())["tests"] for case in test["alert_rule_test"]]
-    names = {rule["alert"] for rule in rules()}
-    assert names == {case["alertname"] for case in cases if case["exp_alerts"]}
-    assert names == {case["alertname"] for case in cases if not case["exp_alerts"]}
+    alert_rules.assert_every_alert_fires_and_stays_quiet(ALERTS, TESTS)
 
 
 @pytest.mark.parametrize("rule", rules(), ids=lambda rule: rule["alert"])
