@@ -10,6 +10,7 @@ from kanri.cli import cache as cache_cli  # cache operator (issue 31)
 from kanri.cli import cloud as cloud_cli  # cloud operator (issue 32)
 from kanri.cli import kafka as kafka_cli  # kafka operator (issue 30)
 from kanri.cli.convert import convert as convert_command  # issue 28: offline API version conversion
+from kanri.cli.psql import psql_command  # issue 29 item 7: kanri psql CLUSTER
 
 app = typer.Typer(no_args_is_help=True, help="kanri: Kubernetes operators in Python, and a PostgreSQL operator.")
 app.add_typer(local.app, name="local")
@@ -28,6 +29,7 @@ app.command("restore-test")(operations.restore_test_command)
 app.command("backup")(backup.backup_command)
 app.command("hibernate")(operations.hibernate_command)
 app.command("wake")(operations.wake_command)
+app.command("psql")(psql_command)  # issue 29 item 7
 
 
 @app.command()
