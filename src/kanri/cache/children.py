@@ -8,6 +8,9 @@
 - ``<name>`` StatefulSet: one pod per replica, each running the agent's server (container ``valkey``) and a Sentinel
   (container ``sentinel``), so failover needs no operator; Durable pods claim a volume each. ``updateStrategy`` is
   ``OnDelete``: the operator decides the order pods are replaced in (:mod:`kanri.cache.rollout`).
+- ``<name>-agent`` ServiceAccount, Role and RoleBinding: the agent in each pod keeps its own pod's :data:`ROLE` label
+  true while the operator is down, so the Role allows ``get``/``patch`` on exactly this Cache's pods, nothing else.
+  Only the ``valkey`` container gets the token (a projected volume; Sentinel has none).
 """
 
 from __future__ import annotations
@@ -20,10 +23,14 @@ from kanri.cache.config import SENTINEL_PORT, VALKEY_PORT, sentinel_config, serv
 from kanri.runtime import child_name
 
 __all__ = [
+    "AGENT_TOKEN_DIR",
     "IMAGE",
     "READABLE",
     "ROLE",
     "VALKEY_UID",
+    "agent_role",
+    "agent_role_binding",
+    "agent_service_account",
     "config_map",
     "password_secret",
     "pod_address",
@@ -35,7 +42,8 @@ Obj = dict[str, Any]
 IMAGE = "kanri.dev/valkey"
 VALKEY_UID = 999
 ROLE = LABELS.key("role")
-"""On each pod, set by the operator from what the pod reports: ``primary`` or ``replica`` (``-rw`` selects primary)."""
+"""On each pod: ``primary`` or ``replica``, as the pod's server reports it; set by the pod's own agent (also while
+the operator is down) and by the operator (also for a pod whose agent is gone). ``-rw`` selects ``primary``."""
 READABLE = LABELS.key("readable")
 """On each pod: ``"true"`` when ``readPolicy`` lets ``-ro`` send reads to it."""
 PASSWORD_KEY = "password"
@@ -44,6 +52,9 @@ SECRET_DIR = "/etc/cache/secret"
 DATA_DIR = "/data"
 RUN_DIR = "/run/cache"
 SENTINEL_DIR = "/sentinel"
+AGENT_TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+"""Where the valkey container finds its token, CA and namespace (where in-cluster clients look)."""
+TOKEN_SECONDS = 3607
 
 
 def config_name(cache: str) -> str:
@@ -56,6 +67,46 @@ def password_name(cache: str) -> str:
 
 def headless_name(cache: str) -> str:
     return child_name(cache, "hl")
+
+
+def agent_name(cache: str) -> str:
+    """The ServiceAccount, Role and RoleBinding the pods' agents use."""
+    return child_name(cache, "agent")
+
+
+def agent_service_account(cache: str) -> Obj:
+    return {
+        "metadata": {"name": agent_name(cache), "labels": LABELS.labels(cache)},
+        "automountServiceAccountToken": False,  # mounted by hand, into the valkey container only
+    }
+
+
+def agent_role(cache: str, pods: int) -> Obj:
+    """``get``/``patch`` on pods ``<cache>-0`` .. ``<cache>-<pods - 1>`` (the StatefulSet's count, so a pod kept
+    during a scale-down can still label itself)."""
+    names = [f"{cache}-{index}" for index in range(pods)]
+    rule = {"apiGroups": [""], "resources": ["pods"], "resourceNames": names, "verbs": ["get", "patch"]}
+    return {"metadata": {"name": agent_name(cache), "labels": LABELS.labels(cache)}, "rules": [rule]}
+
+
+def agent_role_binding(cache: str) -> Obj:
+    return {
+        "metadata": {"name": agent_name(cache), "labels": LABELS.labels(cache)},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": agent_name(cache)},
+        "subjects": [{"kind": "ServiceAccount", "name": agent_name(cache)}],
+    }
+
+
+def _token_volume() -> Obj:
+    """What the kubelet would mount for ``automountServiceAccountToken``, as a volume only one container mounts;
+    group-readable (``fsGroup``) for the non-root server."""
+    namespace = {"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}
+    sources = [
+        {"serviceAccountToken": {"path": "token", "expirationSeconds": TOKEN_SECONDS}},
+        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        {"downwardAPI": {"items": [namespace]}},
+    ]
+    return {"name": "api-token", "projected": {"defaultMode": 0o440, "sources": sources}}
 
 
 def pod_address(cache: str, namespace: str, index: int, port: int = VALKEY_PORT) -> str:
@@ -107,6 +158,7 @@ def _container(name: str, mode: str, cache: str, spec: CacheSpec, port: int) -> 
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         {"name": "CACHE_SERVICE", "value": headless_name(cache)},
+        {"name": "CACHE_ROLE_LABEL", "value": ROLE},
     ]
     mounts = [
         {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
@@ -115,6 +167,8 @@ def _container(name: str, mode: str, cache: str, spec: CacheSpec, port: int) -> 
         {"name": "run", "mountPath": RUN_DIR},
         {"name": "sentinel", "mountPath": SENTINEL_DIR},
     ]
+    if name == "valkey":  # the agent labels its pod; Sentinel talks to no API server
+        mounts.append({"name": "api-token", "mountPath": AGENT_TOKEN_DIR, "readOnly": True})
     container: Obj = {
         "name": name,
         "image": f"{IMAGE}:{spec.version}",
@@ -144,6 +198,7 @@ def statefulset(cache: str, spec: CacheSpec, replicas: int | None = None) -> Obj
         {"name": "password", "secret": {"secretName": password_name(cache)}},
         {"name": "run", "emptyDir": {"medium": "Memory"}},
         {"name": "sentinel", "emptyDir": {}},
+        _token_volume(),
     ]
     claims: list[Obj] = []
     if spec.storage is None:
@@ -154,6 +209,7 @@ def statefulset(cache: str, spec: CacheSpec, replicas: int | None = None) -> Obj
             claim_spec["storageClassName"] = spec.storage.storage_class_name
         claims.append({"metadata": {"name": "data", "labels": LABELS.labels(cache)}, "spec": claim_spec})
     pod_spec: Obj = {
+        "serviceAccountName": agent_name(cache),
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": 10,

@@ -16,7 +16,17 @@ from kanri import runtime as kr
 from kanri.cache.api import FIELD_MANAGER, FINALIZER, KIND, LABELS, Cache
 from kanri.cache.metrics import CacheMetrics
 from kanri.cache.steps import LAST_PRIMARY, STEPS
-from kanri.runtime.kinds import CONFIG_MAP, POD, PVC, SECRET, SERVICE, STATEFUL_SET
+from kanri.runtime.kinds import (
+    CONFIG_MAP,
+    POD,
+    PVC,
+    ROLE,
+    ROLE_BINDING,
+    SECRET,
+    SERVICE,
+    SERVICE_ACCOUNT,
+    STATEFUL_SET,
+)
 
 __all__ = ["CacheReconciler", "controller", "main", "run"]
 
@@ -53,9 +63,10 @@ class CacheReconciler:
 
 
 def controller(manager: kr.Manager) -> kr.Controller:
-    """Owns the ConfigMap, Services and StatefulSet; pods, claims and the password are mapped back by label."""
+    """Owns the ConfigMap, Services, StatefulSet and the agents' ServiceAccount, Role and RoleBinding; pods, claims
+    and the password are mapped back by label."""
     built = kr.Controller("cache", CacheReconciler(manager), for_kind=KIND)
-    for kind in (CONFIG_MAP, SERVICE, STATEFUL_SET):
+    for kind in (CONFIG_MAP, SERVICE, STATEFUL_SET, SERVICE_ACCOUNT, ROLE, ROLE_BINDING):  # the agents' RBAC too
         built = built.owns(kind)
     for kind in (POD, PVC, SECRET):
         built = built.watches(kind, LABELS.owner_requests)

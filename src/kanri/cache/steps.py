@@ -15,7 +15,7 @@ from kanri.cache.agent.resp import Secret
 from kanri.cache.api import CacheSpec, CacheStatus, FailoverRecord
 from kanri.cache.observe import Assessment, assess, failover_record, probe
 from kanri.cache.rollout import step as rollout
-from kanri.runtime.kinds import CONFIG_MAP, POD, SECRET, SERVICE, STATEFUL_SET
+from kanri.runtime.kinds import CONFIG_MAP, POD, ROLE, ROLE_BINDING, SECRET, SERVICE, SERVICE_ACCOUNT, STATEFUL_SET
 
 __all__ = ["LAST_PRIMARY", "STEPS", "spec_of"]
 
@@ -34,8 +34,9 @@ def status_of(ctx: kit.PassContext) -> CacheStatus:
 
 
 async def write_children(ctx: kit.PassContext) -> kr.Result | None:
-    """The password (created once, not owned: deletionPolicy keeps or deletes it), the ConfigMap, the Services and
-    the StatefulSet, each written only when it differs."""
+    """The password (created once, not owned: deletionPolicy keeps or deletes it), the ConfigMap, the Services, the
+    agents' ServiceAccount, Role (exactly the StatefulSet's pods) and RoleBinding, and the StatefulSet, each written
+    only when it differs."""
     spec = spec_of(ctx)
     if await ctx.children.create_once(SECRET, children.password_secret(ctx.name), owned=False) == "created":
         await ctx.events.normal(ctx.obj, "PasswordCreated", f"generated Secret {children.password_name(ctx.name)}")
@@ -43,6 +44,10 @@ async def write_children(ctx: kit.PassContext) -> kr.Result | None:
     for service in children.services(ctx.name):
         await ctx.children.apply(SERVICE, service)
     replicas = rollout.statefulset_replicas(spec, status_of(ctx).current_primary)
+    # before the StatefulSet: a new pod's agent may label itself from its first second
+    await ctx.children.apply(SERVICE_ACCOUNT, children.agent_service_account(ctx.name))
+    await ctx.children.apply(ROLE, children.agent_role(ctx.name, replicas))
+    await ctx.children.apply(ROLE_BINDING, children.agent_role_binding(ctx.name))
     await ctx.children.apply(STATEFUL_SET, children.statefulset(ctx.name, spec, replicas))
     return None
 
@@ -57,7 +62,9 @@ async def _observe(ctx: kit.PassContext, password: Secret) -> tuple[dict[str, Hi
 
 async def _label_pods(ctx: kit.PassContext, seen: Assessment, histories: dict[str, History | None]) -> None:
     """The role and readable labels ``-rw`` and ``-ro`` select, from what each pod reported (a silent pod keeps
-    none: it leaves both Services)."""
+    none: it leaves both Services). Each pod's agent keeps its own role label the same way
+    (:mod:`kanri.cache.agent.labels`), so ``-rw`` follows a failover while the operator is down; this pass covers a
+    pod whose agent cannot."""
     for pod in ctx.cache.list(POD, ctx.namespace, ctx.labels.selector(ctx.name)):
         name = pod["metadata"]["name"]
         history = histories.get(name)

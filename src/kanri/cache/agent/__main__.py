@@ -2,8 +2,9 @@
 
 ``server`` writes the runtime valkey.conf (the ConfigMap's lines, the password from the mounted Secret, a fenced
 start), runs valkey-server, takes the role :func:`~kanri.cache.agent.fencing.decide_start` gives it and then keeps it
-(:func:`~kanri.cache.agent.node.keep_role`: a primary the Sentinels no longer name steps down); it exits with the
-server. ``sentinel`` writes Sentinel's file once (monitoring the primary the other Sentinels name, or the
+(:func:`~kanri.cache.agent.node.keep_role`: a primary the Sentinels no longer name steps down), labelling its own pod
+with that role (:mod:`kanri.cache.agent.labels`: ``-rw`` follows a failover while the operator is down); it exits with
+the server. ``sentinel`` writes Sentinel's file once (monitoring the primary the other Sentinels name, or the
 one a peer reports, or the first pod of a new cache) and becomes Sentinel. The contract with the operator's
 StatefulSet (kanri.cache.children) is the environment and the mounts below.
 """
@@ -16,6 +17,7 @@ import signal
 import sys
 from pathlib import Path
 
+from kanri.cache.agent.labels import pod_label_from_environment
 from kanri.cache.agent.node import (
     Node,
     history,
@@ -74,7 +76,8 @@ async def serve() -> int:
     process = await start_server(BINARY, config)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, process.terminate)
-    role = asyncio.create_task(manage_role(node))
+    label = pod_label_from_environment()
+    role = asyncio.create_task(manage_role(node, publish=label.keep if label is not None else None))
     code = await process.wait()
     role.cancel()
     return code

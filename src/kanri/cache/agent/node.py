@@ -28,6 +28,7 @@ from kanri.cache.agent.fencing import (
     decide_running,
     decide_start,
 )
+from kanri.cache.agent.labels import role_label
 from kanri.cache.agent.resp import UNAVAILABLE, Connection, Secret
 
 __all__ = [
@@ -197,15 +198,23 @@ async def decide(node: Node) -> StartDecision | None:
     return decide_start(me, peers, await named_primary(node), bootstrap=node.bootstrap)
 
 
-async def take_role(node: Node, *, interval: float = 0.5) -> StartDecision:
+RolePublisher = Callable[[str], Awaitable[None]]
+"""Called with ``primary`` or ``replica`` every round (the agent's pod label writes only what changed)."""
+
+
+async def take_role(node: Node, *, interval: float = 0.5, publish: RolePublisher | None = None) -> StartDecision:
     """Decide and act until the pod follows a primary or leads; asks for a failover (at most every
-    :data:`FAILOVER_RETRY` s) while the decision says so. Returns the decision carried out."""
+    :data:`FAILOVER_RETRY` s) while the decision says so. Returns the decision carried out. Until then the server is
+    fenced (a replica of nothing), and ``publish`` hears ``replica`` (a restarted container's pod may still carry
+    the ``primary`` label of its last run)."""
     loop = asyncio.get_running_loop()
     next_ask = 0.0
     last_reason = ""
     while True:
         decision = await decide(node)
         if decision is not None:
+            if publish is not None:
+                await publish("replica")
             if decision.reason != last_reason:
                 log.info("role decision", decision=type(decision).__name__, reason=decision.reason)
                 last_reason = decision.reason
@@ -251,24 +260,21 @@ async def check_replica(node: Node, me: History) -> Follow | None:
     return decision
 
 
-RolePublisher = Callable[[str], Awaitable[None]]
-"""Called with ``primary`` or ``replica`` whenever the pod's role changes (the agent labels its own pod)."""
-
-
 async def keep_role(node: Node, *, interval: float = 0.5, publish: RolePublisher | None = None) -> None:
     """After the start-up role: every ``interval`` s, a primary checks it is the one the Sentinels name (and steps
-    down otherwise), a replica whose primary is gone catches up from the peer that holds the most, and each role
-    change is published. Runs until cancelled."""
-    published = ""
+    down otherwise), a replica whose primary is gone catches up from the peer that holds the most, and then
+    ``publish`` hears the role the server reports (:func:`~kanri.cache.agent.labels.role_label`: checked first, so
+    a primary stepping down is published as a replica, never as a primary). Runs until cancelled."""
     while True:
         me = await history(node, node.me)
         try:
             check = check_primary if me is not None and me.role == "primary" else check_replica
-            if me is not None and await check(node, me) is not None:
+            decision = await check(node, me) if me is not None else None
+            if decision is not None:
                 me = await history(node, node.me)
-            if me is not None and publish is not None and me.role != published:
-                await publish(me.role)
-                published = me.role
+            label = role_label(me, stepping_down=isinstance(decision, Demote))
+            if label is not None and publish is not None:
+                await publish(label)
         except UNAVAILABLE as exc:
             log.info("could not check the role", error=str(exc))
         except Exception:  # the label is the Service's hint, never a reason to stop fencing
@@ -277,8 +283,9 @@ async def keep_role(node: Node, *, interval: float = 0.5, publish: RolePublisher
 
 
 async def manage_role(node: Node, *, interval: float = 0.5, publish: RolePublisher | None = None) -> None:
-    """The agent's whole job for its server: take the start-up role, then keep it (:func:`keep_role`)."""
-    await take_role(node, interval=interval)
+    """The agent's whole job for its server: take the start-up role, then keep it (:func:`keep_role`); ``publish``
+    (the pod's role label, :class:`~kanri.cache.agent.labels.PodLabel`) hears the role every ``interval`` s."""
+    await take_role(node, interval=interval, publish=publish)
     await keep_role(node, interval=interval, publish=publish)
 
 

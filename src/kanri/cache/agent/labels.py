@@ -1,0 +1,151 @@
+"""The agent keeps its own pod's role label (the one ``<name>-rw`` selects) equal to what its server reports, so the
+Service follows a Sentinel failover while the operator is down. The operator labels pods the same way (both read the
+same servers); its pass covers a pod whose agent cannot.
+
+Stdlib only, like :mod:`kanri.cache.agent.resp`: the agent imports neither kanri.runtime nor the operator (import
+contract), and the pods run Debian's Python. The API server is reached the in-cluster way: ``KUBERNETES_SERVICE_HOST``
+and ``_PORT``, and the token, CA and namespace the StatefulSet mounts (the pod's ServiceAccount may ``get`` and
+``patch`` exactly its Cache's pods).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import os
+import ssl
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import structlog
+
+from kanri.cache.agent.fencing import History
+
+__all__ = ["ApiServer", "LabelError", "PodLabel", "pod_label_from_environment", "role_label"]
+
+log = structlog.get_logger("kanri.cache.agent")
+
+TOKEN_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+REQUEST_TIMEOUT = 2.0
+"""Seconds one API request may take (a partitioned pod must not hold the role loop)."""
+VERIFY_EVERY = 5.0
+"""Seconds between two reads of the pod's label while the role is unchanged (the operator removes it from a pod it
+could not reach; the agent puts it back once its server answers)."""
+RETRY_AFTER = 2.0
+"""Seconds before the next try after the API server failed or refused."""
+
+
+def role_label(me: History | None, *, stepping_down: bool = False) -> Literal["primary", "replica"] | None:
+    """The role label the pod should carry, from what its own server reports: ``primary`` only for a primary that is
+    not stepping down; a fenced server (a replica of nothing) is a replica. None: the server did not answer, the
+    label is left as it is (the operator's pass removes it from a pod it cannot reach)."""
+    if me is None:
+        return None
+    return "primary" if me.role == "primary" and not stepping_down else "replica"
+
+
+class LabelError(Exception):
+    """The API server did not answer, or refused (the message has its status and reason, never the token)."""
+
+
+@dataclass(frozen=True)
+class ApiServer:
+    """The API server, reached with a service-account token re-read on every request (the kubelet rotates it)."""
+
+    host: str
+    port: int
+    ca_file: Path
+    token_file: Path
+    timeout: float = REQUEST_TIMEOUT
+
+    def _request(self, method: str, path: str, body: Mapping[str, Any] | None, content_type: str) -> Any:
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        connection = http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout, context=context)
+        headers = {"Authorization": f"Bearer {self.token_file.read_text().strip()}", "Accept": "application/json"}
+        payload = None if body is None else json.dumps(body).encode()
+        if payload is not None:
+            headers["Content-Type"] = content_type
+        try:
+            connection.request(method, path, body=payload, headers=headers)
+            response = connection.getresponse()
+            text = response.read()
+        except (OSError, http.client.HTTPException) as exc:
+            raise LabelError(f"{method} {path}: {type(exc).__name__}: {exc}") from None
+        finally:
+            connection.close()
+        if response.status >= 400:
+            raise LabelError(f"{method} {path}: {response.status} {response.reason}")
+        return json.loads(text)
+
+    async def request(self, method: str, path: str, body: Mapping[str, Any] | None = None,
+                      content_type: str = "application/merge-patch+json") -> Any:  # fmt: skip
+        """One request in a thread (http.client blocks); raises :class:`LabelError`."""
+        return await asyncio.to_thread(self._request, method, path, body, content_type)
+
+
+@dataclass
+class PodLabel:
+    """One label of one pod, kept at the value :meth:`keep` is called with: written when the value changes, read back
+    every :data:`VERIFY_EVERY` s otherwise, and left alone for :data:`RETRY_AFTER` s after a failure."""
+
+    api: ApiServer
+    namespace: str
+    pod: str
+    key: str
+    clock: Callable[[], float] = time.monotonic
+    written: str | None = None
+    checked_at: float = float("-inf")
+    retry_at: float = float("-inf")
+    failing: bool = field(default=False, repr=False)
+
+    @property
+    def path(self) -> str:
+        return f"/api/v1/namespaces/{self.namespace}/pods/{self.pod}"
+
+    async def current(self) -> str | None:
+        pod = await self.api.request("GET", self.path)
+        return ((pod.get("metadata") or {}).get("labels") or {}).get(self.key)
+
+    async def write(self, value: str) -> None:
+        await self.api.request("PATCH", self.path, {"metadata": {"labels": {self.key: value}}})
+        log.info("labelled the pod", label=self.key, value=value)
+
+    async def keep(self, value: str) -> None:
+        """Make the label ``value`` (at most one GET and one PATCH; never raises: the label is the Service's hint,
+        never a reason to stop keeping the role)."""
+        now = self.clock()
+        if now < self.retry_at or (value == self.written and now - self.checked_at < VERIFY_EVERY):
+            return
+        try:
+            if value != self.written or await self.current() != value:
+                await self.write(value)
+            self.written, self.checked_at = value, now
+            if self.failing:
+                log.info("the API server answers again")
+            self.failing = False
+        except LabelError as exc:
+            self.written, self.retry_at = None, now + RETRY_AFTER
+            if not self.failing:  # once per outage: a partitioned pod tries every few seconds
+                log.warning("could not label the pod", label=self.key, value=value, error=str(exc))
+            self.failing = True
+
+
+def pod_label_from_environment(environ: Mapping[str, str] | None = None, root: Path = TOKEN_DIR) -> PodLabel | None:
+    """The pod's role label, from the environment the StatefulSet sets (``CACHE_ROLE_LABEL``, ``POD_NAME``,
+    ``POD_NAMESPACE``) and the mounted token; None outside a pod or without a token (the operator labels alone)."""
+    env = os.environ if environ is None else environ
+    host, port, key = (
+        env.get("KUBERNETES_SERVICE_HOST"),
+        env.get("KUBERNETES_SERVICE_PORT"),
+        env.get("CACHE_ROLE_LABEL"),
+    )
+    pod, namespace = env.get("POD_NAME"), env.get("POD_NAMESPACE")
+    token, ca = root / "token", root / "ca.crt"
+    if not (host and port and key and pod and namespace and token.is_file() and ca.is_file()):
+        log.warning("no API access: the operator alone labels this pod")
+        return None
+    return PodLabel(ApiServer(host.strip("[]"), int(port), ca, token), namespace, pod, key)
