@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from kanri.cli import psql as cli_psql
 from kanri.cli.main import app
+from kanri.cli.up import connect_commands
 from kanri.local.access import Target
 from kanri.runtime import ApiError
 
@@ -193,3 +194,9 @@ def test_without_psql_installed_the_command_says_so(tmp_path: Path, monkeypatch:
     result = CliRunner().invoke(app, ["psql", "orders", "--", "-c", "select 1"])
     assert result.exit_code == 2
     assert "psql is not installed" in result.output
+
+
+def test_docs_show_the_long_form_kanri_up_no_longer_prints() -> None:
+    docs = (Path(__file__).parents[2] / "docs" / "security.md").read_text()
+    for line in connect_commands("kubectl", "demo", "default", "app"):
+        assert line in docs, line

@@ -11,8 +11,8 @@
 4. ``examples/postgrescluster.yaml`` applied;
 5. the cluster's status followed until it is Ready (or the timeout passes, naming what is missing), and where its
    backups go;
-6. how to connect: ``kanri local port-forward svc/<name>-rw`` and ``psql "sslmode=verify-full ..."`` with the CA
-   from ``<name>-ca``.
+6. how to connect: ``kanri psql <name>`` (:mod:`kanri.cli.psql`: the port-forward, the password and the CA in one
+   command); :func:`connect_commands` is the long form docs/security.md shows for machines without kanri.
 """
 
 from __future__ import annotations
@@ -232,8 +232,9 @@ async def follow_archiving(client: Client, name: str, namespace: str, cluster: O
 
 
 def connect_commands(kubectl: str, cluster: str, namespace: str, database: str) -> list[str]:
-    """Fetch the cluster's CA, then ``psql`` with ``sslmode=verify-full``: libpq checks the certificate against the
-    ``-rw`` Service's name while ``hostaddr`` reaches the port-forward (the password in PGPASSWORD, not argv)."""
+    """The long form of ``kanri psql`` (docs/security.md shows it; a unit test keeps the two equal): fetch the
+    cluster's CA, then ``psql`` with ``sslmode=verify-full``: libpq checks the certificate against the ``-rw``
+    Service's name while ``hostaddr`` reaches the port-forward (the password in PGPASSWORD, not argv)."""
     secret = f"{kubectl} get secret -n {namespace}"
     ca_file = f"{cluster}-ca.crt"
     return [
@@ -263,7 +264,6 @@ def up(
         raise typer.Exit(1) from exc
     cluster_name = cluster["metadata"]["name"]
     namespace = cluster["metadata"].get("namespace", "default")
-    database = ((cluster["spec"].get("bootstrap") or {}).get("initdb") or {}).get("database", "app")
     # The programs as this install has them (a new user has neither kanri nor kubectl on PATH yet).
     bin_dir = Path(sys.executable).parent
     kanri = str(bin_dir / "kanri") if (bin_dir / "kanri").exists() else "kanri"
@@ -278,9 +278,10 @@ def up(
         err.print(f"  backups: WAL is archived to {where} under {folder} (ContinuousArchiving={state});")
         err.print(f"  watch it: {kubectl} get pgc {cluster_name} -n {namespace} -o jsonpath="
                   "'{.status.conditions[?(@.type==\"ContinuousArchiving\")]}'")  # fmt: skip
-    err.print("Connect from this machine:")
-    err.print(f"  {kanri} local port-forward svc/{cluster_name}-rw 5432 -n {namespace} &")
-    for line in connect_commands(kubectl, cluster_name, namespace, database):
-        err.print(f"  {line}")
+    err.print("Connect from this machine (psql as the app user, TLS verified; --superuser for postgres):")
+    err.print(f"  {kanri} psql {cluster_name} -n {namespace} --kubeconfig {control_plane.kubeconfig}")
+    err.print(
+        "  (without kanri: the port-forward and psql commands of docs/security.md, 'Connecting with verification')"
+    )
     err.print(f"  {kubectl} get pgc,pods -n {namespace}")
     err.print(f"  stop everything: {kanri} local down (data is kept; {kanri} up starts it again)")
