@@ -5,8 +5,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import certifi
+import pytest
+
 from kanri.cache.agent.fencing import History
-from kanri.cache.agent.labels import pod_label_from_environment, role_label
+from kanri.cache.agent.labels import (
+    RETRY_AFTER,
+    ApiServer,
+    LabelError,
+    PodLabel,
+    pod_label_from_environment,
+    role_label,
+)
 from kanri.cache.agent.node import FENCED_PRIMARY
 from kanri.cache.api import CacheSpec
 from kanri.cache.children import (
@@ -79,3 +89,16 @@ def test_without_a_token_the_agent_leaves_labelling_to_the_operator(tmp_path: Pa
                                                                                      "10.96.0.1", 443)  # fmt: skip
     assert label.path == "/api/v1/namespaces/shop/pods/orders-1"
     assert pod_label_from_environment(environ | {"CACHE_ROLE_LABEL": ""}, tmp_path) is None
+
+
+async def test_an_api_server_that_does_not_answer_never_stops_the_agent(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text("t")
+    now = [10.0]
+    api = ApiServer("127.0.0.1", 1, Path(certifi.where()), tmp_path / "token", timeout=0.5)
+    label = PodLabel(api, "shop", "orders-0", ROLE, clock=lambda: now[0])
+    await label.keep("primary")  # refused: logged once, no exception
+    assert label.failing
+    assert label.written is None
+    assert label.retry_at == 10.0 + RETRY_AFTER, "the next try waits; a partitioned pod does not hammer the API"
+    with pytest.raises(LabelError, match="FileNotFoundError"):  # a token being rotated: one failed try
+        await ApiServer("127.0.0.1", 1, Path(certifi.where()), tmp_path / "gone").request("GET", "/")

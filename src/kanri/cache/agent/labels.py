@@ -63,20 +63,22 @@ class ApiServer:
     timeout: float = REQUEST_TIMEOUT
 
     def _request(self, method: str, path: str, body: Mapping[str, Any] | None, content_type: str) -> Any:
-        context = ssl.create_default_context(cafile=str(self.ca_file))
-        connection = http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout, context=context)
-        headers = {"Authorization": f"Bearer {self.token_file.read_text().strip()}", "Accept": "application/json"}
         payload = None if body is None else json.dumps(body).encode()
-        if payload is not None:
-            headers["Content-Type"] = content_type
-        try:
+        connection: http.client.HTTPSConnection | None = None
+        try:  # the CA and token are read here too: a file being rotated is one failed try, not a crash
+            context = ssl.create_default_context(cafile=str(self.ca_file))
+            headers = {"Authorization": f"Bearer {self.token_file.read_text().strip()}", "Accept": "application/json"}
+            if payload is not None:
+                headers["Content-Type"] = content_type
+            connection = http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout, context=context)
             connection.request(method, path, body=payload, headers=headers)
             response = connection.getresponse()
             text = response.read()
         except (OSError, http.client.HTTPException) as exc:
             raise LabelError(f"{method} {path}: {type(exc).__name__}: {exc}") from None
         finally:
-            connection.close()
+            if connection is not None:
+                connection.close()
         if response.status >= 400:
             raise LabelError(f"{method} {path}: {response.status} {response.reason}")
         return json.loads(text)
