@@ -129,6 +129,61 @@ def _existing(paths: list[str]) -> list[str]:
     return [p for p in paths if Path(p).exists()]
 
 
+FAKE_KUBECTL = """#!{python}
+import json, os, socket, sys
+open(os.environ["FAKE_KUBECTL_RECORD"], "w").write(json.dumps(sys.argv[1:]))
+if "svc/missing-rw" in sys.argv:
+    sys.stderr.write('error: services "missing-rw" not found\\n')
+    sys.exit(1)
+server = socket.create_server(("127.0.0.1", 0))
+print(f"Forwarding from 127.0.0.1:{{server.getsockname()[1]}} -> 5432", flush=True)
+print("Forwarding from [::1]:1 -> 5432", flush=True)
+while True:
+    conn, _ = server.accept()
+    conn.sendall(b"hello through kubectl")
+    conn.close()
+"""
+
+
+def _install(folder: Path, name: str, script: str) -> None:
+    path = folder / name
+    path.write_text(script.format(python=sys.executable))
+    path.chmod(0o755)
+
+
+async def test_without_a_route_to_the_cluster_ip_kubectl_port_forward_carries_the_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _install(tmp_path, "psql", FAKE_PSQL)
+    _install(tmp_path, "kubectl", FAKE_KUBECTL)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("FAKE_KUBECTL_RECORD", str(tmp_path / "kubectl.json"))
+    environ = {**os.environ, "FAKE_PSQL_RECORD": str(tmp_path / "record.json")}
+    forwarded = cli_psql._kubectl_forward("orders-rw", "shop", Path("/k/config"), "ctx")
+    login = cli_psql.Login("app", PASSWORD, b"PEM")
+    code = await asyncio.wait_for(
+        cli_psql.session("orders", "shop", "app", login, forwarded, str(tmp_path / "psql"), [], environ), 30
+    )
+    record = json.loads((tmp_path / "record.json").read_text())
+    assert (code, record["greeting"]) == (3, "hello through kubectl")
+    kubectl_args = json.loads((tmp_path / "kubectl.json").read_text())
+    assert kubectl_args == ["port-forward", "svc/orders-rw", ":5432", "-n", "shop", "--address", "127.0.0.1",
+                            "--kubeconfig=/k/config", "--context=ctx"]  # fmt: skip
+    with pytest.raises(ConnectionRefusedError):  # kubectl was stopped with psql
+        await asyncio.open_connection("127.0.0.1", record["port"])
+
+
+async def test_a_failed_kubectl_port_forward_says_kubectls_words(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _install(tmp_path, "kubectl", FAKE_KUBECTL)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("FAKE_KUBECTL_RECORD", str(tmp_path / "kubectl.json"))
+    with pytest.raises(cli_psql.PsqlError, match="kubectl port-forward to svc/missing-rw failed: error: services"):
+        async with cli_psql._kubectl_forward("missing-rw", "shop", None, None):
+            pass
+
+
 class _Client:
     """The API at the client boundary: objects by (kind, name); anything else is a 404."""
 
