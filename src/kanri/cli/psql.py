@@ -13,12 +13,14 @@ What it does, in order:
    local cluster: each connection is spliced as ``kanri local port-forward`` does, so psql's cancel requests work
    too), otherwise through ``kubectl port-forward`` (any cluster, one pod of the Service);
 5. runs psql with ``host=<cluster>-rw.<ns>.svc hostaddr=127.0.0.1 sslmode=verify-full sslrootcert=<CA file>``: libpq
-   checks the server certificate against the Service's name, which the operator puts in every server certificate;
+   checks the server certificate against the Service's name, which the operator puts in every server certificate
+   (psql from PATH, else the newest PostgreSQL ``make setup`` built for the local cluster);
 6. returns psql's exit code, after stopping the forward and removing both files — also when psql was interrupted.
    While psql runs, Ctrl-C is psql's (it cancels the running query); kanri ignores it and waits for psql to end.
 
 The pure parts (:func:`refusal`, :func:`conninfo`, :func:`passfile`, :func:`psql_argv`, :func:`psql_env`) are what
-the unit tests check; :func:`session` runs psql against any :class:`~kanri.local.access.Target`.
+the unit tests check; :func:`session` runs psql through any forward (:func:`direct_forward` to a
+:class:`~kanri.local.access.Target`, or kubectl's).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import typer
 
 from kanri.cli.operations import Context, Kubeconfig, Name, Namespace
 from kanri.local.access import Target, forward
+from kanri.local.pg_binaries import installed
 from kanri.postgres import names
 from kanri.postgres.credentials.secrets import secret_value
 from kanri.postgres.kinds import POSTGRES_CLUSTER
@@ -263,6 +266,21 @@ async def _reachable(target: Target) -> bool:
     return True
 
 
+def find_psql() -> str:
+    """psql on PATH, else the newest PostgreSQL ``make setup`` built for the local cluster (``.build/postgres``,
+    :mod:`kanri.local.pg_binaries`; its psql finds its own libpq by rpath)."""
+    if found := shutil.which("psql"):
+        return found
+    try:
+        builds = installed()
+    except FileNotFoundError:  # an installed kanri, no source checkout: no local builds
+        builds = []
+    for build in reversed(builds):
+        if (build.bin_dir / "psql").is_file():
+            return str(build.bin_dir / "psql")
+    raise PsqlError("psql is not installed (Debian and Ubuntu: apt-get install postgresql-client)")
+
+
 async def _read(client: Client, kind: Any, name: str, namespace: str, what: str) -> Obj:
     try:
         return await client.get(kind, name, namespace)
@@ -302,9 +320,7 @@ async def _prepare(client: Client, name: str, namespace: str, superuser: bool) -
 
 async def _psql(name: str, namespace: str, superuser: bool, dbname: str | None, extra: Sequence[str],
                 kubeconfig: Path | None, context: str | None) -> int:  # fmt: skip
-    psql = shutil.which("psql")
-    if psql is None:
-        raise PsqlError("psql is not installed (Debian and Ubuntu: apt-get install postgresql-client)")
+    psql = find_psql()
     async with await Client.from_kubeconfig(str(kubeconfig) if kubeconfig else None, context) as client:
         cluster, login, target = await _prepare(client, name, namespace, superuser)
     # the API connection is closed before psql starts: a long session holds only the forward
