@@ -44,6 +44,9 @@ SEVERITIES = {"critical", "warning", "info"}
 # kafka-ops (marked edit): docs/runbooks/kafka-*.md are the runbooks of deploy/monitoring/kafka-alerts.yaml, checked
 # (alert, sections, metrics) by tests/unit/test_kafka_alerts.py; this file checks alerts.yaml's.
 KAFKA_RUNBOOKS = {path.stem for path in (ROOT / "docs" / "runbooks").glob("kafka-*.md")}
+# cache-helm (marked edit): docs/runbooks/cache-*.md are the runbooks of deploy/monitoring/cache-alerts.yaml, checked
+# (alert, sections, each page an alert's) by tests/unit/test_cache_alerts.py.
+CACHE_RUNBOOKS = {path.stem for path in (ROOT / "docs" / "runbooks").glob("cache-*.md")}
 
 # --- the PrometheusRule, generated from alerts.yaml ------------------------------------------------------------------
 
@@ -175,7 +178,9 @@ def test_no_runbook_without_an_alert_or_a_condition_reason() -> None:
     # A runbook is for an alert, or for a Degraded reason the status links to (kanri.postgres.cluster.problems.runbook).
     names = {rule["alert"] for rule in alert_rules()} | set(SEVERITY)
     orphans = sorted(
-        path.stem for path in RUNBOOKS.glob("*.md") if path.stem not in names | {"README"} | KAFKA_RUNBOOKS
+        path.stem
+        for path in RUNBOOKS.glob("*.md")
+        if path.stem not in names | {"README"} | KAFKA_RUNBOOKS | CACHE_RUNBOOKS
     )
     assert orphans == []
 
@@ -306,5 +311,5 @@ def test_the_runbook_index_lists_every_alert_with_its_severity_and_every_other_p
     listed = {name: severity for name, severity, _ in rows}
     expected = {rule["alert"]: rule["labels"]["severity"] for rule in alert_rules()}
     assert {name: listed.get(name) for name in expected} == expected
-    pages = {path.stem for path in RUNBOOKS.glob("*.md")} - {"README"} - KAFKA_RUNBOOKS
+    pages = {path.stem for path in RUNBOOKS.glob("*.md")} - {"README"} - KAFKA_RUNBOOKS - CACHE_RUNBOOKS
     assert set(listed) == pages

@@ -2,13 +2,16 @@
 one pass (kit.ObjectPass). Failover itself is Sentinel's, in the pods: the operator configures, observes, routes
 and records, and a Cache keeps failing over while the operator is down.
 
-``kanri cache run`` (src/kanri/cli/cache.py) or ``python -m kanri.cache.operator --kubeconfig PATH --install-crd``.
+``kanri cache run`` (src/kanri/cli/cache.py) or ``python -m kanri.cache.operator --kubeconfig PATH --install-crd``
+(what the Helm chart's ``cache.enabled`` runs in a pod, deploy/operator/cache/). The API rights it uses are listed
+in :mod:`kanri.cache.permissions`.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 from typing import Any
 
 from kanri import kit
@@ -73,12 +76,22 @@ def controller(manager: kr.Manager) -> kr.Controller:
     return built
 
 
-async def run(kubeconfig: str | None, *, install_crd: bool, health_port: int, namespace: str | None = None) -> None:
-    """Run the operator until cancelled."""
+async def run(
+    kubeconfig: str | None,
+    *,
+    install_crd: bool,
+    health_port: int,
+    namespace: str | None = None,
+    health_host: str = "127.0.0.1",
+    metrics_auth: bool = False,
+) -> None:
+    """Run the operator until cancelled. Its Lease lives in ``POD_NAMESPACE`` (the chart sets it), else ``default``."""
     async with await kr.Client.auto(kubeconfig) as client:
         if install_crd:
             await kr.install_crd(client, Cache, field_manager=FIELD_MANAGER)
-        options = kr.ManagerOptions(name=FIELD_MANAGER, health_port=health_port, namespace=namespace)
+        options = kr.ManagerOptions(name=FIELD_MANAGER, health_port=health_port, namespace=namespace,
+                                    health_host=health_host, metrics_auth=metrics_auth,
+                                    leader_election_namespace=os.environ.get("POD_NAMESPACE") or "default")  # fmt: skip
         manager = kr.Manager(client, options)
         manager.add(controller(manager))
         await manager.run()
@@ -90,10 +103,17 @@ def main() -> None:
     parser.add_argument("--install-crd", action="store_true")
     parser.add_argument("--health-port", type=int, default=8082)
     parser.add_argument("--namespace")
+    # in a pod the kubelet probes the pod's IP: 0.0.0.0 there (the chart's Deployment)
+    parser.add_argument("--health-host", default="127.0.0.1")
+    # /metrics only for bearer tokens the API server authenticates and allows get on /metrics (TokenReview +
+    # SubjectAccessReview), as kanri run --metrics-auth
+    parser.add_argument("--metrics-auth", action=argparse.BooleanOptionalAction, default=False)
+    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     args = parser.parse_args()
-    kr.configure_logging()
+    kr.configure_logging(args.log_level)
     asyncio.run(run(args.kubeconfig, install_crd=args.install_crd, health_port=args.health_port,
-                    namespace=args.namespace))  # fmt: skip
+                    namespace=args.namespace, health_host=args.health_host,
+                    metrics_auth=args.metrics_auth))  # fmt: skip
 
 
 if __name__ == "__main__":
