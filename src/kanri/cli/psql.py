@@ -155,7 +155,8 @@ async def _run_psql(argv: list[str], env: dict[str, str]) -> int:
     loop.add_signal_handler(signal.SIGINT, lambda: None)
     loop.add_signal_handler(signal.SIGTERM, lambda: _terminate(proc))
     try:
-        return await proc.wait()
+        code = await proc.wait()
+        return 128 - code if code < 0 else code  # killed by a signal: the shell's 128 + N
     finally:
         loop.remove_signal_handler(signal.SIGINT)
         loop.remove_signal_handler(signal.SIGTERM)
