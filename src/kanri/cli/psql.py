@@ -207,32 +207,24 @@ async def _kubectl_forward(service: str, namespace: str, kubeconfig: Path | None
                            context: str | None) -> AsyncIterator[int]:  # fmt: skip
     """``kubectl port-forward svc/<service> :5432`` in its own session (the terminal's Ctrl-C is psql's, not its);
     yields the local port it chose, stops it on the way out."""
-    argv = [
-        _kubectl(),
-        "port-forward",
-        f"svc/{service}",
-        f":{POSTGRES_PORT}",
-        "-n",
-        namespace,
-        "--address",
-        "127.0.0.1",
-    ]
+    argv = [_kubectl(), "port-forward", f"svc/{service}", f":{POSTGRES_PORT}", "-n", namespace,
+            "--address", "127.0.0.1"]  # fmt: skip
     argv += [f"--kubeconfig={kubeconfig}"] if kubeconfig else []
     argv += [f"--context={context}"] if context else []
     proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
                                                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                                                 start_new_session=True)  # fmt: skip
-    drain: asyncio.Task[None] | None = None
+    drains: list[asyncio.Task[None]] = []
     try:
         port = await _forwarded_port(proc, service)
-        assert proc.stdout is not None
-        drain = asyncio.create_task(_drain(proc.stdout))  # "Handling connection" lines: never let the pipe fill
+        # its "Handling connection" lines and per-connection errors: read on, so a full pipe never stalls kubectl
+        drains = [asyncio.create_task(_drain(stream)) for stream in (proc.stdout, proc.stderr) if stream]
         yield port
     finally:
         if proc.returncode is None:
             proc.terminate()
             await proc.wait()
-        if drain is not None:
+        for drain in drains:
             drain.cancel()
 
 
