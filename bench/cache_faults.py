@@ -1,0 +1,280 @@
+"""Fault → writes confirmed again, for a Durable 3-pod Cache on the local cluster (issue 31; the anchor is Sentinel's
+own 2.3 s failover, quorum 2, down-after 1000 ms).
+
+    flock /tmp/kanri-e2e.lock python bench/cache_faults.py [--runs 5] [--faults kill,stop,freeze,partition]
+
+Starts the real control plane, a host of three local nodes (the e2e tier's pod network: hold the e2e lock) and the
+Cache operator in this process, then one Durable Cache of three pods, one per node (the chaos e2e's spec:
+down-after 1000 ms, ``maxReplicaLagSeconds`` 2). Two ledger clients write throughout, each recording the writes
+``WAIT 1`` confirmed:
+
+- ``pods``: the chaos e2e's ledger (tests/e2e/test_cache_chaos_e2e.py) — it finds the writable primary by asking
+  every pod's ``INFO replication`` and writes straight to that pod's IP (what a Sentinel-aware client gets, minus
+  asking Sentinel);
+- ``-rw``: writes through the ``<name>-rw`` ClusterIP Service, which follows a failover once the operator relabels
+  the pods.
+
+Each run injects the fault on the primary (``kill``: its ``valkey`` container's server SIGKILLed; ``stop``,
+``freeze``, ``partition``: the local cluster's chaos verb on its node, the operator running throughout), measures
+from the start of the fault to the first write each client gets confirmed afterwards, and the write gap (the last
+confirmed write before the fault to the first after it); recovers the node, waits until the cache has converged
+(one writable primary, both replicas linked, every Sentinel knowing both), and checks that each client's confirmed
+writes are all on the primary (0 lost) and that no two pods accepted writes at once. Prints every run, then the
+median and the maximum per fault. Records go into docs/benchmarks.md with the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import bisect
+import contextlib
+import functools
+import os
+import secrets
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' cache workload and node helpers
+
+import valkey.asyncio as valkey
+from valkey.exceptions import ValkeyError
+
+from kanri.cache.api import KIND, Cache
+from kanri.local import ControlPlane
+from kanri.local.imagemap import default_image_map
+from kanri.local.node import NodeHost, NodeOptions
+from kanri.runtime import Client, configure_logging, install_crd
+from kanri.runtime.kinds import NAMESPACE, POD, SERVICE
+from tests.e2e.test_cache_chaos_e2e import SPEC, Operator, Workload, converged, primary_pod
+from tests.e2e.test_cache_e2e import Pods, ready
+from tests.local_node_support import init_pid, running_nodes, with_test_network
+from tests.support import NotYet, eventually
+
+NAME = "bench"
+RECOVER = {"stop": "start", "freeze": "thaw", "partition": "heal"}
+
+
+@dataclass
+class ServiceLedger:
+    """Writes ``rw:<n>`` through one address (the ``-rw`` ClusterIP) with ``WAIT 1``; records the confirmed ones."""
+
+    address: str
+    password: str
+    acked: list[int] = field(default_factory=list)
+    acked_at: list[float] = field(default_factory=list)
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def run(self) -> None:
+        sequence, conn = 0, None
+        while not self.stop.is_set():
+            if conn is None:
+                conn = valkey.Valkey(host=self.address, port=6379, password=self.password, socket_timeout=1.0,
+                                     socket_connect_timeout=1.0, decode_responses=True)  # fmt: skip
+            try:
+                await conn.set(f"rw:{sequence}", sequence)
+                sequence += 1
+                if int(await conn.execute_command("WAIT", 1, 500)) >= 1:  # type: ignore[no-untyped-call]
+                    self.acked.append(sequence - 1)
+                    self.acked_at.append(time.monotonic())
+            except (ValkeyError, OSError):  # READONLY on a demoted pod, a refused or cut connection
+                await conn.aclose()
+                conn = None
+                await asyncio.sleep(0.05)
+        if conn is not None:
+            await conn.aclose()
+
+
+def first_after(times: list[float], moment: float) -> float | None:
+    index = bisect.bisect_right(times, moment)
+    return times[index] if index < len(times) else None
+
+
+async def confirmed_after(times: list[float], moment: float) -> float | None:
+    return first_after(times, moment)
+
+
+def last_before(times: list[float], moment: float) -> float | None:
+    index = bisect.bisect_right(times, moment)
+    return times[index - 1] if index else None
+
+
+async def lost(pods: Pods, primary: str, keys: list[str]) -> int:
+    """How many of ``keys`` the primary at ``primary`` lacks."""
+    conn = pods.connect(primary)
+    try:
+        present = 0
+        for start in range(0, len(keys), 1000):
+            present += int(await conn.exists(*keys[start : start + 1000]))
+        return len(keys) - present
+    finally:
+        await conn.aclose()
+
+
+@dataclass
+class Run:
+    fault: str
+    seconds: dict[str, float | None]
+    """Per client (``pods``, ``-rw``): from the start of the fault to its first confirmed write after it."""
+    gap: dict[str, float | None]
+    """Per client: from its last confirmed write before the fault to its first after it."""
+    lost: dict[str, int]
+    confirmed: dict[str, int]
+    most_writable: int
+    pod: str
+
+
+async def one_run(client: Client, host: NodeHost, namespace: str, workload: Workload, rw: ServiceLedger,
+                  fault: str) -> Run:  # fmt: skip
+    pod, node = await primary_pod(workload, client, namespace)
+    began = time.monotonic()
+    if fault == "kill":
+        pid = init_pid(host.node(node), namespace, pod, container="valkey")
+        assert pid is not None, f"no valkey container running in {pod}"
+        os.kill(pid, signal.SIGKILL)
+    else:
+        assert await host.chaos(fault, node)
+    times = {"pods": workload.acked_at, "-rw": rw.acked_at}
+    for confirmed_at in times.values():  # a client that never writes again is reported ("never"), not fatal
+        with contextlib.suppress(NotYet):
+            await eventually(functools.partial(confirmed_after, confirmed_at, began), timeout=90, interval=0.05)
+    firsts = {name: first_after(t, began) for name, t in times.items()}
+    seconds = {name: None if first is None else first - began for name, first in firsts.items()}
+    gap = {}
+    for name, first in firsts.items():
+        before = last_before(times[name], began)
+        gap[name] = None if first is None or before is None else first - before
+    if fault in RECOVER:
+        assert await host.chaos(RECOVER[fault], node)
+    await eventually(lambda: converged(workload), timeout=180, interval=0.5)
+    counts = {"pods": len(workload.acked), "-rw": len(rw.acked)}
+    with contextlib.suppress(NotYet):
+        await eventually(lambda: asyncio.sleep(0, len(rw.acked) > counts["-rw"] + 50 or None), timeout=60)
+    await eventually(lambda: asyncio.sleep(0, len(workload.acked) > counts["pods"] + 50 or None), timeout=60)
+    primary = await workload.primary()
+    assert primary is not None
+    missing = {"pods": await lost(workload.pods, primary, [f"ledger:{n}" for n in workload.acked]),
+               "-rw": await lost(workload.pods, primary, [f"rw:{n}" for n in rw.acked])}  # fmt: skip
+    confirmed = {"pods": len(workload.acked), "-rw": len(rw.acked)}
+    return Run(fault, seconds, gap, missing, confirmed, workload.most_writable_since(began), pod)
+
+
+def describe(run: Run, number: int) -> str:
+    def secs(value: float | None) -> str:
+        return "never" if value is None else f"{value:.2f} s"
+
+    parts = [f"{name}: {secs(run.seconds[name])} (gap {secs(run.gap[name])}), {run.lost[name]} of "
+             f"{run.confirmed[name]} confirmed lost" for name in ("pods", "-rw")]  # fmt: skip
+    return f"{run.fault} run {number} ({run.pod}): " + "; ".join(parts) + f"; most writable {run.most_writable}"
+
+
+def summary(runs: list[Run], fault: str, client: str) -> str:
+    """One table line: runs, median and max of the time to the first confirmed write and of the gap, losses."""
+    mine = [r for r in runs if r.fault == fault]
+    seconds = [s for r in mine if (s := r.seconds[client]) is not None]
+    gaps = [g for r in mine if (g := r.gap[client]) is not None]
+    if not seconds:
+        return f"{fault:<10} {client:<5} {len(mine):>4}  no confirmed write after the fault"
+    return (f"{fault:<10} {client:<5} {len(mine):>4}  {statistics.median(seconds):6.2f}  {max(seconds):6.2f}  "
+            f"{statistics.median(gaps) if gaps else float('nan'):6.2f}  {max(gaps, default=float('nan')):6.2f}  "
+            f"{sum(r.lost[client] for r in mine):>4}  {max(r.most_writable for r in mine):>2}")  # fmt: skip
+
+
+@contextlib.asynccontextmanager
+async def cache_cluster(prefix: str) -> AsyncIterator[tuple[Client, NodeHost, str]]:
+    """A fresh control plane, three local nodes on the e2e tier's pod network and the Cache operator (in this
+    process) watching a new namespace; everything stopped and removed at exit."""
+    with tempfile.TemporaryDirectory(prefix=f"kanri-bench-{prefix}-", dir="/var/tmp") as scratch:
+        control_plane = ControlPlane(Path(scratch) / "controlplane")
+        endpoint = control_plane.start(exit_with_parent=True)
+        try:
+            async with await Client.from_kubeconfig(str(endpoint.kubeconfig)) as client:
+                await install_crd(client, Cache, field_manager="kanri-bench")
+                namespace = f"bench-{prefix}-{secrets.token_hex(3)}"
+                await client.create(NAMESPACE, {"metadata": {"name": namespace}})
+                options = with_test_network(NodeOptions(data_dir=Path(scratch) / "nodes",
+                                                        name=f"bench-{prefix}-{secrets.token_hex(2)}",
+                                                        images=default_image_map(), restart_backoff_base=0.5,
+                                                        restart_backoff_max=2.0))  # fmt: skip
+                async with running_nodes(endpoint.kubeconfig, options, count=3) as host:
+                    operator = Operator(client, namespace)
+                    operator.start()
+                    try:
+                        yield client, host, namespace
+                    finally:
+                        await operator.stop()
+        finally:
+            control_plane.stop()
+
+
+async def create_cache(client: Client, namespace: str, spec: dict[str, Any]) -> Pods:
+    """The Cache ``bench`` created and Ready, one pod per node; its pods (password loaded)."""
+    await client.create(KIND, {"metadata": {"name": NAME, "namespace": namespace}, "spec": spec})
+    await eventually(lambda: ready(client, namespace, NAME), timeout=240, interval=1)
+    pods = Pods(client, namespace, NAME)
+    await pods.load_password()
+    listed, _ = await client.list(POD, namespace, label_selector=f"cache.kanri.dev/cache={NAME}")
+    assert len({p["spec"]["nodeName"] for p in listed}) == 3, "one pod per node"
+    return pods
+
+
+def run_until_terminated(main: Coroutine[Any, Any, None]) -> None:
+    """Run ``main``; SIGTERM or SIGINT cancel it, so the cluster's clean-up runs (nodes, network, control plane)."""
+
+    async def guarded() -> None:
+        task = asyncio.ensure_future(main)
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, task.cancel)
+        await task
+
+    configure_logging("warning", json=False)  # the operator's and nodes' debug lines would drown the numbers
+    asyncio.run(guarded())
+
+
+async def main(runs: int, faults: list[str]) -> None:
+    results: list[Run] = []
+    async with cache_cluster("cache") as (client, host, namespace):
+        await measure(client, host, namespace, runs, faults, results)
+    print("\nfault      client runs  median    max  gap-med gap-max lost most-writable"
+          "   (seconds from the fault to the first WAIT 1-confirmed write)")  # fmt: skip
+    for fault in faults:
+        for name in ("pods", "-rw"):
+            print(summary(results, fault, name))
+
+
+async def measure(client: Client, host: NodeHost, namespace: str, runs: int, faults: list[str],
+                  results: list[Run]) -> None:  # fmt: skip
+    pods = await create_cache(client, namespace, SPEC)
+    rw_ip = str((await client.get(SERVICE, f"{NAME}-rw", namespace))["spec"]["clusterIP"])
+    workload = Workload(pods, ro="")
+    rw = ServiceLedger(rw_ip, pods.password)
+    await eventually(lambda: converged(workload), timeout=90, interval=1)
+    tasks = [asyncio.create_task(t) for t in (workload.write(), workload.watch(), rw.run())]
+    try:
+        await eventually(lambda: asyncio.sleep(0, (len(rw.acked) > 100 and len(workload.acked) > 100) or None),
+                         timeout=60)  # fmt: skip
+        for fault in faults:
+            for number in range(1, runs + 1):
+                results.append(await one_run(client, host, namespace, workload, rw, fault))
+                print(describe(results[-1], number), flush=True)
+                await asyncio.sleep(2)  # steady writes on the converged cache before the next fault
+    finally:
+        workload.stop.set()
+        rw.stop.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--faults", default="kill,stop,freeze,partition")
+    arguments = parser.parse_args()
+    run_until_terminated(main(arguments.runs, arguments.faults.split(",")))
