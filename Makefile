@@ -247,6 +247,7 @@ manifests: helm
 	  $(HELM) template kanri deploy/helm/kanri --namespace kanri-system --set createNamespace=true; } \
 	  > deploy/operator/operator.yaml.tmp
 	mv deploy/operator/operator.yaml.tmp deploy/operator/operator.yaml
+	$(BIN)/python -m tests.unit.test_cache_chart
 
 # Regenerate deploy/monitoring/prometheusrule.yaml from alerts.yaml (tests/unit/test_monitoring.py fails when stale).
 .PHONY: monitoring
