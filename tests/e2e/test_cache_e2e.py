@@ -26,7 +26,7 @@ from kanri.cache.operator import controller
 from kanri.local import Endpoint
 from kanri.local.node import LocalNode
 from kanri.runtime import Client, Manager, ManagerOptions, get_condition, install_crd
-from kanri.runtime.kinds import POD, SECRET
+from kanri.runtime.kinds import POD, PVC, SECRET, STATEFUL_SET
 from tests.support import eventually
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.faults]
@@ -258,3 +258,124 @@ async def test_regenerable_primary_restarted_empty_never_wipes_a_replica(operato
     )
     assert len(lowest) == 2, f"both replicas watched: {lowest}"
     assert all(keys == 2000 for keys in lowest.values()), f"a replica lost keys: {lowest}"
+
+
+async def sentinel_peers(pods: Pods) -> dict[str, int]:
+    """How many other Sentinels each pod's Sentinel knows (``SENTINEL SENTINELS NAME``); -1 for one that does not
+    answer."""
+    known: dict[str, int] = {}
+    for pod, ip in (await pods.ips()).items():
+        sentinel = valkey.Valkey(host=ip, port=26379, password=pods.password, socket_timeout=1.0,
+                                 socket_connect_timeout=1.0, decode_responses=True)  # fmt: skip
+        try:
+            known[pod] = len(await sentinel.execute_command("SENTINEL", "SENTINELS", pods.name))  # type: ignore[no-untyped-call]
+        except (ValkeyError, OSError):
+            known[pod] = -1
+        finally:
+            await sentinel.aclose()
+    return known
+
+
+async def sentinels_forgot_the_replaced(pods: Pods, live: int) -> dict[str, int] | None:
+    known = await sentinel_peers(pods)
+    return known if len(known) == live and all(count == live - 1 for count in known.values()) else None
+
+
+async def track_replacements(client: Client, namespace: str, name: str, stop: asyncio.Event,
+                             order: list[str]) -> None:  # fmt: skip
+    """Appends each pod's name the first time it is seen with a uid other than its first one (deleted counts too)."""
+    first: dict[str, str] = {}
+    while not stop.is_set():
+        items, _ = await client.list(POD, namespace, label_selector=f"cache.kanri.dev/cache={name}")
+        for pod in items:
+            meta = pod["metadata"]
+            uid = first.setdefault(meta["name"], meta["uid"])
+            if (uid != meta["uid"] or meta.get("deletionTimestamp")) and meta["name"] not in order:
+                order.append(meta["name"])
+        await asyncio.sleep(0.2)
+
+
+async def settled(client: Client, namespace: str, name: str, pods: int) -> tuple[Obj, list[Obj]] | None:
+    """The latest spec observed by the operator and the StatefulSet controller, then Ready, ``Updating`` False,
+    exactly ``pods`` pods and each one made from the StatefulSet's current template."""
+    current = await ready(client, namespace, name)
+    if current is None or current["status"].get("observedGeneration") != current["metadata"]["generation"]:
+        return None
+    updating = get_condition(current["status"].get("conditions"), "Updating")
+    sts = await client.get(STATEFUL_SET, name, namespace)
+    if (sts.get("status") or {}).get("observedGeneration") != sts["metadata"]["generation"]:
+        return None
+    revision = sts["status"].get("updateRevision")
+    items, _ = await client.list(POD, namespace, label_selector=f"cache.kanri.dev/cache={name}")
+    made = all(p["metadata"]["labels"].get("controller-revision-hash") == revision for p in items)
+    if updating is None or updating["status"] != "False" or not made or len(items) != pods:
+        return None
+    return current, items
+
+
+async def test_durable_rollout_replaces_every_pod_primary_last_then_scales_down_keeping_the_volume(
+    operator: Client, namespace: str
+) -> None:
+    """A resources change replaces all 3 pods (replicas first, one planned switchover, the old primary last) while a
+    WAIT 1 ledger writes; then 3 -> 2 pods: the leaving pod is never the primary, its volume stays (Retain)."""
+    client, name = operator, "rolled"
+    spec = {"dataPolicy": "Durable", "replicas": 3, "storage": {"size": "64Mi"}, "downAfterMilliseconds": 1000}
+    await client.create(KIND, {"metadata": {"name": name, "namespace": namespace}, "spec": spec})
+    found = await eventually(lambda: ready(client, namespace, name), timeout=180, interval=1)
+    old = found["status"]["currentPrimary"]
+    pods = Pods(client, namespace, name)
+    await pods.load_password()
+    await eventually(lambda: pods.sentinels_know_replicas(2), timeout=60, interval=1)
+    before_pods, _ = await client.list(POD, namespace, label_selector=f"cache.kanri.dev/cache={name}")
+    uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in before_pods}
+
+    stop, acknowledged, acks, counts = asyncio.Event(), list[str](), list[tuple[float, str]](), list[int]()
+    order: list[str] = []
+    tasks = [asyncio.create_task(ledger(pods, stop, acknowledged, acks)),
+             asyncio.create_task(watch_primaries(pods, stop, counts)),
+             asyncio.create_task(track_replacements(client, namespace, name, stop, order))]  # fmt: skip
+
+    async def acknowledged_beyond(count: int) -> bool:
+        return len(acknowledged) > count
+
+    await eventually(lambda: acknowledged_beyond(200), timeout=60)
+    started = time.monotonic()
+    await client.patch(KIND, name, {"spec": {"resources": {"requests": {"cpu": "10m"}}}}, namespace)
+    after, items = await eventually(lambda: settled(client, namespace, name, 3), timeout=240, interval=1)
+    rolled_in = time.monotonic() - started
+    replaced = {p["metadata"]["name"] for p in items if p["metadata"]["uid"] != uids.get(p["metadata"]["name"])}
+    assert replaced == set(uids), f"pods not replaced: {set(uids) - replaced}"
+    replicas_first = sorted((pod for pod in uids if pod != old), key=lambda pod: -int(pod.rsplit("-", 1)[1]))
+    assert order == [*replicas_first, old], f"replaced in this order: {order} (the primary was {old})"
+    planned = [f for f in after["status"]["failovers"] if f["reason"].startswith("planned switchover")]
+    assert [(f["fromPod"], f["possibleLossBytes"]) for f in planned] == [(old, 0)], after["status"]["failovers"]
+    assert len(after["status"]["failovers"]) == 1, f"a failover besides the planned one: {after['status']['failovers']}"
+    print(f"\nrollout of 3 pods: {rolled_in:.1f} s, order {order}, planned switchover {old} -> {planned[0]['toPod']}")
+    peers = await eventually(lambda: sentinels_forgot_the_replaced(pods, 3), timeout=90, interval=2)
+    print(f"every Sentinel knows {peers} peers {time.monotonic() - started:.1f} s after the change")
+
+    primary = after["status"]["currentPrimary"]
+    started = time.monotonic()
+    await client.patch(KIND, name, {"spec": {"replicas": 2}}, namespace)
+    shrunk, items = await eventually(lambda: settled(client, namespace, name, 2), timeout=180, interval=1)
+    print(f"scale-down 3 -> 2: {time.monotonic() - started:.1f} s; primary {primary} -> "
+          f"{shrunk['status']['currentPrimary']}; failovers {shrunk['status']['failovers']}")  # fmt: skip
+    before = len(acknowledged)
+    await eventually(lambda: acknowledged_beyond(before + 100), timeout=60)
+    stop.set()
+    await asyncio.gather(*tasks)
+
+    assert shrunk["status"]["currentPrimary"] in {f"{name}-0", f"{name}-1"}
+    assert all(f["reason"].startswith("planned switchover") for f in shrunk["status"]["failovers"])
+    claims, _ = await client.list(PVC, namespace)
+    assert f"data-{name}-2" in {c["metadata"]["name"] for c in claims}, "the removed pod's volume was not kept"
+    primary_ip = await pods.primary_ip()
+    assert primary_ip is not None
+    conn = pods.connect(primary_ip)
+    try:
+        present = int(await conn.exists(*acknowledged))
+    finally:
+        await conn.aclose()
+    print(f"{len(acknowledged)} confirmed writes; writable primaries seen at once: at most {max(counts)}")
+    assert present == len(acknowledged), f"{len(acknowledged) - present} confirmed writes lost"
+    assert max(counts) == 1, f"two writable primaries seen at once: {counts}"
