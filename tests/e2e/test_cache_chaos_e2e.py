@@ -6,8 +6,10 @@ confirmed; a watcher samples ``INFO replication`` of every pod that answers; a r
 ``<name>-ro``. Faults on the primary's node, each followed by its recovery before the next: node stopped (started
 again), frozen (thawed), partitioned (healed) while the operator is stopped, and the primary's server killed three
 times in a row. After each: 0 WAIT-confirmed writes lost, never two writable primaries, the time from the fault to
-the first confirmed write printed (``-s``). Reads through ``-ro`` are never staler than the declared
-``maxLagSeconds``: a read's staleness is how long before it a write newer than what it returned was confirmed.
+the first confirmed write printed (``-s``). With the operator stopped, a write through ``<name>-rw`` succeeds after
+Sentinel's failover (the new primary's agent labelled its own pod, kanri.cache.agent.labels). Reads through ``-ro``
+are never staler than the declared ``maxLagSeconds``: a read's staleness is how long before it a write newer than
+what it returned was confirmed.
 """
 
 from __future__ import annotations
@@ -201,6 +203,20 @@ class Workload:
         return lost
 
 
+async def write_through(pods: Pods, address: str, last: list[str]) -> bool | None:
+    """True once a write through the Service ``address`` succeeds: a new connection each time (the service proxy
+    picks an endpoint per connection; a partitioned old primary may still be one); ``last`` gets the error."""
+    conn = pods.connect(address)
+    try:
+        await conn.set("rw-probe", "1")
+        return True
+    except (ValkeyError, OSError) as exc:
+        last[:] = [f"{type(exc).__name__}: {exc}"]
+        return None
+    finally:
+        await conn.aclose()
+
+
 STORY = ("role decision", "stepping down", "catching up", "+switch-master", "+selected-slave", "+promoted-slave",
          "+failover-end", "+slave-reconf-sent", "+odown", "Full resync", "Partial resynchronization",
          "MASTER <-> REPLICA")  # fmt: skip
@@ -285,6 +301,7 @@ async def test_a_durable_cache_keeps_every_confirmed_write_through_node_faults(
     listed, _ = await client.list(POD, namespace, label_selector=f"cache.kanri.dev/cache={NAME}")
     assert len({p["spec"]["nodeName"] for p in listed}) == 3, "one pod per node (the scheduler spreads them)"
     ro = str((await client.get(SERVICE, f"{NAME}-ro", namespace))["spec"]["clusterIP"])
+    rw = str((await client.get(SERVICE, f"{NAME}-rw", namespace))["spec"]["clusterIP"])
     workload = Workload(pods, ro)
     await eventually(lambda: converged(workload), timeout=60, interval=1)
     tasks = [asyncio.create_task(t) for t in (workload.write(), workload.watch(), workload.read())]
@@ -304,11 +321,28 @@ async def test_a_durable_cache_keeps_every_confirmed_write_through_node_faults(
     async def nothing(_pod: str, _node: str) -> None:
         return None
 
+    partitioned_at: list[float] = []
+
     async def partition_without_operator(pod: str, node: str) -> None:
         await operator.stop()
         await verb("partition")(pod, node)
+        partitioned_at.append(time.monotonic())
 
     async def heal_and_restart_operator(pod: str, node: str) -> None:
+        # still without the operator: -rw follows the failover because the new primary's agent labelled its pod
+        last: list[str] = []
+        try:
+            await eventually(lambda: write_through(pods, rw, last), timeout=30, interval=0.2)
+        except NotYet as exc:
+            listed, _ = await client.list(POD, namespace, label_selector=f"cache.kanri.dev/cache={NAME}")
+            labels = {p["metadata"]["name"]: p["metadata"]["labels"].get("cache.kanri.dev/role") for p in listed}
+            raise AssertionError(f"no write through -rw with the operator down: {last}; role labels {labels}") from exc
+        assert operator.task is None, "the operator stayed down"
+        direct = workload.first_ack_after(partitioned_at[-1])
+        assert direct is not None
+        results.append(f"operator down: a write through -rw succeeded {time.monotonic() - direct:.2f} s after the "
+                       f"first confirmed write to the new primary")  # fmt: skip
+        print(results[-1])
         await verb("heal")(pod, node)
         operator.start()
 
