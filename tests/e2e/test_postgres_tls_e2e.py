@@ -17,12 +17,14 @@ import base64
 import datetime as dt
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
 import psycopg
 from cryptography import x509
 
+from kanri.local import Endpoint
 from kanri.local.node import LocalNode
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.tls import certificates as tls
@@ -63,7 +65,7 @@ async def _served_serial(address: str) -> int | None:
 
 
 async def test_tls_verify_full_plaintext_refused_replication_and_renewal(
-    client: Client, node: LocalNode, operator: Operator, namespace: str, tmp_path: Path
+    client: Client, node: LocalNode, operator: Operator, namespace: str, tmp_path: Path, control_plane: Endpoint
 ) -> None:
     await client.create(POSTGRES_CLUSTER, cluster(NAME, namespace, 2))
     async with operator.running(refresh=2.0):
@@ -85,6 +87,7 @@ async def test_tls_verify_full_plaintext_refused_replication_and_renewal(
         out, err = await proc.communicate()
         assert proc.returncode == 0, err.decode()
         assert out.decode().strip() == "t"
+        await _kanri_psql(control_plane.kubeconfig, namespace)  # the same in one command (issue 29 item 7)
 
         wrong = await _refusal(lambda: _connect("elsewhere.example", address, user, password, **verify))
         assert "elsewhere.example" in wrong or "does not match" in wrong, wrong
@@ -112,6 +115,22 @@ async def test_tls_verify_full_plaintext_refused_replication_and_renewal(
         async with await _connect(service, address, superuser, super_password, **verify) as conn:
             after = (await (await conn.execute("SELECT pg_postmaster_start_time()")).fetchone() or [None])[0]
         assert after == started, "the renewal restarted PostgreSQL"
+
+
+async def _kanri_psql(kubeconfig: Path, namespace: str) -> None:
+    """``kanri psql NAME -- ARGS`` (issue 29 item 7): the app user, then ``--superuser``, over TLS verified against the
+    cluster's CA through the port-forward it manages; its exit code is psql's (1 when a command failed)."""
+    kanri = str(Path(sys.executable).parent / "kanri")
+    command = [kanri, "psql", NAME, "-n", namespace, "--kubeconfig", str(kubeconfig)]
+    query = "SELECT current_user, ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()"
+    for options, user, fail, code in (([], "app", [], 0), (["--superuser"], "postgres", ["-c", "SELECT 1/0"], 1)):
+        proc = await asyncio.create_subprocess_exec(
+            *command, *options, "--", "-Atc", query, *fail,
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert (proc.returncode, out.decode().strip()) == (code, f"{user}|t"), err.decode()
+        assert ("division by zero" in err.decode()) == bool(fail), err.decode()
 
 
 async def _refusal(connect: Any) -> str:
