@@ -51,7 +51,21 @@ from kanri.runtime import ApiError, Client, get_condition
 from kanri.runtime._connection import ConfigError  # not re-exported by kanri.runtime; raised by from_kubeconfig
 from kanri.runtime.kinds import SECRET, SERVICE
 
-__all__ = ["Login", "PsqlError", "conninfo", "passfile", "psql_argv", "psql_command", "psql_env", "refusal", "session"]
+__all__ = [
+    "Login",
+    "PsqlError",
+    "conninfo",
+    "database",
+    "direct_forward",
+    "find_psql",
+    "passfile",
+    "psql_argv",
+    "psql_command",
+    "psql_env",
+    "read_login",
+    "refusal",
+    "session",
+]
 
 Obj = dict[str, Any]
 POSTGRES_PORT = 5432
