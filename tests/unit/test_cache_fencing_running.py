@@ -76,3 +76,12 @@ def test_no_catch_up_while_the_primary_answers_or_from_a_peer_not_ahead_on_the_s
     assert decide_catch_up(primary("c-2:6379"), None, [replica("c-1:6379", 460)]) is None
     # the one ahead never follows the one behind: no loop
     assert decide_catch_up(replica("c-1:6379", 460), None, [me]) is None
+
+
+def test_nothing_steps_down_while_a_sentinel_reports_a_failover_in_progress() -> None:
+    # c-1 has just been promoted; the leader still names c-0 (epoch 2) until the failover ends, and c-0 answers as a
+    # primary again because its node resumed: stepping down now would discard what c-1's replicas confirmed
+    me = primary("c-1")
+    claims = [("c-0", 2), ("c-0", 2)]
+    assert decide_running(me, claims, primary("c-0")) is not None  # the same view without the flag would demote
+    assert decide_running(me, claims, primary("c-0"), underway=True) is None

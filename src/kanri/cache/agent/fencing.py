@@ -178,7 +178,9 @@ class Demote:
     accepted after the failover, none of them confirmed by a replica of the new primary's lineage."""
 
 
-def decide_running(me: History, claims: Sequence[tuple[str, int]], named: History | None) -> Demote | None:
+def decide_running(
+    me: History, claims: Sequence[tuple[str, int]], named: History | None, *, underway: bool = False
+) -> Demote | None:
     """Whether a running primary must step down: a second primary (a replica frozen through a failover that
     executes a promotion queued on its connection when it resumes, an old primary cut off and healed) accepts
     writes that are discarded when Sentinel finally reconfigures it. The agent does it at once instead.
@@ -188,8 +190,13 @@ def decide_running(me: History, claims: Sequence[tuple[str, int]], named: Histor
     that missed it names the old primary with an older epoch, so it never demotes the new one; a tie between two
     addresses at the newest epoch decides nothing. ``named`` is the newest named primary's history (None when it did
     not answer): a pod steps down only towards a primary that answers as one, never towards a node that is down.
+
+    ``underway``: a Sentinel reports a failover in progress. Then nothing is decided: the leader keeps naming the old
+    primary with the old epoch until the failover ends, so a pod it has just promoted would read a majority naming
+    the old primary — which answers as one again the moment its frozen node resumes — and step down, discarding the
+    writes its replicas confirmed (seen in the chaos e2e: 178 lost after a freeze).
     """
-    if me.role != "primary" or not claims:
+    if me.role != "primary" or not claims or underway:
         return None
     newest = max(epoch for _, epoch in claims)
     chosen = {address for address, epoch in claims if epoch == newest}
