@@ -1,7 +1,8 @@
 """The agent's pod label on the real API server, with the access the operator gives it (kanri.cache.children): a
 token of the Cache's agent ServiceAccount may get and patch its Cache's pods and nothing else, and
-:class:`~kanri.cache.agent.labels.PodLabel` writes the role, puts back a label someone removed, and outlives an API
-server that refuses (tests/unit/test_cache_agent_labels.py: one that does not answer)."""
+:class:`~kanri.cache.agent.labels.PodLabel` writes the role, puts back a label someone removed, takes the
+``primary`` label from another pod once its pod is the Sentinels' sole primary, and outlives an API server that
+refuses (tests/unit/test_cache_agent_labels.py: one that does not answer)."""
 
 from __future__ import annotations
 
@@ -77,6 +78,18 @@ async def test_the_agent_labels_its_own_pod_and_no_other(
     now[0] += 5.0
     await label.keep("replica")
     assert (await labels("orders-1")).get(ROLE) == "replica"
+
+    # the primary a majority of Sentinels name takes the label from another pod of its cache (a cut-off old primary's)
+    sole = PodLabel(api, namespace, "orders-1", ROLE, others=("orders-0",), clock=lambda: now[0])
+    await sole.keep("primary", sole=True)  # orders-0 does not exist (yet): nothing to do, no failure
+    assert not sole.failing
+    await client.create(POD, {**pod("orders-0"), "metadata": {"name": "orders-0", "namespace": namespace,
+                                                                "labels": {ROLE: "primary"}}})  # fmt: skip
+    await sole.keep("primary")  # not (yet) named by a majority: other pods are left alone
+    assert (await labels("orders-0")).get(ROLE) == "primary"
+    await sole.keep("primary", sole=True)  # once it is: at once, not at the next read-back
+    assert ROLE not in await labels("orders-0")
+    assert (await labels("orders-1")).get(ROLE) == "primary"
 
     # the Role names orders-0 and orders-1 only: a pod past the StatefulSet's count, or another cache's, is refused
     for other in ("orders-2", "payments-0"):

@@ -16,6 +16,7 @@ from kanri.cache.agent.labels import (
     PodLabel,
     pod_label_from_environment,
     role_label,
+    sole_primary,
 )
 from kanri.cache.agent.node import FENCED_PRIMARY
 from kanri.cache.api import CacheSpec
@@ -43,6 +44,14 @@ def test_a_primary_labels_itself_primary_and_a_replica_replica() -> None:
 def test_a_fenced_or_stepping_down_pod_never_labels_itself_primary() -> None:
     assert role_label(server("replica", FENCED_PRIMARY.replace(" ", ":"))) == "replica"
     assert role_label(server("primary"), stepping_down=True) == "replica"
+
+
+def test_only_the_primary_a_majority_of_sentinels_name_takes_the_label_from_other_pods() -> None:
+    assert sole_primary("c-1", [("c-1", 3), ("c-1", 3), ("c-0", 2)], 3)  # the third Sentinel still lags
+    assert not sole_primary("c-1", [("c-1", 3)], 3), "only its own Sentinel answers: it may be the one cut off"
+    assert not sole_primary("c-0", [("c-0", 2), ("c-0", 2), ("c-1", 3)], 3), "the newest epoch names another pod"
+    assert not sole_primary("c-0", [], 3)
+    assert sole_primary("c-0", [("c-0", 1), ("c-0", 1)], 3)
 
 
 def test_a_silent_server_leaves_the_label_as_it_is() -> None:
@@ -87,7 +96,11 @@ def test_without_a_token_the_agent_leaves_labelling_to_the_operator(tmp_path: Pa
     assert label is not None
     assert (label.pod, label.namespace, label.key, label.api.host, label.api.port) == ("orders-1", "shop", ROLE,
                                                                                      "10.96.0.1", 443)  # fmt: skip
-    assert label.path == "/api/v1/namespaces/shop/pods/orders-1"
+    assert label.path() == "/api/v1/namespaces/shop/pods/orders-1"
+    assert label.others == ()  # no CACHE_REPLICAS: no other pod is known
+    cache = pod_label_from_environment(environ | {"CACHE_NAME": "orders", "CACHE_REPLICAS": "3"}, tmp_path)
+    assert cache is not None
+    assert cache.others == ("orders-0", "orders-2")
     assert pod_label_from_environment(environ | {"CACHE_ROLE_LABEL": ""}, tmp_path) is None
 
 
@@ -102,3 +115,16 @@ async def test_an_api_server_that_does_not_answer_never_stops_the_agent(tmp_path
     assert label.retry_at == 10.0 + RETRY_AFTER, "the next try waits; a partitioned pod does not hammer the API"
     with pytest.raises(LabelError, match="FileNotFoundError"):  # a token being rotated: one failed try
         await ApiServer("127.0.0.1", 1, Path(certifi.where()), tmp_path / "gone").request("GET", "/")
+
+
+async def test_the_role_loop_never_waits_for_the_api_server(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text("t")
+    api = ApiServer("127.0.0.1", 1, Path(certifi.where()), tmp_path / "token", timeout=0.5)
+    label = PodLabel(api, "shop", "orders-0", ROLE)
+    label.offer("primary")  # returns at once; the write runs in the background
+    first = label.in_flight
+    label.offer("replica")  # dropped while one is in flight: the next round offers again
+    assert label.in_flight is first
+    assert first is not None
+    await first
+    assert label.failing

@@ -77,7 +77,7 @@ async def serve() -> int:
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, process.terminate)
     label = pod_label_from_environment()
-    role = asyncio.create_task(manage_role(node, publish=label.keep if label is not None else None))
+    role = asyncio.create_task(manage_role(node, publish=label.offer if label is not None else None))
     code = await process.wait()
     role.cancel()
     return code

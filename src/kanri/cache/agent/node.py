@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -28,7 +28,7 @@ from kanri.cache.agent.fencing import (
     decide_running,
     decide_start,
 )
-from kanri.cache.agent.labels import role_label
+from kanri.cache.agent.labels import role_label, sole_primary
 from kanri.cache.agent.resp import UNAVAILABLE, Connection, Secret
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "runtime_config",
     "sentinel_claims",
     "sentinel_file",
+    "sentinel_view",
     "split",
     "start_server",
     "stop",
@@ -163,6 +164,23 @@ async def sentinel_claims(node: Node) -> list[tuple[str, int]]:
     return [c for c in await asyncio.gather(*(ask(s) for s in node.sentinels)) if c is not None]
 
 
+async def sentinel_view(node: Node) -> tuple[list[tuple[str, int]], bool]:
+    """:func:`sentinel_claims` read again, and whether any answering Sentinel reports a failover in progress (its
+    ``SENTINEL MASTER`` flags)."""
+
+    async def ask(address: str) -> tuple[tuple[str, int], bool] | None:
+        try:
+            answer = await command(node, address, "SENTINEL", "MASTER", node.master)
+        except UNAVAILABLE:
+            return None
+        fields = dict(zip(answer[::2], answer[1::2], strict=True))
+        flags = str(fields.get("flags", "")).split(",")
+        return (f"{fields['ip']}:{fields['port']}", int(fields.get("config-epoch", 0))), "failover_in_progress" in flags
+
+    answers = [a for a in await asyncio.gather(*(ask(s) for s in node.sentinels)) if a is not None]
+    return [claim for claim, _ in answers], any(underway for _, underway in answers)
+
+
 async def ask_failover(node: Node) -> bool:
     """Ask one Sentinel to promote the best replica now (without waiting for down-after)."""
     for address in node.sentinels:
@@ -198,8 +216,12 @@ async def decide(node: Node) -> StartDecision | None:
     return decide_start(me, peers, await named_primary(node), bootstrap=node.bootstrap)
 
 
-RolePublisher = Callable[[str], Awaitable[None]]
-"""Called with ``primary`` or ``replica`` every round (the agent's pod label writes only what changed)."""
+class RolePublisher(Protocol):
+    """Called with ``primary`` or ``replica`` every round, returning at once (the agent's pod label,
+    :meth:`~kanri.cache.agent.labels.PodLabel.offer`, writes in the background and only what changed); ``sole``: this
+    pod is the primary a majority of the Sentinels name (:func:`~kanri.cache.agent.labels.sole_primary`)."""
+
+    def __call__(self, value: str, /, *, sole: bool = False) -> None: ...
 
 
 async def take_role(node: Node, *, interval: float = 0.5, publish: RolePublisher | None = None) -> StartDecision:
@@ -214,7 +236,7 @@ async def take_role(node: Node, *, interval: float = 0.5, publish: RolePublisher
         decision = await decide(node)
         if decision is not None:
             if publish is not None:
-                await publish("replica")
+                publish("replica")
             if decision.reason != last_reason:
                 log.info("role decision", decision=type(decision).__name__, reason=decision.reason)
                 last_reason = decision.reason
@@ -229,13 +251,20 @@ async def take_role(node: Node, *, interval: float = 0.5, publish: RolePublisher
         await asyncio.sleep(interval)
 
 
-async def check_primary(node: Node, me: History) -> Demote | None:
-    """Step down when the Sentinels' newest configuration names another primary (:func:`decide_running`)."""
-    claims = await sentinel_claims(node)
+async def check_primary(node: Node, me: History, claims: list[tuple[str, int]]) -> Demote | None:
+    """Step down when the Sentinels' newest configuration (``claims``: :func:`sentinel_claims`) names another primary
+    (:func:`decide_running`)."""
     newest = max(claims, key=lambda claim: claim[1], default=None)
     if newest is None or newest[0] == me.host:
         return None
-    decision = decide_running(me, claims, await history(node, newest[0]))
+    named = await history(node, newest[0])
+    decision = decide_running(me, claims, named)
+    if decision is not None:
+        # The claims were read before the named pod answered (its node may have been frozen until just now): ask the
+        # Sentinels again, after, and never step down while one of them is still failing over (the leader names the
+        # old primary until its failover ends).
+        fresh, underway = await sentinel_view(node)
+        decision = decide_running(me, fresh, named, underway=underway)
     if decision is not None:
         log.warning("second primary: stepping down", reason=decision.reason, lost_bytes=decision.lost_bytes)
         host, port = split(decision.primary)
@@ -268,17 +297,23 @@ async def keep_role(node: Node, *, interval: float = 0.5, publish: RolePublisher
     while True:
         me = await history(node, node.me)
         try:
-            check = check_primary if me is not None and me.role == "primary" else check_replica
-            decision = await check(node, me) if me is not None else None
+            decision: Demote | Follow | None = None
+            sole = False
+            if me is not None and me.role == "primary":
+                claims = await sentinel_claims(node)
+                decision = await check_primary(node, me, claims)
+                sole = decision is None and sole_primary(me.host, claims, len(node.sentinels))
+            elif me is not None:
+                decision = await check_replica(node, me)
             if decision is not None:
                 me = await history(node, node.me)
             label = role_label(me, stepping_down=isinstance(decision, Demote))
             if label is not None and publish is not None:
-                await publish(label)
+                publish(label, sole=sole and label == "primary")
         except UNAVAILABLE as exc:
             log.info("could not check the role", error=str(exc))
-        except Exception:  # the label is the Service's hint, never a reason to stop fencing
-            log.exception("could not publish the role")
+        except Exception:  # one bad round is never a reason to stop fencing
+            log.exception("could not check the role")
         await asyncio.sleep(interval)
 
 
