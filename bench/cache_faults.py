@@ -30,6 +30,7 @@ import asyncio
 import bisect
 import contextlib
 import functools
+import itertools
 import os
 import secrets
 import signal
@@ -101,9 +102,41 @@ async def confirmed_after(times: list[float], moment: float) -> float | None:
     return first_after(times, moment)
 
 
-def last_before(times: list[float], moment: float) -> float | None:
-    index = bisect.bisect_right(times, moment)
-    return times[index - 1] if index else None
+def longest_pause(times: list[float], began: float, until: float) -> float | None:
+    """The longest time without a confirmed write between the last one before ``began`` and ``until`` (None: no
+    write confirmed after ``began`` by then) — how long the fault kept this client from writing."""
+    index = bisect.bisect_right(times, began)
+    window = times[max(index - 1, 0) : bisect.bisect_right(times, until)]
+    if index == 0 or len(window) < 2 or window[-1] <= began:
+        return None
+    return max(later - earlier for earlier, later in itertools.pairwise(window))
+
+
+async def moved_from(workload: Workload, old_ip: str, began: float) -> float | None:
+    """When the ledger first had a write confirmed by a pod other than ``old_ip`` after ``began`` (None: not yet)."""
+    index = bisect.bisect_right(workload.acked_at, began)
+    return next((at for at, ip in zip(workload.acked_at[index:], workload.acked_on[index:], strict=True)
+                 if ip != old_ip), None)  # fmt: skip
+
+
+ELECTION = ("+try-failover", "+elected-leader", "-failover-abort-not-elected", "+vote-for-leader", "+switch-master")
+
+
+def sentinel_logs(root: Path) -> dict[Path, int]:
+    """Every Sentinel container's log under ``root`` (the nodes' data) and its size now."""
+    return {path: path.stat().st_size for path in root.rglob("pods/*/sentinel/*.log")}
+
+
+def election(root: Path, since: dict[Path, int]) -> dict[str, int]:
+    """How often each step of Sentinel's leader election appears in the Sentinels' logs after ``since``."""
+    counts = dict.fromkeys(ELECTION, 0)
+    for path in root.rglob("pods/*/sentinel/*.log"):
+        with path.open("rb") as log:
+            log.seek(since.get(path, 0))
+            for line in log.read().decode(errors="replace").splitlines():
+                for mark in ELECTION:
+                    counts[mark] += f" {mark} " in f" {line} "
+    return counts
 
 
 async def lost(pods: Pods, primary: str, keys: list[str]) -> int:
@@ -121,19 +154,27 @@ async def lost(pods: Pods, primary: str, keys: list[str]) -> int:
 @dataclass
 class Run:
     fault: str
-    seconds: dict[str, float | None]
-    """Per client (``pods``, ``-rw``): from the start of the fault to its first confirmed write after it."""
-    gap: dict[str, float | None]
-    """Per client: from its last confirmed write before the fault to its first after it."""
+    pod: str
+    """The primary's pod when the fault began."""
+    moved: float | None
+    """From the start of the fault to the first write another pod confirmed (the ``pods`` client; None: never)."""
+    pause: dict[str, float | None]
+    """Per client (``pods``, ``-rw``): the longest time without a confirmed write, from the last one before the
+    fault until the recovery began (None: no write confirmed after the fault by then)."""
     lost: dict[str, int]
     confirmed: dict[str, int]
     most_writable: int
-    pod: str
+    writers: list[str] = field(default_factory=list)
+    election: dict[str, int] = field(default_factory=dict)
+    """Sentinel's election steps logged (all Sentinels) from the fault until the recovery."""
+    """The pod IPs that confirmed the ``pods`` client's writes from the fault until the recovery, in order."""
 
 
 async def one_run(client: Client, host: NodeHost, namespace: str, workload: Workload, rw: ServiceLedger,
                   fault: str) -> Run:  # fmt: skip
     pod, node = await primary_pod(workload, client, namespace)
+    old_ip = (await workload.pods.ips())[pod]
+    logs = sentinel_logs(host.options.data_dir)
     began = time.monotonic()
     if fault == "kill":
         pid = init_pid(host.node(node), namespace, pod, container="valkey")
@@ -141,16 +182,13 @@ async def one_run(client: Client, host: NodeHost, namespace: str, workload: Work
         os.kill(pid, signal.SIGKILL)
     else:
         assert await host.chaos(fault, node)
-    times = {"pods": workload.acked_at, "-rw": rw.acked_at}
-    for confirmed_at in times.values():  # a client that never writes again is reported ("never"), not fatal
-        with contextlib.suppress(NotYet):
-            await eventually(functools.partial(confirmed_after, confirmed_at, began), timeout=90, interval=0.05)
-    firsts = {name: first_after(t, began) for name, t in times.items()}
-    seconds = {name: None if first is None else first - began for name, first in firsts.items()}
-    gap = {}
-    for name, first in firsts.items():
-        before = last_before(times[name], began)
-        gap[name] = None if first is None or before is None else first - before
+    with contextlib.suppress(NotYet):  # a fault that never moves the primary is reported ("never"), not fatal
+        await eventually(functools.partial(moved_from, workload, old_ip, began), timeout=90, interval=0.05)
+    moved = await moved_from(workload, old_ip, began)
+    with contextlib.suppress(NotYet):  # -rw follows once the new primary's agent has relabelled its pod
+        await eventually(functools.partial(confirmed_after, rw.acked_at, moved or began), timeout=30, interval=0.05)
+    recovering = time.monotonic()
+    steps = election(host.options.data_dir, logs)
     if fault in RECOVER:
         assert await host.chaos(RECOVER[fault], node)
     await eventually(lambda: converged(workload), timeout=180, interval=0.5)
@@ -163,28 +201,38 @@ async def one_run(client: Client, host: NodeHost, namespace: str, workload: Work
     missing = {"pods": await lost(workload.pods, primary, [f"ledger:{n}" for n in workload.acked]),
                "-rw": await lost(workload.pods, primary, [f"rw:{n}" for n in rw.acked])}  # fmt: skip
     confirmed = {"pods": len(workload.acked), "-rw": len(rw.acked)}
-    return Run(fault, seconds, gap, missing, confirmed, workload.most_writable_since(began), pod)
+    pause = {"pods": longest_pause(workload.acked_at, began, recovering),
+             "-rw": longest_pause(rw.acked_at, began, recovering)}  # fmt: skip
+    window = slice(bisect.bisect_right(workload.acked_at, began), bisect.bisect_right(workload.acked_at, recovering))
+    writers = list(dict.fromkeys(workload.acked_on[window]))
+    return Run(fault, pod, None if moved is None else moved - began, pause, missing, confirmed,
+               workload.most_writable_since(began), writers, steps)  # fmt: skip
 
 
 def describe(run: Run, number: int) -> str:
     def secs(value: float | None) -> str:
         return "never" if value is None else f"{value:.2f} s"
 
-    parts = [f"{name}: {secs(run.seconds[name])} (gap {secs(run.gap[name])}), {run.lost[name]} of "
-             f"{run.confirmed[name]} confirmed lost" for name in ("pods", "-rw")]  # fmt: skip
-    return f"{run.fault} run {number} ({run.pod}): " + "; ".join(parts) + f"; most writable {run.most_writable}"
+    parts = [f"{name}: longest pause {secs(run.pause[name])}, {run.lost[name]} of {run.confirmed[name]} confirmed "
+             "lost" for name in ("pods", "-rw")]  # fmt: skip
+    return (f"{run.fault} run {number} ({run.pod}): another pod confirmed a write after {secs(run.moved)}; "
+            + "; ".join(parts) + f"; most writable primaries {run.most_writable}; "
+            f"confirmed by {run.writers}; Sentinel log {run.election}")  # fmt: skip
 
 
-def summary(runs: list[Run], fault: str, client: str) -> str:
-    """One table line: runs, median and max of the time to the first confirmed write and of the gap, losses."""
+def summary(runs: list[Run], fault: str) -> str:
+    """One table line per fault: runs; median and max of the move to another pod and of each client's pause."""
+
+    def stats(values: list[float | None]) -> str:
+        known = [v for v in values if v is not None]
+        never = len(values) - len(known)
+        text = f"{statistics.median(known):6.2f} {max(known):6.2f}" if known else "     -      -"
+        return text + (f" ({never} never)" if never else "")
+
     mine = [r for r in runs if r.fault == fault]
-    seconds = [s for r in mine if (s := r.seconds[client]) is not None]
-    gaps = [g for r in mine if (g := r.gap[client]) is not None]
-    if not seconds:
-        return f"{fault:<10} {client:<5} {len(mine):>4}  no confirmed write after the fault"
-    return (f"{fault:<10} {client:<5} {len(mine):>4}  {statistics.median(seconds):6.2f}  {max(seconds):6.2f}  "
-            f"{statistics.median(gaps) if gaps else float('nan'):6.2f}  {max(gaps, default=float('nan')):6.2f}  "
-            f"{sum(r.lost[client] for r in mine):>4}  {max(r.most_writable for r in mine):>2}")  # fmt: skip
+    return (f"{fault:<10} {len(mine):>4}  {stats([r.moved for r in mine])}  "
+            f"{stats([r.pause['pods'] for r in mine])}  {stats([r.pause['-rw'] for r in mine])}  "
+            f"{sum(sum(r.lost.values()) for r in mine):>4}  {max(r.most_writable for r in mine):>2}")  # fmt: skip
 
 
 @contextlib.asynccontextmanager
@@ -243,11 +291,9 @@ async def main(runs: int, faults: list[str]) -> None:
     results: list[Run] = []
     async with cache_cluster("cache") as (client, host, namespace):
         await measure(client, host, namespace, runs, faults, results)
-    print("\nfault      client runs  median    max  gap-med gap-max lost most-writable"
-          "   (seconds from the fault to the first WAIT 1-confirmed write)")  # fmt: skip
+    print("\nfault      runs  moved: med    max  pods pause: med  max  -rw pause: med  max  lost  most-writable")
     for fault in faults:
-        for name in ("pods", "-rw"):
-            print(summary(results, fault, name))
+        print(summary(results, fault))
 
 
 async def measure(client: Client, host: NodeHost, namespace: str, runs: int, faults: list[str],
