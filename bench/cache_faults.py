@@ -103,13 +103,14 @@ async def confirmed_after(times: list[float], moment: float) -> float | None:
 
 
 def longest_pause(times: list[float], began: float, until: float) -> float | None:
-    """The longest time without a confirmed write between the last one before ``began`` and ``until`` (None: no
-    write confirmed after ``began`` by then) — how long the fault kept this client from writing."""
+    """The longest time without a confirmed write from the last one before ``began`` until ``until`` (None: no write
+    confirmed after ``began`` by then) — how long the fault kept this client from writing."""
     index = bisect.bisect_right(times, began)
     window = times[max(index - 1, 0) : bisect.bisect_right(times, until)]
     if index == 0 or len(window) < 2 or window[-1] <= began:
         return None
-    return max(later - earlier for earlier, later in itertools.pairwise(window))
+    # A pause still going on at ``until`` counts up to ``until``.
+    return max(until - window[-1], *(later - earlier for earlier, later in itertools.pairwise(window)))
 
 
 async def moved_from(workload: Workload, old_ip: str, began: float) -> float | None:
