@@ -87,4 +87,9 @@ def test_sentinel_monitors_the_cache_with_its_quorum_and_down_after() -> None:
     lines = sentinel_config("orders", spec(dataPolicy="Regenerable", replicas=5, downAfterMilliseconds=1000))
     assert "sentinel monitor orders {primary} 3" in lines
     assert "sentinel down-after-milliseconds orders 1000" in lines
-    assert "sentinel failover-timeout orders 10000" in lines
+    assert "sentinel failover-timeout orders 3000" in lines  # a split election is tried again after 6 s, not 20
+
+
+def test_failover_timeout_grows_with_down_after() -> None:
+    lines = sentinel_config("orders", spec(dataPolicy="Regenerable", replicas=3, downAfterMilliseconds=5000))
+    assert "sentinel failover-timeout orders 15000" in lines

@@ -13,6 +13,7 @@ __all__ = [
     "PRIMARY_PLACEHOLDER",
     "SENTINEL_PORT",
     "VALKEY_PORT",
+    "failover_timeout",
     "maxmemory_bytes",
     "quorum",
     "sentinel_config",
@@ -86,6 +87,16 @@ PRIMARY_PLACEHOLDER = "{primary}"
 """Where the agent puts the primary's ``host port`` when it writes Sentinel's first file."""
 
 
+def failover_timeout(spec: CacheSpec) -> int:
+    """Sentinel's ``failover-timeout`` (ms): 3 × down-after, at least 3 s. It also bounds an election: with a pod
+    gone, two Sentinels remain and both must vote for the same leader; when each votes for itself (common when both
+    saw the primary go at once) neither is elected, and neither tries again for 2 × failover-timeout. At 10 s that
+    was 29.6 s from a frozen or partitioned primary to the next confirmed write (bench/cache_faults.py); at 3 s a
+    split vote costs about 6 s. Promotion and the replicas' reconfiguration take about a second each here (Sentinel reads
+    INFO every second during a failover), well inside it."""
+    return max(3_000, spec.down_after_milliseconds * 3)
+
+
 def sentinel_config(master: str, spec: CacheSpec) -> list[str]:
     """sentinel.conf's template for monitoring ``master`` (the cache's name); the agent fills in the primary it finds
     and this Sentinel's own address. Sentinel rewrites its file as it learns, so it is written only once."""
@@ -95,6 +106,6 @@ def sentinel_config(master: str, spec: CacheSpec) -> list[str]:
         "sentinel announce-hostnames yes",
         f"sentinel monitor {master} {PRIMARY_PLACEHOLDER} {quorum(spec.replicas)}",
         f"sentinel down-after-milliseconds {master} {spec.down_after_milliseconds}",
-        f"sentinel failover-timeout {master} {max(10_000, spec.down_after_milliseconds * 4)}",
+        f"sentinel failover-timeout {master} {failover_timeout(spec)}",
         f"sentinel parallel-syncs {master} 1",
     ]
