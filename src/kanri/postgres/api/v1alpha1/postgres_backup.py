@@ -37,7 +37,8 @@ class PostgresBackupStatus(ApiModel):
     """Pending (waiting: the cluster is not ready, or another backup of it runs), Running, Completed or Failed."""
     reason: Annotated[str, Field(max_length=64, pattern=r"^[A-Za-z]+$")] | None = None
     """Why it is in its phase, in one word: ClusterNotFound, NoBackupConfigured, ClusterNotReady, WaitingForBackup
-    (another backup of the cluster runs first), Started, Completed, InstanceUnreachable, BackupFailed, ..."""
+    (another backup of the cluster runs first), RetryScheduled (an attempt failed; the next one is at nextAttemptAt),
+    Started, Completed, InstanceUnreachable, BackupFailed, ..."""
     message: Annotated[str, Field(max_length=4096)] | None = None
     """Why it waits, or why it failed."""
     instance: Annotated[str, Field(max_length=253)] | None = None
@@ -60,6 +61,16 @@ class PostgresBackupStatus(ApiModel):
     """The timeline the backup was taken on."""
     size_bytes: Annotated[int, Field(ge=0)] | None = None
     """Size of the data backed up, in bytes."""
+    attempts: Annotated[int, Field(ge=0)] | None = None
+    """Attempts made so far (the one running included). A failed attempt that may pass (BackupFailed,
+    InstanceUnreachable) is tried again with exponential backoff (30 s, doubling, at most 10 min, 5 attempts in all);
+    a refused one (BackupRefused) is not."""
+    next_attempt_at: datetime | None = None
+    """When a failed backup is tried again (phase Pending, reason RetryScheduled)."""
+    last_error_reason: Annotated[str, Field(max_length=64, pattern=r"^[A-Za-z]+$")] | None = None
+    """The reason of the last failed attempt: BackupFailed, InstanceUnreachable or BackupRefused."""
+    last_error: Annotated[str, Field(max_length=4096)] | None = None
+    """What the last failed attempt reported."""
     server_name: Annotated[str, Field(max_length=80)] | None = None
     """The folder of the repository it is stored in: the cluster's name, or ``<cluster>.pg<major>`` for a backup of
     the PostgreSQL system a major upgrade made."""
