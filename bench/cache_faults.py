@@ -54,7 +54,7 @@ from kanri.local.imagemap import default_image_map
 from kanri.local.node import NodeHost, NodeOptions
 from kanri.runtime import Client, configure_logging, install_crd
 from kanri.runtime.kinds import NAMESPACE, POD, SERVICE
-from tests.e2e.test_cache_chaos_e2e import SPEC, Operator, Workload, converged, primary_pod
+from tests.e2e.test_cache_chaos_e2e import SPEC, Operator, Workload, converged, primary_pod, story
 from tests.e2e.test_cache_e2e import Pods, ready
 from tests.local_node_support import init_pid, running_nodes, with_test_network
 from tests.support import NotYet, eventually
@@ -152,6 +152,37 @@ async def lost(pods: Pods, primary: str, keys: list[str]) -> int:
         await conn.aclose()
 
 
+LOSSES: dict[int, int] = {}
+"""Per workload (``id``): the ``pods`` client's confirmed writes found lost so far (each loss reported once)."""
+
+
+def reported_losses(workload: Workload) -> int:
+    return LOSSES.get(id(workload), 0)
+
+
+async def report_losses(workload: Workload, primary: str, began: float, nodes: Path) -> None:
+    """Print which confirmed writes the primary lacks: when (from the fault) and by which pod each was confirmed,
+    and the agents' and Sentinels' story from the container logs — what a fix needs to know."""
+    conn = workload.pods.connect(primary)
+    found: list[bool] = []
+    try:
+        for start in range(0, len(workload.acked), 1000):
+            async with conn.pipeline(transaction=False) as pipe:
+                for n in workload.acked[start : start + 1000]:
+                    pipe.exists(f"ledger:{n}")
+                found += [bool(x) for x in await pipe.execute()]
+    finally:
+        await conn.aclose()
+    gone = [i for i, present in enumerate(found) if not present]
+    LOSSES[id(workload)] = len(gone)
+    wall = time.strftime("%H:%M:%S", time.gmtime(time.time() - (time.monotonic() - began)))
+    print(f"LOST {len(gone)} confirmed writes; the fault began at {wall} UTC")
+    for i in gone[:3] + gone[-3:]:
+        at = workload.acked_at[i] - began
+        print(f"  ledger:{workload.acked[i]} confirmed by {workload.acked_on[i]} at {at:+.3f} s from the fault")
+    print(story(nodes, 0))
+
+
 @dataclass
 class Run:
     fault: str
@@ -163,6 +194,7 @@ class Run:
     """Per client (``pods``, ``-rw``): the longest time without a confirmed write, from the last one before the
     fault until the recovery began (None: no write confirmed after the fault by then)."""
     lost: dict[str, int]
+    """Per client: confirmed writes missing on the primary after this run that were not missing before it."""
     confirmed: dict[str, int]
     most_writable: int
     writers: list[str] = field(default_factory=list)
@@ -202,6 +234,8 @@ async def one_run(client: Client, host: NodeHost, namespace: str, workload: Work
     missing = {"pods": await lost(workload.pods, primary, [f"ledger:{n}" for n in workload.acked]),
                "-rw": await lost(workload.pods, primary, [f"rw:{n}" for n in rw.acked])}  # fmt: skip
     confirmed = {"pods": len(workload.acked), "-rw": len(rw.acked)}
+    if missing["pods"] > reported_losses(workload):
+        await report_losses(workload, primary, began, host.options.data_dir)
     pause = {"pods": longest_pause(workload.acked_at, began, recovering),
              "-rw": longest_pause(rw.acked_at, began, recovering)}  # fmt: skip
     window = slice(bisect.bisect_right(workload.acked_at, began), bisect.bisect_right(workload.acked_at, recovering))
@@ -308,10 +342,15 @@ async def measure(client: Client, host: NodeHost, namespace: str, runs: int, fau
     try:
         await eventually(lambda: asyncio.sleep(0, (len(rw.acked) > 100 and len(workload.acked) > 100) or None),
                          timeout=60)  # fmt: skip
+        lost_before: dict[str, int] = {}
         for fault in faults:
             for number in range(1, runs + 1):
-                results.append(await one_run(client, host, namespace, workload, rw, fault))
-                print(describe(results[-1], number), flush=True)
+                run = await one_run(client, host, namespace, workload, rw, fault)
+                so_far = dict(run.lost)  # missing among every write confirmed since the start
+                run.lost = {name: count - lost_before.get(name, 0) for name, count in so_far.items()}
+                lost_before = so_far
+                results.append(run)
+                print(describe(run, number), flush=True)
                 await asyncio.sleep(2)  # steady writes on the converged cache before the next fault
     finally:
         workload.stop.set()
