@@ -37,7 +37,8 @@ log = structlog.get_logger("kanri.cache.agent")
 
 TOKEN_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 REQUEST_TIMEOUT = 2.0
-"""Seconds one API request may take (a partitioned pod must not hold the role loop)."""
+"""Seconds one API request may take (the role loop never waits for it, but the next label write waits for the one in
+flight)."""
 VERIFY_EVERY = 5.0
 """Seconds between two reads of the pod's label while the role is unchanged (the operator removes it from a pod it
 could not reach; the agent puts it back once its server answers)."""
