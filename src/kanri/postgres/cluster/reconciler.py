@@ -76,6 +76,7 @@ from kanri.postgres.labels import (
     statefulset_by_app,
 )
 from kanri.postgres.metrics import PostgresMetrics
+from kanri.postgres.pods import metadata as pod_metadata
 from kanri.postgres.pods import oneshot
 from kanri.postgres.pods import policy as pod_policy
 from kanri.postgres.recovery import bootstrap as recovery
@@ -449,6 +450,7 @@ class ClusterPass:
         fenced = fenced_names(seen.split_brain) | set(seen.marked)
         self.reads = read_lag(seen.reports, data.plan.primary, self.spec.replication.read_lag_bound)
         await label_pods(self, data.plan, seen.reports, seen.pods, fenced, self.reads.withheld)
+        await pod_metadata.apply(self, seen.pods)  # podTemplate labels/annotations onto the pods, no restart
         if not failing_over:
             changes.restarting = await self.restart(data.plan, seen.reports)
             await self.leave_cordoned_node(data.plan, seen)
@@ -650,6 +652,7 @@ class ClusterPass:
             image = postgres_image(self.spec, major, current, self.images)
             desired = statefulset(self.cluster, self.spec, instance, role=role, image=image, running=self.running,
                                   by_app=statefulset_by_app(current))  # an older one keeps its selector  # fmt: skip
+            desired = pod_metadata.kept_template(desired, current, pod_metadata.wanted(self.spec))  # no roll for it
             # An image of another major (a hand edit) is reverted at once: that pod cannot open its data, so waiting
             # for it to become ready first would wait forever.
             wrong_major = current is not None and image_major(current) != major

@@ -13,6 +13,7 @@ from kanri.runtime import Rule, cel
 
 __all__ = [
     "OPERATOR_LABEL_PREFIX",
+    "RESERVED_POD_LABELS",
     "RESERVED_PRIORITY_CLASS_PREFIX",
     "SECURITY_ANNOTATIONS",
     "PodTemplate",
@@ -39,6 +40,23 @@ _NO_APP_LABELS = cel(
     message_expression=f"'labels %s belong to the operator (its selectors use them)'.format({_APP_KEYS})",
     reason="FieldValueForbidden",
 )
+# Set on every pod by the operator (managed-by) or the StatefulSet controller (its revision, the pod's name and
+# index): a user value would be overwritten in the template, and patched onto the pods in place it would confuse them.
+_CONTROLLER_LABELS = (
+    "app.kubernetes.io/managed-by",
+    "controller-revision-hash",
+    "statefulset.kubernetes.io/pod-name",
+    "apps.kubernetes.io/pod-index",
+)
+_CONTROLLER_KEYS = f"[self.filter(k, k in {list(_CONTROLLER_LABELS)}).sort()]"
+_NO_CONTROLLER_LABELS = cel(
+    f"!self.exists(k, k in {list(_CONTROLLER_LABELS)})",
+    message_expression=f"'labels %s belong to the operator or the StatefulSet controller'.format({_CONTROLLER_KEYS})",
+    reason="FieldValueForbidden",
+)
+RESERVED_POD_LABELS: frozenset[str] = frozenset((*_APP_LABELS, *_CONTROLLER_LABELS))
+"""Pod labels outside kanri.dev/ that are nonetheless not the user's: the selectors' app labels, managed-by, and the
+StatefulSet controller's own."""
 _NO_OPERATOR_ANNOTATIONS = cel(
     f"self.all(k, !k.startsWith('{OPERATOR_LABEL_PREFIX}'))",
     message_expression=f"'annotations under {OPERATOR_LABEL_PREFIX} belong to the operator: %s'.format({_OWN_KEYS})",
@@ -122,11 +140,14 @@ class PodTemplate(ApiModel):
         _qualified_keys("label"),
         _NO_OPERATOR_LABELS,
         _NO_APP_LABELS,
+        _NO_CONTROLLER_LABELS,
     ] = Field(default_factory=dict)
     """Extra labels for the pods. Keys are qualified names (an optional DNS subdomain prefix and /, then at most 63
     letters, digits, -, _ and ., beginning and ending with a letter or digit); values are at most 63 of the same
-    characters, or empty. Keys under kanri.dev/ and the selectors' app.kubernetes.io/name and app.kubernetes.io/instance
-    are refused."""
+    characters, or empty. Keys under kanri.dev/, the selectors' app.kubernetes.io/name and app.kubernetes.io/instance,
+    app.kubernetes.io/managed-by and the StatefulSet controller's labels (controller-revision-hash,
+    statefulset.kubernetes.io/pod-name, apps.kubernetes.io/pod-index) are refused. Applied to the running pods in
+    place, without a restart; a key removed here is removed from the pods."""
 
     annotations: Annotated[
         dict[str, Annotated[str, Field(max_length=65536)]],
@@ -137,7 +158,8 @@ class PodTemplate(ApiModel):
     ] = Field(default_factory=dict)
     """Extra annotations for the pods. Keys are qualified names, as for labels; keys under kanri.dev/ are refused, and
     so are keys that change the pod's security profile (any key containing security.alpha.kubernetes.io/ or
-    security.beta.kubernetes.io/ — AppArmor, seccomp, sysctls — or io.kubernetes.cri-o.)."""
+    security.beta.kubernetes.io/ — AppArmor, seccomp, sysctls — or io.kubernetes.cri-o.). Applied to the running pods
+    in place, without a restart; a key removed here is removed from the pods."""
 
     node_selector: Annotated[
         dict[str, Annotated[str, Field(max_length=63), _LABEL_VALUE]],
