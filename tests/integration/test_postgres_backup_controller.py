@@ -5,7 +5,8 @@ an HTTP fake of the instance managers' API (``/status`` and ``/backups``), spoke
 waiting: the first backup as soon as the cluster is Ready, taken from the replica; a second backup waits Pending
 (WaitingForBackup) while one runs; an operator restarted in the middle resumes without a second backup; a schedule
 slot gets exactly one backup; retention expires what the recovery window no longer needs and deletes its objects; a
-failed backup turns LastBackupSucceeded False with an Event and the failure counter."""
+failed attempt is retried under a new key (the backoff made small here) and the last failed one turns
+LastBackupSucceeded False with an Event and the failure counter; a backup that fails once then succeeds completes."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from aiohttp import web
 
 from kanri.local.controlplane import Endpoint
 from kanri.postgres.backup import plan as backup_plan
+from kanri.postgres.backup import retry as backup_retry
 from kanri.postgres.backup.archiving import BackupSettings
 from kanri.postgres.backup.controller import PostgresBackupReconciler
 from kanri.postgres.cluster.instances import HttpInstanceClient
@@ -303,9 +305,11 @@ async def test_a_schedule_slot_gets_one_backup_and_retention_expires_what_the_wi
             assert all(extra_id not in ids for ids in fakes["inv-1"].expired)
 
 
-async def test_a_failed_backup_turns_last_backup_succeeded_false_with_an_event_and_a_count(
-    control_plane: Endpoint, client: Client, namespace: str
+async def test_a_failed_backup_is_retried_then_failed_for_good_and_one_that_fails_once_completes(
+    control_plane: Endpoint, client: Client, namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    fast = backup_retry.RetryPolicy(base=timedelta(seconds=0.5), cap=timedelta(seconds=1), max_attempts=2)
+    monkeypatch.setattr(backup_retry, "DEFAULT", fast)
     default = await platform(client, namespace)
     await client.create(POSTGRES_CLUSTER, pgc("pay", namespace, replicas=2, backup={"retentionDays": 7}))
     async with backup_fakes("pay") as (fakes, instances):
@@ -314,11 +318,20 @@ async def test_a_failed_backup_turns_last_backup_succeeded_false_with_an_event_a
             await pods_running(client, namespace, fakes)  # type: ignore[arg-type]
             await eventually(lambda: phase_is(client, namespace, "pay-initial", "Running"), timeout=40)
             key = await uid_of(client, namespace, "pay-initial")
-            (await started(fakes, key)).finish(key, datetime.now(UTC), failed="barman-cloud-backup exited 1: "
-                                               "connection refused")  # fmt: skip
+            refused = "barman-cloud-backup exited 1: connection refused"
+            (await started(fakes, key)).finish(key, datetime.now(UTC), failed=refused)
+            # The second attempt runs under its own key (the first key would only answer the failed record).
+            second = backup_retry.attempt_id(key, 2)
+            (await started(fakes, second)).finish(second, datetime.now(UTC), failed=refused)
             failed = await eventually(lambda: phase_is(client, namespace, "pay-initial", "Failed"), timeout=20)
-            assert failed["reason"] == "BackupFailed"
+            assert (failed["reason"], failed["attempts"], failed["lastErrorReason"]) == (
+                "BackupFailed",
+                2,
+                "BackupFailed",
+            )
             assert "connection refused" in failed["message"]
+            assert "all 2 attempts failed" in failed["message"]
+            assert "BackupRetryScheduled" in await event_reasons(client, namespace, "pay-initial")
             lost = await eventually(lambda: condition(client, namespace, "pay", "LastBackupSucceeded"), timeout=20)
             assert (lost["status"], lost["reason"]) == ("False", "BackupFailed")
             assert "connection refused" in lost["message"]
@@ -327,6 +340,17 @@ async def test_a_failed_backup_turns_last_backup_succeeded_false_with_an_event_a
             labels = {"namespace": namespace, "cluster": "pay"}
             assert operator.registry.get_sample_value("kanri_postgres_backup_failures_total", labels) == 1.0
             assert operator.registry.get_sample_value("kanri_postgres_backup_last_succeeded", labels) == 0.0
+            # The store comes back between two attempts: the retry completes, the attempts recorded.
+            await client.create(POSTGRES_BACKUP, pgbackup("retried", namespace, "pay"))
+            await eventually(lambda: phase_is(client, namespace, "retried", "Running"), timeout=20)
+            key = await uid_of(client, namespace, "retried")
+            (await started(fakes, key)).finish(key, datetime.now(UTC), failed=refused)
+            second = backup_retry.attempt_id(key, 2)
+            (await started(fakes, second)).finish(second, datetime.now(UTC))
+            done = await eventually(lambda: phase_is(client, namespace, "retried", "Completed"), timeout=20)
+            assert (done["attempts"], done["lastErrorReason"]) == (2, "BackupFailed")
+            assert "connection refused" in done["lastError"]
+            assert operator.registry.get_sample_value("kanri_postgres_backup_failures_total", labels) == 1.0
             # A backup of a cluster that does not exist waits, saying so.
             await client.create(POSTGRES_BACKUP, pgbackup("nowhere", namespace, "ghost"))
             waiting = await eventually(lambda: phase_is(client, namespace, "nowhere", "Pending"), timeout=20)

@@ -9,6 +9,10 @@ The state machine lives in ``status`` (so a restarted operator resumes it; nothi
   /backups {"id": <uid>}``. The id is the idempotency key: the instance answers a known id with its record and never
   starts a second backup, so every later pass simply asks ``GET /backups/{id}`` (and ``POST`` again only when the
   instance never heard of the id, e.g. the operator stopped between writing the intent and asking).
+- A failed attempt that may pass (barman failed, the instance did not answer) goes back to ``Pending`` (reason
+  ``RetryScheduled``, ``nextAttemptAt``, ``lastErrorReason``/``lastError``) and is tried again after an exponential
+  backoff, under a new idempotency key per attempt (:mod:`kanri.postgres.backup.retry` decides); a refused one, or the
+  last allowed attempt, is ``Failed``.
 - ``Completed`` / ``Failed``: terminal; the instance's record (barman's id, WAL range, LSNs, size) is copied. After a
   completed backup, the primary is asked to switch WAL (``POST /wal/switch``: the backup's last segment is archived
   at once, so the backup is restorable now rather than at the next archive_timeout), then retention runs (``POST
@@ -33,6 +37,7 @@ from pydantic import ValidationError
 from kanri.contract.backup import BackupRecord, Expired, WalSwitched
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.backup import plan as backup_plan
+from kanri.postgres.backup import retry as backup_retry
 from kanri.postgres.backup.archiving import BackupSettings, Repository, resolve, server_name
 from kanri.postgres.cluster.instances import BackupAnswer, instance_endpoint
 from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
@@ -129,8 +134,10 @@ class PostgresBackupReconciler:
         events: EventRecorder,
         settings: Callable[[], BackupSettings],
         metrics: PostgresMetrics | None = None,
+        retry: backup_retry.RetryPolicy | None = None,
     ) -> None:
         self.cache = cache
+        self._retry = retry
         self.client = client
         self.instances = instances
         self.events = events
@@ -139,6 +146,11 @@ class PostgresBackupReconciler:
 
     def now(self) -> datetime:
         return self.settings().now()
+
+    @property
+    def retry(self) -> backup_retry.RetryPolicy:
+        """The retry policy given, else :data:`kanri.postgres.backup.retry.DEFAULT` (read at each use)."""
+        return self._retry or backup_retry.DEFAULT
 
     async def reconcile(self, request: Request) -> Result | None:
         backup = self.cache.get(POSTGRES_BACKUP, request.name, request.namespace)
@@ -160,7 +172,10 @@ class PostgresBackupReconciler:
     # --- Pending ---------------------------------------------------------------------------------------------------
 
     async def pending(self, backup: Obj, cluster: Obj | None) -> Result | None:
-        namespace = backup["metadata"]["namespace"]
+        namespace, status = backup["metadata"]["namespace"], backup.get("status") or {}
+        retry_at = backup_plan.parse_time(status.get("nextAttemptAt"))
+        if retry_at is not None and (left := (retry_at - self.now()).total_seconds()) > 0:
+            return Result(requeue_after=min(left, WAIT))  # a failed attempt's backoff
         repository = None
         if cluster is not None and (spec := _spec(cluster)) is not None:
             repository = resolve(spec, namespace, self.settings())
@@ -173,8 +188,11 @@ class PostgresBackupReconciler:
         # serverName: where this system's backups go (the instance's archive target says the same), for retention
         # and recovery to find it after a major upgrade moved the cluster on to a new system
         server = server_name(cluster) if cluster is not None else str(backup["spec"]["cluster"])
+        attempt = int(status.get("attempts") or 0) + 1
+        nth = f" (attempt {attempt} of {self.retry.max_attempts})" if attempt > 1 else ""
         intent = {"phase": "Running", "reason": "Started", "instance": verdict, "startedAt": started,
-                  "serverName": server, "message": f"asking {verdict} to take the backup"}  # fmt: skip
+                  "serverName": server, "message": f"asking {verdict} to take the backup{nth}", "attempts": attempt,
+                  "nextAttemptAt": None}  # fmt: skip
         try:
             # Guarded by resourceVersion: read from a stale cache (the object is Running already, maybe on another
             # instance), the write gets a 409 instead of a second intent.
@@ -185,7 +203,7 @@ class PostgresBackupReconciler:
             return Result(requeue_after=1.0)
         log.info("base backup started", backup=backup["metadata"]["name"], namespace=namespace, instance=verdict)
         await self.events.normal(written, "BackupStarted", f"base backup of {backup['spec']['cluster']} started on "
-                                 f"{verdict}")  # fmt: skip
+                                 f"{verdict}{nth}")  # fmt: skip
         return await self.running(written, cluster)
 
     # --- Running ---------------------------------------------------------------------------------------------------
@@ -193,7 +211,7 @@ class PostgresBackupReconciler:
     async def running(self, backup: Obj, cluster: Obj | None) -> Result | None:
         meta, status = backup["metadata"], backup.get("status") or {}
         namespace, instance = meta["namespace"], str(status.get("instance") or "")
-        key = backup_plan.idempotency_id(meta["uid"])
+        key = backup_retry.attempt_id(backup_plan.idempotency_id(meta["uid"]), int(status.get("attempts") or 1))
         endpoint = instance_endpoint(self.cache, namespace, backup["spec"]["cluster"], instance) if instance else None
         if endpoint is None:
             answer = BackupAnswer(0, {}, f"instance {instance} has no address (pod gone or not running)")
@@ -208,14 +226,12 @@ class PostgresBackupReconciler:
                 await self.completed(backup, cluster, record)
                 return None
             if record is not None and record.phase == "Failed":
-                await self.failed(backup, cluster, "BackupFailed", record.error or "no reason")
-                return None
+                return await self.attempt_failed(backup, cluster, "BackupFailed", record.error or "no reason")
             return Result(requeue_after=POLL)
         since = backup_plan.parse_time(status.get("startedAt")) or self.now()
         if answer.status == 400 or self.now() - since > UNANSWERED:
             why = "BackupRefused" if answer.status == 400 else "InstanceUnreachable"
-            await self.failed(backup, cluster, why, f"instance {instance}: {answer.error}")
-            return None
+            return await self.attempt_failed(backup, cluster, why, f"instance {instance}: {answer.error}")
         message = f"instance {instance} answers {answer.status or 'nothing'}: {answer.error}; retrying"
         await self.write(backup, {"message": message[:4000]})
         return Result(requeue_after=RETRY)
@@ -276,13 +292,38 @@ class PostgresBackupReconciler:
         endpoint = instance_endpoint(self.cache, namespace, name, primary) if primary else None
         return endpoint or (None, None)
 
-    async def failed(self, backup: Obj, cluster: Obj | None, reason: str, why: str) -> None:
-        fields = {"phase": "Failed", "reason": reason, "message": why[:4000],
-                  "completedAt": self.now().isoformat(timespec="seconds")}  # fmt: skip
+    async def attempt_failed(self, backup: Obj, cluster: Obj | None, reason: str, why: str) -> Result | None:
+        """One attempt failed: tried again after the backoff, or Failed for good (a refusal, the last attempt)."""
+        failed = int((backup.get("status") or {}).get("attempts") or 1)
+        verdict = backup_retry.decide(self.retry, failed, reason, self.now())
+        if isinstance(verdict, backup_retry.GiveUp):
+            await self.failed(backup, cluster, reason, why, f" ({verdict.why})" if failed > 1 else "")
+            return None
+        at = verdict.at.isoformat(timespec="seconds")
+        message = (f"attempt {failed} of {self.retry.max_attempts} failed ({reason}): {why}; attempt "
+                   f"{verdict.attempt} at {at}")  # fmt: skip
+        fields = {"phase": "Pending", "reason": "RetryScheduled", "message": message[:4000], "nextAttemptAt": at,
+                  "lastErrorReason": reason, "lastError": why[:4000]}  # fmt: skip
+        try:
+            # Guarded like the intent: a pass that read a stale Running must not rewind a newer attempt.
+            written = await self.write(backup, fields, guard=True)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+            return Result(requeue_after=1.0)
+        name, namespace = backup["metadata"]["name"], backup["metadata"]["namespace"]
+        log.warning("base backup attempt failed; retrying", backup=name, namespace=namespace, reason=reason,
+                    attempt=failed, next_attempt_at=at, error=why)  # fmt: skip
+        await self.events.warning(written, "BackupRetryScheduled", f"base backup {name}: {message}"[:1000])
+        return Result(requeue_after=min(max((verdict.at - self.now()).total_seconds(), 0.1), WAIT))
+
+    async def failed(self, backup: Obj, cluster: Obj | None, reason: str, why: str, after: str = "") -> None:
+        fields = {"phase": "Failed", "reason": reason, "message": f"{why}{after}"[:4000], "lastErrorReason": reason,
+                  "lastError": why[:4000], "completedAt": self.now().isoformat(timespec="seconds")}  # fmt: skip
         written = await self.write(backup, fields)
         name, of, namespace = backup["metadata"]["name"], backup["spec"]["cluster"], backup["metadata"]["namespace"]
         log.warning("base backup failed", backup=name, namespace=namespace, reason=reason, error=why)
-        text = f"base backup {name} of {of} failed ({reason}): {why}"[:1000]
+        text = f"base backup {name} of {of} failed ({reason}): {why}{after}"[:1000]
         await self.events.warning(written, "BackupFailed", text)
         if cluster is not None:
             await self.events.warning(cluster, "BackupFailed", text)
