@@ -14,7 +14,7 @@ the spec (``kanri.postgres.api.v1alpha1.pod_template``).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -22,6 +22,7 @@ from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.api.v1alpha1.pod_template import OPERATOR_LABEL_PREFIX, RESERVED_POD_LABELS
 from kanri.postgres.cluster.diff import HASH_ANNOTATION, is_subset, with_hash
 from kanri.postgres.context import ChildStep
+from kanri.runtime import Kind
 from kanri.runtime.kinds import POD
 
 __all__ = ["APPLIED", "PodMetadata", "apply", "kept_template", "pod_patch", "reserved", "wanted"]
@@ -140,7 +141,7 @@ def kept_template(desired: Obj, current: Obj | None, want: PodMetadata) -> Obj:
 class Pass(ChildStep, Protocol):
     """What applying pod metadata needs of the reconcile pass: the spec, and a write that may be refused."""
 
-    async def write(self, kind: Any, name: str, request: Any) -> bool: ...
+    async def write(self, kind: Kind, name: str, request: Awaitable[Any]) -> bool: ...
 
 
 async def apply(step: Pass, pods: Mapping[str, Obj]) -> None:
