@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from kanri.postgres.backup.missed import decide
+from kanri.postgres.backup.schedule import Wanted, due, wanted
 
 DAILY = "0 3 * * *"
 LAST = datetime(2026, 12, 1, 3, 0, tzinfo=UTC)
@@ -58,3 +59,16 @@ def test_a_month_of_hibernation_asks_one_backup_only_for_the_latest_slot() -> No
     assert (decision.slot, decision.ask) == (at(31, 9), True)
     assert decision.missed == 30 * 24 + 6  # counted for the Event, not each one backed up
     assert decide("not a cron", LAST, at(2, 9), None) is None
+
+
+def _cluster(last_scheduled: str) -> dict[str, object]:
+    return {"metadata": {"name": "shop"}, "status": {"phase": "Ready", "backup": {"lastScheduled": last_scheduled}}}
+
+
+def test_the_schedule_step_names_the_made_up_backup_for_its_slot_and_records_a_covered_one_without_a_backup() -> None:
+    made_up = wanted(_cluster("2026-12-01T03:00:00Z"), DAILY, at(4, 9), last_completed=LAST)
+    assert made_up == Wanted("shop-202612040300", at(4, 3), "schedule", True, 3, "made up once")
+    assert due(_cluster("2026-12-01T03:00:00Z"), DAILY, at(4, 9)) == ("shop-202612040300", at(4, 3), "schedule")
+    covered = wanted(_cluster("2026-12-01T03:00:00Z"), DAILY, at(4, 9), last_completed=at(4, 5))
+    assert covered is not None
+    assert (covered.slot, covered.ask) == (at(4, 3), False)  # the step records the slot, creates nothing
