@@ -22,6 +22,7 @@ import pytest_asyncio
 from aiohttp import web
 
 from kanri.local.controlplane import Endpoint
+from kanri.postgres.backup import controller as backup_controller
 from kanri.postgres.backup import plan as backup_plan
 from kanri.postgres.backup import retry as backup_retry
 from kanri.postgres.backup.archiving import BackupSettings
@@ -315,6 +316,7 @@ async def test_a_failed_backup_is_retried_then_failed_for_good_and_one_that_fail
 ) -> None:
     fast = backup_retry.RetryPolicy(base=timedelta(seconds=0.5), cap=timedelta(seconds=1), max_attempts=2)
     monkeypatch.setattr(backup_retry, "DEFAULT", fast)
+    monkeypatch.setattr(backup_controller, "POLL", 0.5)  # four records to read: no 5 s wait for each
     default = await platform(client, namespace)
     await client.create(POSTGRES_CLUSTER, pgc("pay", namespace, replicas=2, backup={"retentionDays": 7}))
     async with backup_fakes("pay") as (fakes, instances):
