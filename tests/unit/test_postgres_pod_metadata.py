@@ -113,3 +113,13 @@ def test_a_statefulset_made_before_the_record_keeps_its_template_without_one() -
     del current["spec"]["template"]["metadata"]["annotations"]  # as the operator made them before this module
     changed = sts(spec({"team": "b"}, {"note": "x"}), current=copy.deepcopy(current))
     assert changed["spec"]["template"] == current["spec"]["template"]
+
+
+def test_a_pod_born_before_the_record_loses_the_keys_its_template_gave_it_and_only_those() -> None:
+    template = {"labels": {**OPERATOR_LABELS, "team": "a"}, "annotations": {"note": "x", RESTART: "1"}}
+    current = pod({**OPERATOR_LABELS, "team": "a", "by-hand": "y"}, {"note": "x", RESTART: "1"})
+    patch = pod_patch(PodMetadata(labels={"tier": "db"}), current, template)
+    assert patch == {"metadata": {"labels": {"tier": "db", "team": None},
+                                  "annotations": {"note": None, APPLIED: record(["tier"], [])}}}  # fmt: skip
+    recorded = {**template, "annotations": {APPLIED: record([], [])}}  # a template with a record: the pod's counts
+    assert pod_patch(PodMetadata(), current, recorded) is None

@@ -23,7 +23,7 @@ from kanri.postgres.api.v1alpha1.pod_template import OPERATOR_LABEL_PREFIX, RESE
 from kanri.postgres.cluster.diff import HASH_ANNOTATION, is_subset, with_hash
 from kanri.postgres.context import ChildStep
 from kanri.runtime import Kind
-from kanri.runtime.kinds import POD
+from kanri.runtime.kinds import POD, STATEFUL_SET
 
 __all__ = ["APPLIED", "PodMetadata", "apply", "kept_template", "pod_patch", "reserved", "wanted"]
 
@@ -80,12 +80,22 @@ def _changes(want: Mapping[str, str], have: Mapping[str, str], before: frozenset
     return changes
 
 
-def pod_patch(want: PodMetadata, pod: Mapping[str, Any]) -> Obj | None:
+def _unrecorded(template: Mapping[str, Any]) -> tuple[frozenset[str], frozenset[str]]:
+    """The user keys of a pod template made before :data:`APPLIED` existed: the operator put them there (the spec)."""
+    labels = frozenset(k for k in template.get("labels") or {} if not reserved(k))
+    return labels, frozenset(k for k in template.get("annotations") or {} if not reserved(k))
+
+
+def pod_patch(want: PodMetadata, pod: Mapping[str, Any], template: Mapping[str, Any] | None = None) -> Obj | None:
     """The merge patch that gives ``pod`` the wanted metadata and removes what kanri applied before and is no longer
-    wanted (None: nothing to do). Keys kanri never applied are left alone, whoever set them."""
+    wanted (None: nothing to do). Keys kanri never applied are left alone, whoever set them. ``template``: the pod
+    template metadata of the pod's StatefulSet; for a pod born before the record existed, its user keys are what kanri
+    applied."""
     meta = pod.get("metadata") or {}
     labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
     had_labels, had_annotations = applied(annotations)
+    if APPLIED not in annotations and template is not None and APPLIED not in (template.get("annotations") or {}):
+        had_labels, had_annotations = _unrecorded(template)
     label_changes = _changes(want.labels, labels, had_labels)
     annotation_changes = _changes(want.annotations, annotations, had_annotations)
     record = want.record()
@@ -147,9 +157,10 @@ class Pass(ChildStep, Protocol):
 async def apply(step: Pass, pods: Mapping[str, Obj]) -> None:
     """Each running pod of the cluster gets the podTemplate's labels and annotations in place (a patch, no restart)."""
     want = wanted(step.spec)
-    for pod in pods.values():
+    for instance, pod in pods.items():
         if pod["metadata"].get("deletionTimestamp"):
             continue
-        if (patch := pod_patch(want, pod)) is not None:
+        sts = step.cache.get(STATEFUL_SET, instance, step.namespace)
+        if (patch := pod_patch(want, pod, _template_meta(sts) if sts is not None else None)) is not None:
             name = pod["metadata"]["name"]
             await step.write(POD, name, step.client.patch(POD, name, patch, step.namespace))
