@@ -224,7 +224,10 @@ async def one_run(client: Client, host: NodeHost, namespace: str, workload: Work
     steps = election(host.options.data_dir, logs)
     if fault in RECOVER:
         assert await host.chaos(RECOVER[fault], node)
-    await eventually(lambda: converged(workload), timeout=180, interval=0.5)
+    try:
+        await eventually(lambda: converged(workload), timeout=180, interval=0.5)
+    except NotYet as exc:
+        raise SystemExit(f"{fault}: the cache never converged after the recovery; last seen: {workload.seen}") from exc
     counts = {"pods": len(workload.acked), "-rw": len(rw.acked)}
     with contextlib.suppress(NotYet):
         await eventually(lambda: asyncio.sleep(0, len(rw.acked) > counts["-rw"] + 50 or None), timeout=60)
@@ -337,7 +340,10 @@ async def measure(client: Client, host: NodeHost, namespace: str, runs: int, fau
     rw_ip = str((await client.get(SERVICE, f"{NAME}-rw", namespace))["spec"]["clusterIP"])
     workload = Workload(pods, ro="")
     rw = ServiceLedger(rw_ip, pods.password)
-    await eventually(lambda: converged(workload), timeout=90, interval=1)
+    try:
+        await eventually(lambda: converged(workload), timeout=120, interval=1)
+    except NotYet as exc:
+        raise SystemExit(f"the new cache never converged; last seen: {workload.seen}") from exc
     tasks = [asyncio.create_task(t) for t in (workload.write(), workload.watch(), rw.run())]
     try:
         await eventually(lambda: asyncio.sleep(0, (len(rw.acked) > 100 and len(workload.acked) > 100) or None),
