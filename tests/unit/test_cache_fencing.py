@@ -125,3 +125,17 @@ def test_a_whole_restart_from_disk_is_led_by_the_last_primary(
     me = node("c-0", replid=FRESH, offset=0, keys=10)
     peers = [node("c-1", replid=NEW, offset=0, keys=12)]
     assert isinstance(decide_start(me, peers, named, bootstrap=bootstrap), expected)
+
+
+def test_a_replica_streaming_from_this_pod_never_counts_as_ahead_of_it() -> None:
+    # Sentinel promoted c-0 in a planned switchover while its agent was still deciding; c-1 already streams from it,
+    # and its offset, read a moment after c-0's, is ahead by the writes in between
+    me = node("c-0", "primary", replid=NEW, offset=500)
+    linked = node("c-1", replid=NEW, offset=520, primary_host="c-0", link_up=True)
+    assert decide_start(me, [linked], "c-0", bootstrap=False) == Lead(
+        "the Sentinels name this pod the primary and it holds every peer's history"
+    )
+    # the same offsets from a replica of another history, or not linked, still mean this pod came back behind
+    assert isinstance(decide_start(me, [node("c-1", replid=OLD, offset=520)], "c-0", bootstrap=False), Fence)
+    unlinked = node("c-1", replid=NEW, offset=520, primary_host="c-0", link_up=False)
+    assert isinstance(decide_start(me, [unlinked], "c-0", bootstrap=False), Fence)

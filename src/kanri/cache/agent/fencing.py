@@ -134,6 +134,14 @@ class Fence:
 StartDecision = Follow | Lead | Fence
 
 
+def _linked_to(peer: History, me: History) -> bool:
+    """``peer`` is a replica streaming from ``me`` on ``me``'s own history: everything it holds came from ``me``.
+    Its offset may still read ahead of ``me``'s, because ``me`` was read a moment earlier while writes flowed (a pod
+    Sentinel promoted during a planned switchover while its agent was still deciding took itself for one that came
+    back without writes, and asked for a second failover)."""
+    return peer.role == "replica" and peer.primary_host == me.host and peer.link_up and peer.replid == me.replid
+
+
 def decide_start(me: History, peers: Sequence[History], named: str | None, *, bootstrap: bool) -> StartDecision:
     """The role a starting pod takes once its data is loaded.
 
@@ -150,7 +158,7 @@ def decide_start(me: History, peers: Sequence[History], named: str | None, *, bo
         return Fence(f"{len(primaries)} pods claim to be primary and the Sentinels name none of them")
     if named is not None and named != me.host:
         return Fence(f"the Sentinels name {named} the primary, which did not answer: waiting for it or a failover")
-    ahead = [peer.host for peer in peers if not holds(me, peer)]
+    ahead = [peer.host for peer in peers if not holds(me, peer) and not _linked_to(peer, me)]
     if ahead and me.offset == 0 and all(peer.offset == 0 for peer in peers):
         # every pod restarted from its own disk at once: no lineage to compare; the last primary leads
         if named == me.host or (named is None and bootstrap):
