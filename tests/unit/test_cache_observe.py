@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 from kanri.cache.agent.fencing import History
 from kanri.cache.api import ReadPolicy
-from kanri.cache.observe import Lag, assess, failover_record, readable_replica
+from kanri.cache.observe import Lag, assess, failover_record, readable_replica, recorded_primary
 
 OLD, NEW = "a" * 40, "b" * 40
 HOST = "c-0.c-hl.ns.svc.cluster.local:6379"
@@ -34,6 +34,16 @@ def test_two_primaries_name_none() -> None:
     assert seen.primary is None
     assert seen.primaries == ["c-0", "c-1"]
     assert seen.readable == []
+
+
+def test_the_last_single_primary_stays_on_record_while_none_or_several_claim_it() -> None:
+    # c-0 -> (c-0 and c-1 both primary for a moment) -> c-1: the record keeps c-0 through the moment, so the look
+    # that sees c-1 alone finds a primary other than the one on record and records the failover
+    both = assess({"c-0": primary(), "c-1": History("x", "primary", NEW, 5)}, {}, PRIMARY_ONLY)
+    assert recorded_primary(both, "c-0") == "c-0"
+    alone = assess({"c-0": replica(), "c-1": History("x", "primary", NEW, 5)}, {}, PRIMARY_ONLY)
+    assert recorded_primary(alone, recorded_primary(both, "c-0")) == "c-1"
+    assert recorded_primary(assess({"c-0": None}, {}, PRIMARY_ONLY), None) is None  # nothing known yet
 
 
 def test_a_replica_of_another_primary_is_not_linked() -> None:

@@ -13,7 +13,7 @@ from kanri.cache.agent.resp import UNAVAILABLE, Connection, Secret
 from kanri.cache.api import FailoverRecord, ReadPolicy
 from kanri.cache.config import VALKEY_PORT
 
-__all__ = ["Assessment", "Lag", "assess", "failover_record", "probe"]
+__all__ = ["Assessment", "Lag", "assess", "failover_record", "probe", "recorded_primary"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,14 @@ def readable_replica(policy: ReadPolicy, lag: Lag) -> bool:
     if policy.max_lag_bytes is not None and lag.bytes > policy.max_lag_bytes:
         return False
     return policy.max_lag_seconds is None or (lag.seconds is not None and lag.seconds <= policy.max_lag_seconds)
+
+
+def recorded_primary(seen: Assessment, before: str | None) -> str | None:
+    """The primary ``status.currentPrimary`` records after this look: the one primary seen, else the one on record
+    (``before``). While none or several claim it, the last single one stays, so the next look that sees one primary
+    compares with it and records the failover (a failover passing through a moment with two primaries was never
+    recorded when this went to None)."""
+    return seen.primary or before
 
 
 def assess(pods: Mapping[str, History | None], io_seconds: Mapping[str, int | None], policy: ReadPolicy

@@ -13,7 +13,7 @@ from kanri.cache import children
 from kanri.cache.agent.fencing import History
 from kanri.cache.agent.resp import Secret
 from kanri.cache.api import CacheSpec, CacheStatus, FailoverRecord
-from kanri.cache.observe import Assessment, assess, failover_record, probe
+from kanri.cache.observe import Assessment, assess, failover_record, probe, recorded_primary
 from kanri.cache.rollout import step as rollout
 from kanri.runtime.kinds import CONFIG_MAP, POD, ROLE, ROLE_BINDING, SECRET, SERVICE, SERVICE_ACCOUNT, STATEFUL_SET
 
@@ -128,7 +128,7 @@ async def observe_pods(ctx: kit.PassContext) -> kr.Result | None:
     answered = sum(1 for history in histories.values() if history is not None)
     ready, reason, message = _readiness(spec, seen, answered)
     ctx.ledger.condition("Ready", ready, reason, message)
-    primary = seen.primary or (status.current_primary if not seen.primaries else None)
+    primary = recorded_primary(seen, status.current_primary)
     planned = await rollout.roll(ctx, spec, seen, password)
     if planned is not None:  # a planned switchover: recorded here, so the next look sees no unexplained failover
         failovers, primary = [*failovers, planned][-20:], planned.to_pod
