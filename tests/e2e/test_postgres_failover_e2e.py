@@ -25,7 +25,7 @@ import secrets
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -154,16 +154,25 @@ async def every_instance_holds(client: Client, namespace: str, wanted: set[int])
 
 
 async def run_fault(
-    client: Client, host: NodeHost, operator: Operator, namespace: str, *, fault: str, recover: str, mode: str
-) -> tuple[Ledger, RoleWatcher, Obj, float]:
+    client: Client, host: NodeHost, operator: Operator, namespace: str, *, fault: str, recover: str, mode: str,
+    record_property: Callable[[str, object], None] | None = None,
+) -> tuple[Ledger, RoleWatcher, Obj, float]:  # fmt: skip
     """Create the cluster, run the workload, inject ``fault`` on the primary's node, wait for the failover, then
     ``recover`` the node and wait for the old primary to rejoin. Returns the workload, lastFailover and the time from
-    the fault to the first commit the new primary acknowledged."""
+    the fault to the first commit the new primary acknowledged. Each phase's end (seconds since the cluster was
+    created) goes to ``record_property`` (the JUnit report), so a slow run says which phase was slow."""
+    started = time.monotonic()
+
+    def phase(name: str) -> None:
+        if record_property is not None:
+            record_property(f"phase_{name}", round(time.monotonic() - started, 1))
+
     replication = {"mode": "Sync", "syncStandbys": 1} if mode == "Sync" else {"mode": "Async"}
     spec = {"replication": replication, "podTemplate": one_per_node()}
     await client.create(POSTGRES_CLUSTER, cluster(NAME, namespace, 3, **spec))
     async with operator.running(refresh=10.0):
         await eventually(lambda: ready(client, namespace, NAME, 3), timeout=240, interval=1)
+        phase("ready")
         async with workload(client, namespace, write_probe=mode == "Sync") as (ledger, watcher):
             await eventually(lambda: asyncio.sleep(0, len(ledger.acks) >= 20 or None), timeout=30)
             old, node, old_ip = await primary_and_node(client, namespace)
@@ -177,6 +186,7 @@ async def run_fault(
                 print(await diagnosis(client, str(operator.control_plane.kubeconfig), namespace, ledger))
                 raise
             outage = first.at - fault_at
+            phase("failed_over")
             print(
                 f"\n{fault} ({mode}): first commit on the new primary {outage:.2f} s after the fault; "
                 f"lastFailover {record}"
@@ -185,8 +195,10 @@ async def run_fault(
             await asyncio.sleep(2)  # writes on the new timeline the old primary must not have
             assert await host.chaos(recover, node)
             await eventually(lambda: rejoined(client, namespace, old), timeout=180, interval=1)
+            phase("rejoined")
             await asyncio.sleep(1)
         await eventually(lambda: every_instance_holds(client, namespace, ledger.acked_ids()), timeout=60, interval=1)
+        phase("holds")
         reasons = await event_reasons(client, namespace)
         assert {"FailoverStarted", "FailedOver", "Rejoined", "FailoverLossMeasured"} <= set(reasons), reasons
         status = await status_of(client, namespace)
@@ -239,10 +251,10 @@ async def lost_commits(client: Client, namespace: str, ledger: Ledger) -> set[in
 
 
 async def test_a_frozen_primary_fails_over_in_sync_mode_without_losing_an_acknowledged_commit(
-    client: Client, host: NodeHost, operator: Operator, namespace: str
+    client: Client, host: NodeHost, operator: Operator, namespace: str, record_property: Callable[[str, object], None]
 ) -> None:
     ledger, watcher, record, _ = await run_fault(client, host, operator, namespace, fault="freeze", recover="thaw",
-                                                 mode="Sync")  # fmt: skip
+                                                 mode="Sync", record_property=record_property)  # fmt: skip
     assert await lost_commits(client, namespace, ledger) == set()
     assert record["dataLossPossible"] is False
     assert ledger.servers_overlap() == []
@@ -251,10 +263,10 @@ async def test_a_frozen_primary_fails_over_in_sync_mode_without_losing_an_acknow
 
 
 async def test_a_stopped_primary_node_fails_over_in_async_mode_and_every_loss_is_reported(
-    client: Client, host: NodeHost, operator: Operator, namespace: str
+    client: Client, host: NodeHost, operator: Operator, namespace: str, record_property: Callable[[str, object], None]
 ) -> None:
     ledger, _, record, _ = await run_fault(client, host, operator, namespace, fault="stop", recover="start",
-                                           mode="Async")  # fmt: skip
+                                           mode="Async", record_property=record_property)  # fmt: skip
     lost = await lost_commits(client, namespace, ledger)
     # async: said at the promotion, lost or not; once the old primary measured what it discarded, only if anything
     # was (issue 29 item 13: never dataLossPossible with a gap of 0)
@@ -305,10 +317,10 @@ async def test_manual_policy_blocks_until_approved_and_survives_an_operator_rest
 
 
 async def test_a_partitioned_primary_fences_itself_before_a_replica_is_promoted(
-    client: Client, host: NodeHost, operator: Operator, namespace: str
+    client: Client, host: NodeHost, operator: Operator, namespace: str, record_property: Callable[[str, object], None]
 ) -> None:
     ledger, watcher, _record, _ = await run_fault(client, host, operator, namespace, fault="partition", recover="heal",
-                                                 mode="Sync")  # fmt: skip
+                                                 mode="Sync", record_property=record_property)  # fmt: skip
     assert await lost_commits(client, namespace, ledger) == set()
     assert ledger.servers_overlap() == []
     assert watcher.double_writers() == []
