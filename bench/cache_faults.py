@@ -54,12 +54,11 @@ from kanri.local.imagemap import default_image_map
 from kanri.local.node import NodeHost, NodeOptions
 from kanri.runtime import Client, configure_logging, install_crd
 from kanri.runtime.kinds import NAMESPACE, POD, SERVICE
-from tests.e2e.test_cache_chaos_e2e import SPEC, Operator, Workload, converged, primary_pod, story
+from tests.e2e.test_cache_chaos_e2e import NAME, SPEC, Operator, Workload, converged, primary_pod, story
 from tests.e2e.test_cache_e2e import Pods, ready
 from tests.local_node_support import init_pid, running_nodes, with_test_network
 from tests.support import NotYet, eventually
 
-NAME = "bench"
 RECOVER = {"stop": "start", "freeze": "thaw", "partition": "heal"}
 
 

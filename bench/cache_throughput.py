@@ -25,9 +25,9 @@ from collections.abc import Iterable
 
 import valkey.asyncio as valkey
 
-from cache_faults import NAME, cache_cluster, create_cache, run_until_terminated
+from cache_faults import cache_cluster, create_cache, run_until_terminated
 from kanri.runtime.kinds import SERVICE
-from tests.e2e.test_cache_chaos_e2e import SPEC, Workload, converged
+from tests.e2e.test_cache_chaos_e2e import NAME, SPEC, Workload, converged
 from tests.support import eventually
 
 USER = "kanri-bench"
