@@ -85,13 +85,15 @@ HELM_MODULE := helm.sh/helm/v3
 HELM_VERSION := v3.22.0
 HELM := .build/bin/helm
 helm:
-	@if [ ! -x $(HELM) ] || [ "$$(cat $(HELM).version 2>/dev/null)" != "$(HELM_VERSION)" ]; then \
+	@. hack/bincache.sh; \
+	if [ ! -x $(HELM) ] || [ "$$(cat $(HELM).version 2>/dev/null)" != "$(HELM_VERSION)" ]; then \
+		mkdir -p .build/bin && rm -f $(HELM).version; \
+		if bincache_fetch helm $(HELM_VERSION) $(HELM); then echo $(HELM_VERSION) > $(HELM).version; else \
 		echo "building helm $(HELM_VERSION) from $(HELM_MODULE) (a cold build takes a few minutes)"; \
-		mkdir -p .build/bin && rm -f $(HELM).version && \
 		CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOBIN=$(CURDIR)/.build/bin go install -trimpath \
 			-ldflags "-X $(HELM_MODULE)/internal/version.version=$(HELM_VERSION)" \
 			$(HELM_MODULE)/cmd/helm@$(HELM_VERSION) && \
-		echo $(HELM_VERSION) > $(HELM).version; \
+		echo $(HELM_VERSION) > $(HELM).version && bincache_store helm $(HELM_VERSION) $(HELM); fi; \
 	fi
 
 # The image registry tools, built from their Go modules like helm: distribution's `registry` (the local cluster's
@@ -102,14 +104,15 @@ ORAS_VERSION := v1.3.6
 REGISTRY_VERSION := v3.1.2
 .PHONY: registry-tools
 registry-tools:
-	@for tool in "oras oras.land/oras/cmd/oras $(ORAS_VERSION)" \
+	@. hack/bincache.sh; for tool in "oras oras.land/oras/cmd/oras $(ORAS_VERSION)" \
 		"registry github.com/distribution/distribution/v3/cmd/registry $(REGISTRY_VERSION)"; do \
 		set -- $$tool; \
 		if [ ! -x .build/bin/$$1 ] || [ "$$(cat .build/bin/$$1.version 2>/dev/null)" != "$$3" ]; then \
+			mkdir -p .build/bin && rm -f .build/bin/$$1.version; \
+			if bincache_fetch $$1 $$3 .build/bin/$$1; then echo $$3 > .build/bin/$$1.version; continue; fi; \
 			echo "building $$1 $$3 from $$2 (a cold build takes a few minutes)"; \
-			mkdir -p .build/bin && rm -f .build/bin/$$1.version && \
 			CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOBIN=$(CURDIR)/.build/bin go install -trimpath $$2@$$3 && \
-			echo $$3 > .build/bin/$$1.version || exit 1; \
+			echo $$3 > .build/bin/$$1.version && bincache_store $$1 $$3 .build/bin/$$1 || exit 1; \
 		fi; \
 	done
 
@@ -123,15 +126,16 @@ SYFT_VERSION := v1.57.2
 COSIGN_VERSION := v3.1.3
 .PHONY: images image-tools images-lock
 image-tools:
-	@for tool in "syft github.com/anchore/syft/cmd/syft $(SYFT_VERSION) -X=main.version=$(SYFT_VERSION)" \
+	@. hack/bincache.sh; for tool in "syft github.com/anchore/syft/cmd/syft $(SYFT_VERSION) -X=main.version=$(SYFT_VERSION)" \
 		"cosign github.com/sigstore/cosign/v3/cmd/cosign $(COSIGN_VERSION) -X=sigs.k8s.io/release-utils/version.gitVersion=$(COSIGN_VERSION)"; do \
 		set -- $$tool; \
 		if [ ! -x .build/bin/$$1 ] || [ "$$(cat .build/bin/$$1.version 2>/dev/null)" != "$$3" ]; then \
+			mkdir -p .build/bin && rm -f .build/bin/$$1.version; \
+			if bincache_fetch $$1 $$3 .build/bin/$$1; then echo $$3 > .build/bin/$$1.version; continue; fi; \
 			echo "building $$1 $$3 from $$2 (a cold build takes several minutes)"; \
-			mkdir -p .build/bin && rm -f .build/bin/$$1.version && \
 			CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOBIN=$(CURDIR)/.build/bin go install -trimpath -ldflags "$$4" \
 				$$2@$$3 && \
-			echo $$3 > .build/bin/$$1.version || exit 1; \
+			echo $$3 > .build/bin/$$1.version && bincache_store $$1 $$3 .build/bin/$$1 || exit 1; \
 		fi; \
 	done
 images: system $(VENV)/.installed image-tools helm

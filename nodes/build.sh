@@ -24,6 +24,12 @@ LOCAL_PATH_PROVISIONER_VERSION=v0.0.30
 
 export GOFLAGS=-buildvcs=false
 
+# A binary built before on this machine (by another clone) is copied, not relinked: hack/bincache.sh. Its key
+# includes this module's go.mod/go.sum and this script, which decide what a pin builds.
+# shellcheck source=../hack/bincache.sh
+. "$here/../hack/bincache.sh"
+BINCACHE_INPUTS="$(cat "$here/go.mod" "$here/go.sum" "$0" | sha256sum | cut -c1-24)"
+
 # build NAME PIN COMMAND...: runs COMMAND (which writes $out/NAME) unless NAME is stamped with PIN.
 build() {
   local name="$1" pin="$2"
@@ -31,11 +37,16 @@ build() {
   if [ -x "$out/$name" ] && [ "$(cat "$out/$name.version" 2>/dev/null)" = "$pin" ]; then
     return 0
   fi
-  echo "building $name $pin (a cold build takes minutes)"
   rm -f "$out/$name.version"
+  if bincache_fetch "$name" "$pin" "$out/$name"; then
+    echo "$pin" >"$out/$name.version"
+    return 0
+  fi
+  echo "building $name $pin (a cold build takes minutes)"
   local started=$SECONDS
   "$@"
   echo "$pin" >"$out/$name.version"
+  bincache_store "$name" "$pin" "$out/$name"
   echo "$(date -u +%FT%TZ) $name $pin $((SECONDS - started))s" >>"$out/build-times.log"
 }
 

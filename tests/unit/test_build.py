@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kanri.local.build import source_digest
+from kanri.local.build import BINARY_NAME, _keep_in_cache, controlplane_binary, source_digest
 
 
 @pytest.fixture
@@ -42,3 +42,28 @@ def test_digest_depends_on_file_names_not_only_contents(source: Path) -> None:
     before = source_digest(source)
     (source / "main.go").rename(source / "other.go")
     assert source_digest(source) != before
+
+
+def test_a_binary_built_before_on_this_machine_is_copied_not_rebuilt(
+    source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # main.go does not compile (no func main): only the cache can produce a binary here
+    cache = tmp_path / "bin-cache"
+    monkeypatch.setenv("KANRI_BIN_CACHE", str(cache))
+    cache.mkdir()
+    (cache / f"{BINARY_NAME}@{source_digest(source)[:24]}").write_bytes(b"built by another clone")
+    out = tmp_path / "out"
+    told: list[str] = []
+    binary = controlplane_binary(source, out, on_build=told.append)
+    assert binary.read_bytes() == b"built by another clone"
+    assert (out / f"{BINARY_NAME}.sha256").read_text().strip() == source_digest(source)
+    assert [line.split()[0] for line in told] == ["reused"]
+
+
+def test_the_cache_keeps_one_control_plane(tmp_path: Path) -> None:
+    built = tmp_path / "kanri-controlplane"
+    built.write_bytes(b"new")
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / f"{BINARY_NAME}@old").write_bytes(b"old")
+    _keep_in_cache(built, tmp_path / "cache" / f"{BINARY_NAME}@new")
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [f"{BINARY_NAME}@new"]
