@@ -59,6 +59,8 @@ from tests.e2e.test_cache_e2e import Pods, ready
 from tests.local_node_support import init_pid, running_nodes, with_test_network
 from tests.support import NotYet, eventually
 
+SLOW = 10.0
+"""A move slower than this (seconds) prints the agents' and Sentinels' story, to see where the time went."""
 RECOVER = {"stop": "start", "freeze": "thaw", "partition": "heal"}
 
 
@@ -221,6 +223,9 @@ async def one_run(client: Client, host: NodeHost, namespace: str, workload: Work
         await eventually(functools.partial(confirmed_after, rw.acked_at, moved or began), timeout=30, interval=0.05)
     recovering = time.monotonic()
     steps = election(host.options.data_dir, logs)
+    if moved is None or moved - began > SLOW:
+        wall = time.strftime("%H:%M:%S", time.gmtime(time.time() - (recovering - began)))
+        print(f"SLOW {fault} of {pod} ({old_ip}) at {wall} UTC:\n{story(host.options.data_dir, 0)}", flush=True)
     if fault in RECOVER:
         assert await host.chaos(RECOVER[fault], node)
     try:
