@@ -24,6 +24,8 @@ setup: system $(VENV)/.installed controlplane helm sbom backup-tools pg-binaries
 SYSTEM_PACKAGES := nftables openssl prometheus gcc libpq-dev python3-dev python3-venv mmdebstrap runc libseccomp-dev
 # kafka: java runs the Kafka broker, maven fetches its jars (kafka-dist)
 SYSTEM_PACKAGES += openjdk-17-jre-headless maven
+# cache: redis-benchmark for bench/cache_throughput.py (Debian 12 has no valkey-tools)
+SYSTEM_PACKAGES += redis-tools
 system:
 	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \

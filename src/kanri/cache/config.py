@@ -88,12 +88,13 @@ PRIMARY_PLACEHOLDER = "{primary}"
 
 
 def failover_timeout(spec: CacheSpec) -> int:
-    """Sentinel's ``failover-timeout`` (ms): 3 times down-after, at least 3 s. It also bounds an election: with a
-    pod gone, two Sentinels remain and both must vote for the same leader; when each votes for itself (common when
-    both saw the primary go at once) neither is elected, and neither tries again for twice the failover-timeout. At
-    10 s that was 29.6 s from a frozen or partitioned primary to the next confirmed write (bench/cache_faults.py); at
-    3 s a split vote costs about 6 s. Promotion and the replicas' reconfiguration take about a second each here
-    (Sentinel reads INFO every second during a failover), well inside it."""
+    """Sentinel's ``failover-timeout`` (ms): 3 times down-after, at least 3 s. It bounds a failed election: with a
+    pod gone, two Sentinels remain and both must vote for the same leader; when each votes for itself neither is
+    elected, and neither tries again for twice the failover-timeout (40 s of waiting at the old 10 s would be 6 s).
+    It does not explain the 29-30 s failovers bench/cache_faults.py measures after about half of the freezes and
+    partitions (Sentinel's logs show no failed election there; see docs/benchmarks.md). Promotion and the replicas'
+    reconfiguration take about a second each here (Sentinel reads INFO every second during a failover), well
+    inside it."""
     return max(3_000, spec.down_after_milliseconds * 3)
 
 
