@@ -4,6 +4,8 @@ never lets a primary that came back empty wipe its replicas, and a WAIT ledger l
 from __future__ import annotations
 
 import asyncio
+import signal
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -231,3 +233,32 @@ def longest_second_primary(samples: list[tuple[float, int]]) -> float:
         elif count <= 1 and since is not None:
             longest, since = max(longest, at - since), None
     return longest if since is None else max(longest, samples[-1][0] - since)
+
+
+async def tilted(cache: LocalCache, sentinel: str) -> bool:
+    """Whether ``sentinel`` is in TILT mode (``INFO sentinel``'s ``sentinel_tilt``)."""
+    info = str(await command(cache.pods[0].server, sentinel, "INFO", "sentinel"))
+    return "sentinel_tilt:1" in info
+
+
+async def test_a_sentinel_resumed_from_a_pause_leaves_tilt_within_seconds(regenerable: LocalCache) -> None:
+    """A Sentinel paused for 3 s (a frozen node) enters TILT when it resumes: for Sentinel's own 30 s it would deny
+    every failover vote. The agents set its TILT period to 5 s (kanri.cache.agent.node.TILT_PERIOD_MS)."""
+    await converged(regenerable, 0)
+    pod = regenerable.pods[1]
+    process = pod.sentinel_process
+    assert process is not None
+    process.send_signal(signal.SIGSTOP)
+    try:
+        await asyncio.sleep(3)  # the fault itself: a pause longer than Sentinel's 2 s TILT trigger
+    finally:
+        process.send_signal(signal.SIGCONT)
+    await eventually(lambda: tilted(regenerable, pod.sentinel.me), timeout=5, interval=0.1)
+    entered = time.monotonic()
+
+    async def out_of_tilt() -> float | None:
+        return None if await tilted(regenerable, pod.sentinel.me) else time.monotonic() - entered
+
+    # Sentinel's default would keep it there 30 s; the agents' 5 s plus a round of theirs bound it well below 20 s
+    left = await eventually(out_of_tilt, timeout=20, interval=0.2)
+    print(f"left TILT {left:.1f} s after entering it")

@@ -45,6 +45,7 @@ __all__ = [
     "sentinel_claims",
     "sentinel_file",
     "sentinel_view",
+    "shorten_tilt",
     "split",
     "start_server",
     "stop",
@@ -181,6 +182,31 @@ async def sentinel_view(node: Node) -> tuple[list[tuple[str, int]], bool]:
     return [claim for claim, _ in answers], any(underway for _, underway in answers)
 
 
+TILT_PERIOD_MS = 5000
+"""How long a Sentinel stays in TILT mode after its clock jumped. A Sentinel paused for 2 s or more (a frozen VM or
+node, SIGSTOP) enters TILT when it resumes and, for Sentinel's built-in 30 s, answers every is-master-down request
+with "no": with one pod already gone, the two Sentinels left then never reach quorum 2, and a primary lost within
+30 s of a thaw was failed over only after 29-30 s (half of the freezes and partitions in bench/cache_faults.py and
+every partition in the chaos e2e, which follows its freeze). Five seconds are five rounds of its 1 s PINGs: enough
+for a resumed Sentinel to see every instance afresh before it acts again."""
+
+TILT_EVERY = 10
+"""Rounds of :func:`keep_role` between two settings of :data:`TILT_PERIOD_MS` (a restarted Sentinel forgets it)."""
+
+
+async def shorten_tilt(node: Node) -> None:
+    """Set every answering Sentinel's TILT period to :data:`TILT_PERIOD_MS` (``SENTINEL DEBUG TILT-PERIOD``: not
+    kept in sentinel.conf, so it is set again every :data:`TILT_EVERY` rounds)."""
+
+    async def tell(address: str) -> None:
+        try:
+            await command(node, address, "SENTINEL", "DEBUG", "TILT-PERIOD", TILT_PERIOD_MS)
+        except UNAVAILABLE as exc:
+            log.debug("could not shorten a Sentinel's TILT period", sentinel=address, error=str(exc))
+
+    await asyncio.gather(*(tell(address) for address in node.sentinels))
+
+
 async def ask_failover(node: Node) -> bool:
     """Ask one Sentinel to promote the best replica now (without waiting for down-after)."""
     for address in node.sentinels:
@@ -294,7 +320,11 @@ async def keep_role(node: Node, *, interval: float = 0.5, publish: RolePublisher
     down otherwise), a replica whose primary is gone catches up from the peer that holds the most, and then
     ``publish`` hears the role the server reports (:func:`~kanri.cache.agent.labels.role_label`: checked first, so
     a primary stepping down is published as a replica, never as a primary). Runs until cancelled."""
+    rounds = 0
     while True:
+        if rounds % TILT_EVERY == 0:
+            await shorten_tilt(node)
+        rounds += 1
         me = await history(node, node.me)
         try:
             decision: Demote | Follow | None = None
