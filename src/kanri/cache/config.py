@@ -91,8 +91,8 @@ def failover_timeout(spec: CacheSpec) -> int:
     """Sentinel's ``failover-timeout`` (ms): 3 times down-after, at least 3 s. It bounds a failed election: with a
     pod gone, two Sentinels remain and both must vote for the same leader; when each votes for itself neither is
     elected, and neither tries again for twice the failover-timeout (20 s at the old 10 s, 6 s now).
-    It does not explain the 29-30 s failovers bench/cache_faults.py measures after about half of the freezes and
-    partitions (Sentinel's logs show no failed election there; see docs/benchmarks.md). Promotion and the replicas'
+    The 29-30 s failovers bench/cache_faults.py measured after half of the freezes and partitions were something
+    else: a Sentinel's 30 s TILT after a pause (kanri.cache.agent.node.TILT_PERIOD_MS). Promotion and the replicas'
     reconfiguration take about a second each here (Sentinel reads INFO every second during a failover), well
     inside it."""
     return max(3_000, spec.down_after_milliseconds * 3)
