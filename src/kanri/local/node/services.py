@@ -383,6 +383,19 @@ class ServiceProxy:
         self._host_slices[service] = slice_
         await self._client.apply(ENDPOINT_SLICE, slice_, field_manager=MANAGED_BY)
 
+    async def _unpublish_host_endpoints(self) -> None:
+        """Delete the slices :meth:`publish_host_endpoints` wrote (best effort: the API server may be gone first)."""
+        slices, self._host_slices = list(self._host_slices.values()), {}
+        if self._client is None:
+            return
+        for slice_ in slices:
+            metadata = slice_["metadata"]
+            try:
+                async with asyncio.timeout(5):
+                    await self._client.delete(ENDPOINT_SLICE, metadata["name"], metadata["namespace"])
+            except Exception as exc:  # closing goes on: the slice is only stale, and the warning says so
+                log.warning("could not delete a host EndpointSlice", slice=metadata["name"], error=str(exc))
+
     async def ensure_address(self, ip: str) -> None:
         """Put ``ip`` on the service link (creating it if need be) and keep it there until :meth:`close`."""
         self._pinned.add(ip)
@@ -390,8 +403,12 @@ class ServiceProxy:
         await self.link.add_address(ip)
 
     async def close(self) -> None:
-        """Close every listener and connection and delete the link (which removes every address on it)."""
+        """Close every listener and connection, delete the EndpointSlices naming this host (a later cluster on the
+        same control plane would otherwise send the Service's traffic to an address nobody serves: a real node's
+        CoreDNS behind ``kube-dns`` answered only some queries after the e2e tier), and delete the link (which
+        removes every address on it)."""
         self._closed = True
+        await self._unpublish_host_endpoints()
         if self._api_forwarder is not None:
             await self._api_forwarder.close()
             self._api_forwarder = None
