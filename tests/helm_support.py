@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
+from kanri.runtime import Kind
+
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "deploy" / "helm" / "kanri"
 HELM = ROOT / ".build" / "bin" / "helm"
@@ -68,3 +70,22 @@ async def helm_async(*args: str, home: Path, timeout: float = 360) -> str:
     if process.returncode != 0:
         raise AssertionError(f"helm {' '.join(args)} exited {process.returncode}:\n{stderr.decode()}")
     return stdout.decode()
+
+
+Needed = dict[tuple[Kind, str], frozenset[str]]
+"""An operator's rights: (kind, subresource) -> verbs."""
+Grant = tuple[str, str, str]
+"""One RBAC grant: (API group, resource[/subresource], verb)."""
+
+
+def as_grants(needed: Needed) -> set[Grant]:
+    """``needed`` as the grants a ClusterRole must hold."""
+    return {
+        (kind.group, kind.plural + (f"/{sub}" if sub else ""), verb)
+        for (kind, sub), verbs in needed.items() for verb in verbs
+    }  # fmt: skip
+
+
+def rule_grants(rules: list[Obj]) -> set[Grant]:
+    """The grants a rendered Role's ``rules`` hold."""
+    return {(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry
@@ -17,7 +16,7 @@ from prometheus_client import CollectorRegistry
 from kanri.cache.api import KIND, Cache
 from kanri.cache.operator import controller
 from kanri.local.controlplane import Endpoint
-from kanri.runtime import ApiError, Client, Manager, ManagerOptions, get_condition, install_crd
+from kanri.runtime import Client, Manager, ManagerOptions, get_condition, install_crd
 from kanri.runtime._connection import in_cluster
 from kanri.runtime.kinds import (
     CLUSTER_ROLE,
@@ -33,6 +32,7 @@ from kanri.runtime.kinds import (
 )
 from tests.helm_support import Obj, of_kind, template
 from tests.integration.test_cache_agent_labels import ca_file
+from tests.integration.test_cache_operator import exists
 from tests.support import NotYet, eventually
 
 NAME = "kanri-cache-operator"
@@ -41,16 +41,6 @@ NAME = "kanri-cache-operator"
 def named(objects: list[Obj], kind: str, name: str) -> Obj:
     (found,) = [o for o in of_kind(objects, kind) if o["metadata"]["name"] == name]
     return found
-
-
-async def exists(client: Client, kind: Any, name: str, namespace: str) -> bool:
-    try:
-        await client.get(kind, name, namespace)
-    except ApiError as exc:
-        if exc.not_found:
-            return False
-        raise
-    return True
 
 
 async def install_rbac(client: Client, namespace: str) -> None:

@@ -22,7 +22,18 @@ from kanri.cache.operator import controller
 from kanri.cache.permissions import LEADER_ELECTION, WATCHED, WRITES, permissions
 from kanri.runtime import kinds as builtin_kinds
 from kanri.runtime._connection import Connection
-from tests.helm_support import CHART, ROOT, Obj, helm, of_kind, template, template_text
+from tests.helm_support import (
+    CHART,
+    ROOT,
+    Needed,
+    Obj,
+    as_grants,
+    helm,
+    of_kind,
+    rule_grants,
+    template,
+    template_text,
+)
 
 CACHE_SRC = ROOT / "src" / "kanri" / "cache"
 MANIFEST = ROOT / "deploy" / "operator" / "cache" / "cache-operator.yaml"
@@ -43,8 +54,6 @@ MANIFEST_HEADER = """\
 ENABLED = ("cache.enabled=true",)
 NAME = "kanri-cache-operator"
 
-Needed = dict[tuple[kr.Kind, str], frozenset[str]]
-Grant = tuple[str, str, str]
 
 KIND_CONSTANTS: dict[str, kr.Kind] = {
     name: value for name, value in vars(builtin_kinds).items() if isinstance(value, kr.Kind)
@@ -124,17 +133,6 @@ def granted_to_agents() -> Needed:
                 key = (by_resource[(group, resource)], "")
                 needed[key] = needed.get(key, frozenset()) | frozenset(rule["verbs"])
     return needed
-
-
-def as_grants(needed: Needed) -> set[Grant]:
-    return {
-        (kind.group, kind.plural + (f"/{sub}" if sub else ""), verb)
-        for (kind, sub), verbs in needed.items() for verb in verbs
-    }  # fmt: skip
-
-
-def rule_grants(rules: list[Obj]) -> set[Grant]:
-    return {(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
 
 
 def named(objects: list[Obj], kind: str, name: str) -> Obj:

@@ -15,7 +15,7 @@ from kanri.postgres import kinds as postgres_kinds
 from kanri.postgres.operator import LEADER_ELECTION, WRITES, permissions
 from kanri.runtime import Kind
 from kanri.runtime import kinds as builtin_kinds
-from tests.helm_support import ROOT, Obj, of_kind, template
+from tests.helm_support import ROOT, Needed, as_grants, of_kind, rule_grants, template
 
 POSTGRES_SRC = ROOT / "src" / "kanri" / "postgres"
 KIND_CONSTANTS: dict[str, Kind] = {
@@ -45,9 +45,6 @@ RUNTIME_WRITES = {
     (postgres_kinds.POSTGRES_CLUSTER, "finalizers"): frozenset({"update"}),
     (builtin_kinds.EVENT, ""): frozenset({"create", "patch"}),
 }
-
-Needed = dict[tuple[Kind, str], frozenset[str]]
-Grant = tuple[str, str, str]
 
 
 def _is_client(node: ast.expr) -> bool:
@@ -99,17 +96,6 @@ def listed() -> Needed:
         key = (p.kind, p.subresource)
         table[key] = table.get(key, frozenset()) | p.verbs
     return table
-
-
-def as_grants(needed: Needed) -> set[Grant]:
-    return {
-        (kind.group, kind.plural + (f"/{sub}" if sub else ""), verb)
-        for (kind, sub), verbs in needed.items() for verb in verbs
-    }  # fmt: skip
-
-
-def rule_grants(rules: list[Obj]) -> set[Grant]:
-    return {(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
 
 
 def test_the_write_table_is_exactly_the_writes_the_code_sends() -> None:
