@@ -153,21 +153,13 @@ async def named_primary(node: Node) -> str | None:
 
 async def sentinel_claims(node: Node) -> list[tuple[str, int]]:
     """Each answering Sentinel's primary and its configuration epoch (``SENTINEL MASTER``)."""
-
-    async def ask(address: str) -> tuple[str, int] | None:
-        try:
-            answer = await command(node, address, "SENTINEL", "MASTER", node.master)
-        except UNAVAILABLE:
-            return None
-        fields = dict(zip(answer[::2], answer[1::2], strict=True))
-        return f"{fields['ip']}:{fields['port']}", int(fields.get("config-epoch", 0))
-
-    return [c for c in await asyncio.gather(*(ask(s) for s in node.sentinels)) if c is not None]
+    claims, _ = await sentinel_view(node)
+    return claims
 
 
 async def sentinel_view(node: Node) -> tuple[list[tuple[str, int]], bool]:
-    """:func:`sentinel_claims` read again, and whether any answering Sentinel reports a failover in progress (its
-    ``SENTINEL MASTER`` flags)."""
+    """Each answering Sentinel's primary and configuration epoch (``SENTINEL MASTER``), and whether any of them
+    reports a failover in progress (its flags)."""
 
     async def ask(address: str) -> tuple[tuple[str, int], bool] | None:
         try:
