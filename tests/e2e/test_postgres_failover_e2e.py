@@ -146,6 +146,16 @@ async def rejoined(client: Client, namespace: str, old: str) -> bool:
     return await ready(client, namespace, NAME, 3) is not None
 
 
+async def rejoin_story(client: Client, namespace: str) -> tuple[int, str]:
+    """The number of rejoin requests the operator sent (its ``Rejoining`` Events' counts) and the ``Rejoined``
+    Event's message."""
+    items, _ = await client.list(EVENT, namespace)
+    mine = [e for e in items if (e.get("involvedObject") or {}).get("name") == NAME]
+    asks = sum(int(e.get("count") or 1) for e in mine if e.get("reason") == "Rejoining")
+    how = "; ".join(str(e.get("message")) for e in mine if e.get("reason") == "Rejoined")
+    return asks, how
+
+
 async def every_instance_holds(client: Client, namespace: str, wanted: set[int]) -> bool:
     user, password = await credentials(client, namespace, NAME)
     ips = await pod_ips(client, namespace, NAME)
@@ -196,6 +206,10 @@ async def run_fault(
             assert await host.chaos(recover, node)
             await eventually(lambda: rejoined(client, namespace, old), timeout=180, interval=1)
             phase("rejoined")
+            if record_property is not None:  # how many asks the rejoin took, and how it was done (a slow run's why)
+                asks, how = await rejoin_story(client, namespace)
+                record_property("rejoin_asks", asks)
+                record_property("rejoined_by", how)
             await asyncio.sleep(1)
         await eventually(lambda: every_instance_holds(client, namespace, ledger.acked_ids()), timeout=60, interval=1)
         phase("holds")

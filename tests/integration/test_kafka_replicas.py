@@ -149,8 +149,11 @@ async def test_a_config_change_restarts_one_broker_at_a_time_behind_the_min_isr_
         await eventually(lambda: rolling_ready(client, namespace), timeout=60)
         old = await revision_of(client, namespace, "events-1")
         await client.patch(CLUSTER_KIND, "events", {"spec": {"config": {"log.retention.hours": "100"}}}, namespace)
-        # the highest broker goes first; the StatefulSet controller makes its pod again on the new revision
-        await eventually(lambda: rolling_says(client, namespace, "restarted events-2 (broker 2)"), timeout=60)
+        # the highest broker goes first; the StatefulSet controller makes its pod again on the new revision. The
+        # Event, not status.rollingRestart: the pass the pod's deletion wakes at once overwrites "restarted ..." with
+        # the wait for it to be ready, so a poll may never see that status (it failed a clean-clone CI that way).
+        first = await eventually(lambda: restarts(client, namespace, 1), timeout=60)
+        assert first[0]["message"].startswith("events-2 restarted for revision "), first
         assert await revision_of(client, namespace, "events-1") == old
         await asyncio.to_thread(brokers[2].stop)  # what the restart does to Kafka: broker 2 leaves the ISRs
         try:
