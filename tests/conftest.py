@@ -8,6 +8,7 @@ import pytest_asyncio
 
 from kanri.local import Endpoint
 from kanri.runtime import Client
+from tests.tiers import HOST_WIDE_MODULES
 
 pytest_plugins = ["kanri.local.pytest_plugin"]
 
@@ -15,11 +16,14 @@ _TIERS = {"integration", "e2e"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test by the tier folder it lives in, so `-m integration` selects exactly that folder."""
+    """Mark every test by the tier folder it lives in, so `-m integration` selects exactly that folder, and the
+    integration modules that must not run beside the e2e tier ``host_wide`` (tests/tiers.py)."""
     for item in items:
-        tier = Path(str(item.fspath)).parent.name
-        if tier in _TIERS:
-            item.add_marker(getattr(pytest.mark, tier))
+        path = Path(str(item.fspath))
+        if path.parent.name in _TIERS:
+            item.add_marker(getattr(pytest.mark, path.parent.name))
+        if path.parent.name == "integration" and path.stem in HOST_WIDE_MODULES:
+            item.add_marker(pytest.mark.host_wide)
 
 
 @pytest_asyncio.fixture(loop_scope="session")

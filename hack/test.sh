@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# `make test`'s test run: two pytest processes at once, each with its own control plane (tests/tiers.py says why
+# this is safe). In front: the e2e tier and the integration modules that use what the machine has once (its output
+# streams here). Beside it: the unit tier and every other integration module (its output is kept in
+# .build/test-beside.log and printed when both are done). Each writes a JUnit report with every test's time:
+# .build/test-report.xml and .build/test-report-beside.xml. Fails if either fails.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+pytest=.venv/bin/pytest
+mkdir -p .build
+started=$(date +%s)
+"$pytest" tests/unit tests/integration -m "not host_wide and not e2e" --durations=15 \
+	--junitxml=.build/test-report-beside.xml >.build/test-beside.log 2>&1 &
+beside=$!
+trap 'kill -INT "$beside" 2>/dev/null; wait "$beside"' INT TERM
+"$pytest" tests/e2e tests/integration -m "e2e or host_wide" --durations=30 --junitxml=.build/test-report.xml
+front=$?
+wait "$beside"
+side=$?
+echo
+echo "=== beside the e2e tier: the unit tier and the other integration modules (.build/test-beside.log) ==="
+cat .build/test-beside.log
+echo "=== front (e2e and host-wide integration) exit $front, beside exit $side, both in $(( $(date +%s) - started )) s ==="
+[ "$front" -eq 0 ] && [ "$side" -eq 0 ]
