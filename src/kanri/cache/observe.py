@@ -7,13 +7,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from kanri.cache.agent.fencing import History, missing_bytes
+from kanri.cache.agent.readable import MAX_LAG_SECONDS, WITHDRAWN_AT, seen_after, within_bound
 from kanri.cache.agent.resp import UNAVAILABLE, Connection, Secret
 from kanri.cache.api import FailoverRecord, ReadPolicy
+from kanri.cache.children import READABLE, ROLE
 from kanri.cache.config import VALKEY_PORT
 
-__all__ = ["Assessment", "Lag", "assess", "failover_record", "probe", "recorded_primary"]
+__all__ = ["Assessment", "Lag", "assess", "failover_record", "pod_routing", "probe", "recorded_primary"]
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,31 @@ def readable_replica(policy: ReadPolicy, lag: Lag) -> bool:
         return False
     if policy.max_lag_bytes is not None and lag.bytes > policy.max_lag_bytes:
         return False
-    return policy.max_lag_seconds is None or (lag.seconds is not None and lag.seconds <= policy.max_lag_seconds)
+    return policy.max_lag_seconds is None or within_bound(lag.seconds, policy.max_lag_seconds)
+
+
+def pod_routing(pod: Mapping[str, Any], history: History | None, seen: Assessment, policy: ReadPolicy
+                ) -> dict[str, Any] | None:  # fmt: skip
+    """The metadata patch that routes one pod, or None when it is routed already: its role label (what its server
+    reports; none when it is silent), its readable label, and the seconds bound its agent enforces
+    (:mod:`kanri.cache.agent.readable`). A pod its agent withdrew from ``-ro`` comes back only from a look at its
+    server taken after the withdrawal (the mark goes with it); only what differs is written, under the pod's
+    resourceVersion, so a withdrawal written since the operator's copy of the pod makes the write fail, not undone."""
+    meta = pod["metadata"]
+    labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
+    mark = notes.get(WITHDRAWN_AT)
+    readable = meta["name"] in seen.readable and history is not None and seen_after(mark, history)
+    bound = policy.max_lag_seconds if policy.serve_from == "Replicas" else None
+    wanted_labels = {ROLE: history.role if history is not None else None, READABLE: "true" if readable else None}
+    wanted_notes = {MAX_LAG_SECONDS: None if bound is None else str(bound), WITHDRAWN_AT: None if readable else mark}
+    patch = {
+        "labels": {key: value for key, value in wanted_labels.items() if labels.get(key) != value},
+        "annotations": {key: value for key, value in wanted_notes.items() if notes.get(key) != value},
+    }
+    if not (patch["labels"] or patch["annotations"]):
+        return None
+    version = {"resourceVersion": meta["resourceVersion"]} if meta.get("resourceVersion") else {}
+    return {key: value for key, value in patch.items() if value} | version
 
 
 def recorded_primary(seen: Assessment, before: str | None) -> str | None:

@@ -4,6 +4,7 @@ configuration, the Services, the StatefulSet, then what the pods report (roles, 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,12 +13,14 @@ from kanri import runtime as kr
 from kanri.cache import children
 from kanri.cache.agent.fencing import History
 from kanri.cache.agent.resp import Secret
-from kanri.cache.api import CacheSpec, CacheStatus, FailoverRecord
-from kanri.cache.observe import Assessment, assess, failover_record, probe, recorded_primary
+from kanri.cache.api import CacheSpec, CacheStatus, FailoverRecord, ReadPolicy
+from kanri.cache.observe import Assessment, assess, failover_record, pod_routing, probe, recorded_primary
 from kanri.cache.rollout import step as rollout
 from kanri.runtime.kinds import CONFIG_MAP, POD, ROLE, ROLE_BINDING, SECRET, SERVICE, SERVICE_ACCOUNT, STATEFUL_SET
 
-__all__ = ["LAST_PRIMARY", "STEPS", "spec_of"]
+__all__ = ["LAST_PRIMARY", "STEPS", "label_pods", "spec_of"]
+
+Obj = dict[str, Any]
 
 LOOK_AGAIN = 5.0
 """Seconds between two looks at the pods (Sentinel may fail over at any time, with or without the operator)."""
@@ -60,23 +63,24 @@ async def _observe(ctx: kit.PassContext, password: Secret) -> tuple[dict[str, Hi
     return histories, {name: answer[1] for name, answer in zip(names, answers, strict=True)}
 
 
-async def _label_pods(ctx: kit.PassContext, seen: Assessment, histories: dict[str, History | None]) -> None:
+async def label_pods(client: kr.Client, namespace: str, pods: Iterable[Obj], seen: Assessment,
+                     histories: Mapping[str, History | None], policy: ReadPolicy) -> None:  # fmt: skip
     """The role and readable labels ``-rw`` and ``-ro`` select, from what each pod reported (a silent pod keeps
-    none: it leaves both Services). Each pod's agent keeps its own role label the same way
-    (:mod:`kanri.cache.agent.labels`), so ``-rw`` follows a failover while the operator is down; this pass covers a
-    pod whose agent cannot."""
-    for pod in ctx.cache.list(POD, ctx.namespace, ctx.labels.selector(ctx.name)):
+    none: it leaves both Services), and the read bound its agent enforces (:func:`~kanri.cache.observe.pod_routing`).
+    Each pod's agent keeps its own role label the same way (:mod:`kanri.cache.agent.labels`), so ``-rw`` follows a
+    failover while the operator is down, and withdraws its pod from ``-ro`` past the bound
+    (:mod:`kanri.cache.agent.readable`); this pass covers a pod whose agent cannot, and alone adds pods to ``-ro``."""
+    for pod in pods:
         name = pod["metadata"]["name"]
-        history = histories.get(name)
-        role = history.role if history is not None else None
-        wanted = {children.ROLE: role, children.READABLE: "true" if name in seen.readable else None}
-        labels = pod["metadata"].get("labels") or {}
-        if all(labels.get(key) == value for key, value in wanted.items()):
+        patch = pod_routing(pod, histories.get(name), seen, policy)
+        if patch is None:
             continue
         try:
-            await ctx.client.patch(POD, name, {"metadata": {"labels": wanted}}, ctx.namespace)
+            await client.patch(POD, name, {"metadata": patch}, namespace)
         except kr.ApiError as exc:
-            if not exc.not_found:  # deleted since the cache saw it: nothing to route
+            # not found: deleted since the cache saw it, nothing to route; a conflict: written since (its agent may
+            # have withdrawn it from -ro), the next look routes it from the pod as it is now
+            if not (exc.not_found or exc.conflict):
                 raise
 
 
@@ -120,7 +124,8 @@ async def observe_pods(ctx: kit.PassContext) -> kr.Result | None:
         return None
     histories, io_seconds = await _observe(ctx, password)
     seen = assess(histories, io_seconds, spec.read_policy)
-    await _label_pods(ctx, seen, histories)
+    pods = ctx.cache.list(POD, ctx.namespace, ctx.labels.selector(ctx.name))
+    await label_pods(ctx.client, ctx.namespace, pods, seen, histories, spec.read_policy)
     failovers = await _record_failover(ctx, status, seen, histories)
     lead = histories.get(seen.primary) if seen.primary else None
     if seen.primary is not None and lead is not None:

@@ -3,7 +3,8 @@
 ``server`` writes the runtime valkey.conf (the ConfigMap's lines, the password from the mounted Secret, a fenced
 start), runs valkey-server, takes the role :func:`~kanri.cache.agent.fencing.decide_start` gives it and then keeps it
 (:func:`~kanri.cache.agent.node.keep_role`: a primary the Sentinels no longer name steps down), labelling its own pod
-with that role (:mod:`kanri.cache.agent.labels`: ``-rw`` follows a failover while the operator is down); it exits with
+with that role (:mod:`kanri.cache.agent.labels`: ``-rw`` follows a failover while the operator is down) and taking it
+out of ``-ro`` once its server is a replica past the read bound (:mod:`kanri.cache.agent.readable`); it exits with
 the server. ``sentinel`` writes Sentinel's file once (monitoring the primary the other Sentinels name, or the
 one a peer reports, or the first pod of a new cache) and becomes Sentinel. The contract with the operator's
 StatefulSet (kanri.cache.children) is the environment and the mounts below.
@@ -28,6 +29,7 @@ from kanri.cache.agent.node import (
     start_server,
     stop,
 )
+from kanri.cache.agent.readable import ReadGuard
 from kanri.cache.agent.resp import Secret
 
 CONFIG_DIR = Path(os.environ.get("CACHE_CONFIG_DIR", "/etc/cache/config"))
@@ -77,7 +79,8 @@ async def serve() -> int:
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, process.terminate)
     label = pod_label_from_environment()
-    role = asyncio.create_task(manage_role(node, publish=label.offer if label is not None else None))
+    publish, guard = (label.offer, ReadGuard(label).offer) if label is not None else (None, None)
+    role = asyncio.create_task(manage_role(node, publish=publish, guard=guard))
     code = await process.wait()
     role.cancel()
     return code

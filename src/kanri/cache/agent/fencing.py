@@ -14,7 +14,7 @@ role with :func:`decide_start`. Pure: the agent (:mod:`kanri.cache.agent.node`) 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 __all__ = [
@@ -53,6 +53,10 @@ class History:
     """Keys it holds (``DBSIZE``): data loaded from disk has keys but no replication history yet."""
     good_replicas: int | None = None
     """A primary's replicas within ``min-replicas-max-lag`` (None when ``min-replicas-to-write`` is off)."""
+    silent_seconds: int | None = field(default=None, compare=False)
+    """A replica's seconds without a word from its primary: since its last byte while the link is up
+    (``master_last_io_seconds_ago``), since the link went down otherwise (``master_link_down_since_seconds``); None
+    for a primary, or a replica that never had a link (how stale it is, not which history it holds: not compared)."""
 
     @classmethod
     def from_info(cls, host: str, info: Mapping[str, Any], keys: int = 0) -> History:
@@ -69,6 +73,7 @@ class History:
             link_up=replica and info.get("master_link_status") == "up",
             keys=keys,
             good_replicas=int(info["min_slaves_good_slaves"]) if "min_slaves_good_slaves" in info else None,
+            silent_seconds=_silent_seconds(info) if replica else None,
         )
 
     @property
@@ -85,6 +90,12 @@ class History:
     def from_disk(self) -> bool:
         """Data loaded from its append-only file at start, with no replication history since (unknown lineage)."""
         return self.offset == 0 and self.keys > 0
+
+
+def _silent_seconds(info: Mapping[str, Any]) -> int | None:
+    key = "master_last_io_seconds_ago" if info.get("master_link_status") == "up" else "master_link_down_since_seconds"
+    seconds = int(info.get(key, -1))
+    return seconds if seconds >= 0 else None  # -1: never linked since the server started
 
 
 def holds(source: History, other: History) -> bool:

@@ -127,6 +127,9 @@ class PodLabel:
     checked_at: float = float("-inf")
     retry_at: float = float("-inf")
     others_checked: bool = False
+    seen: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    """The pod's metadata at the last GET or PATCH of it (its annotations carry the operator's word to the agent, as
+    :mod:`kanri.cache.agent.readable` reads it: no request of its own)."""
     failing: bool = field(default=False, repr=False)
     in_flight: asyncio.Task[None] | None = field(default=None, repr=False)
 
@@ -145,12 +148,22 @@ class PodLabel:
     def path(self, pod: str | None = None) -> str:
         return f"/api/v1/namespaces/{self.namespace}/pods/{pod or self.pod}"
 
+    def remember(self, answer: Any, pod: str | None = None) -> None:
+        """Keep the metadata of this pod from an API answer (another pod's is not this pod's)."""
+        if pod in (None, self.pod) and isinstance(answer, dict):
+            self.seen = answer.get("metadata") or {}
+
     async def current(self, pod: str | None = None) -> str | None:
         found = await self.api.request("GET", self.path(pod))
+        self.remember(found, pod)
         return ((found.get("metadata") or {}).get("labels") or {}).get(self.key)
 
+    async def patch(self, metadata: Mapping[str, Any], pod: str | None = None) -> None:
+        """A merge patch of the pod's metadata; the answer (the pod) is remembered."""
+        self.remember(await self.api.request("PATCH", self.path(pod), {"metadata": metadata}), pod)
+
     async def write(self, value: str | None, pod: str | None = None) -> None:
-        await self.api.request("PATCH", self.path(pod), {"metadata": {"labels": {self.key: value}}})
+        await self.patch({"labels": {self.key: value}}, pod)
         log.info("labelled the pod", pod=pod or self.pod, label=self.key, value=value)
 
     async def clear_others(self) -> None:
