@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from kanri import __version__
 from kanri.postgres.api import CUSTOM_RESOURCES
+from kanri.postgres.api.served import SERVED  # issue 28: the versions this release serves
 from kanri.postgres.api.v1alpha1.backup import S3Repository
 from kanri.postgres.backup.archiving import BackupMetrics, BackupSettings, identities_for, utc_now
 from kanri.postgres.backup.controller import BackupClient, PostgresBackupReconciler
@@ -26,16 +27,19 @@ from kanri.postgres.cluster.reconciler import PostgresClusterReconciler
 from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
 from kanri.postgres.labels import CLUSTER, foreign
 from kanri.postgres.metrics import PostgresMetrics
+from kanri.postgres.versions import serve_versions, versioned_crds, webhook_from_environment  # issue 28
 from kanri.runtime import (
     Cache,
     Client,
     Controller,
     ControllerOptions,
+    Conversions,
     EventRecorder,
     Kind,
     Manager,
     ManagerOptions,
     Request,
+    WebhookOptions,
     crd_for,
     upgrade_crds,
 )
@@ -58,6 +62,7 @@ from kanri.runtime.kinds import (
 )
 
 __all__ = [
+    "CONVERSION",
     "CRD_UPGRADE",
     "LEADER_ELECTION",
     "READS",
@@ -133,6 +138,18 @@ LEADER_ELECTION: tuple[Permission, ...] = (_grant(LEASE, "get", "create", "updat
 # Bringing its own CRDs up to date at start (kanri.runtime.upgrade_crds): read and replace, the chart names the two
 # CRDs (resourceNames); the chart's crds/ creates them, so no create.
 CRD_UPGRADE: tuple[Permission, ...] = (_grant(CRD, "get", "update"),)
+# issue 28, conversion and storage migration (OperatorOptions.webhook): not in permissions() until the chart serves
+# the webhook. The certificate Secret lives in the operator's own namespace; the webhook patches the CRDs'
+# spec.conversion; the migration lists and rewrites every object, prunes storedVersions and records an Event on the
+# CRD (namespace default).
+CONVERSION: tuple[Permission, ...] = (
+    _grant(SECRET, "get", "create", "update"),
+    _grant(CRD, "get", "patch"),
+    _grant(CRD, "patch", subresource="status"),
+    _grant(POSTGRES_CLUSTER, "list", "update"),
+    _grant(POSTGRES_BACKUP, "list", "update"),
+    _grant(EVENT, "create", "patch"),
+)
 
 
 def permissions() -> dict[tuple[Kind, str], frozenset[str]]:
@@ -188,6 +205,15 @@ class OperatorOptions:
     and the CRDs"). Off by default: tests and ``kanri run`` on a laptop install the CRDs themselves."""
     manager: dict[str, Any] = field(default_factory=dict)
     """Further ManagerOptions fields (lease timings, graceful shutdown), for tests."""
+    # issue 28: conversion and storage migration
+    webhook: WebhookOptions | None = field(default_factory=webhook_from_environment)
+    """Serve the conversion webhook in every replica and bring the two-version CRDs (``versions``) naming it
+    (``KANRI_WEBHOOK_SERVICE`` + ``POD_NAMESPACE``). None: the CRDs serve v1alpha1 alone, no webhook, no migration."""
+    versions: Conversions = SERVED
+    """The versions the CRDs serve and the webhook converts: this release's (v1alpha1 stored, v1beta1 served).
+    Tests pass ``kanri.postgres.api.conversion.POSTGRES`` (the next release: v1beta1 stored) to drive a migration."""
+    storage_migration_rate: float = 20.0
+    """Objects the storage migration rewrites per second at most."""
 
 
 def _by_cluster_label(obj: Obj) -> list[Request]:
@@ -239,8 +265,12 @@ def build_manager(
         health_port=options.health_port,
         **options.manager,
     )
-    manager_class = _CrdUpgradingManager if options.upgrade_crds else Manager
-    manager = manager_class(client, manager_options, registry=registry)
+    manager: Manager
+    if options.upgrade_crds:
+        manager = _CrdUpgradingManager(client, manager_options, registry=registry)
+        manager.crds = operator_crds(options.webhook, options.versions)
+    else:
+        manager = Manager(client, manager_options, registry=registry)
     own_namespace = options.operator_namespace or options.leader_election_namespace
     reconciler = PostgresClusterReconciler(
         manager.cache,
@@ -262,24 +292,32 @@ def build_manager(
         identities=identities_for(options.default_backup_repository, own_namespace),
     )
     manager.add(_cluster_controller(manager, reconciler, options))
+    if options.webhook is not None:  # issue 28: every replica converts; the leader migrates storage
+        serve_versions(manager, client, options.versions, options.webhook, events=reconciler.events,
+                       rate=options.storage_migration_rate)  # fmt: skip
     manager.add_runnable("postgres-background", reconciler.own_background)
     if isinstance(reconciler.instances, BackupClient):  # a test's stand-in without the backup endpoints: none
         manager.add(_backup_controller(manager, client, reconciler, options))
     return manager
 
 
-def operator_crds() -> list[Obj]:
-    """The CRDs this operator serves, as deploy/crds/ holds them."""
-    return [crd_for(*versions) for versions in CUSTOM_RESOURCES]
+def operator_crds(webhook: WebhookOptions | None = None, versions: Conversions = SERVED) -> list[Obj]:
+    """The CRDs this operator serves: without a webhook v1alpha1 alone, as deploy/crds/ holds them; with one,
+    every version of ``versions`` converted by it."""
+    if webhook is not None:
+        return versioned_crds(versions, webhook)
+    return [crd_for(*kind_versions) for kind_versions in CUSTOM_RESOURCES]
 
 
 class _CrdUpgradingManager(Manager):
     """A Manager that first brings the operator's CRDs up to its version: no informer, controller or webhook of
     this operator runs against an older schema, and none runs against a newer operator's different one."""
 
+    crds: list[Obj]
+
     async def run(self, *, handle_signals: bool = True) -> None:
         try:
-            done = await upgrade_crds(self.client, operator_crds(), operator_version=__version__)
+            done = await upgrade_crds(self.client, self.crds, operator_version=__version__)
         except Exception as exc:
             log.error("operator does not start: its CRDs", error=str(exc), operator_version=__version__)
             raise
