@@ -23,6 +23,7 @@ __all__ = [
     "LABELS",
     "TOPIC_CONFIG_KEYS",
     "TOPIC_KIND",
+    "ControllerQuorum",
     "GrowthRecord",
     "GrowthStep",
     "KafkaCluster",
@@ -104,6 +105,27 @@ class BrokerStatus(KubeModel):
     node_id: int
     pod: str
     ready: bool = False
+    registered: bool | None = None
+    """The cluster's metadata lists the broker (unset: Kafka not read)."""
+
+
+class QuorumVoter(KubeModel):
+    node_id: int
+    caught_up: bool
+    """It fetched up to the leader's end within the last 5 s (the leader's clock)."""
+    lag: int | None = None
+    """Records of the metadata log behind the leader's end (unset: unknown)."""
+
+
+class ControllerQuorum(KubeModel):
+    """The KRaft controller quorum as its leader reports it (DescribeQuorum)."""
+
+    leader_id: int
+    """-1 while no leader is elected."""
+    leader_epoch: int
+    high_watermark: int
+    voters_caught_up: int
+    voters: list[QuorumVoter] = Field(default_factory=list, max_length=9)
 
 
 class KafkaClusterStatus(kit.KitStatus):
@@ -122,6 +144,10 @@ class KafkaClusterStatus(kit.KitStatus):
     """Partitions without a leader at the last look."""
     rolling_restart: str | None = None
     """A rolling restart under way: the broker last restarted, or what the next restart waits for."""
+    quorum: ControllerQuorum | None = None
+    """The controller quorum at the last look (unset: not read; the Ready message says why)."""
+    replicas: int | None = None
+    """Nodes the StatefulSet runs: ``spec.replicas`` unless a change is refused (the Degraded condition says why)."""
 
 
 class KafkaCluster(

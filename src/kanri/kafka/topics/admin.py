@@ -282,6 +282,22 @@ class TopicAdmin:
         offline = sum(1 for p in partitions if p.leader < 0)
         return len(metadata.brokers), under, offline
 
+    # --- for kanri.kafka.cluster (issue 30, the KafkaCluster's status): the whole metadata in one request ---
+    async def partition_map(self) -> tuple[list[int], list[tuple[str, int, int, tuple[int, ...], tuple[int, ...]]]]:
+        """The registered broker ids, and every partition of every topic (internal ones included) as (topic,
+        partition, leader or -1, replicas, in-sync replicas): one metadata request."""
+        try:
+            metadata = await asyncio.to_thread(self._client.list_topics, timeout=self.timeout)
+        except KafkaException as exc:
+            error = exc.args[0]
+            raise AdminError(error.name(), error.str(), bool(error.retriable())) from None
+        rows = [(name, int(p.id), int(p.leader), tuple(p.replicas), tuple(p.isrs))
+                for name, topic in metadata.topics.items() if topic.error is None
+                for p in topic.partitions.values()]  # fmt: skip
+        return sorted(int(b) for b in metadata.brokers), sorted(rows)
+
+    # --- end of the KafkaCluster addition ---
+
     async def groups_on(self, name: str, partitions: int) -> list[GroupLag]:
         """Every consumer group with committed offsets on the topic or members assigned to it, with its lag."""
         listing: Any = await _wait(self._client.list_consumer_groups(request_timeout=self.timeout), self.timeout)
