@@ -225,8 +225,9 @@ async def act(node: Node, decision: StartDecision) -> bool:
             return False
 
 
-async def decide(node: Node, me: History | None) -> StartDecision | None:
-    """What this pod should do now, from its own server's history ``me`` (None while it does not answer)."""
+async def decide(node: Node) -> StartDecision | None:
+    """What this pod should do now (None while its own server does not answer)."""
+    me = await history(node, node.me)
     if me is None:
         return None
     peers = [h for h in await asyncio.gather(*(history(node, p) for p in node.peers)) if h is not None]
@@ -246,21 +247,16 @@ ReadGuardian = Callable[[History | None], None]
 (:meth:`ReadGuard.offer <kanri.cache.agent.readable.ReadGuard.offer>`: a replica past the read bound leaves)."""
 
 
-async def take_role(node: Node, *, interval: float = 0.5, publish: RolePublisher | None = None,
-                    guard: ReadGuardian | None = None) -> StartDecision:  # fmt: skip
+async def take_role(node: Node, *, interval: float = 0.5, publish: RolePublisher | None = None) -> StartDecision:
     """Decide and act until the pod follows a primary or leads; asks for a failover (at most every
     :data:`FAILOVER_RETRY` s) while the decision says so. Returns the decision carried out. Until then the server is
     fenced (a replica of nothing), and ``publish`` hears ``replica`` (a restarted container's pod may still carry
-    the ``primary`` label of its last run), and ``guard`` its server's history (a fenced server has no primary:
-    its pod leaves ``-ro``)."""
+    the ``primary`` label of its last run)."""
     loop = asyncio.get_running_loop()
     next_ask = 0.0
     last_reason = ""
     while True:
-        me = await history(node, node.me)
-        if guard is not None:
-            guard(me)
-        decision = await decide(node, me)
+        decision = await decide(node)
         if decision is not None:
             if publish is not None:
                 publish("replica")
@@ -316,21 +312,17 @@ async def check_replica(node: Node, me: History) -> Follow | None:
     return decision
 
 
-async def keep_role(node: Node, *, interval: float = 0.5, publish: RolePublisher | None = None,
-                    guard: ReadGuardian | None = None) -> None:  # fmt: skip
+async def keep_role(node: Node, *, interval: float = 0.5, publish: RolePublisher | None = None) -> None:
     """After the start-up role: every ``interval`` s, a primary checks it is the one the Sentinels name (and steps
     down otherwise), a replica whose primary is gone catches up from the peer that holds the most, and then
     ``publish`` hears the role the server reports (:func:`~kanri.cache.agent.labels.role_label`: checked first, so
-    a primary stepping down is published as a replica, never as a primary); ``guard`` hears the server's history
-    first (a replica past the read bound leaves ``-ro`` within the round). Runs until cancelled."""
+    a primary stepping down is published as a replica, never as a primary). Runs until cancelled."""
     rounds = 0
     while True:
         if rounds % TILT_EVERY == 0:
             await shorten_tilt(node)
         rounds += 1
         me = await history(node, node.me)
-        if guard is not None:
-            guard(me)
         try:
             decision: Demote | Follow | None = None
             sole = False
@@ -357,8 +349,23 @@ async def manage_role(node: Node, *, interval: float = 0.5, publish: RolePublish
     """The agent's whole job for its server: take the start-up role, then keep it (:func:`keep_role`); ``publish``
     (the pod's role label, :class:`~kanri.cache.agent.labels.PodLabel`) hears the role and ``guard`` (its ``-ro``
     membership, :class:`~kanri.cache.agent.readable.ReadGuard`) the server's history every ``interval`` s."""
-    await take_role(node, interval=interval, publish=publish, guard=guard)
-    await keep_role(node, interval=interval, publish=publish, guard=guard)
+    async with asyncio.TaskGroup() as group:
+        if guard is not None:
+            group.create_task(guard_reads(node, guard, interval=interval))
+        await take_role(node, interval=interval, publish=publish)
+        await keep_role(node, interval=interval, publish=publish)
+
+
+async def guard_reads(node: Node, guard: ReadGuardian, *, interval: float = 0.5) -> None:
+    """Every ``interval`` s, ``guard`` hears the server's own history: a loop of its own, since a role round may wait
+    seconds for a peer that does not answer (a frozen primary), and the pod must leave ``-ro`` within a round of its
+    bound. One local INFO, no API request (the guard writes only when its pod must leave). Runs until cancelled."""
+    while True:
+        try:
+            guard(await history(node, node.me))
+        except Exception:  # never a reason to stop fencing (this runs in manage_role's task group)
+            log.exception("could not guard the pod's reads")
+        await asyncio.sleep(interval)
 
 
 async def start_server(binary: Path, config: Path) -> asyncio.subprocess.Process:
