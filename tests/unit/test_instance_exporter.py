@@ -55,7 +55,9 @@ def test_a_metric_without_samples_is_left_out_not_rendered_as_zero() -> None:
 def test_the_manager_part_says_fenced_paused_running_and_contact_only_when_known() -> None:
     fenced = manager_samples(ManagerState(running=False, fenced=True, paused=False))
     assert fenced == {"kanri_instance_postgres_running": [((), 0.0)], "kanri_instance_fenced": [((), 1.0)],
-                      "kanri_instance_replication_paused": [((), 0.0)]}  # fmt: skip
+                      "kanri_instance_replication_paused": [((), 0.0)],
+                      "kanri_instance_disk_full": [((), 0.0)]}  # fmt: skip  # kanri:disk-full
+    assert manager_samples(ManagerState(False, False, False, disk_full=True))["kanri_instance_disk_full"] == [((), 1.0)]
     watched = manager_samples(ManagerState(running=True, fenced=False, paused=True, last_contact=1700000000.0))
     assert watched["kanri_instance_isolation_last_contact_timestamp_seconds"] == [((), 1700000000.0)]
     assert watched["kanri_instance_replication_paused"] == [((), 1.0)]

@@ -18,10 +18,13 @@ REASONS: tuple[str, ...] = (
     "DataVersionMismatch",
     "Fenced",
     "PostgresUnreachable",
+    "DiskFull",  # kanri:disk-full
 )
 """``Fenced``: the instance holds a fence marker (``POST /fence``): PostgreSQL stays stopped until ``POST /unfence``.
 ``PostgresUnreachable``: the manager has not been able to connect to its own running PostgreSQL for a while; the
-message is the first line of libpq's connection error (a connection error never quotes SQL)."""
+message is the first line of libpq's connection error (a connection error never quotes SQL).
+``DiskFull``: PostgreSQL failed to write for lack of space and the data volume is still short of room; the message
+holds the volume's free and total bytes (:mod:`kanri.instance.disk_full`)."""
 
 MAX_MESSAGE = 300
 

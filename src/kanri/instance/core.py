@@ -22,6 +22,7 @@ from psycopg.rows import DictRow
 from kanri.instance.config import ClusterConfig, Credentials, Settings
 from kanri.instance.credentials import Checked, Purpose, check_credentials, check_token
 from kanri.instance.db import STATEMENT_TIMEOUT_MS, connect
+from kanri.instance.disk_full import DiskWatch
 from kanri.instance.fence import FenceRecord, marker_path, read_fence
 from kanri.instance.http_api import ActionError
 from kanri.instance.identity import start_problems
@@ -42,6 +43,8 @@ class Core:
         self.isolation = isolation
         self.watch = IsolationWatch(isolation.window)
         self.pg = PostgresProcess(settings)
+        self.disk = DiskWatch(settings.pgdata)  # kanri:disk-full — DiskFull from PostgreSQL's log and statvfs
+        self.pg.log_watchers.append(self.disk.saw_line)
         self.config = ClusterConfig()
         self.problems = ProblemLog()
         self.reach = Reachability()  # PostgresUnreachable: see connect_own

@@ -86,6 +86,12 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     ),
     "kanri_instance_volume_size_bytes": ("gauge", "size of the data volume (statvfs of PGDATA)", ()),
     "kanri_instance_volume_free_bytes": ("gauge", "space left on the data volume for PostgreSQL", ()),
+    # kanri:disk-full
+    "kanri_instance_disk_full": (
+        "gauge",
+        "1 while the instance reports DiskFull (PostgreSQL failed for lack of space)",
+        (),
+    ),
     "kanri_instance_database_size_bytes": ("gauge", "size of each database", ("database",)),
     "kanri_instance_connections": ("gauge", "client connections by state (the manager's own excepted)", ("state",)),
     "kanri_instance_xact_commit": ("counter", "transactions committed", ("database",)),
@@ -115,6 +121,7 @@ class ManagerState:
     fenced: bool
     paused: bool
     last_contact: float | None = None
+    disk_full: bool = False  # kanri:disk-full
 
 
 # ---- queries (each one short, none selecting a secret) ------------------------------------------------------------
@@ -229,6 +236,7 @@ def manager_samples(state: ManagerState) -> dict[str, list[Sample]]:
         "kanri_instance_postgres_running": [((), 1.0 if state.running else 0.0)],
         "kanri_instance_fenced": [((), 1.0 if state.fenced else 0.0)],
         "kanri_instance_replication_paused": [((), 1.0 if state.paused else 0.0)],
+        "kanri_instance_disk_full": [((), 1.0 if state.disk_full else 0.0)],  # kanri:disk-full
     }
     if state.last_contact is not None:
         values["kanri_instance_isolation_last_contact_timestamp_seconds"] = [((), state.last_contact)]

@@ -179,6 +179,6 @@ class Lifecycle:
                 delay = 1.0 if time.monotonic() - started > STABLE_RUN else delay
                 core.problems.record("postgres", f"postgres exited unexpectedly with code {code}")
                 log.error("postgres exited unexpectedly", exit_code=code, restart_in=delay, restarts=self.restart_count)
-            await asyncio.sleep(delay)
+            await core.disk.pause(delay)  # kanri:disk-full — a volume that has room again ends the back-off
             delay = min(delay * 2, MAX_BACKOFF)
             await self.wait_startable()

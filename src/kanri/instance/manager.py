@@ -127,12 +127,15 @@ class InstanceManager:
             group.create_task(self.sync.run())
             group.create_task(self.upkeep.run())
             group.create_task(self.guard.run())
+            group.create_task(self.core.disk.run(self.core.problems))  # kanri:disk-full
 
     def _exporter_state(self) -> ManagerState:
         core = self.core
         contact = core.watch.last_contact if core.isolation.enabled else None
         last_contact = contact.timestamp() if contact else None
-        return ManagerState(core.pg.running, core.fenced is not None, core.paused, last_contact)
+        return ManagerState(
+            core.pg.running, core.fenced is not None, core.paused, last_contact, disk_full=core.disk.full
+        )  # kanri:disk-full
 
     def _serve_tls(self) -> ssl.SSLContext | None:
         """The HTTP API's TLS context (the server certificate, as PostgreSQL's), or None without a certificate."""

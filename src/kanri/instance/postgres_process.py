@@ -16,6 +16,7 @@ import structlog
 
 from kanri.instance.config import Settings
 from kanri.instance.db import connect
+from kanri.instance.postgres_log import LineWatcher, LogPipe
 
 log = structlog.get_logger("kanri.instance.postgres")
 
@@ -51,6 +52,9 @@ class PostgresProcess:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.process: asyncio.subprocess.Process | None = None
+        # kanri:disk-full — PostgreSQL's log passes through the manager so watchers (DiskFull) can read it
+        self.log_watchers: list[LineWatcher] = []
+        self._log: LogPipe | None = None
 
     @property
     def running(self) -> bool:
@@ -60,15 +64,25 @@ class PostgresProcess:
     async def start(self) -> asyncio.subprocess.Process:
         """Spawn the postmaster (it does not wait for it to accept connections; see ``wait_accepting``)."""
         remove_stale_pidfile(self.settings.pgdata)
-        self.process = await asyncio.create_subprocess_exec(
-            self.settings.binary("postgres"),
-            "-D",
-            str(self.settings.pgdata),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=sys.stderr.fileno(),
-            stderr=sys.stderr.fileno(),
-            start_new_session=True,  # a terminal's Ctrl-C reaches the manager only; it decides how PostgreSQL stops
-        )
+        pipe = LogPipe(self.log_watchers) if self.log_watchers else None  # kanri:disk-full
+        out = pipe.write_fd if pipe is not None else sys.stderr.fileno()
+        try:
+            self.process = await asyncio.create_subprocess_exec(
+                self.settings.binary("postgres"),
+                "-D",
+                str(self.settings.pgdata),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                start_new_session=True,  # a terminal's Ctrl-C reaches the manager only; it decides how it stops
+            )
+        except BaseException:
+            if pipe is not None:
+                pipe.abandon()
+            raise
+        if pipe is not None:
+            pipe.start()
+            self._log = pipe
         log.info("postgres started", pid=self.process.pid)
         return self.process
 

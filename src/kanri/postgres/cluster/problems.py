@@ -19,6 +19,9 @@ a lone primary: restore a backup into a new cluster |
 | ``VolumeLost`` | the operator: a running instance's claim was deleted | see DataDirectoryLost |
 | ``PostgresUnreachable`` | an instance: its manager cannot connect to its own running PostgreSQL (libpq's first
 line: peer authentication, the socket directory, no connection slot left) | docs/runbooks/PostgresUnreachable.md |
+| ``DiskFull`` | an instance: PostgreSQL failed to write for lack of space and its data volume is still short of room
+(:func:`disk_full`: the instance, its claim, the free bytes) | delete data or grow ``spec.storage.size``
+(docs/runbooks/DiskFull.md); the instance starts again by itself |
 | ``ChildRejected`` | the API server refused a write of a child | fix what the message names (often a spec field) |
 | ``ChildConflict`` | a child's name is taken by an object another owner controls | rename or delete one of them |
 | ``ForeignPod`` | the operator: a pod it did not create holds a one-shot pod's name (``kanri.postgres.pods.oneshot``) |
@@ -65,6 +68,7 @@ __all__ = [
     "Problem",
     "child_conflict",
     "child_rejected",
+    "disk_full",
     "ordered",
     "report_problems",
     "runbook",
@@ -87,6 +91,8 @@ SEVERITY = (
     "VolumeLost",
     # The instance runs but its manager is blind: no readiness, roles, slots or status until a human fixes the login.
     "PostgresUnreachable",
+    # The instance cannot write (and keeps restarting) until space returns; it recovers by itself after that.
+    "DiskFull",
     "ChildRejected",
     "ChildConflict",
     "ForeignPod",
@@ -218,11 +224,21 @@ def report_problems(reports: Mapping[str, InstanceReport], *, known: Collection[
         if reason == "DataDirectoryLost":
             message = f"the data of {who} is gone ({text})"
             found.append(Problem(reason, message, f"{message}; {_LOST_HELP}"))
+        elif reason == "DiskFull":
+            found.extend(disk_full(name, text) for name in instances)
         elif reason in _LINKED:
             found.append(Problem(reason, f"{who}: {text} (runbook {runbook(reason)})"))
         else:
             found.append(Problem(reason, f"{who}: {text}"))
     return found
+
+
+def disk_full(instance: str, report: str) -> Problem:
+    """``DiskFull`` of one instance: its claim (the volume is ``PersistentVolumeClaim <instance>``) and what it
+    reported (the free and total bytes, what PostgreSQL could not write), with the way out. One problem per instance:
+    each volume fills on its own."""
+    message = f"instance {instance}: PersistentVolumeClaim {instance}: {report} (runbook {runbook('DiskFull')})"
+    return Problem("DiskFull", message)
 
 
 def volume_lost(instance: str) -> Problem:

@@ -127,6 +127,8 @@ def _why_not_ready(name: str, obs: Observation) -> str:
         return f"{name}: fenced (PostgreSQL kept stopped)"
     if report is not None and any(p.reason == "PostgresUnreachable" for p in report.problems):
         return f"{name}: PostgreSQL running but its instance manager cannot connect (see Degraded)"
+    if report is not None and any(p.reason == "DiskFull" for p in report.problems):  # kanri:disk-full
+        return f"{name}: its data volume is full (see Degraded)"
     if report is not None:
         return f"{name}: PostgreSQL not ready" + (" (instance reports an error)" if report.last_error else "")
     if pod is None:
