@@ -94,7 +94,7 @@ def test_without_a_webhook_the_operator_keeps_its_single_version_crds() -> None:
     assert _versions(operator_crds(WEBHOOK, POSTGRES)[0])["v1beta1"]["storage"] is True
 
 
-def test_conversion_rights_are_not_granted_until_the_chart_serves_the_webhook() -> None:
+def test_conversion_rights_stay_out_of_the_default_grants() -> None:
     granted = permissions()
     crd_rights = {verbs for (kind, sub), verbs in granted.items() if kind.kind == "CustomResourceDefinition"}
     assert all("patch" not in verbs for verbs in crd_rights)
