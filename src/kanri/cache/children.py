@@ -45,7 +45,9 @@ ROLE = LABELS.key("role")
 """On each pod: ``primary`` or ``replica``, as the pod's server reports it; set by the pod's own agent (also while
 the operator is down) and by the operator (also for a pod whose agent is gone). ``-rw`` selects ``primary``."""
 READABLE = LABELS.key("readable")
-"""On each pod: ``"true"`` when ``readPolicy`` lets ``-ro`` send reads to it."""
+"""On each pod: ``"true"`` when ``readPolicy`` lets ``-ro`` send reads to it; added by the operator only, removed by
+the operator and by the pod's own agent once its server is past ``maxLagSeconds`` (:mod:`kanri.cache.agent.readable`,
+which names the same key)."""
 PASSWORD_KEY = "password"
 CONFIG_DIR = "/etc/cache/config"
 SECRET_DIR = "/etc/cache/secret"
