@@ -4,6 +4,8 @@ so they never fight. Against the real API server and real servers: tests/integra
 
 from __future__ import annotations
 
+import asyncio
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +13,7 @@ import certifi
 
 from kanri.cache.agent.fencing import History
 from kanri.cache.agent.labels import RETRY_AFTER, ApiServer, PodLabel
+from kanri.cache.agent.node import Node, guard_reads
 from kanri.cache.agent.readable import (
     MAX_LAG_SECONDS,
     READABLE,
@@ -22,6 +25,7 @@ from kanri.cache.agent.readable import (
     withdrawal_mark,
     within_bound,
 )
+from kanri.cache.agent.resp import Secret
 from kanri.cache.api import LABELS, ReadPolicy
 from kanri.cache.children import READABLE as OPERATOR_READABLE
 from kanri.cache.children import ROLE
@@ -30,6 +34,12 @@ from kanri.cache.observe import Assessment, Lag, pod_routing, readable_replica
 REPLID = "a" * 40
 REPLICAS = ReadPolicy(serve_from="Replicas", max_lag_seconds=2)
 Obj = dict[str, Any]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def replica(silent: int | None, offset: int = 500, link: bool = True, replid: str = REPLID) -> History:
@@ -196,3 +206,23 @@ async def test_a_failed_withdrawal_is_tried_again_after_a_pause_and_never_blocks
     guard.offer(replica(3))
     assert not guard.in_flight.done()
     await settled(guard)
+
+
+async def test_the_guard_hears_its_server_every_round_and_a_failing_guard_never_stops_the_loop() -> None:
+    node = Node("c", f"127.0.0.1:{free_port()}", (), (), Secret("x"))  # nobody listens: the server does not answer
+    heard: list[History | None] = []
+    thrice = asyncio.Event()
+
+    def guard(me: History | None) -> None:
+        heard.append(me)
+        if len(heard) >= 3:
+            thrice.set()
+        raise RuntimeError("a bad round")
+
+    loop = asyncio.create_task(guard_reads(node, guard, interval=0.01))
+    try:
+        async with asyncio.timeout(5):
+            await thrice.wait()
+    finally:
+        loop.cancel()
+    assert heard[:3] == [None, None, None]
