@@ -22,7 +22,7 @@ from kanri.instance.disk_full import (
     read_space,
     room_needed,
 )
-from kanri.instance.postgres_log import LogPipe
+from kanri.instance.postgres_log import MAX_LINE, LogPipe, split_lines
 from kanri.instance.problems import ProblemLog
 
 MIB = 1024 * 1024
@@ -177,11 +177,18 @@ async def test_the_log_passes_through_unchanged_and_every_line_reaches_the_watch
     try:
         pipe.start()
         assert await process.wait() == 0
-        assert pipe.task is not None
-        await asyncio.wait_for(pipe.task, 5)
+        await asyncio.to_thread(pipe.thread.join, 5)
+        assert not pipe.thread.is_alive()
     finally:
         os.close(out_write)
     with os.fdopen(out_read, "rb") as passed:
         assert passed.read() == f"first\n{EXTEND.strip()}\nno newline at the end".encode()
     assert seen == ["first\n", EXTEND, "no newline at the end"]
     assert watch.failure == 'could not extend file "base/16384/16385"'
+
+
+def test_lines_are_split_across_reads_and_a_runaway_line_is_handed_on_in_pieces() -> None:
+    assert split_lines(b"", b"one\ntw") == ([b"one\n"], b"tw")
+    assert split_lines(b"tw", b"o\n\nthree\r\n") == ([b"two\n", b"\n", b"three\r\n"], b"")
+    huge = b"x" * (MAX_LINE + 1)
+    assert split_lines(b"", huge) == ([huge], b"")
