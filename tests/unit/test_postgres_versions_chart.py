@@ -46,6 +46,12 @@ def test_on_the_operator_serves_behind_a_service_on_9443_with_exactly_the_conver
     assert options is not None
     assert service["metadata"]["namespace"] == options.namespace
     assert service["spec"]["selector"] == deployment["spec"]["template"]["metadata"]["labels"]
+    # ... and only pods serving it: during the upgrade from a release without the webhook, its pods get none of it
+    assert service["spec"]["selector"] != deployment["spec"]["selector"]["matchLabels"]
+    (default_deployment,) = of_kind(template(*mode), "Deployment")
+    assert not set(service["spec"]["selector"].items()) <= set(
+        default_deployment["spec"]["template"]["metadata"]["labels"].items()
+    )
     assert service["spec"]["publishNotReadyAddresses"] is True  # a replica is ready only once it converted
     (port,) = service["spec"]["ports"]
     assert port["port"] == options.port == 9443
