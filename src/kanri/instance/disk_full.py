@@ -93,16 +93,18 @@ def _mib(n: int) -> str:
     return f"{n / (1024 * 1024):.1f} MiB"
 
 
-def disk_full_problems(space: VolumeSpace | None, failure: str | None) -> list[Problem]:
+def disk_full_problems(space: VolumeSpace | None, failure: str | None, shown_free: int | None = None) -> list[Problem]:
     """The decision: ``DiskFull`` when PostgreSQL failed to write for lack of space (``failure``, from its log) and the
-    volume is still short of :func:`room_needed`, or when less than :data:`EMPTY_BELOW` is left at all."""
+    volume is still short of :func:`room_needed`, or when less than :data:`EMPTY_BELOW` is left at all. The message
+    says ``shown_free`` bytes free when given (the figure already told), else what ``space`` has."""
     if space is None:
         return []
     short = space.free_bytes < room_needed(space.size_bytes)
     if not (failure is not None and short) and space.free_bytes >= EMPTY_BELOW:
         return []
+    free = space.free_bytes if shown_free is None else shown_free
     said = f"; PostgreSQL: {failure}: No space left on device" if failure else ""
-    message = (f"data volume full: {space.free_bytes} bytes free of {space.size_bytes} ({_mib(space.free_bytes)} of "
+    message = (f"data volume full: {free} bytes free of {space.size_bytes} ({_mib(free)} of "
                f"{_mib(space.size_bytes)}, PGDATA {space.path}){said}; it writes again once "
                f"{_mib(room_needed(space.size_bytes))} are free")  # fmt: skip
     return [Problem(DISK_FULL, message)]
@@ -121,7 +123,7 @@ class DiskWatch:
         self.read = read
         self.failure: str | None = None  # the last ENOSPC PostgreSQL printed, until the volume has room again
         self.full = False
-        self.space: VolumeSpace | None = None  # as told in the current problem
+        self.shown_free: int | None = None  # the free bytes the current problem tells
         self.room = asyncio.Event()
         self.room.set()
 
@@ -137,17 +139,18 @@ class DiskWatch:
         space = self.read(self.pgdata)
         if space is not None and self.failure is not None and space.free_bytes >= room_needed(space.size_bytes):
             self.failure = None  # room again: what PostgreSQL said before no longer holds
-        told = self.space
-        if told is not None and space is not None and abs(space.free_bytes - told.free_bytes) <= WAL_SEGMENT:
-            space = VolumeSpace(space.path, told.free_bytes, space.size_bytes)
-        problems = disk_full_problems(space, self.failure)
+        shown = self.shown_free
+        if shown is not None and space is not None and abs(space.free_bytes - shown) > WAL_SEGMENT:
+            shown = None  # moved a lot: tell the new figure
+        problems = disk_full_problems(space, self.failure, shown)
         if problems and not self.full:
             self.room.clear()
         elif not problems and self.full:
             log.info("the data volume has room again", free_bytes=space.free_bytes if space else None)
             self.room.set()
         self.full = bool(problems)
-        self.space = space if problems else None
+        if not problems or shown is None:
+            self.shown_free = space.free_bytes if problems and space is not None else None
         return problems
 
     async def pause(self, seconds: float) -> None:
