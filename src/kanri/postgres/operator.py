@@ -208,7 +208,9 @@ class OperatorOptions:
     # issue 28: conversion and storage migration
     webhook: WebhookOptions | None = field(default_factory=webhook_from_environment)
     """Serve the conversion webhook in every replica and bring the two-version CRDs (``versions``) naming it
-    (``KANRI_WEBHOOK_SERVICE`` + ``POD_NAMESPACE``). None: the CRDs serve v1alpha1 alone, no webhook, no migration."""
+    (``KANRI_WEBHOOK_SERVICE`` + ``POD_NAMESPACE``). None: the CRDs serve v1alpha1 alone, no webhook, no migration.
+    Without ``upgrade_crds`` the two-version CRDs (``operator_crds(webhook)``) must be applied by hand: until they
+    serve v1beta1 the webhook's readiness check cannot read through it, and the operator stays unready."""
     versions: Conversions = SERVED
     """The versions the CRDs serve and the webhook converts: this release's (v1alpha1 stored, v1beta1 served).
     Tests pass ``kanri.postgres.api.conversion.POSTGRES`` (the next release: v1beta1 stored) to drive a migration."""
