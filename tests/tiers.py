@@ -3,9 +3,9 @@
 ``make test`` runs two pytest processes at once (``hack/test.sh``): the e2e tier with the integration modules that use
 what exists once per machine — the tests' node network (the ``kanri-t0`` bridge, the 10.246.0.0/16 pod addresses,
 the host's nftables, network namespaces), real nodes (containerd, kubelet, CNI), a local cluster (``kanri local up``,
-its registry), or host brokers on 127.0.0.2-3 — and, beside it, the unit tier and every other integration module.
-Each process has its own control plane; the tests in the second one only start processes on free ports of
-127.0.0.1 and temporary directories of their own.
+its registry) — and, beside it, the unit tier and every other integration module. Each process has its own control
+plane; the tests in the second one only start processes on free ports of the loopback addresses (Kafka's host
+brokers use 127.0.0.1-3, each on a free port) and temporary directories of their own.
 """
 
 from __future__ import annotations
@@ -16,9 +16,6 @@ from pathlib import Path
 HOST_WIDE_MODULES = frozenset(
     {
         "test_images_push",
-        "test_kafka_broker",
-        "test_kafka_replicas",
-        "test_kafka_topics",
         "test_local_cli",
         "test_local_kube_proxy",
         "test_local_kubelet",
@@ -35,8 +32,8 @@ HOST_WIDE_MODULES = frozenset(
 """The integration modules (file stems) that run only beside nothing but the e2e tier (marker ``host_wide``)."""
 
 HOST_WIDE_USE = re.compile(
-    r"local_node_support|kanri\.local\.realnode|running_node|NodeHost|LocalNode\b|host_cluster|HostBroker"
-    r"|kanri\.local\.registry|kanri\.local\.cluster|\bnft\b|netns|127\.0\.0\.[2-9]|\"local\", \"up\"|kanri local up"
+    r"local_node_support|kanri\.local\.realnode|running_node|NodeHost|LocalNode\b"
+    r"|kanri\.local\.registry|kanri\.local\.cluster|\bnft\b|netns|\"local\", \"up\"|kanri local up"
     r"|kanri\.local\.node\.(host|node|network|services|kubelet|kubeproxy|sandbox|dns)"
 )
 """What in a module's source says it uses something that exists once per machine (tests/unit/test_tiers.py checks
