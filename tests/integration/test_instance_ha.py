@@ -341,6 +341,31 @@ async def diverge(workspace: Workspace, forwarder: Forwarder, primary: Instance,
     return lsn(str(written))
 
 
+async def test_a_fence_is_not_held_by_a_standby_that_no_longer_answers(
+    workspace: Workspace, forwarder: Forwarder
+) -> None:
+    """A fast shutdown waits until every standby confirmed the shutdown checkpoint: a standby that no longer answers
+    (frozen here; across a partition or on a stopped node in a cluster) held a fenced primary's stop, and so its
+    rejoin, for wal_sender_timeout (60 s). The fence stops it while the standby is still frozen (an immediate
+    shutdown after FENCED_STOP_TIMEOUT), and nothing committed is lost."""
+    async with pair(workspace, forwarder) as (primary, replica):
+        await insert(primary, 1, 2)
+        await eventually(lambda: _has(replica, {1, 2}), timeout=30)
+        with frozen(replica):
+            await insert(primary, 3)  # WAL the frozen standby never confirms
+            fence = primary.post_json("/fence", workspace.token, {"reason": "failover: orders-2 promoted"})
+            try:  # well below wal_sender_timeout (60 s): a fence waiting for the standby ends only after it
+                code, fenced = await asyncio.wait_for(fence, timeout=45)
+            except TimeoutError:
+                raise AssertionError(f"the fence waited for the frozen standby:\n{primary.output()[-3000:]}") from None
+            assert (code, fenced["stopped"]) == (200, True), fenced
+            assert not postmasters(primary.pgdata)  # stopped while the standby is still frozen
+        assert "immediate shutdown" in primary.output()
+        assert (await primary.post("/unfence", workspace.token))[0] == 200
+        await primary.wait_ready()
+        assert await ids(primary) == {1, 2, 3}  # crash recovery replayed the commit the standby never confirmed
+
+
 async def test_an_isolated_or_frozen_primary_fences_itself_and_one_in_contact_does_not(
     workspace: Workspace, forwarder: Forwarder
 ) -> None:
@@ -438,19 +463,26 @@ def process_tree(root: int) -> list[int]:
     return tree
 
 
-async def freeze(instance: Instance, seconds: float) -> None:
-    """SIGSTOP the manager and every PostgreSQL process, hold for ``seconds`` (the fault's length), SIGCONT."""
+@contextlib.contextmanager
+def frozen(instance: Instance) -> Iterator[None]:
+    """The manager and every PostgreSQL process SIGSTOPped for the block, SIGCONTed after it."""
     assert instance.process is not None
     pids = process_tree(instance.process.pid)
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):  # a short-lived child (a backend, a check) may be gone already
             os.kill(pid, signal.SIGSTOP)
     try:
-        await asyncio.sleep(seconds)  # the duration of the freeze itself, not a wait for a condition
+        yield
     finally:
         for pid in reversed(pids):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
+
+
+async def freeze(instance: Instance, seconds: float) -> None:
+    """SIGSTOP the manager and every PostgreSQL process, hold for ``seconds`` (the fault's length), SIGCONT."""
+    with frozen(instance):
+        await asyncio.sleep(seconds)  # the duration of the freeze itself, not a wait for a condition
 
 
 async def _has(instance: Instance, expected: set[int]) -> bool:

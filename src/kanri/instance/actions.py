@@ -24,7 +24,7 @@ from kanri.instance.config_sync import ConfigSync
 from kanri.instance.core import Core
 from kanri.instance.db import fetch_one
 from kanri.instance.demote import read_controldata
-from kanri.instance.fence import lift, write_fence
+from kanri.instance.fence import FENCED_STOP_TIMEOUT, lift, write_fence
 from kanri.instance.http_api import ActionError
 from kanri.instance.identity import start_problems
 from kanri.instance.lifecycle import Lifecycle
@@ -161,7 +161,7 @@ class Actions:
                 log.warning("fenced: PostgreSQL stops and stays stopped", reason=reason, marker=str(core.fence_path))
             core.check_fence()
             stopped = core.pg.running  # this call stops it (a fenced instance's PostgreSQL is not running)
-            await core.pg.stop()
+            await core.pg.stop(timeout=FENCED_STOP_TIMEOUT)  # never held by a standby that no longer answers
         return Fenced(since=record.since, reason=record.reason, already=already, stopped=stopped).as_json()
 
     async def unfence(self, body: dict[str, Any]) -> dict[str, Any]:

@@ -15,9 +15,27 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-__all__ = ["MARKER", "FenceRecord", "lift", "marker_path", "read_fence", "remove_marker", "write_fence", "write_marker"]
+__all__ = [
+    "FENCED_STOP_TIMEOUT",
+    "MARKER",
+    "FenceRecord",
+    "lift",
+    "marker_path",
+    "read_fence",
+    "remove_marker",
+    "write_fence",
+    "write_marker",
+]
 
 MARKER = "kanri-fenced"
+
+FENCED_STOP_TIMEOUT = 10.0
+"""Seconds a fenced (or rejoining) PostgreSQL gets for a fast shutdown before an immediate one. A fast shutdown waits
+until every standby confirmed the shutdown checkpoint, so a standby that no longer answers — across the partition
+that made this primary fence itself, or on a stopped node — holds it for ``wal_sender_timeout`` (60 s by default):
+measured, an isolated primary's rejoin waited 66 s for it. A fenced instance's data is rewound or kept as it is; an
+immediate shutdown loses nothing committed (crash recovery replays it at the next start, and pg_rewind runs that
+recovery itself)."""
 
 
 @dataclass(frozen=True)

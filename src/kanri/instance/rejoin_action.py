@@ -19,7 +19,7 @@ from kanri.contract.actions import RejoinAccepted
 from kanri.contract.status import Rejoin
 from kanri.instance.bootstrap import clone
 from kanri.instance.core import Core
-from kanri.instance.fence import lift, write_fence
+from kanri.instance.fence import FENCED_STOP_TIMEOUT, lift, write_fence
 from kanri.instance.http_api import Accepted, ActionError
 from kanri.instance.lifecycle import Lifecycle
 from kanri.instance.problems import one_line
@@ -80,7 +80,7 @@ class RejoinAction:
         if core.fenced is None:  # the supervisor must not take the stop below for a crash
             write_fence(core.fence_path, f"rejoining {source_label(settings)}", datetime.now(UTC))
             core.check_fence()
-        await core.pg.stop()
+        await core.pg.stop(timeout=FENCED_STOP_TIMEOUT)  # its data is rewound next: a clean shutdown is not needed
         status.message = f"pg_rewind from {source_label(settings)}"
         result = await rewind(settings, core.usable["superuser"])
         status.divergence = result.divergence
