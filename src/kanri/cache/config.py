@@ -68,6 +68,9 @@ def server_config(spec: CacheSpec) -> list[str]:
         "replica-read-only yes",
         # a replica that lost its primary answers errors instead of data of unknown age
         "replica-serve-stale-data no",
+        # the primary pings its replicas every second (default 10): an idle link then never looks silent for longer
+        # than a second, so a replica's agent withdraws it from -ro only when its data really is past maxLagSeconds
+        "repl-ping-replica-period 1",
         "repl-diskless-sync yes",
         "repl-diskless-sync-delay 0",
         "enable-debug-command no",
