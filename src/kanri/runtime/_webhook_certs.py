@@ -93,7 +93,12 @@ def issue_certificates(
     key = ec.generate_private_key(ec.SECP256R1())
     alt_names: list[x509.GeneralName] = [x509.DNSName(name) for name in dns_names]
     alt_names += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses]
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, (dns_names or ip_addresses)[0])])
+    # X.509 caps a common name at 64 characters and TLS clients check the SANs only, so a long Service name in a long
+    # namespace (<service>.<namespace>.svc can pass 64) gets its first label as the name, not a crash.
+    common_name = (dns_names or ip_addresses)[0]
+    if len(common_name) > 64:
+        common_name = common_name.split(".", 1)[0][:64]
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     serving = (
         _builder(subject, ca_name, key.public_key(), start, now + valid_for)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
