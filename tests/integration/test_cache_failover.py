@@ -175,13 +175,13 @@ async def test_a_wait_ledger_loses_nothing_when_the_primary_is_killed(durable: L
     cache = durable
     old = await converged(cache, 0)
     ledger = Ledger(cache, replicas=1)
-    done = asyncio.Event()
+    done, settled = asyncio.Event(), asyncio.Event()
     primaries: list[list[str]] = []
     claiming: list[tuple[float, int]] = []  # (time, pods that report role primary, writable or not)
 
     async def count_primaries() -> None:
         loop = asyncio.get_running_loop()
-        while not done.is_set():
+        while not settled.is_set():
             seen = await cache.histories()
             primaries.append([h.host for h in seen if h is not None and h.writable])
             claiming.append((loop.time(), sum(1 for h in seen if h is not None and h.role == "primary")))
@@ -207,7 +207,16 @@ async def test_a_wait_ledger_loses_nothing_when_the_primary_is_killed(durable: L
     before = len(ledger.acknowledged)
     await eventually(lambda: acknowledged_beyond(before + 200), timeout=30)
     done.set()
-    await asyncio.gather(writer, counter)
+    await writer
+
+    async def one_primary() -> bool:  # the restarted pod's agent may still be deciding what it is
+        return bool(claiming) and claiming[-1][1] == 1
+
+    try:
+        await eventually(one_primary, timeout=30)
+    finally:
+        settled.set()
+        await counter
 
     primary = await ledger.primary()
     assert primary is not None
@@ -221,7 +230,6 @@ async def test_a_wait_ledger_loses_nothing_when_the_primary_is_killed(durable: L
     # a replica frozen during the failover may execute a promotion queued while it was stopped and come back a
     # second primary: its agent steps it down within a check or two of the Sentinels' newest configuration
     assert longest_second_primary(claiming) < 3.0, f"a second primary lasted {longest_second_primary(claiming):.1f} s"
-    assert claiming[-1][1] == 1, f"{claiming[-1][1]} primaries at the end"
 
 
 def longest_second_primary(samples: list[tuple[float, int]]) -> float:
