@@ -79,6 +79,13 @@ async def degraded_is(client: Client, namespace: str, reason: str) -> Obj | None
     return degraded if current and degraded.get("reason") == reason else None
 
 
+async def voter_behind(client: Client, namespace: str, node: int) -> Obj | None:
+    """``status.quorum`` once voter ``node`` is not caught up."""
+    quorum = ((await client.get(CLUSTER_KIND, "events", namespace)).get("status") or {}).get("quorum") or {}
+    lagging = [v for v in quorum.get("voters") or [] if v["nodeId"] == node and not v["caughtUp"]]
+    return quorum if lagging else None
+
+
 async def statefulset_replicas(client: Client, namespace: str) -> int:
     return int((await client.get(STATEFUL_SET, "events", namespace))["spec"]["replicas"])
 
@@ -117,6 +124,9 @@ async def test_status_reports_the_quorum_and_offline_partitions_and_refuses_repl
             await client.patch(CLUSTER_KIND, "events", {"spec": {"replicas": 2}}, namespace)
             refused = await eventually(lambda: degraded_is(client, namespace, "ScaleDownRefused"), timeout=30)
             assert f"broker 2 holds {len(on_2)} partition replicas" in refused["message"], refused
+            # the stopped node is a voter too: the quorum's leader sees it fall behind
+            behind = await eventually(lambda: voter_behind(client, namespace, 2), timeout=30)
+            assert behind["votersCaughtUp"] == 2, behind
         finally:
             await asyncio.to_thread(restart, brokers[2])
         warned = await eventually(lambda: events(client, namespace, "ScaleDownRefused"), timeout=30)
