@@ -19,5 +19,5 @@ async def run(kubeconfig: str | None, *, install_crds: bool, health_port: int, n
         manager = kr.Manager(client, options)
         admins = Admins()
         manager.add(cluster_controller(manager, admins=admins))
-        manager.add(topic_controller(manager, admins=admins))
+        manager.add(topic_controller(manager, admins=admins, registry=manager.registry))  # the registry /metrics serves
         await manager.run()
