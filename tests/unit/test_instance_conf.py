@@ -135,7 +135,8 @@ def test_a_replica_conf_names_its_slot_and_a_passfile_never_the_password() -> No
     lines = conf_lines(text)
     assert lines["primary_slot_name"] == "'orders_2'"
     conninfo = lines["primary_conninfo"]
-    for part in ("host=orders-rw", "port=6432", "user=streaming_replica", "application_name=orders-2"):
+    for part in ("host=orders-rw", "port=6432", "user=streaming_replica", "application_name=orders-2",
+                 "tcp_user_timeout=5000"):  # fmt: skip
         assert part in conninfo
     assert "passfile=/var/run/postgresql/kanri.pgpass" in conninfo
     assert REPLICATION.password not in text

@@ -22,6 +22,12 @@ from kanri.instance.tls import client_options, server_parameters
 
 Value = str | int | float | bool
 
+PRIMARY_TCP_USER_TIMEOUT_MS = 5000
+"""How long a replica's connection to its primary may go unanswered — a connection attempt included — before the WAL
+receiver drops it and tries again (libpq's ``tcp_user_timeout``; ``connect_timeout`` is not honoured by the WAL
+receiver, which connects without blocking). Only the network can trip it: a busy or frozen primary's kernel still
+acknowledges."""
+
 
 def slot_name(instance: str) -> str:
     """The physical replication slot of an instance: its name with ``-`` as ``_`` (slot names allow ``[a-z0-9_]``)."""
@@ -108,6 +114,11 @@ def managed_parameters(
             user=replication.username if replication else "",
             passfile=str(settings.passfile),
             application_name=settings.name,
+            # A connection to an address that no longer answers (the old primary's, on a stopped or cut-off node,
+            # while -rw still routes to it: the retried SYNs keep the first one's conntrack entry) waited for TCP's
+            # own retries: measured, a replica resumed just after a failover stayed unready for 60-135 s. The WAL
+            # receiver tries again every 5 s (wal_retrieve_retry_interval), by then through the new primary's -rw.
+            tcp_user_timeout=PRIMARY_TCP_USER_TIMEOUT_MS,
             **(client_options(settings) if tls else {}),
         )
         params["primary_conninfo"] = conninfo
