@@ -4,8 +4,9 @@ What changed from v1alpha1 (docs/postgrescluster.md, "v1beta1"): ``spec.failover
 ``spec.replication.maxReadLagBytes`` (raw byte counts) became ``maxDataLoss`` and ``maxReadLag``, quantities such as
 ``16Mi``, like every other size in the API.
 Everything else is v1alpha1's models, imported rather than copied, so the two versions cannot drift apart
-silently. PostgresBackup is unchanged apart from its version. Not served yet: deploy/crds/ still holds v1alpha1
-alone; ``kanri.postgres.api.conversion`` holds both versions and the conversion between them.
+silently. PostgresBackup is unchanged apart from its version. Served (not stored) by an operator given a
+conversion webhook (``kanri.postgres.api.served``); deploy/crds/ still holds v1alpha1 alone, and
+``kanri.postgres.api.conversion`` holds both versions and the conversion between them.
 """
 
 from kanri.postgres.api.v1beta1.cluster import PostgresCluster
