@@ -10,20 +10,18 @@ time: its body starts with the error code.
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import struct
 from dataclasses import dataclass
 
+# the flexible-format reader, encoders and the one-connection call are the reassignment module's: one
+# implementation of the wire format
+from kanri.kafka.topics import reassign_wire
 from kanri.kafka.topics.admin import AdminError
-
-# the flexible-format reader and encoders are the reassignment module's: one implementation of the wire format
-from kanri.kafka.topics.reassign_wire import _NO_TAGS, CLIENT_ID, ERRORS, _compact_string, _Reader, _uvarint
+from kanri.kafka.topics.reassign_wire import _NO_TAGS, ERRORS, _call, _compact_string, _Reader, _uvarint
 
 DESCRIBE_QUORUM = 55
 VERSION = 1
 METADATA_TOPIC = "__cluster_metadata"
-_correlation = itertools.count(1)
 
 
 @dataclass(frozen=True)
@@ -57,9 +55,8 @@ def describe_body() -> bytes:
 
 
 def _request(correlation: int, body: bytes) -> bytes:
-    header = struct.pack(">hhi", DESCRIBE_QUORUM, VERSION, correlation)
-    frame = header + struct.pack(">h", len(CLIENT_ID)) + CLIENT_ID + _NO_TAGS + body
-    return struct.pack(">i", len(frame)) + frame
+    """The whole request frame, as :func:`describe` sends it."""
+    return reassign_wire._request(DESCRIBE_QUORUM, correlation, body, VERSION)
 
 
 def _replicas(reader: _Reader) -> tuple[Replica, ...]:
@@ -101,37 +98,4 @@ def parse_describe(payload: bytes) -> QuorumState:
 
 async def describe(bootstrap: str, timeout: float = 10.0) -> QuorumState:
     """The quorum from the first bootstrap broker that answers."""
-    failures = []
-    for address in [part.strip() for part in bootstrap.split(",") if part.strip()]:
-        try:
-            return parse_describe(await _call_one(address, timeout))
-        except AdminError as exc:
-            if exc.code != "_TRANSPORT":
-                raise
-            failures.append(exc.message)
-    raise AdminError("_TRANSPORT", "; ".join(failures) or f"no address in {bootstrap!r}", True)
-
-
-async def _call_one(address: str, timeout: float) -> bytes:
-    host, _, port = address.rpartition(":")
-    correlation = next(_correlation) & 0x7FFFFFFF
-    try:
-        async with asyncio.timeout(timeout):
-            reader, writer = await asyncio.open_connection(host.strip("[]"), int(port))
-            try:
-                writer.write(_request(correlation, describe_body()))
-                await writer.drain()
-                (size,) = struct.unpack(">i", await reader.readexactly(4))
-                frame = await reader.readexactly(size)
-            finally:
-                writer.close()
-    except TimeoutError:
-        raise AdminError("_TIMED_OUT", f"{address}: no answer within {timeout} s", True) from None
-    except (OSError, asyncio.IncompleteReadError) as exc:
-        raise AdminError("_TRANSPORT", f"{address}: {exc}", True) from None
-    if struct.unpack_from(">i", frame)[0] != correlation:
-        raise AdminError("_BAD_MSG", "answer to another request", True)
-    header = _Reader(frame)
-    header.pos = 4
-    header.tags()  # response header v1
-    return frame[header.pos :]
+    return parse_describe(await _call(bootstrap, DESCRIBE_QUORUM, describe_body(), timeout, VERSION))

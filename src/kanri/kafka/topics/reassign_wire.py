@@ -61,9 +61,9 @@ def _compact_int32s(values: Sequence[int]) -> bytes:
 _NO_TAGS = b"\x00"
 
 
-def _request(api_key: int, correlation: int, body: bytes) -> bytes:
-    header = struct.pack(">hhi", api_key, 0, correlation) + struct.pack(">h", len(CLIENT_ID)) + CLIENT_ID + _NO_TAGS
-    frame = header + body
+def _request(api_key: int, correlation: int, body: bytes, version: int = 0) -> bytes:
+    header = struct.pack(">hhi", api_key, version, correlation)
+    frame = header + struct.pack(">h", len(CLIENT_ID)) + CLIENT_ID + _NO_TAGS + body
     return struct.pack(">i", len(frame)) + frame
 
 
@@ -167,12 +167,13 @@ def parse_list(payload: bytes) -> dict[int, Ongoing]:
 # --- the calls -----------------------------------------------------------------------------------------------------
 
 
-async def _call(bootstrap: str, api_key: int, body: bytes, timeout: float) -> bytes:
-    """Send one request to the first bootstrap broker that answers (each forwards to the active controller)."""
+async def _call(bootstrap: str, api_key: int, body: bytes, timeout: float, version: int = 0) -> bytes:
+    """Send one request (``api_key`` at ``version``, request header v2, response header v1) to the first bootstrap
+    broker that answers (each forwards to the active controller); the response body."""
     failures = []
     for address in [part.strip() for part in bootstrap.split(",") if part.strip()]:
         try:
-            return await _call_one(address, api_key, body, timeout)
+            return await _call_one(address, api_key, body, timeout, version)
         except AdminError as exc:
             if exc.code != "_TRANSPORT":
                 raise
@@ -180,14 +181,14 @@ async def _call(bootstrap: str, api_key: int, body: bytes, timeout: float) -> by
     raise AdminError("_TRANSPORT", "; ".join(failures) or f"no address in {bootstrap!r}", True)
 
 
-async def _call_one(address: str, api_key: int, body: bytes, timeout: float) -> bytes:
+async def _call_one(address: str, api_key: int, body: bytes, timeout: float, version: int) -> bytes:
     host, _, port = address.rpartition(":")
     correlation = next(_correlation) & 0x7FFFFFFF
     try:
         async with asyncio.timeout(timeout):
             reader, writer = await asyncio.open_connection(host.strip("[]"), int(port))
             try:
-                writer.write(_request(api_key, correlation, body))
+                writer.write(_request(api_key, correlation, body, version))
                 await writer.drain()
                 (size,) = struct.unpack(">i", await reader.readexactly(4))
                 frame = await reader.readexactly(size)
