@@ -25,6 +25,7 @@ __all__ = [
     "backup_to_v1beta1",
     "cluster_from_v1beta1",
     "cluster_to_v1beta1",
+    "resource_keywords",
 ]
 
 REMOVAL_DATE = "2027-12-31"
@@ -39,8 +40,10 @@ DEPRECATION_WARNING = _warning("PostgresCluster")
 """What the API server tells every client that reads or writes a PostgresCluster through v1alpha1."""
 
 
-def _spoke_of(model: type[CustomResource]) -> dict[str, Any]:
-    """The class keywords of ``model``'s resource, as a deprecated, non-storage version."""
+def resource_keywords(model: type[CustomResource], *, storage: bool, deprecation_warning: str | None = None
+                      ) -> dict[str, Any]:  # fmt: skip
+    """``model``'s resource declaration as class keywords, with ``storage`` set (and ``deprecation_warning``, when
+    given, instead of the model's own)."""
     info = model.resource
     return {
         "group": info.group,
@@ -50,9 +53,14 @@ def _spoke_of(model: type[CustomResource]) -> dict[str, Any]:
         "short_names": info.short_names,
         "categories": info.categories,
         "printer_columns": info.printer_columns,
-        "storage": False,
-        "deprecation_warning": _warning(info.kind),
+        "storage": storage,
+        "deprecation_warning": deprecation_warning or info.deprecation_warning,
     }
+
+
+def _spoke_of(model: type[CustomResource]) -> dict[str, Any]:
+    """The class keywords of ``model``'s resource, as a deprecated, non-storage version."""
+    return resource_keywords(model, storage=False, deprecation_warning=_warning(model.resource.kind))
 
 
 class PostgresClusterV1Alpha1(v1alpha1.PostgresCluster, **_spoke_of(v1alpha1.PostgresCluster)):

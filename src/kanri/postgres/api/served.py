@@ -26,6 +26,7 @@ from kanri.postgres.api.conversion import (
     backup_to_v1beta1,
     cluster_from_v1beta1,
     cluster_to_v1beta1,
+    resource_keywords,
 )
 from kanri.runtime import Conversion, Conversions, CustomResource, crd_for
 
@@ -50,18 +51,7 @@ Obj = dict[str, Any]
 
 def _keywords(model: type[CustomResource], *, storage: bool) -> dict[str, Any]:
     """``model``'s resource declaration as class keywords, with ``storage`` set."""
-    info = model.resource
-    return {
-        "group": info.group,
-        "version": info.version,
-        "kind": info.kind,
-        "plural": info.plural,
-        "short_names": info.short_names,
-        "categories": info.categories,
-        "printer_columns": info.printer_columns,
-        "storage": storage,
-        "deprecation_warning": info.deprecation_warning,
-    }
+    return resource_keywords(model, storage=storage)
 
 
 class StoredPostgresClusterV1Alpha1(PostgresClusterV1Alpha1, **_keywords(PostgresClusterV1Alpha1, storage=True)):
