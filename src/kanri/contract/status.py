@@ -48,6 +48,7 @@ __all__ = [
     "Rejoin",
     "Replica",
     "Restore",
+    "Upstream",
 ]
 
 MAX_LISTED = 16
@@ -189,6 +190,27 @@ class Restore(_Wire):
     message: str
 
 
+def _age(value: Any) -> float | None:
+    """Seconds of age: a finite, non-negative number (not a bool), or None."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < float("inf"):
+        return None
+    return float(value)
+
+
+class Upstream(_Wire):
+    """``upstream`` on a replica (kanri:upstream-evidence): the primary's WAL end as its WAL receiver last heard it
+    (``pg_stat_wal_receiver.latest_end_lsn``, or what it received when higher), remembered by the instance manager
+    because the row vanishes when the receiver stops. Ages are the replica's own clock at the report:
+    ``heard_seconds`` since the last message from the primary, ``streaming_seconds`` since the receiver was last
+    seen streaming (0: it streams now)."""
+
+    position: Annotated[str | None, reading(lambda v: v if isinstance(v, str) and _LSN.fullmatch(v) else None)] = None
+    timeline: Count = None
+    """The timeline it was receiving: only evidence of the primary of that timeline."""
+    heard_seconds: Annotated[float | None, reading(_age)] = None
+    streaming_seconds: Annotated[float | None, reading(_age)] = None
+
+
 def _problems(value: Any) -> Any:
     """Keep at most :data:`MAX_LISTED` problems that are objects with a message."""
     if not isinstance(value, list | tuple):
@@ -241,6 +263,9 @@ class InstanceStatus(_Wire):
     rejoin: Rejoin | None = None
     isolation: Isolation | None = None
     restore: Restore | None = None
+    upstream: Upstream | None = None
+    """A replica's remembered evidence of its primary's WAL end (sent only when it has some; an older instance
+    manager never sends it: no evidence)."""
     fenced_since: str | None = None
     """Sent with ``fenceReason`` while fenced only."""
     fence_reason: Text = None
@@ -280,7 +305,7 @@ class InstanceStatus(_Wire):
     def _some_names(cls, value: Any, info: ValidationInfo) -> Any:
         return _names(value) if untrusted(info) else value
 
-    @field_validator("archiver", "isolation", "restore", mode="before")
+    @field_validator("archiver", "isolation", "restore", "upstream", mode="before")
     @classmethod
     def _object_or_nothing(cls, value: Any, info: ValidationInfo) -> Any:
         return value if not untrusted(info) or isinstance(value, dict | BaseModel) else None

@@ -128,6 +128,7 @@ class InstanceManager:
             group.create_task(self.upkeep.run())
             group.create_task(self.guard.run())
             group.create_task(self.core.disk.run(self.core.problems))  # kanri:disk-full
+            group.create_task(self.report.upstream.run())  # kanri:upstream-evidence
 
     def _exporter_state(self) -> ManagerState:
         core = self.core

@@ -19,6 +19,7 @@ from kanri.instance.identity import data_version
 from kanri.instance.lifecycle import Lifecycle
 from kanri.instance.problems import UNREACHABLE
 from kanri.instance.rejoin_action import RejoinAction
+from kanri.instance.upstream import UpstreamWatch
 
 
 class StatusReport:
@@ -28,6 +29,8 @@ class StatusReport:
         self.core = core
         self.lifecycle = lifecycle
         self.rejoin = rejoin
+        self.upstream = UpstreamWatch(core)
+        """A replica's evidence of its primary's WAL end; its loop is started by the manager."""
 
     async def not_ready_reason(self) -> str | None:
         """Why ``/readyz`` fails, or None when ready."""
@@ -94,7 +97,11 @@ class StatusReport:
             async with conn:
                 try:
                     view.update(await status_queries.collect(conn))
+                    if view.get("in_recovery"):
+                        await self.upstream.observe(conn)
                     view["ready"] = await self._not_ready(conn) is None
                 except psycopg.Error as exc:
                     view["last_error"] = f"status query failed: {exc}"
+        if view.get("role") == "replica" and (upstream := self.upstream.report()) is not None:
+            view["upstream"] = upstream  # only when known: an instance that heard nothing sends no key
         return InstanceStatus(**view)

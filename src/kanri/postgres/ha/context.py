@@ -79,7 +79,8 @@ def lsn_text(position: int) -> str:
 def status_progress(progress: Obj) -> Obj:
     """``status.failover`` holds only the schema's fields (and no nulls)."""
     allowed = ("phase", "from", "reason", "started", "primaryLSN", "primaryTimeline", "target", "checkpointLSN",
-               "candidates", "lsnGapBytes", "dataLossPossible", "approvedBy", "blockedReason", "message")  # fmt: skip
+               "candidates", "lsnGapBytes", "dataLossPossible", "approvedBy", "blockedReason", "message",
+               "primaryLSNSource", "primaryLSNEvidence")  # fmt: skip
     return {k: v for k, v in progress.items() if k in allowed and v is not None}
 
 

@@ -194,11 +194,14 @@ def guard(
     standbys: int,
     approved: str | None,
     switchover: bool = False,
+    evidence: str = "",
 ) -> Decision:
     """The RPO guard (seed §7D): promote only when the loss is bounded as the spec allows, else stop and ask.
 
     ``standbys``: how many replicas the primary had (the synchronous set); ``approved``: the instance named by
-    ``kanri.dev/approve-failover``, which overrides the guard when it is one of the candidates."""
+    ``kanri.dev/approve-failover``, which overrides the guard when it is one of the candidates; ``primary_lsn``: the
+    failed primary's last known position (:mod:`kanri.postgres.ha.position`), ``evidence`` what the replicas said
+    of it (named when it is unknown)."""
     best = best_candidate(candidates)
     # Every acknowledged commit is on a candidate that answered only in mode Sync with the quorum heard; otherwise
     # the primary may have acknowledged commits after it was last seen, whatever the gap as last seen.
@@ -228,8 +231,10 @@ def guard(
                         f"standbys answered: none is known to hold every acknowledged commit; best candidate "
                         f"{best.name}, possible loss {gap_text}; {ask}")  # fmt: skip
     if gap is None:
+        said = evidence or "no replica reported evidence of its WAL end"
         return Decision(best, gap, "DataLossUnknown", f"the failed primary's last position is unknown (the operator "
-                        f"restarted during detection): best candidate {best.name}; {ask}")  # fmt: skip
+                        f"had not seen it healthy since it started; {said}): best candidate {best.name}; "
+                        f"{ask}")  # fmt: skip
     if gap > max_data_loss_bytes:
         return Decision(best, gap, "DataLossAboveLimit", f"best candidate {best.name} lacks {gap} bytes of WAL, above "
                         f"failover.maxDataLossBytes ({max_data_loss_bytes}); {ask}")  # fmt: skip

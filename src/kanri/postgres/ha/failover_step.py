@@ -6,7 +6,8 @@ to ``status.failover`` before its actions, so an operator killed at any point re
 is idempotent (fencing a fenced instance, pausing a paused replica, promoting a replica that already reports
 primary). What only lives in memory — when the primary was last seen healthy, and where its WAL stood — is lost with
 the operator; a restarted operator measures the detection window afresh (a later failover, never an earlier one)
-and, not knowing the old primary's position, cannot bound the loss (``DataLossUnknown``: it asks).
+and bounds the loss with what the replicas last heard of the old primary's WAL when that is recent enough
+(:mod:`kanri.postgres.ha.position`); otherwise it cannot bound it (``DataLossUnknown``: it asks).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from kanri.postgres.ha.failover import (
     heard,
     window,
 )
+from kanri.postgres.ha.position import last_position, witnesses
 from kanri.postgres.ha.primary_update import PLANNED, PlannedReason
 from kanri.postgres.ha.rejoin import rejoin_former_primaries
 from kanri.postgres.labels import FENCED, PRIMARY
@@ -145,11 +147,15 @@ class FailoverStep(FailoverContext):
             return StepResult(requeue=SUSPECT_INTERVAL)
         self.memory.suspect = None
         lsn, timeline = (seen[1], seen[2]) if seen is not None and seen[0] == primary else (None, None)
-        progress: Obj = {"phase": "Fencing", "from": primary, "reason": failure, "started": iso(_now())}
-        if lsn:
-            progress["primaryLSN"] = lsn
+        # the operator's memory or, when it restarted since, what the replicas last heard (ha/position.py)
+        known = last_position(lsn, witnesses(self.raw, primary), watched=elapsed,
+                              timeline=timeline or self.status.get("timeline"))  # fmt: skip
+        progress: Obj = {"phase": "Fencing", "from": primary, "reason": failure, "started": iso(_now()),
+                         "primaryLSN": known.lsn, "primaryLSNSource": known.source,
+                         "primaryLSNEvidence": known.evidence[:512] if known.source != "Memory" else None}  # fmt: skip
         if timeline:
             progress["primaryTimeline"] = timeline
+        progress = status_progress(progress)
         self.memory.failover_started = clock
         await self.set_progress(progress)
         await self.r.events.warning(self.cluster, "FailoverStarted", f"primary {primary} failed ({failure} for "
@@ -248,6 +254,7 @@ class FailoverStep(FailoverContext):
             sync_standbys=(replication.sync_standbys or 1) if sync else 0,
             standbys=len(self.instances) - 1,
             approved=self.annotations.get(APPROVE),
+            evidence=str(progress.get("primaryLSNEvidence") or ""),
         )
 
     async def elect(self, progress: Obj) -> Obj:
@@ -409,6 +416,8 @@ class FailoverStep(FailoverContext):
             record["timeline"] = timeline
         if progress.get("approvedBy"):
             record["approvedBy"] = progress["approvedBy"]
+        if not switchover and progress.get("primaryLSNSource"):
+            record["primaryLSNSource"] = progress["primaryLSNSource"]
         patch: Obj = {"failover": None, "lastFailover": record, "currentPrimary": target}
         if timeline:
             patch["timeline"] = timeline
@@ -422,7 +431,8 @@ class FailoverStep(FailoverContext):
             gap = progress.get("lsnGapBytes")
             if gap is None and lsn_bytes(progress.get("primaryLSN")) is not None:
                 gap = 0  # the position was known, the gap 0 as last seen (loss.recorded_gap leaves it out)
-            lost = loss.promotion_loss(old, gap, record["dataLossPossible"])
+            lost = loss.promotion_loss(old, gap, record["dataLossPossible"], progress.get("primaryLSNSource"),
+                                       str(progress.get("primaryLSNEvidence") or ""))  # fmt: skip
             await self.r.events.warning(self.cluster, "FailedOver", f"promoted {target} (timeline {timeline or '?'}) "
                                         f"after {old} failed ({progress.get('reason')}); {lost}")  # fmt: skip
         await mark_announced(self, record)  # told: a later pass does not post it again (ha/announce.py)

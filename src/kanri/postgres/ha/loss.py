@@ -28,16 +28,23 @@ def recorded_gap(gap: int | None, possible: bool) -> int | None:
     return None if possible and gap == 0 else gap
 
 
-def promotion_loss(old: str, gap: int | None, possible: bool) -> str:
-    """The ``FailedOver`` Event's account of the loss, from what the promotion knew."""
+def promotion_loss(old: str, gap: int | None, possible: bool, source: str | None = None, evidence: str = "") -> str:
+    """The ``FailedOver`` Event's account of the loss, from what the promotion knew; ``source`` says who last saw
+    the old primary's position (``Memory``: the operator; ``Replicas``: the replicas' WAL receivers, ``evidence``
+    in words)."""
     if not possible:
         return "no acknowledged commit lost: a synchronous standby holding every acknowledged commit was promoted"
     after = f"what {old} wrote after it was last seen is measured when it rejoins (status.lastFailover.divergedBytes)"
     if gap is None:
         return f"possible data loss of unknown size: {old}'s last WAL position was not known; {after}"
+    seen = "as last seen"
+    if source == "Replicas":
+        seen = f"as last seen by the replicas ({evidence})" if evidence else "as last seen by the replicas"
+    elif source == "Memory":
+        seen = "as the operator last saw it"
     if gap == 0:
-        return f"possible data loss: the promoted replica had all of {old}'s WAL as last seen; {after}"
-    return f"possible data loss: the promoted replica lacked {gap} bytes of {old}'s WAL as last seen; {after}"
+        return f"possible data loss: the promoted replica had all of {old}'s WAL {seen}; {after}"
+    return f"possible data loss: the promoted replica lacked {gap} bytes of {old}'s WAL {seen}; {after}"
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ KeptBy = Literal["LastPrimary", "CurrentPrimary", "HighestPosition"]
 UpgradePhase = Literal["WaitingForApproval", "WaitingForPreconditions", "Checking", "Upgrading", "Succeeded", "Failed"]
 RestoreTestResult = Literal["Succeeded", "Failed"]
 FailoverPhase = Literal["Fencing", "Electing", "Blocked", "Demoting", "Promoting"]
+PositionSource = Literal["Memory", "Replicas"]  # kanri:upstream-evidence
 
 CONDITION_TYPES = ("Ready", "Progressing", "Degraded")
 """Condition types every PostgresCluster carries once the operator has seen it."""
@@ -109,6 +110,9 @@ class FailoverRecord(ApiModel):
     """From the start of the failover (the detection window had passed) to the promotion, in seconds."""
     approved_by: Annotated[str, Field(max_length=64)] | None = None
     """Set when a blocked failover was approved with kanri.dev/approve-failover (the annotation's value)."""
+    primary_lsn_source: PositionSource | None = Field(default=None, alias="primaryLSNSource")  # kanri:upstream-evidence
+    """Where the old primary's position that lsnGapBytes is measured from came from: Memory (the operator's last
+    healthy answer from it) or Replicas (what the replicas' WAL receivers last heard, after an operator restart)."""
 
 
 class FailoverCandidate(ApiModel):
@@ -138,6 +142,13 @@ class FailoverProgress(ApiModel):
     """The failed primary's write position as last seen (what the possible loss is measured against)."""
     primary_timeline: Annotated[int, Field(ge=1)] | None = None
     """The failed primary's timeline as last seen."""
+    primary_lsn_source: PositionSource | None = Field(default=None, alias="primaryLSNSource")  # kanri:upstream-evidence
+    """Where primaryLSN came from: Memory (the operator's last healthy answer from the primary) or Replicas (what
+    the replicas' WAL receivers last heard of its WAL end)."""
+    primary_lsn_evidence: Annotated[str, Field(max_length=512)] | None = Field(  # kanri:upstream-evidence
+        default=None, alias="primaryLSNEvidence"
+    )
+    """What the replicas reported of the failed primary's WAL end and how old it was."""
     target: Name | None = None
     """The instance being promoted (chosen, approved, or the switchover's target)."""
     checkpoint_lsn: Lsn | None = Field(default=None, alias="checkpointLSN")

@@ -1,0 +1,137 @@
+"""What a replica last heard of its primary's WAL end, remembered while the operator may be away (issue 29 item 11).
+
+Every message a WAL sender sends (WAL data and keepalives alike) carries the primary's WAL end: the flush position
+with WAL data, what it has sent with a keepalive; the receiver keeps the latest in ``pg_stat_wal_receiver``
+(``latest_end_lsn``, with ``last_msg_receipt_time``). While the connection streams, the sender is woken by every
+flush, so WAL the primary flushed reaches the replica at once: a replica streaming until a moment bounds the
+primary's position as of that moment. The row vanishes when the receiver stops (the primary gone, a failover's
+pause), so the manager polls it every :data:`INTERVAL` seconds and keeps the highest position per timeline with
+when it last heard the primary and last saw the receiver streaming, on its own monotonic clock.
+
+The operator uses it when its own memory of the primary was lost (:mod:`kanri.postgres.ha.position`). Only a
+replica reports it (``upstream`` in ``GET /status``); the memory is dropped when this instance becomes a primary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.rows import DictRow
+
+from kanri.contract.status import Upstream
+from kanri.instance.core import Core
+
+__all__ = ["INTERVAL", "QUERY", "UpstreamMemory", "UpstreamWatch"]
+
+INTERVAL = 1.0
+"""Seconds between two looks at the WAL receiver (the operator probes the primary every 2 s)."""
+
+# The replica's own received position when higher: a keepalive reports what was sent, which WAL in flight can pass.
+QUERY = """
+SELECT greatest(latest_end_lsn, pg_last_wal_receive_lsn())::text AS position, received_tli AS timeline,
+       greatest(extract(epoch FROM clock_timestamp() - last_msg_receipt_time), 0)::float8 AS heard_ago
+  FROM pg_stat_wal_receiver
+ WHERE status = 'streaming' AND latest_end_lsn IS NOT NULL AND latest_end_lsn > '0/0'::pg_lsn
+"""
+
+
+def _bytes(lsn: str) -> int:
+    high, _, low = lsn.partition("/")
+    return (int(high, 16) << 32) + int(low, 16)
+
+
+@dataclass
+class UpstreamMemory:
+    """The last evidence seen (pure; fed rows of :data:`QUERY` and the monotonic time)."""
+
+    position: str | None = None
+    timeline: int | None = None
+    heard_at: float | None = None
+    """When the primary's last message arrived (monotonic)."""
+    streaming_at: float | None = None
+    """When the receiver was last seen streaming (monotonic)."""
+
+    def observe(self, row: dict[str, Any] | None, now: float) -> None:
+        """One look: ``row`` is the streaming receiver's, None when it does not stream."""
+        if row is None or not row.get("position"):
+            return
+        timeline = row.get("timeline")
+        position = str(row["position"])
+        same = timeline == self.timeline and self.position is not None
+        if not same or _bytes(position) > _bytes(self.position or "0/0"):
+            self.position = position  # a keepalive may report less than an earlier message: keep the highest
+        self.timeline = timeline
+        self.heard_at = now - max(float(row.get("heard_ago") or 0.0), 0.0)
+        self.streaming_at = now
+
+    def forget(self) -> None:
+        """This instance is no replica any more: what it heard was of another primary."""
+        self.position = self.timeline = self.heard_at = self.streaming_at = None
+
+    def report(self, now: float) -> Upstream | None:
+        """``upstream`` for ``GET /status`` (ages on this clock), None when nothing was heard."""
+        if self.position is None or self.heard_at is None or self.streaming_at is None:
+            return None
+        return Upstream(position=self.position, timeline=self.timeline,
+                        heard_seconds=round(max(now - self.heard_at, 0.0), 3),
+                        streaming_seconds=round(max(now - self.streaming_at, 0.0), 3))  # fmt: skip
+
+
+class UpstreamWatch:
+    """Polls the WAL receiver every :data:`INTERVAL` on a replica, over one kept connection."""
+
+    def __init__(self, core: Core, clock: Callable[[], float] = time.monotonic) -> None:
+        self.core = core
+        self.clock = clock
+        self.memory = UpstreamMemory()
+        self._conn: psycopg.AsyncConnection[DictRow] | None = None
+
+    async def run(self) -> None:
+        """The loop (forever)."""
+        try:
+            while True:
+                await self.look()
+                await asyncio.sleep(INTERVAL)
+        finally:
+            await self._close()
+
+    async def look(self) -> None:
+        """One look (errors only drop the connection: the next look opens another)."""
+        core = self.core
+        if not core.data_ready or not core.pg.running:
+            await self._close()
+            return
+        if not core.is_replica:
+            self.memory.forget()
+            await self._close()
+            return
+        try:
+            if self._conn is None or self._conn.closed:
+                self._conn = await core.connect_own(timeout=2)
+            cursor = await self._conn.execute(QUERY)
+            row = await cursor.fetchone()
+        except (psycopg.Error, OSError):
+            await self._close()
+            return
+        self.memory.observe(dict(row) if row is not None else None, self.clock())
+
+    async def observe(self, conn: psycopg.AsyncConnection[DictRow]) -> None:
+        """One look over the caller's connection (``GET /status`` on a replica)."""
+        with contextlib.suppress(psycopg.Error):
+            row = await (await conn.execute(QUERY)).fetchone()
+            self.memory.observe(dict(row) if row is not None else None, self.clock())
+
+    def report(self) -> Upstream | None:
+        return self.memory.report(self.clock()) if self.core.is_replica else None
+
+    async def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(psycopg.Error, OSError):
+                await conn.close()

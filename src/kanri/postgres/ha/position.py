@@ -1,0 +1,104 @@
+"""The failed primary's last known WAL position, and where it comes from: the input of the RPO guard in mode Async
+(issue 29 item 11).
+
+Two sources, each a lower bound of where the primary's WAL ended:
+
+- **Memory**: the operator's own last healthy answer from the primary (``write_lsn``, probed every
+  :data:`~kanri.postgres.ha.failover.PROBE_INTERVAL` s). Lost when the operator restarts.
+- **Replicas**: what each replica's WAL receiver last heard of the primary's WAL end (``upstream`` in its report,
+  remembered by its instance manager, :mod:`kanri.instance.upstream`). It survives an operator outage. While a
+  replica streams, every flush on the primary is sent to it at once, so its evidence bounds the primary's position
+  as of the last time it streamed. What the primary wrote after that is bounded by nothing the operator can read:
+  a primary cut off from its replicas but not from the API server keeps running (its isolation check passes). So
+  the evidence is used only when a replica streamed from it at most :data:`EVIDENCE_WINDOW` seconds before the
+  operator found it failed — as recent as the operator's own probes would have been, give or take one detection
+  window. Older evidence (all replicas had lost the primary long before) leaves the position unknown
+  (``DataLossUnknown``), and the message says which evidence there was and how old.
+
+The higher position wins when both are known. Only evidence of the primary's timeline counts (the cluster's
+``status.timeline``, or the timeline the memory saw): a replica's memory of an earlier primary says nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from kanri.postgres.cluster.instances import InstanceReport
+from kanri.postgres.metrics import lsn_bytes
+
+__all__ = ["EVIDENCE_WINDOW", "LastPosition", "Source", "Witness", "last_position", "witnesses"]
+
+EVIDENCE_WINDOW = 6.0
+"""Seconds a replica's last streaming from the primary may precede the operator's first failed probe of it for its
+evidence to bound the loss: one detection window (``UNREACHABLE_WINDOW``). With the operator up, the replicas
+stream until after it first misses the primary (a receiver notices a dead primary within ~6 s), so the evidence
+is at least as recent as the operator's memory."""
+
+Source = Literal["Memory", "Replicas"]
+
+
+@dataclass(frozen=True)
+class Witness:
+    """One replica's evidence of the failed primary's WAL end, aged at this pass."""
+
+    name: str
+    position: str
+    timeline: int | None
+    streaming_seconds: float
+    """Since the replica was last seen streaming from the primary."""
+    heard_seconds: float
+    """Since its last message from the primary."""
+
+
+def witnesses(reports: Mapping[str, InstanceReport], primary: str) -> list[Witness]:
+    """The replicas that reported evidence (an older instance manager reports none)."""
+    found = []
+    for name, report in sorted(reports.items()):
+        upstream = report.upstream
+        if name == primary or report.role != "replica" or upstream is None or upstream.position is None:
+            continue
+        streaming = upstream.streaming_seconds if upstream.streaming_seconds is not None else float("inf")
+        heard = upstream.heard_seconds if upstream.heard_seconds is not None else streaming
+        found.append(Witness(name, upstream.position, upstream.timeline, streaming, heard))
+    return found
+
+
+@dataclass(frozen=True)
+class LastPosition:
+    """The failed primary's last known position (None: unknown), its source, and what the replicas said."""
+
+    lsn: str | None
+    source: Source | None
+    evidence: str
+    """The replicas' evidence in words (which, how old), for the failover's messages; empty when none."""
+
+
+def _describe(w: Witness, watched: float) -> str:
+    before = w.streaming_seconds - watched
+    when = "still streaming" if w.streaming_seconds < 1 else (
+        f"last streamed {before:.0f} s before it was found failed" if before >= 0 else
+        f"last streamed {-before:.0f} s after it was found failed")  # fmt: skip
+    return f"{w.name} heard WAL end {w.position} ({when})"
+
+
+def last_position(memory: str | None, found: list[Witness], *, timeline: int | None, watched: float) -> LastPosition:
+    """The position to bound the loss with. ``memory``: the write LSN the operator last saw (None after a restart);
+    ``found``: the replicas' evidence (:func:`witnesses`); ``timeline``: the failed primary's; ``watched``: seconds
+    since the operator first found the primary failed (the replicas' ages are measured at this same pass)."""
+    if timeline is None and found:
+        timeline = max((w.timeline or 0) for w in found) or None
+    relevant = [w for w in found if timeline is None or w.timeline == timeline]
+    fresh = [w for w in relevant if w.streaming_seconds - watched <= EVIDENCE_WINDOW]
+    words = "; ".join(_describe(w, watched) for w in relevant)
+    if not relevant:
+        words = "no replica reported evidence of its WAL end" + (f" on timeline {timeline}" if timeline else "")
+    elif not fresh:
+        words += f" — older than {EVIDENCE_WINDOW:.0f} s before it was found failed: it may have written after"
+    best = max(fresh, key=lambda w: lsn_bytes(w.position) or 0, default=None)
+    if best is not None and (memory is None or (lsn_bytes(best.position) or 0) > (lsn_bytes(memory) or 0)):
+        return LastPosition(best.position, "Replicas", words)
+    if memory is not None:
+        return LastPosition(memory, "Memory", words)
+    return LastPosition(None, None, words)
