@@ -96,7 +96,8 @@ def last_position(memory: str | None, found: list[Witness], *, timeline: int | N
         words = "no replica reported evidence of its WAL end" + (f" on timeline {timeline}" if timeline else "")
     elif not fresh:
         words += f" — older than {EVIDENCE_WINDOW:.0f} s before it was found failed: it may have written after"
-    best = max(fresh, key=lambda w: lsn_bytes(w.position) or 0, default=None)
+    # any replica's evidence is a lower bound of the primary's position; the freshest one bounds what came after it
+    best = max(relevant, key=lambda w: lsn_bytes(w.position) or 0) if fresh else None
     if best is not None and (memory is None or (lsn_bytes(best.position) or 0) > (lsn_bytes(memory) or 0)):
         return LastPosition(best.position, "Replicas", words)
     if memory is not None:

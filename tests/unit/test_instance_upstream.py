@@ -1,0 +1,57 @@
+"""A replica's remembered evidence of its primary's WAL end (kanri.instance.upstream) and its place in the /status
+contract."""
+
+from __future__ import annotations
+
+from kanri.contract.status import InstanceStatus, Upstream
+from kanri.instance.upstream import UpstreamMemory
+
+
+def test_nothing_heard_reports_nothing() -> None:
+    memory = UpstreamMemory()
+    memory.observe(None, 10.0)  # the receiver does not stream
+    assert memory.report(11.0) is None
+
+
+def test_the_evidence_is_kept_after_the_receiver_stops_and_ages_on_the_replicas_clock() -> None:
+    memory = UpstreamMemory()
+    memory.observe({"position": "0/3000100", "timeline": 1, "heard_ago": 0.5}, 100.0)
+    memory.observe(None, 101.0)  # the primary is gone: the row vanished
+    memory.observe(None, 102.0)
+    assert memory.report(104.0) == Upstream(position="0/3000100", timeline=1, heard_seconds=4.5,
+                                            streaming_seconds=4.0)  # fmt: skip
+
+
+def test_the_highest_position_on_a_timeline_is_kept_and_a_new_timeline_starts_afresh() -> None:
+    memory = UpstreamMemory()
+    memory.observe({"position": "0/3000100", "timeline": 1, "heard_ago": 0.0}, 1.0)
+    memory.observe({"position": "0/3000080", "timeline": 1, "heard_ago": 0.0}, 2.0)  # a keepalive's sent position
+    assert memory.report(2.0) == Upstream(position="0/3000100", timeline=1, heard_seconds=0.0, streaming_seconds=0.0)
+    memory.observe({"position": "0/3000010", "timeline": 2, "heard_ago": 0.0}, 3.0)  # following a new primary
+    report = memory.report(3.0)
+    assert report is not None
+    assert (report.position, report.timeline) == ("0/3000010", 2)
+
+
+def test_a_promoted_instance_forgets() -> None:
+    memory = UpstreamMemory()
+    memory.observe({"position": "0/3000100", "timeline": 1, "heard_ago": 0.0}, 1.0)
+    memory.forget()
+    assert memory.report(2.0) is None
+
+
+def test_upstream_is_sent_only_when_known_and_read_defensively() -> None:
+    plain = InstanceStatus(name="pg-2", role="replica")
+    assert "upstream" not in plain.as_json()  # as an older instance manager: no evidence
+    assert InstanceStatus.read(plain.as_json()).upstream is None  # type: ignore[union-attr]
+    evidence = Upstream(position="0/3000100", timeline=1, heard_seconds=1.5, streaming_seconds=0.0)
+    sent = InstanceStatus(name="pg-2", role="replica", upstream=evidence)
+    body = sent.as_json()
+    assert body["upstream"] == {"position": "0/3000100", "timeline": 1, "heardSeconds": 1.5, "streamingSeconds": 0.0}
+    assert InstanceStatus.read(body) == sent
+    hostile = {**body, "upstream": {"position": "x'; DROP", "timeline": -1, "heardSeconds": float("inf"),
+                                    "streamingSeconds": True}}  # fmt: skip
+    read = InstanceStatus.read(hostile)
+    assert read is not None
+    assert read.upstream == Upstream()  # every value read as absent: no evidence
+    assert InstanceStatus.read({**body, "upstream": "0/3000100"}).upstream is None  # type: ignore[union-attr]
