@@ -1,0 +1,62 @@
+"""A replica's instance manager remembers what its WAL receiver last heard of the primary's WAL end, and keeps
+reporting it (``upstream`` in ``GET /status``, aged on its own clock) after the receiver lost the primary — the
+evidence a restarted operator bounds a failover's loss with (issue 29 item 11).
+
+Real PostgreSQL 15 and real instance managers as in tests/integration/test_instance_ha.py (its helpers are reused):
+the replica reaches the primary through the test's TCP forwarder, which the test cuts as a stopped node would.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.integration.test_instance_ha import Forwarder, forwarder, insert, lsn, pair, workspace
+from tests.integration.test_instance_manager import PG_BIN, Workspace, free_port
+from tests.support import eventually
+
+pytestmark = [
+    pytest.mark.skipif(not (PG_BIN / "postgres").exists(), reason=f"no PostgreSQL binaries in {PG_BIN}"),
+    pytest.mark.timeout(180),
+]
+
+__all__ = ["forwarder", "workspace"]  # the fixtures, reused
+
+
+async def test_a_replica_reports_the_primarys_wal_end_and_keeps_it_after_losing_the_primary(
+    workspace: Workspace, forwarder: Forwarder
+) -> None:
+    async with pair(workspace, forwarder) as (primary, replica):
+        await insert(primary, *range(1, 51))
+        flushed = lsn((await primary.status())["flushLsn"])
+
+        async def heard_it() -> dict[str, Any] | None:
+            upstream = (await replica.status()).get("upstream")
+            return upstream if upstream and lsn(upstream["position"]) >= flushed else None
+
+        upstream = await eventually(heard_it, timeout=30)
+        assert upstream["timeline"] == 1
+        assert upstream["streamingSeconds"] < 3  # it streams: polled every second
+        assert (await primary.status()).get("upstream") is None  # a primary reports none
+
+        # The primary's node stops: its connections die and nothing answers there any more.
+        last = lsn((await primary.status())["flushLsn"])
+        await eventually(lambda: heard_it_at(replica, last), timeout=30)
+        forwarder.point(free_port())
+
+        async def lost_it() -> dict[str, Any] | None:
+            status = await replica.status()
+            upstream = status.get("upstream")
+            return status if not status.get("streaming") and upstream and upstream["streamingSeconds"] >= 2 else None
+
+        status = await eventually(lost_it, timeout=60)
+        kept = status["upstream"]
+        assert lsn(kept["position"]) >= last  # the row vanished; the manager still has what it heard
+        assert kept["timeline"] == 1
+        assert kept["heardSeconds"] >= kept["streamingSeconds"] >= 2
+
+
+async def heard_it_at(replica: Any, position: int) -> bool:
+    upstream = (await replica.status()).get("upstream") or {}
+    return bool(upstream) and lsn(upstream["position"]) >= position
