@@ -568,3 +568,48 @@ async def test_a_primary_frozen_during_a_switchover_ends_with_one_primary_and_no
     assert not status.get("failover")
     cluster_obj = await client.get(POSTGRES_CLUSTER, NAME, namespace)
     assert SWITCHOVER not in (cluster_obj["metadata"].get("annotations") or {})
+
+
+async def test_a_primary_node_stopped_while_the_operator_was_down_fails_over_by_itself_bounded_by_the_replicas(
+    client: Client, host: NodeHost, operator: Operator, namespace: str, record_property: Callable[[str, object], None]
+) -> None:
+    """Issue 29 item 11: no operator runs when the primary's node stops, so no operator saw the primary's last WAL
+    position. The one that starts right after bounds the loss with what the replicas' WAL receivers last heard of the
+    primary (their instance managers remembered it) and fails over by itself in mode Async; lastFailover and the
+    FailedOver Event say where the position came from. Before, it blocked (DataLossUnknown) until a human approved."""
+    spec = {"replication": {"mode": "Async"}, "podTemplate": one_per_node()}
+    await client.create(POSTGRES_CLUSTER, cluster(NAME, namespace, 3, **spec))
+    started = time.monotonic()
+    async with operator.running(refresh=10.0):
+        await eventually(lambda: ready(client, namespace, NAME, 3), timeout=240, interval=1)
+    record_property("phase_ready", round(time.monotonic() - started, 1))
+    async with workload(client, namespace, write_probe=False) as (ledger, _):
+        await eventually(lambda: asyncio.sleep(0, len(ledger.acks) >= 20 or None), timeout=30)
+        old, node, _ = await primary_and_node(client, namespace)
+        assert await host.chaos("stop", node)  # the operator is down: nobody sees the primary's last position
+        async with operator.running(refresh=10.0):
+            try:
+                record = await eventually(lambda: failed_over_from(client, namespace, old), timeout=90,
+                                          interval=0.5)  # fmt: skip
+            except NotYet:
+                print(await diagnosis(client, str(operator.control_plane.kubeconfig), namespace, ledger))
+                raise
+            record_property("phase_failed_over", round(time.monotonic() - started, 1))
+            print(f"\nafter an operator outage: lastFailover {record}")
+            assert record["primaryLSNSource"] == "Replicas", record
+            assert "approvedBy" not in record  # by itself
+            assert record["dataLossPossible"] is True
+            reasons = await event_reasons(client, namespace)
+            assert "FailoverBlocked" not in reasons, reasons
+            assert await host.chaos("start", node)
+            await eventually(lambda: rejoined(client, namespace, old), timeout=180, interval=1)
+            record_property("phase_rejoined", round(time.monotonic() - started, 1))
+    items, _ = await client.list(EVENT, namespace)
+    (told,) = [e["message"] for e in items if e["involvedObject"]["name"] == NAME and e["reason"] == "FailedOver"]
+    assert "as last seen by the replicas" in told, told
+    lost = await lost_commits(client, namespace, ledger)
+    measured = (await status_of(client, namespace))["lastFailover"]
+    if lost:  # whatever was lost is within the reported (then measured) gap
+        last_lost = max(lsn_bytes(a.lsn) for a in ledger.acks if a.id in lost)
+        assert measured["lsnGapBytes"] >= last_lost - lsn_bytes(measured["divergedAt"]), measured
+    assert ledger.servers_overlap() == []
