@@ -1,7 +1,8 @@
 """What the failover step remembers between passes, per cluster: only in memory, by design.
 
 Losing it (an operator restart) only delays a failover, never hastens one: the detection window is measured afresh,
-and without the old primary's last position the loss cannot be bounded (``DataLossUnknown``: the step asks). The
+and the old primary's last position comes from the replicas' evidence instead, when that is recent enough
+(:mod:`kanri.postgres.ha.position`); otherwise the loss cannot be bounded (``DataLossUnknown``: the step asks). The
 reconciler keeps one :class:`FailoverMemory` per cluster uid in a :class:`kanri.kit.ObjectMemory`, so a cluster
 deleted and recreated under the same name starts with nothing, and it is dropped when the cluster is gone.
 """
