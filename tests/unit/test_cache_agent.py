@@ -9,6 +9,7 @@ import pytest
 
 from kanri.cache.agent.node import FENCED_PRIMARY, Node, runtime_config, sentinel_file, split
 from kanri.cache.agent.resp import Connection, ReplyError, Secret, parse_info
+from kanri.cache.agent.sources import LOCKED, REPLICATION_USER, source_password
 
 NODE = Node("orders", "orders-1.orders-hl.ns.svc.cluster.local:6379", ("orders-0.orders-hl:6379",),
             ("orders-0.orders-hl:26379",), Secret("s3cret"))  # fmt: skip
@@ -19,7 +20,11 @@ def test_a_server_always_starts_fenced_with_its_password_and_announced_name() ->
     lines = text.splitlines()
     assert f"replicaof {FENCED_PRIMARY}" in lines
     assert "requirepass s3cret" in lines
-    assert "masterauth s3cret" in lines
+    assert "s3cret" not in "".join(line for line in lines if line.startswith(("masterauth", "user")))
+    assert f"masterauth {LOCKED}" in lines  # no source until the agent checked one
+    assert f"masteruser {REPLICATION_USER}" in lines
+    own = source_password(Secret("s3cret"), NODE.me).value
+    assert f"user {REPLICATION_USER} on >{own} -@all +ping +replconf +psync +sync" in lines
     assert "replica-announce-ip orders-1.orders-hl.ns.svc.cluster.local" in lines
     assert "dir /data" not in lines  # Valkey changes into dir as it reads it: the override replaces the line
     assert "dir /tmp/x" in lines

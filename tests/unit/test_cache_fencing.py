@@ -37,7 +37,7 @@ def test_a_source_holds_what_is_behind_it_on_its_own_history() -> None:
 
 
 def test_a_promoted_replica_holds_its_old_primarys_history_up_to_the_switch() -> None:
-    promoted = node("r", "primary", replid=NEW, offset=150, replid2=OLD, second_offset=120)
+    promoted = node("r", "primary", replid=NEW, offset=150, replid2=OLD, second_offset=121)  # switched at 120
     assert holds(promoted, node("old", replid=OLD, offset=120))
     assert not holds(promoted, node("old", replid=OLD, offset=130))
     assert missing_bytes(promoted, node("old", replid=OLD, offset=130)) == 10

@@ -15,14 +15,14 @@ def primary(host: str, replid: str = NEW, offset: int = 500, **extra: object) ->
 
 def test_a_second_primary_steps_down_towards_the_newest_named_one() -> None:
     me = primary("c-2", replid=OLD, offset=300)  # a frozen replica that resumed and executed a queued promotion
-    named = primary("c-1", offset=520, replid2=OLD, second_offset=300)
+    named = primary("c-1", offset=520, replid2=OLD, second_offset=301)
     decision = decide_running(me, [("c-1", 3), ("c-1", 3), ("c-0", 2)], named)
     assert decision == Demote("c-1", "2 of 3 Sentinels name c-1 the primary (epoch 3): this pod steps down", 0)
 
 
 def test_writes_the_second_primary_accepted_after_the_switch_are_reported_as_lost() -> None:
     me = primary("c-0", replid=OLD, offset=340)  # the old primary, cut off, took 40 bytes after the switch
-    named = primary("c-1", offset=520, replid2=OLD, second_offset=300)
+    named = primary("c-1", offset=520, replid2=OLD, second_offset=301)
     decision = decide_running(me, [("c-1", 3)], named)
     assert decision is not None
     assert decision.lost_bytes == 40

@@ -71,13 +71,17 @@ def test_unknown_lag_seconds_is_not_within_a_bound() -> None:
 
 
 def test_a_failover_records_what_the_old_primary_had_beyond_the_switch() -> None:
-    promoted = History("10.0.0.2", "primary", NEW, 50, replid2=OLD, second_offset=900)
+    promoted = History(
+        "10.0.0.2", "primary", NEW, 50, replid2=OLD, second_offset=901
+    )  # Valkey: its offset at the switch + 1
     record = failover_record("c-0", primary(1000), "c-1", promoted, datetime(2026, 1, 1, tzinfo=UTC))
     assert (record.from_pod, record.to_pod, record.possible_loss_bytes) == ("c-0", "c-1", 100)
 
 
 def test_a_failover_without_a_last_look_has_unknown_loss() -> None:
-    promoted = History("10.0.0.2", "primary", NEW, 50, replid2=OLD, second_offset=900)
+    promoted = History(
+        "10.0.0.2", "primary", NEW, 50, replid2=OLD, second_offset=901
+    )  # Valkey: its offset at the switch + 1
     assert failover_record(None, None, "c-1", promoted, datetime.now(UTC)).possible_loss_bytes is None
 
 

@@ -28,6 +28,7 @@ __all__ = [
     "decide_running",
     "decide_start",
     "holds",
+    "linked_to",
     "missing_bytes",
 ]
 
@@ -105,7 +106,7 @@ def holds(source: History, other: History) -> bool:
     if other.replid == source.replid:
         return other.offset <= source.offset
     if other.replid == source.replid2 and source.replid2 != NO_ID:
-        return other.offset <= source.second_offset
+        return other.offset < source.second_offset  # Valkey's second_repl_offset is the first byte not held
     return False
 
 
@@ -115,7 +116,7 @@ def missing_bytes(source: History, other: History) -> int | None:
     if holds(source, other):
         return 0
     if other.replid in (source.replid, source.replid2):
-        return other.offset - (source.offset if other.replid == source.replid else source.second_offset)
+        return other.offset - (source.offset if other.replid == source.replid else source.second_offset - 1)
     return None
 
 
@@ -145,7 +146,7 @@ class Fence:
 StartDecision = Follow | Lead | Fence
 
 
-def _linked_to(peer: History, me: History) -> bool:
+def linked_to(peer: History, me: History) -> bool:
     """``peer`` is a replica streaming from ``me`` on ``me``'s own history: everything it holds came from ``me``.
     Its offset may still read ahead of ``me``'s, because ``me`` was read a moment earlier while writes flowed (a pod
     Sentinel promoted during a planned switchover while its agent was still deciding took itself for one that came
@@ -169,7 +170,7 @@ def decide_start(me: History, peers: Sequence[History], named: str | None, *, bo
         return Fence(f"{len(primaries)} pods claim to be primary and the Sentinels name none of them")
     if named is not None and named != me.host:
         return Fence(f"the Sentinels name {named} the primary, which did not answer: waiting for it or a failover")
-    ahead = [peer.host for peer in peers if not holds(me, peer) and not _linked_to(peer, me)]
+    ahead = [peer.host for peer in peers if not holds(me, peer) and not linked_to(peer, me)]
     if ahead and me.offset == 0 and all(peer.offset == 0 for peer in peers):
         # every pod restarted from its own disk at once: no lineage to compare; the last primary leads
         if named == me.host or (named is None and bootstrap):

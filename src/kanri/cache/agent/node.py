@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -30,6 +30,7 @@ from kanri.cache.agent.fencing import (
 )
 from kanri.cache.agent.labels import role_label, sole_primary
 from kanri.cache.agent.resp import UNAVAILABLE, Connection, Secret
+from kanri.cache.agent.sources import LOCKED, REPLICATION_USER, SourceCheck, pick_source, source_password
 
 __all__ = [
     "FENCED_PRIMARY",
@@ -90,8 +91,12 @@ def runtime_config(base: str, node: Node, *, data_dir: Path | None = None) -> st
     host, port = split(node.me)
     lines = [line for line in base.splitlines() if not (data_dir and line.startswith("dir "))]
     lines += [f"dir {data_dir}"] if data_dir else []  # Valkey changes into ``dir`` as it reads the line
-    lines += [f"port {port}", f"requirepass {node.password.value}", f"masterauth {node.password.value}"]
-    lines += [f"replicaof {FENCED_PRIMARY}"]
+    lines += [f"port {port}", f"requirepass {node.password.value}"]
+    # replicas sync as a user that may only replicate, with a password this server alone accepts; this server's own
+    # masterauth stays locked until its agent has checked a source (kanri.cache.agent.sources)
+    replication = source_password(node.password, node.me).value
+    lines += [f"user {REPLICATION_USER} on >{replication} -@all +ping +replconf +psync +sync"]
+    lines += [f"masteruser {REPLICATION_USER}", f"masterauth {LOCKED}", f"replicaof {FENCED_PRIMARY}"]
     lines += [f"replica-announce-ip {host}", f"replica-announce-port {port}"]
     return "\n".join(lines) + "\n"
 
@@ -110,7 +115,7 @@ def sentinel_file(template: str, node: Node, primary: str, *, data_dir: Path | N
     )
 
 
-async def command(node: Node, address: str, *args: str | int) -> Any:
+async def command(node: Node, address: str, *args: str | int | Secret) -> Any:
     """One command on a fresh connection to ``address`` (raises one of :data:`UNAVAILABLE`)."""
     connection = await node.connect(address)
     try:
@@ -211,10 +216,12 @@ async def ask_failover(node: Node) -> bool:
     return False
 
 
-async def act(node: Node, decision: StartDecision) -> bool:
-    """Carry out ``decision`` on this pod's server; True when the pod has its role."""
+async def act(node: Node, decision: StartDecision, guard: SourceGuard) -> bool:
+    """Carry out ``decision`` on this pod's server; True when the pod has its role. A primary it follows gets its
+    password first, if it passes the check (:func:`guard_source`)."""
     match decision:
         case Follow(primary=primary):
+            await guard_source(node, guard, await history(node, node.me), target=primary)
             host, port = split(primary)
             await command(node, node.me, "REPLICAOF", host, port)
             return True
@@ -247,12 +254,57 @@ ReadGuardian = Callable[[History | None], None]
 (:meth:`ReadGuard.offer <kanri.cache.agent.readable.ReadGuard.offer>`: a replica past the read bound leaves)."""
 
 
-async def take_role(node: Node, *, interval: float = 0.5, publish: RolePublisher | None = None) -> StartDecision:
+@dataclass
+class SourceGuard:
+    """Which source this pod's server may sync from (:mod:`kanri.cache.agent.sources`): the address whose password
+    it holds (None: locked, as every server starts), the replication ids it generated as a primary, and when it may
+    ask for a failover again."""
+
+    approved: str | None = None
+    own: set[str] = field(default_factory=set)
+    next_ask: float = 0.0
+    reason: str = ""
+
+
+async def guard_source(node: Node, guard: SourceGuard, me: History | None, *, target: str | None = None
+                       ) -> SourceCheck | None:  # fmt: skip
+    """One round for this pod's replication password: a primary remembers its replication id as its own; a replica
+    holds the password of the source :func:`~kanri.cache.agent.sources.pick_source` picks (``target``: the one it
+    is about to follow, else its current one) and asks Sentinel for a failover while it holds writes the named
+    primary lacks."""
+    if me is None:
+        return None
+    if me.role == "primary":
+        guard.own.add(me.replid)
+        if target is None:
+            return None
+    address = target or (None if me.primary_host == FENCED_PRIMARY.replace(" ", ":") else me.primary_host)
+    source = await history(node, address) if address else None
+    peers = [h for h in await asyncio.gather(*(history(node, p) for p in node.peers)) if h is not None]
+    named = await named_primary(node) if source is not None and source.role == "primary" else None
+    chosen, check = pick_source(me, source, peers, own=guard.own, named=named)
+    if chosen != guard.approved:
+        secret = source_password(node.password, chosen) if chosen else Secret(LOCKED)
+        await command(node, node.me, "CONFIG", "SET", "masterauth", secret)
+        log.info("replication source", approved=chosen, source=address, reason=check.reason)
+        guard.approved = chosen
+    elif check.reason != guard.reason and not check.allowed:
+        log.warning("refusing to sync", source=address, reason=check.reason)
+    guard.reason = check.reason
+    loop = asyncio.get_running_loop()
+    if check.ask_failover and loop.time() >= guard.next_ask:
+        guard.next_ask = loop.time() + (FAILOVER_RETRY if await ask_failover(node) else REFUSED_RETRY)
+    return check
+
+
+async def take_role(node: Node, *, interval: float = 0.5, publish: RolePublisher | None = None,
+                    guard: SourceGuard | None = None) -> StartDecision:  # fmt: skip
     """Decide and act until the pod follows a primary or leads; asks for a failover (at most every
     :data:`FAILOVER_RETRY` s) while the decision says so. Returns the decision carried out. Until then the server is
     fenced (a replica of nothing), and ``publish`` hears ``replica`` (a restarted container's pod may still carry
     the ``primary`` label of its last run)."""
     loop = asyncio.get_running_loop()
+    guard = guard or SourceGuard()
     next_ask = 0.0
     last_reason = ""
     while True:
@@ -264,7 +316,7 @@ async def take_role(node: Node, *, interval: float = 0.5, publish: RolePublisher
                 log.info("role decision", decision=type(decision).__name__, reason=decision.reason)
                 last_reason = decision.reason
             try:
-                if await act(node, decision):
+                if await act(node, decision, guard):
                     return decision
             except UNAVAILABLE as exc:
                 log.info("could not take the role yet", error=str(exc))
@@ -274,7 +326,8 @@ async def take_role(node: Node, *, interval: float = 0.5, publish: RolePublisher
         await asyncio.sleep(interval)
 
 
-async def check_primary(node: Node, me: History, claims: list[tuple[str, int]]) -> Demote | None:
+async def check_primary(node: Node, me: History, claims: list[tuple[str, int]], guard: SourceGuard
+                        ) -> Demote | None:  # fmt: skip
     """Step down when the Sentinels' newest configuration (``claims``: :func:`sentinel_claims`) names another primary
     (:func:`decide_running`)."""
     newest = max(claims, key=lambda claim: claim[1], default=None)
@@ -290,12 +343,13 @@ async def check_primary(node: Node, me: History, claims: list[tuple[str, int]]) 
         decision = decide_running(me, fresh, named, underway=underway)
     if decision is not None:
         log.warning("second primary: stepping down", reason=decision.reason, lost_bytes=decision.lost_bytes)
+        await guard_source(node, guard, me, target=decision.primary)
         host, port = split(decision.primary)
         await command(node, node.me, "REPLICAOF", host, port)
     return decision
 
 
-async def check_replica(node: Node, me: History) -> Follow | None:
+async def check_replica(node: Node, me: History, guard: SourceGuard) -> Follow | None:
     """Catch up from the peer that holds the most when the primary is gone (:func:`decide_catch_up`)."""
     fenced = me.primary_host == FENCED_PRIMARY.replace(" ", ":")
     if me.primary_host is None or fenced or await history(node, me.primary_host) is not None:
@@ -307,16 +361,19 @@ async def check_replica(node: Node, me: History) -> Follow | None:
         if fresh is None or fresh.role != "replica":
             return None
         log.warning("primary gone: catching up from a peer", reason=decision.reason)
+        await guard_source(node, guard, fresh, target=decision.primary)
         host, port = split(decision.primary)
         await command(node, node.me, "REPLICAOF", host, port)
     return decision
 
 
-async def keep_role(node: Node, *, interval: float = 0.5, publish: RolePublisher | None = None) -> None:
+async def keep_role(node: Node, *, interval: float = 0.5, publish: RolePublisher | None = None,
+                    guard: SourceGuard | None = None) -> None:  # fmt: skip
     """After the start-up role: every ``interval`` s, a primary checks it is the one the Sentinels name (and steps
     down otherwise), a replica whose primary is gone catches up from the peer that holds the most, and then
     ``publish`` hears the role the server reports (:func:`~kanri.cache.agent.labels.role_label`: checked first, so
     a primary stepping down is published as a replica, never as a primary). Runs until cancelled."""
+    guard = guard or SourceGuard()
     rounds = 0
     while True:
         if rounds % TILT_EVERY == 0:
@@ -328,15 +385,16 @@ async def keep_role(node: Node, *, interval: float = 0.5, publish: RolePublisher
             sole = False
             if me is not None and me.role == "primary":
                 claims = await sentinel_claims(node)
-                decision = await check_primary(node, me, claims)
+                decision = await check_primary(node, me, claims, guard)
                 sole = decision is None and sole_primary(me.host, claims, len(node.sentinels))
             elif me is not None:
-                decision = await check_replica(node, me)
+                decision = await check_replica(node, me, guard)
             if decision is not None:
                 me = await history(node, node.me)
             label = role_label(me, stepping_down=isinstance(decision, Demote))
             if label is not None and publish is not None:
                 publish(label, sole=sole and label == "primary")
+            await guard_source(node, guard, me)
         except UNAVAILABLE as exc:
             log.info("could not check the role", error=str(exc))
         except Exception:  # one bad round is never a reason to stop fencing
@@ -352,8 +410,9 @@ async def manage_role(node: Node, *, interval: float = 0.5, publish: RolePublish
     async with asyncio.TaskGroup() as group:
         if guard is not None:
             group.create_task(guard_reads(node, guard, interval=interval))
-        await take_role(node, interval=interval, publish=publish)
-        await keep_role(node, interval=interval, publish=publish)
+        sources = SourceGuard()
+        await take_role(node, interval=interval, publish=publish, guard=sources)
+        await keep_role(node, interval=interval, publish=publish, guard=sources)
 
 
 async def guard_reads(node: Node, guard: ReadGuardian, *, interval: float = 0.5) -> None:
