@@ -141,13 +141,14 @@ CRD_UPGRADE: tuple[Permission, ...] = (_grant(CRD, "get", "update"),)
 # issue 28, conversion and storage migration (OperatorOptions.webhook): not in permissions() until the chart serves
 # the webhook. The certificate Secret lives in the operator's own namespace; the webhook patches the CRDs'
 # spec.conversion; the migration lists and rewrites every object, prunes storedVersions and records an Event on the
-# CRD (namespace default).
+# CRD (namespace default). get: the webhook is ready only once the API server converted one stored object for a GET
+# in v1beta1 (without it every replica stayed unready on a cluster: the chart granted list alone).
 CONVERSION: tuple[Permission, ...] = (
     _grant(SECRET, "get", "create", "update"),
     _grant(CRD, "get", "patch"),
     _grant(CRD, "patch", subresource="status"),
-    _grant(POSTGRES_CLUSTER, "list", "update"),
-    _grant(POSTGRES_BACKUP, "list", "update"),
+    _grant(POSTGRES_CLUSTER, "get", "list", "update"),
+    _grant(POSTGRES_BACKUP, "get", "list", "update"),
     _grant(EVENT, "create", "patch"),
 )
 

@@ -43,6 +43,8 @@ _REVIEW_VERSION = "apiextensions.k8s.io/v1"
 _PATH = "/convert"
 # A review of a LIST carries every object at once (1,000 PostgresClusters are a few MB); aiohttp's default is 1 MiB.
 _MAX_REQUEST = 256 * 1024 * 1024
+_SELF_TEST_TIMEOUT = 45.0
+"""Seconds one self-test may take: the API server gives a conversion call 30 s, and a read may wait for one."""
 
 
 def review_response(conversions: Conversions, review: Mapping[str, Any]) -> Obj:
@@ -191,12 +193,13 @@ class ConversionWebhook:
                 self._certs = certs
                 self.rotated.set()
             await self._patch_crds(certs)
-            await self._self_test(certs)
+            async with asyncio.timeout(_SELF_TEST_TIMEOUT):  # a hung read is a failed check, not a silent one
+                await self._self_test(certs)
         except Exception as error:  # any failed check means "not ready", never a dead webhook
-            self.last_problem = f"{type(error).__name__}: {error}"
-            if self._ready:
-                log.warning("conversion webhook check failed", error=self.last_problem)
-            self._ready = False
+            problem = f"{type(error).__name__}: {error}"
+            if self._ready or problem != self.last_problem:  # each new reason once, so a stuck replica says why
+                log.warning("conversion webhook check failed", error=problem, ready=False)
+            self.last_problem, self._ready = problem, False
             return
         if not self._ready:
             log.info("conversion webhook ready")
@@ -236,7 +239,7 @@ class ConversionWebhook:
                   "request": {"uid": "self-test", "desiredAPIVersion": "self/test", "objects": []}}  # fmt: skip
         host = "127.0.0.1" if self.options.host in ("0.0.0.0", "::", "") else self.options.host
         url = f"https://{host}:{self.port}{_PATH}"
-        async with aiohttp.ClientSession() as session:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
             sent = session.post(url, json=review, ssl=verify, server_hostname=(dns_names or ips)[0])
             async with sent as response:
                 answer = await response.json()
