@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import pytest_asyncio
 from confluent_kafka import Consumer, Producer
@@ -21,6 +22,7 @@ from prometheus_client import CollectorRegistry
 from kanri.cli import status_kafka
 from kanri.kafka.api import APPROVE_DELETION, APPROVE_GROWTH, CLUSTER_KIND, TOPIC_KIND, KafkaCluster, KafkaTopic
 from kanri.kafka.broker.host import HostBroker, host_broker
+from kanri.kafka.operator import build
 from kanri.kafka.topics.admin import TopicAdmin
 from kanri.kafka.topics.context import Timings
 from kanri.kafka.topics.reconciler import controller
@@ -339,3 +341,22 @@ async def test_a_replication_factor_kafka_cannot_honour_is_named_and_never_silen
         assert "replicationFactor 2 is more than the 1 brokers of cluster events: topic narrow keeps" in message
         assert kept["status"]["replicationFactor"] == 1
         assert "replicasChange" not in kept["status"]
+
+
+async def test_the_operator_process_serves_both_controllers_metrics_at_its_metrics_endpoint(client: Client) -> None:
+    """``kanri kafka run``'s wiring (kanri.kafka.operator.build): the topic and cluster metrics the alerts are built
+    on are in the manager's /metrics, not in a registry nobody serves (the topic ones once were)."""
+    options = ManagerOptions(name="kafka-operator", leader_election=False, health_port=0, graceful_shutdown_timeout=10)
+    manager = Manager(client, options)
+    build(manager)
+    task = asyncio.create_task(manager.run(handle_signals=False))
+    try:
+        port = await eventually(lambda: asyncio.sleep(0, manager.health_port), timeout=30)
+        async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}/metrics") as response:
+            text = await response.text()
+        for family in ("kanri_kafka_topic_partitions", "kanri_kafka_topic_consumer_lag", "kanri_kafka_cluster_"):
+            assert f"# HELP {family}" in text, f"{family} is not served at /metrics"
+    finally:
+        manager.stop()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(task, 20)

@@ -9,15 +9,21 @@ from kanri.kafka.topics.context import Admins
 from kanri.kafka.topics.reconciler import controller as topic_controller
 
 
+def build(manager: kr.Manager) -> None:
+    """Add both controllers to ``manager``, sharing one admin client per Kafka cluster; their metrics go to the
+    manager's registry, the one its /metrics serves."""
+    admins = Admins()
+    manager.add(cluster_controller(manager, admins=admins, registry=manager.registry))
+    manager.add(topic_controller(manager, admins=admins, registry=manager.registry))
+
+
 async def run(kubeconfig: str | None, *, install_crds: bool, health_port: int, namespace: str | None = None) -> None:
-    """Run both controllers until cancelled (one admin client per Kafka cluster, shared by them)."""
+    """Run both controllers until cancelled."""
     async with await kr.Client.auto(kubeconfig) as client:
         if install_crds:
             for kind in (KafkaCluster, KafkaTopic):
                 await kr.install_crd(client, kind, field_manager=FIELD_MANAGER)
         options = kr.ManagerOptions(name=FIELD_MANAGER, health_port=health_port, namespace=namespace)
         manager = kr.Manager(client, options)
-        admins = Admins()
-        manager.add(cluster_controller(manager, admins=admins))
-        manager.add(topic_controller(manager, admins=admins, registry=manager.registry))  # the registry /metrics serves
+        build(manager)
         await manager.run()
