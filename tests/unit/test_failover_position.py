@@ -6,7 +6,15 @@ from __future__ import annotations
 from kanri.contract.status import InstanceStatus, Upstream
 from kanri.postgres.ha.failover import Candidate, guard
 from kanri.postgres.ha.loss import promotion_loss
-from kanri.postgres.ha.position import EVIDENCE_WINDOW, LastPosition, Witness, last_position, witnesses
+from kanri.postgres.ha.position import (
+    EVIDENCE_WINDOW,
+    NODE_HEARTBEAT,
+    LastPosition,
+    Witness,
+    anchor,
+    last_position,
+    witnesses,
+)
 
 
 def witness(name: str, position: str, streaming: float, timeline: int | None = 1) -> Witness:
@@ -104,3 +112,31 @@ def test_the_failed_over_event_says_who_last_saw_the_position() -> None:
     assert "lacked 192 bytes of pg-1's WAL as last seen by the replicas (pg-3 heard WAL end 0/3000100" in by_replicas
     assert "as the operator last saw it" in promotion_loss("pg-1", 192, True, "Memory")
     assert "as last seen;" in promotion_loss("pg-1", 192, True)  # a record from before the source was kept
+
+
+def test_a_node_silent_long_before_the_operator_came_back_anchors_the_evidence() -> None:
+    # The operator came back 5 minutes after the node stopped; the replicas lost the primary as it did.
+    found = [witness("pg-2", "0/3000100", streaming=295.0)]
+    known = last_position(None, found, timeline=1, watched=7.0, node_silent=300.0)
+    assert (known.lsn, known.source) == ("0/3000100", "Replicas")
+    assert "last streamed 5 s after its node last renewed its Lease" in known.evidence
+    # without the node's Lease the same evidence is too old: the primary may have run on, cut off from its replicas
+    assert last_position(None, found, timeline=1, watched=7.0).lsn is None
+
+
+def test_a_node_that_still_renews_its_lease_proves_nothing() -> None:
+    # The replicas lost the primary 5 minutes ago, but its node is alive: it may have written all along.
+    known = last_position(None, [witness("pg-2", "0/3000100", streaming=300.0)], timeline=1, watched=7.0,
+                          node_silent=3.0)  # fmt: skip
+    assert known.lsn is None
+    assert "older than 6 s before it was found failed" in known.evidence
+
+
+def test_replicas_that_lost_the_primary_long_before_its_node_went_silent_do_not_bound_it() -> None:
+    known = last_position(None, [witness("pg-2", "0/3000100", streaming=600.0)], timeline=1, watched=7.0,
+                          node_silent=300.0)  # fmt: skip
+    assert known.lsn is None
+    assert "last streamed 300 s before its node last renewed its Lease" in known.evidence
+    assert anchor(7.0, 300.0) == (300.0, "its node last renewed its Lease")
+    assert anchor(7.0, 7.0 + NODE_HEARTBEAT) == (7.0, "it was found failed")  # no renewal missed: nothing known
+    assert anchor(7.0, None) == (7.0, "it was found failed")

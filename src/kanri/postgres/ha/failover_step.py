@@ -33,6 +33,7 @@ from kanri.postgres.ha.failover import (
     SWITCHOVER,
     Candidate,
     Decision,
+    Failure,
     failure_of,
     guard,
     heard,
@@ -43,10 +44,15 @@ from kanri.postgres.ha.primary_update import PLANNED, PlannedReason
 from kanri.postgres.ha.rejoin import rejoin_former_primaries
 from kanri.postgres.labels import FENCED, PRIMARY
 from kanri.postgres.metrics import lsn_bytes
+from kanri.runtime import ApiError
+from kanri.runtime.kinds import LEASE
 
 __all__ = ["FailoverStep", "Operator", "StepResult"]
 
 Obj = dict[str, Any]
+
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+"""Where each node's kubelet renews a Lease named after the node."""
 
 FENCE_ATTEMPT = 2.0
 """How long the fence request to a failed primary may take: it usually does not answer at all."""
@@ -147,20 +153,42 @@ class FailoverStep(FailoverContext):
             return StepResult(requeue=SUSPECT_INTERVAL)
         self.memory.suspect = None
         lsn, timeline = (seen[1], seen[2]) if seen is not None and seen[0] == primary else (None, None)
-        # the operator's memory or, when it restarted since, what the replicas last heard (ha/position.py)
+        return await self.start_failover(primary, failure, elapsed, lsn, timeline)
+
+    async def start_failover(
+        self, primary: str, failure: Failure, elapsed: float, lsn: str | None, timeline: int | None
+    ) -> StepResult:
+        """Record the failover's first phase with the inputs the guard will use, then carry it on. The old primary's
+        position: the operator's memory (``lsn``) or what the replicas last heard of it (``ha/position.py``)."""
         known = last_position(lsn, witnesses(self.raw, primary), watched=elapsed,
-                              timeline=timeline or self.status.get("timeline"))  # fmt: skip
+                              timeline=timeline or self.status.get("timeline"),
+                              node_silent=await self.node_silence(primary) if lsn is None else None)  # fmt: skip
         progress: Obj = {"phase": "Fencing", "from": primary, "reason": failure, "started": iso(_now()),
-                         "primaryLSN": known.lsn, "primaryLSNSource": known.source,
+                         "primaryLSN": known.lsn, "primaryLSNSource": known.source, "primaryTimeline": timeline,
                          "primaryLSNEvidence": known.evidence[:512] if known.source != "Memory" else None}  # fmt: skip
-        if timeline:
-            progress["primaryTimeline"] = timeline
         progress = status_progress(progress)
-        self.memory.failover_started = clock
+        self.memory.failover_started = self.r.clock()
         await self.set_progress(progress)
         await self.r.events.warning(self.cluster, "FailoverStarted", f"primary {primary} failed ({failure} for "
                                     f"{elapsed:.0f} s): fencing it, pausing the replicas' WAL receivers")  # fmt: skip
         return await self.resume(progress)
+
+    async def node_silence(self, primary: str) -> float | None:
+        """Seconds since the primary's node last renewed its Lease (``kube-node-lease``); None when unknown (no pod
+        or node, no Lease, or the operator may not read Leases there: one log line)."""
+        node = ((self.pods.get(primary) or {}).get("spec") or {}).get("nodeName")
+        if not node:
+            return None
+        try:
+            lease = await self.r.client.get(LEASE, str(node), NODE_LEASE_NAMESPACE)
+        except ApiError as exc:
+            log.info("node lease unreadable: the failover anchors on its own detection", node=node,
+                     status=exc.status)  # fmt: skip
+            return None
+        renewed = (lease.get("spec") or {}).get("renewTime")
+        if not renewed:
+            return None
+        return max((_now() - parse_time(str(renewed))).total_seconds(), 0.0)
 
     def probe_late(self, primary: str, limit: float) -> None:
         """Ask the silent primary's ``/status`` once more in the background with ``limit`` (the whole window) to

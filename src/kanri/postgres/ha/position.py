@@ -15,6 +15,19 @@ Two sources, each a lower bound of where the primary's WAL ended:
   window. Older evidence (all replicas had lost the primary long before) leaves the position unknown
   (``DataLossUnknown``), and the message says which evidence there was and how old.
 
+The operator's first failed probe is a late anchor after a long outage: the primary may have died long before the
+operator came back. A better one, when the operator may read it (``get`` on ``leases`` in ``kube-node-lease``): the
+primary's node's Lease. A node that missed a renewal (a stopped or cut-off node) went silent at most
+:data:`NODE_HEARTBEAT` seconds after its last ``renewTime``, and a primary that can reach neither its replicas nor
+the API server stops itself within ~5 s (the isolation check). So the evidence also counts when a replica streamed
+from the primary at most :data:`EVIDENCE_WINDOW` seconds before its node's last renewal, however long the operator
+was away: what the primary may have written unseen is then bounded by one heartbeat and one detection window
+(Patroni's leader position in its DCS is up to one ``loop_wait``, 10 s, old). A node that still renews its Lease
+proves nothing (the primary may run cut off from its replicas only), and the operator's anchor applies. Not
+covered: a double fault, a kubelet dead while its node's primary runs on cut off from its replicas but not from the
+API server. The Lease's time is the node's clock: the anchor assumes the nodes' clocks agree (NTP), as
+Kubernetes' own node lifecycle does.
+
 The higher position wins when both are known. Only evidence of the primary's timeline counts (the cluster's
 ``status.timeline``, or the timeline the memory saw): a replica's memory of an earlier primary says nothing.
 """
@@ -28,13 +41,25 @@ from typing import Literal
 from kanri.postgres.cluster.instances import InstanceReport
 from kanri.postgres.metrics import lsn_bytes
 
-__all__ = ["EVIDENCE_WINDOW", "LastPosition", "Source", "Witness", "last_position", "witnesses"]
+__all__ = [
+    "EVIDENCE_WINDOW",
+    "NODE_HEARTBEAT",
+    "LastPosition",
+    "Source",
+    "Witness",
+    "anchor",
+    "last_position",
+    "witnesses",
+]
 
 EVIDENCE_WINDOW = 6.0
 """Seconds a replica's last streaming from the primary may precede the operator's first failed probe of it for its
 evidence to bound the loss: one detection window (``UNREACHABLE_WINDOW``). With the operator up, the replicas
 stream until after it first misses the primary (a receiver notices a dead primary within ~6 s), so the evidence
 is at least as recent as the operator's memory."""
+
+NODE_HEARTBEAT = 10.0
+"""Seconds between two renewals of a node's Lease (the kubelet's: a quarter of its 40 s ``leaseDurationSeconds``)."""
 
 Source = Literal["Memory", "Replicas"]
 
@@ -75,27 +100,45 @@ class LastPosition:
     """The replicas' evidence in words (which, how old), for the failover's messages; empty when none."""
 
 
-def _describe(w: Witness, watched: float) -> str:
-    before = w.streaming_seconds - watched
+def _describe(w: Witness, since: float, what: str) -> str:
+    before = w.streaming_seconds - since
     when = "still streaming" if w.streaming_seconds < 1 else (
-        f"last streamed {before:.0f} s before it was found failed" if before >= 0 else
-        f"last streamed {-before:.0f} s after it was found failed")  # fmt: skip
+        f"last streamed {before:.0f} s before {what}" if before >= 0 else
+        f"last streamed {-before:.0f} s after {what}")  # fmt: skip
     return f"{w.name} heard WAL end {w.position} ({when})"
 
 
-def last_position(memory: str | None, found: list[Witness], *, timeline: int | None, watched: float) -> LastPosition:
+def anchor(watched: float, node_silent: float | None) -> tuple[float, str]:
+    """Seconds ago of the moment the replicas' evidence is measured against, and what it is: the primary's node's
+    last Lease renewal when the node has missed one since (``node_silent``: seconds since that renewal, None when
+    unknown), else the operator's detection (``watched``: seconds since it first found the primary failed)."""
+    if node_silent is not None and node_silent - NODE_HEARTBEAT > watched:
+        return node_silent, "its node last renewed its Lease"
+    return watched, "it was found failed"
+
+
+def last_position(
+    memory: str | None,
+    found: list[Witness],
+    *,
+    timeline: int | None,
+    watched: float,
+    node_silent: float | None = None,
+) -> LastPosition:
     """The position to bound the loss with. ``memory``: the write LSN the operator last saw (None after a restart);
     ``found``: the replicas' evidence (:func:`witnesses`); ``timeline``: the failed primary's; ``watched``: seconds
-    since the operator first found the primary failed (the replicas' ages are measured at this same pass)."""
+    since the operator first found the primary failed; ``node_silent``: seconds since the primary's node last
+    renewed its Lease (None: unknown). The replicas' ages are measured at this same pass."""
     if timeline is None and found:
         timeline = max((w.timeline or 0) for w in found) or None
     relevant = [w for w in found if timeline is None or w.timeline == timeline]
-    fresh = [w for w in relevant if w.streaming_seconds - watched <= EVIDENCE_WINDOW]
-    words = "; ".join(_describe(w, watched) for w in relevant)
+    since, what = anchor(watched, node_silent)
+    fresh = [w for w in relevant if w.streaming_seconds - since <= EVIDENCE_WINDOW]
+    words = "; ".join(_describe(w, since, what) for w in relevant)
     if not relevant:
         words = "no replica reported evidence of its WAL end" + (f" on timeline {timeline}" if timeline else "")
     elif not fresh:
-        words += f" — older than {EVIDENCE_WINDOW:.0f} s before it was found failed: it may have written after"
+        words += f" — older than {EVIDENCE_WINDOW:.0f} s before {what}: it may have written after"
     # any replica's evidence is a lower bound of the primary's position; the freshest one bounds what came after it
     best = max(relevant, key=lambda w: lsn_bytes(w.position) or 0) if fresh else None
     if best is not None and (memory is None or (lsn_bytes(best.position) or 0) > (lsn_bytes(memory) or 0)):
