@@ -9,7 +9,9 @@ real evidence against real PostgreSQL is tests/integration/test_instance_upstrea
 
 from __future__ import annotations
 
+import secrets
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest_asyncio
@@ -18,7 +20,7 @@ from aiohttp import web
 from kanri.local.controlplane import Endpoint
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.runtime import Client
-from kanri.runtime.kinds import EVENT
+from kanri.runtime.kinds import EVENT, LEASE, NODE, POD
 from tests.integration.test_postgres_failover import HaFake, ha_fakes, pods_running, ready, status_of
 from tests.integration.test_postgres_reconciler import pgc
 from tests.postgres_support import Operator, install_postgres_crd
@@ -108,3 +110,49 @@ async def test_evidence_older_than_the_detection_window_leaves_the_loss_unknown_
         assert "older than 6 s before it was found failed" in cond["message"]
         assert "primaryLSN" not in status["failover"]
         assert "/promote" not in fakes["stale-2"].asked
+
+
+async def test_a_primary_whose_node_went_silent_long_before_the_operator_came_back_fails_over_by_itself(
+    control_plane: Endpoint, client: Client, namespace: str
+) -> None:
+    """Five minutes without an operator: the replicas' evidence is as old, too old against the operator's own
+    detection, but it was heard as the primary's node stopped renewing its Lease: the node's silence anchors it."""
+    node = f"silent-{secrets.token_hex(3)}"
+    await client.create(NODE, {"metadata": {"name": node}})
+    renewed = datetime.now(UTC) - timedelta(seconds=300)
+    lease = {"metadata": {"name": node, "namespace": "kube-node-lease"},
+             "spec": {"holderIdentity": node, "leaseDurationSeconds": 40,
+                      "renewTime": renewed.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}}  # fmt: skip
+    await client.create(LEASE, lease)
+    try:
+        async with ha_fakes("late", {2: "0/3000000"}) as (fakes, instances):
+            await client.create(POSTGRES_CLUSTER, pgc("late", namespace, replicas=2))
+            async with Operator(control_plane, namespace, instances=instances).running(refresh=0.5):
+
+                async def pod_exists() -> bool:
+                    pods, _ = await client.list(POD, namespace)
+                    return any(p["metadata"]["name"] == "late-1-0" for p in pods)
+
+                await eventually(pod_exists, timeout=30)
+                binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "late-1-0"},
+                           "target": {"apiVersion": "v1", "kind": "Node", "name": node}}  # fmt: skip
+                await client.create_subresource(POD, "late-1-0", "binding", binding, namespace)
+                await pods_running(client, namespace, fakes)
+                await eventually(lambda: ready(client, namespace, "late"), timeout=30)
+            await fakes["late-1"].stop()
+            # the replica lost the primary 5 s after its node last renewed its Lease, five minutes ago
+            remember(fakes["late-2"], "0/3000080", stopped_ago=(datetime.now(UTC) - renewed).total_seconds() - 5)
+            async with Operator(control_plane, namespace, instances=instances).running(refresh=0.5):
+
+                async def failed_over() -> Obj | None:
+                    return (await status_of(client, namespace, "late")).get("lastFailover")
+
+                record = await eventually(failed_over, timeout=40)
+            assert record["to"] == "late-2"
+            assert record["primaryLSNSource"] == "Replicas"
+            assert record["lsnGapBytes"] == 0x80
+            (message,) = await events(client, namespace, "late", "FailedOver")
+            assert "last streamed 5 s after its node last renewed its Lease" in message
+    finally:
+        await client.delete(LEASE, node, "kube-node-lease")
+        await client.delete(NODE, node)
