@@ -183,6 +183,23 @@ def test_the_cluster_role_is_exactly_the_permission_table() -> None:
     assert rule_grants(lease["rules"]) == as_grants({(p.kind, p.subresource): p.verbs for p in LEADER_ELECTION})
 
 
+def test_namespaced_mode_grants_the_table_in_each_watched_namespace_only_and_watches_just_those() -> None:
+    """watchNamespaces (the PostgreSQL operator's setting) makes the Cache operator namespaced too: a Role with the
+    whole table in each namespace, no cluster-wide grant, and one --namespace per namespace."""
+    objects = template(*ENABLED, "watchNamespaces={team-a,team-b}")
+    assert [r for r in of_kind(objects, "ClusterRole") if r["metadata"]["name"] == NAME] == []
+    assert [b for b in of_kind(objects, "ClusterRoleBinding") if b["metadata"]["name"] == NAME] == []
+    roles = {r["metadata"]["namespace"]: r for r in of_kind(objects, "Role") if r["metadata"]["name"] == NAME}
+    assert sorted(roles) == ["team-a", "team-b"]
+    for role in roles.values():
+        assert rule_grants(role["rules"]) == as_grants(permissions())
+    bindings = [b for b in of_kind(objects, "RoleBinding") if b["metadata"]["name"] == NAME]
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
+    assert all(b["subjects"] == [{"kind": "ServiceAccount", "name": NAME, "namespace": "kanri-system"}]
+               for b in bindings)  # fmt: skip
+    assert container(objects)["args"][-2:] == ["--namespace=team-a", "--namespace=team-b"]
+
+
 def test_the_table_watches_what_the_controller_watches() -> None:
     manager = kr.Manager(kr.Client(Connection(host="http://127.0.0.1:1")), kr.ManagerOptions(name="t"))
     watched = controller(manager).kinds
@@ -250,7 +267,7 @@ def test_the_deployment_runs_the_cache_operator_from_the_operator_image() -> Non
 def test_the_operator_accepts_the_arguments_the_chart_passes() -> None:
     """The Deployment's args are parsed by the real command line: it gets past argparse and fails only at the
     missing kubeconfig (argparse exits 2 with "usage:" on an unknown or malformed argument)."""
-    args = container(template(*ENABLED))["args"]
+    args = container(template(*ENABLED, "watchNamespaces={team-a,team-b}"))["args"]
     result = subprocess.run(
         [sys.executable, "-m", "kanri.cache.operator", *args, "--kubeconfig", "/nonexistent/kubeconfig"],
         capture_output=True, text=True, timeout=60,

@@ -81,15 +81,16 @@ async def run(
     *,
     install_crd: bool,
     health_port: int,
-    namespace: str | None = None,
+    namespaces: tuple[str, ...] = (),
     health_host: str = "127.0.0.1",
     metrics_auth: bool = False,
 ) -> None:
-    """Run the operator until cancelled. Its Lease lives in ``POD_NAMESPACE`` (the chart sets it), else ``default``."""
+    """Run the operator until cancelled, for Caches in ``namespaces`` (empty: every namespace). Its Lease lives in
+    ``POD_NAMESPACE`` (the chart sets it), else ``default``."""
     async with await kr.Client.auto(kubeconfig) as client:
         if install_crd:
             await kr.install_crd(client, Cache, field_manager=FIELD_MANAGER)
-        options = kr.ManagerOptions(name=FIELD_MANAGER, health_port=health_port, namespace=namespace,
+        options = kr.ManagerOptions(name=FIELD_MANAGER, health_port=health_port, namespaces=namespaces,
                                     health_host=health_host, metrics_auth=metrics_auth,
                                     leader_election_namespace=os.environ.get("POD_NAMESPACE") or "default")  # fmt: skip
         manager = kr.Manager(client, options)
@@ -102,7 +103,8 @@ def main() -> None:
     parser.add_argument("--kubeconfig")
     parser.add_argument("--install-crd", action="store_true")
     parser.add_argument("--health-port", type=int, default=8082)
-    parser.add_argument("--namespace")
+    # repeated: Caches in these namespaces only (the chart's watchNamespaces, with Roles there); none: everywhere
+    parser.add_argument("--namespace", action="append", default=[])
     # in a pod the kubelet probes the pod's IP: 0.0.0.0 there (the chart's Deployment)
     parser.add_argument("--health-host", default="127.0.0.1")
     # /metrics only for bearer tokens the API server authenticates and allows get on /metrics (TokenReview +
@@ -112,7 +114,7 @@ def main() -> None:
     args = parser.parse_args()
     kr.configure_logging(args.log_level)
     asyncio.run(run(args.kubeconfig, install_crd=args.install_crd, health_port=args.health_port,
-                    namespace=args.namespace, health_host=args.health_host,
+                    namespaces=tuple(args.namespace), health_host=args.health_host,
                     metrics_auth=args.metrics_auth))  # fmt: skip
 
 

@@ -17,10 +17,14 @@ app = typer.Typer(no_args_is_help=True, help="The Cache (Valkey) operator.")
 @app.command("run")
 def run(
     kubeconfig: opts.KubeconfigPath = None,
-    namespace: opts.OneNamespace = None,
+    namespace: Annotated[
+        list[str] | None,
+        typer.Option(help="Watch Caches in this namespace only; repeat it for several (default: all namespaces)."),
+    ] = None,
     health_port: Annotated[int, typer.Option(help="Port of /healthz, /readyz and /metrics.")] = 8082,
     install_crd: Annotated[bool, typer.Option(help="Apply the Cache CRD first (development clusters).")] = False,
 ) -> None:
     """Run the Cache operator until interrupted."""
     configure_logging()
-    asyncio.run(run_operator(kubeconfig, install_crd=install_crd, health_port=health_port, namespace=namespace))
+    asyncio.run(run_operator(kubeconfig, install_crd=install_crd, health_port=health_port,
+                             namespaces=tuple(namespace or ())))  # fmt: skip
