@@ -227,9 +227,15 @@ async def test_a_wait_ledger_loses_nothing_when_the_primary_is_killed(durable: L
         await client.aclose()
     assert present == len(ledger.acknowledged), f"{len(ledger.acknowledged) - present} acknowledged writes lost"
     assert max(len(p) for p in primaries) == 1, f"two writable primaries: {[p for p in primaries if len(p) > 1]}"
-    # a replica frozen during the failover may execute a promotion queued while it was stopped and come back a
-    # second primary: its agent steps it down within a check or two of the Sentinels' newest configuration
-    assert longest_second_primary(claiming) < 3.0, f"a second primary lasted {longest_second_primary(claiming):.1f} s"
+    # A replica frozen during the failover may execute a promotion queued while it was stopped and come back a
+    # second primary. After Sentinel gave that promotion up, its agent steps it down within a check or two of the
+    # Sentinels' newest configuration. Within failover-timeout (3 s), the promotion completes and Sentinel re-points
+    # the others at it: the pods holding newer writes refuse it (kanri.cache.agent.sources), so the new primary
+    # stays a primary nobody syncs from (no writes: no linked replica) until that failover ends and another one
+    # promotes a pod that holds them — failover-timeout plus a failover (4.3 s seen; before, the re-pointed new
+    # primary re-synced from the frozen one and dropped its confirmed writes).
+    longest = longest_second_primary(claiming)
+    assert longest < 10.0, f"a second primary lasted {longest:.1f} s"
 
 
 def longest_second_primary(samples: list[tuple[float, int]]) -> float:

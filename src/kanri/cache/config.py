@@ -1,7 +1,8 @@
 """The Valkey and Sentinel configuration a Cache's policy derives: pure functions of the spec, one line per directive.
 
-The password is never here (these lines go into a ConfigMap): the in-pod agent appends ``requirepass``,
-``masterauth`` and ``sentinel auth-pass`` from the mounted Secret when it writes the runtime file.
+The password is never here (these lines go into a ConfigMap): the in-pod agent appends ``requirepass``, the
+replication user's own password (a replica's ``masterauth`` is its agent's, per checked source:
+:mod:`kanri.cache.agent.sources`) and ``sentinel auth-pass`` from the mounted Secret when it writes the runtime file.
 """
 
 from __future__ import annotations

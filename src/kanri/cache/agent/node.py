@@ -281,8 +281,9 @@ async def guard_source(node: Node, guard: SourceGuard, me: History | None, *, ta
     address = target or (None if me.primary_host == FENCED_PRIMARY.replace(" ", ":") else me.primary_host)
     source = await history(node, address) if address else None
     peers = [h for h in await asyncio.gather(*(history(node, p) for p in node.peers)) if h is not None]
-    named = await named_primary(node) if source is not None and source.role == "primary" else None
-    chosen, check = pick_source(me, source, peers, own=guard.own, named=named)
+    chosen, check = pick_source(me, source, peers, own=guard.own)
+    if not check.allowed and source is not None and source.role == "primary":  # ask the Sentinels only then
+        chosen, check = pick_source(me, source, peers, own=guard.own, named=await named_primary(node))
     if chosen != guard.approved:
         secret = source_password(node.password, chosen) if chosen else Secret(LOCKED)
         await command(node, node.me, "CONFIG", "SET", "masterauth", secret)
