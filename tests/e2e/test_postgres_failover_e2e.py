@@ -574,9 +574,10 @@ async def test_a_primary_node_stopped_while_the_operator_was_down_fails_over_by_
     client: Client, host: NodeHost, operator: Operator, namespace: str, record_property: Callable[[str, object], None]
 ) -> None:
     """Issue 29 item 11: no operator runs when the primary's node stops, so no operator saw the primary's last WAL
-    position. The one that starts right after bounds the loss with what the replicas' WAL receivers last heard of the
-    primary (their instance managers remembered it) and fails over by itself in mode Async; lastFailover and the
-    FailedOver Event say where the position came from. Before, it blocked (DataLossUnknown) until a human approved."""
+    position. The one that starts 20 s later — longer than its own detection could vouch for — bounds the loss with
+    what the replicas' WAL receivers last heard of the primary (their instance managers remembered it), measured
+    against the node's last Lease renewal, and fails over by itself in mode Async; lastFailover and the FailedOver
+    Event say where the position came from. Before, it blocked (DataLossUnknown) until a human approved."""
     spec = {"replication": {"mode": "Async"}, "podTemplate": one_per_node()}
     await client.create(POSTGRES_CLUSTER, cluster(NAME, namespace, 3, **spec))
     started = time.monotonic()
@@ -587,6 +588,7 @@ async def test_a_primary_node_stopped_while_the_operator_was_down_fails_over_by_
         await eventually(lambda: asyncio.sleep(0, len(ledger.acks) >= 20 or None), timeout=30)
         old, node, _ = await primary_and_node(client, namespace)
         assert await host.chaos("stop", node)  # the operator is down: nobody sees the primary's last position
+        await asyncio.sleep(20)  # an outage that outlasts the node's Lease heartbeat (10 s)
         async with operator.running(refresh=10.0):
             try:
                 record = await eventually(lambda: failed_over_from(client, namespace, old), timeout=90,
@@ -607,6 +609,7 @@ async def test_a_primary_node_stopped_while_the_operator_was_down_fails_over_by_
     items, _ = await client.list(EVENT, namespace)
     (told,) = [e["message"] for e in items if e["involvedObject"]["name"] == NAME and e["reason"] == "FailedOver"]
     assert "as last seen by the replicas" in told, told
+    assert "its node last renewed its Lease" in told, told  # anchored on the node's silence, not the detection
     lost = await lost_commits(client, namespace, ledger)
     measured = (await status_of(client, namespace))["lastFailover"]
     if lost:  # whatever was lost is within the reported (then measured) gap
