@@ -1,0 +1,164 @@
+"""The PostgreSQL operator's product on a real node (docs/real-nodes.md, "PostgreSQL on real nodes"): the instance
+image ``kanri-postgres:17`` built by ``make images``, run by the upstream kubelet, containerd and runc under the pod
+security the operator asks for (non-root, read-only root filesystem, RuntimeDefault seccomp, no capabilities,
+fsGroup), on a ``local-path`` volume made by rancher's provisioner.
+
+The operator runs in the test process (its real Manager) and is told the image the node knows through its own knob,
+``KANRI_POSTGRES_IMAGES`` (what the Helm chart sets). It reaches the instance API at the pod's address (the host
+routes the pod networks); a client reaches ``-rw`` through its ClusterIP from inside the pod network only (kube-proxy
+runs in the node's namespace), so the row is written and read back by ``psql`` run in the instance pod with
+``kubectl exec``.
+
+One node for the module on the session's control plane. Run it serialized with the other tests that use the
+machine's pod networks: ``flock /tmp/kanri-e2e.lock .venv/bin/pytest tests/integration/test_real_postgres.py -q``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from kanri.local.controlplane import Endpoint
+from kanri.local.realnode import NodeSpec, RealNode
+from kanri.local.realnode.addons.localpath import STORAGE_CLASS, LocalPathProvisioner
+from kanri.local.realnode.node import node_bin_dir
+from kanri.postgres.children.images import ENV as POSTGRES_IMAGES_ENV
+from kanri.postgres.cluster.instances import HttpInstanceClient
+from kanri.postgres.kinds import POSTGRES_CLUSTER
+from kanri.runtime import Client, get_condition
+from kanri.runtime.kinds import SERVICE
+from tests.integration.realnode_support import kubectl
+from tests.postgres_support import Operator, install_postgres_crd
+from tests.support import NotYet, eventually
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.asyncio(loop_scope="session")]
+
+NODE = "pg-node-a"
+MAJOR = 17
+IMAGE = f"kanri-postgres-{MAJOR}"
+PSQL = f"/opt/postgresql/{MAJOR}/bin/psql"
+
+
+@pytest.fixture(scope="module")
+def pg_node(control_plane: Endpoint) -> Iterator[RealNode]:
+    """A real node holding the PostgreSQL image only (it also serves as the provisioner's helper: it has a shell).
+    Its directory is short, unlike pytest's: the kubelet binds unix sockets (at most 107 bytes) deep inside it."""
+    work = Path(tempfile.mkdtemp(prefix="krp-"))
+    node = RealNode(NodeSpec(NODE, "zone-a", 0), work / "node", control_plane.kubeconfig.parent, images=(IMAGE,))
+    print(f"real node {NODE}: start -> Ready in {node.start():.1f} s")
+    try:
+        yield node
+    finally:
+        node.stop()
+        node.deregister()
+        leftovers = node.leftovers()
+        shutil.rmtree(work, ignore_errors=True)
+        assert leftovers == []
+
+
+@pytest.fixture(scope="module")
+def provisioner(pg_node: RealNode) -> Iterator[LocalPathProvisioner]:
+    root = pg_node.layout.root.parent
+    helper = pg_node.image(IMAGE).ref
+    local_path = LocalPathProvisioner(
+        pg_node.control_plane_dir, root / "provisioner", node_bin_dir(), {NODE: str(root / "volumes")}, helper
+    )
+    local_path.start()
+    try:
+        yield local_path
+    finally:
+        local_path.stop()
+
+
+@pytest.fixture(scope="module")
+def images_env(pg_node: RealNode) -> Iterator[str]:
+    """``KANRI_POSTGRES_IMAGES`` naming the image as the node imported it (the operator reads it when built)."""
+    ref = pg_node.image(IMAGE).ref
+    before = os.environ.get(POSTGRES_IMAGES_ENV)
+    os.environ[POSTGRES_IMAGES_ENV] = json.dumps({"postgres": {str(MAJOR): ref}})
+    try:
+        yield ref
+    finally:
+        if before is None:
+            del os.environ[POSTGRES_IMAGES_ENV]
+        else:
+            os.environ[POSTGRES_IMAGES_ENV] = before
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def operator(
+    control_plane: Endpoint, client: Client, namespace: str, images_env: str, provisioner: LocalPathProvisioner
+) -> AsyncIterator[Operator]:
+    await install_postgres_crd(client)
+    instances = HttpInstanceClient()
+    try:
+        yield Operator(control_plane, namespace, instances=instances)
+    finally:
+        await instances.close()
+
+
+async def ready(client: Client, namespace: str, name: str, replicas: int) -> dict[str, object] | None:
+    status = (await client.get(POSTGRES_CLUSTER, name, namespace)).get("status") or {}
+    condition = get_condition(status.get("conditions"), "Ready")
+    if condition is not None and condition["status"] == "True" and status.get("readyReplicas") == replicas:
+        return status
+    return None
+
+
+async def diagnose(kubeconfig: Path, namespace: str) -> str:
+    """What the namespace shows when a wait failed: pods, claims, the last Events and the instance's log tail."""
+    parts = [
+        await kubectl(kubeconfig, "-n", namespace, "get", "pods,pvc,postgrescluster", "-o", "wide", check=False),
+        (await kubectl(kubeconfig, "-n", namespace, "get", "events", "--sort-by=.lastTimestamp", check=False))[-4000:],
+    ]
+    pods = await kubectl(kubeconfig, "-n", namespace, "get", "pods", "-o", "name", check=False)
+    for name in pods.split():
+        parts.append(f"--- {name}\n" + (await kubectl(kubeconfig, "-n", namespace, "logs", name, "--tail=30",
+                                                      "--all-containers", check=False))[-3000:])  # fmt: skip
+    return "\n".join(parts)
+
+
+async def psql(kubeconfig: Path, namespace: str, pod: str, host: str, sql: str) -> str:
+    """``sql`` run by psql in ``pod`` against ``host`` as the app user; the password is read inside the pod from the
+    mounted Secret (never on a command line)."""
+    script = (
+        f'PGPASSWORD="$(cat /etc/kanri/app/password)" {PSQL} -h "$1" -U "$(cat /etc/kanri/app/username)" '
+        '-d app -Atc "$2"'
+    )
+    return await kubectl(kubeconfig, "-n", namespace, "exec", pod, "-c", "postgres", "--",
+                         "bash", "-c", script, "psql", host, sql)  # fmt: skip
+
+
+async def test_one_instance_on_a_local_path_volume_becomes_ready_and_serves_through_rw(
+    control_plane: Endpoint, client: Client, operator: Operator, namespace: str, pg_node: RealNode
+) -> None:
+    kubeconfig = control_plane.kubeconfig
+    manifest = {
+        "apiVersion": POSTGRES_CLUSTER.api_version,
+        "kind": "PostgresCluster",
+        "metadata": {"name": "orders", "namespace": namespace},
+        "spec": {"version": MAJOR, "replicas": 1, "storage": {"size": "1Gi", "storageClassName": STORAGE_CLASS}},
+    }
+    started = time.monotonic()
+    await client.create(POSTGRES_CLUSTER, manifest)
+    async with operator.running(refresh=2.0):
+        try:
+            await eventually(lambda: ready(client, namespace, "orders", 1), timeout=150, interval=1)
+        except NotYet as exc:
+            raise AssertionError(f"{exc}\n{await diagnose(kubeconfig, namespace)}") from None
+        print(f"PostgresCluster create -> Ready on a real node in {time.monotonic() - started:.1f} s")
+
+        status = await client.get(POSTGRES_CLUSTER, "orders", namespace)
+        primary_pod = f"{status['status']['currentPrimary']}-0"
+        rw = str((await client.get(SERVICE, "orders-rw", namespace))["spec"]["clusterIP"])
+        # through -rw's ClusterIP: kube-proxy's DNAT in the node's namespace, back to the pod itself (hairpin)
+        await psql(kubeconfig, namespace, primary_pod, rw, "CREATE TABLE t (x int); INSERT INTO t VALUES (42)")
+        assert (await psql(kubeconfig, namespace, primary_pod, rw, "SELECT x FROM t")).split() == ["42"]
