@@ -89,3 +89,15 @@ def as_grants(needed: Needed) -> set[Grant]:
 def rule_grants(rules: list[Obj]) -> set[Grant]:
     """The grants a rendered Role's ``rules`` hold."""
     return {(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+
+
+def _pod_log_tails(node_dir: Path, pod_glob: str) -> str:
+    files = sorted(node_dir.glob(f"*/pods/{pod_glob}/*/*.log"))
+    return "\n".join(f"--- {f}\n{f.read_text(errors='replace')[-12000:]}" for f in files)
+
+
+async def pod_log_tails(node_dir: Path, pod_glob: str) -> str:
+    """The end of each container log of the home-made node's pods matching ``pod_glob`` under ``node_dir`` (the
+    ``node`` fixture's data dir): what a failed chart install prints, since ``kubectl logs`` cannot reach the test
+    network's kubelet."""
+    return await asyncio.to_thread(_pod_log_tails, node_dir, pod_glob)

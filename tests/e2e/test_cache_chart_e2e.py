@@ -6,7 +6,6 @@ failover and the agents need no operator)."""
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from kanri.local import Endpoint
 from kanri.local.node import LocalNode
 from kanri.runtime import ApiError, Client, get_condition, install_crd
 from kanri.runtime.kinds import DEPLOYMENT, NAMESPACE, POD, STATEFUL_SET
-from tests.helm_support import CHART, helm_async
+from tests.helm_support import CHART, helm_async, pod_log_tails
 from tests.support import eventually
 
 Obj = dict[str, Any]
@@ -34,11 +33,6 @@ async def ready(client: Client, namespace: str, name: str) -> Obj | None:
 async def statefulsets(client: Client, namespace: str) -> list[str]:
     items, _ = await client.list(STATEFUL_SET, namespace)
     return [s["metadata"]["name"] for s in items]
-
-
-def _operator_logs(tmp_path: Path) -> str:
-    files = sorted(tmp_path.glob("node/*/pods/*cache-operator*/operator/*.log"))
-    return "\n".join(f"--- {f} (cache operator pod)\n{f.read_text(errors='replace')[-12000:]}" for f in files)
 
 
 @pytest.mark.timeout(420)
@@ -80,7 +74,7 @@ async def test_the_charts_cache_operator_runs_a_cache_in_its_namespace_only_and_
         pods, _ = await client.list(POD, namespace, label_selector="cache.kanri.dev/cache=sessions")
         assert {p["metadata"]["name"] for p in pods if (p.get("status") or {}).get("phase") == "Running"} >= {primary}
     finally:
-        print(await asyncio.to_thread(_operator_logs, tmp_path))
+        print(await pod_log_tails(tmp_path / "node", "*cache-operator*"))
         if installed:
             await helm_async("uninstall", release, *kubeconfig, "--wait", "--timeout", "120s", home=home)
         await client.delete(NAMESPACE, elsewhere)

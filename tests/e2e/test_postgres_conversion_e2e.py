@@ -22,7 +22,7 @@ from kanri.postgres.api import v1alpha1
 from kanri.runtime import Client, Kind, crd_for
 from kanri.runtime._crd_upgrade import DIGEST_ANNOTATION, VERSION_ANNOTATION
 from kanri.runtime.kinds import CRD, POD
-from tests.helm_support import CHART, helm_async
+from tests.helm_support import CHART, helm_async, pod_log_tails
 
 BACKUP = v1alpha1.PostgresBackup.resource.api_kind
 NEW_BACKUP = Kind("kanri.dev/v1beta1", "PostgresBackup", "postgresbackups")
@@ -35,11 +35,6 @@ async def _put_back_single_version(client: Client) -> None:
         for stamp in (VERSION_ANNOTATION, DIGEST_ANNOTATION):
             (crd["metadata"].get("annotations") or {}).pop(stamp, None)
         await client.replace(CRD, crd)
-
-
-def _operator_logs(tmp_path: Path) -> str:
-    files = sorted(tmp_path.glob("node/*/pods/*operator*/operator/*.log"))
-    return "\n".join(f"--- {f} (operator pod)\n{f.read_text(errors='replace')[-12000:]}" for f in files)
 
 
 @pytest.mark.timeout(300)
@@ -72,6 +67,6 @@ async def test_the_chart_serves_v1beta1_through_the_operators_webhook(
         assert len(pods) == 1
     finally:
         # the operator's own log, shown when the test fails (kubectl logs cannot reach the test network's kubelet)
-        print(await asyncio.to_thread(_operator_logs, tmp_path))
+        print(await pod_log_tails(tmp_path / "node", "*operator*"))
         await helm_async("uninstall", release, *kubeconfig, "--wait", "--timeout", "120s", home=home)
         await _put_back_single_version(client)
