@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -27,49 +28,77 @@ import pytest
 import pytest_asyncio
 
 from kanri.local.controlplane import Endpoint
-from kanri.local.realnode import NodeSpec, RealNode
+from kanri.local.realnode import RealCluster
+from kanri.local.realnode.addons import ClusterDNS, cluster_dns_ip, coredns_image, install_coredns
+from kanri.local.realnode.addons.coredns import NAMESPACE as DNS_NAMESPACE
 from kanri.local.realnode.addons.localpath import STORAGE_CLASS, LocalPathProvisioner
 from kanri.local.realnode.node import node_bin_dir
 from kanri.postgres.children.images import ENV as POSTGRES_IMAGES_ENV
 from kanri.postgres.cluster.instances import HttpInstanceClient
+from kanri.postgres.ha.failover import SWITCHOVER as SWITCHOVER_TO
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.runtime import Client, get_condition
 from kanri.runtime.kinds import SERVICE
+from tests.e2e.postgres_helpers import every_instance_has, pods_of
 from tests.integration.realnode_support import kubectl
 from tests.postgres_support import Operator, install_postgres_crd
 from tests.support import NotYet, eventually
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.asyncio(loop_scope="session")]
 
-NODE = "pg-node-a"
+PREFIX = "pg"
 MAJOR = 17
 IMAGE = f"kanri-postgres-{MAJOR}"
 PSQL = f"/opt/postgresql/{MAJOR}/bin/psql"
 
 
 @pytest.fixture(scope="module")
-def pg_node(control_plane: Endpoint) -> Iterator[RealNode]:
-    """A real node holding the PostgreSQL image only (it also serves as the provisioner's helper: it has a shell).
-    Its directory is short, unlike pytest's: the kubelet binds unix sockets (at most 107 bytes) deep inside it."""
+def work_dir() -> Iterator[Path]:
+    """The module's nodes and provisioner live here: a short path, unlike pytest's (the kubelet binds unix sockets,
+    at most 107 bytes, deep inside a node's directory)."""
     work = Path(tempfile.mkdtemp(prefix="krp-"))
-    node = RealNode(NodeSpec(NODE, "zone-a", 0), work / "node", control_plane.kubeconfig.parent, images=(IMAGE,))
-    print(f"real node {NODE}: start -> Ready in {node.start():.1f} s")
-    try:
-        yield node
-    finally:
-        node.stop()
-        node.deregister()
-        leftovers = node.leftovers()
-        shutil.rmtree(work, ignore_errors=True)
-        assert leftovers == []
+    yield work
+    shutil.rmtree(work, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
-def provisioner(pg_node: RealNode) -> Iterator[LocalPathProvisioner]:
-    root = pg_node.layout.root.parent
-    helper = pg_node.image(IMAGE).ref
+def pg_nodes(control_plane: Endpoint, work_dir: Path) -> Iterator[RealCluster]:
+    """Three real nodes in three zones holding the PostgreSQL image (also the provisioner's helper: it has a shell)
+    and CoreDNS's: a replica clones from and streams from ``<cluster>-rw`` by name."""
+    config = json.loads((control_plane.kubeconfig.parent / "config.json").read_text())
+    nodes = RealCluster(
+        control_plane.kubeconfig.parent,
+        work_dir / "nodes",
+        prefix=PREFIX,
+        images=(IMAGE,),
+        extra_layouts=(coredns_image(node_bin_dir(), work_dir / "coredns"),),
+        cluster_dns=cluster_dns_ip(config["serviceCIDR"]),
+    )
+    print(f"three real nodes: start -> Ready in {nodes.start()}")
+    try:
+        yield nodes
+    finally:
+        nodes.stop()
+        nodes.deregister()
+        assert nodes.leftovers() == []
+
+
+@pytest.fixture(scope="module")
+def cluster_dns(pg_nodes: RealCluster) -> Iterator[ClusterDNS]:
+    first = pg_nodes.nodes[0]
+    yield install_coredns(first.control_plane_dir, node_bin_dir())
+    # the session's control plane outlives the module: later tests (the home-made node's DNS) make their own kube-dns
+    for kind in ("deployment/coredns", "service/kube-dns", "configmap/coredns"):
+        subprocess.run(["kubectl", f"--kubeconfig={first.admin_kubeconfig}", "-n", DNS_NAMESPACE, "delete", kind],
+                       check=True, capture_output=True)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def provisioner(pg_nodes: RealCluster, work_dir: Path) -> Iterator[LocalPathProvisioner]:
+    first = pg_nodes.nodes[0]
+    paths = {node.spec.name: str(work_dir / "volumes" / node.spec.name) for node in pg_nodes.nodes}
     local_path = LocalPathProvisioner(
-        pg_node.control_plane_dir, root / "provisioner", node_bin_dir(), {NODE: str(root / "volumes")}, helper
+        first.control_plane_dir, work_dir / "provisioner", node_bin_dir(), paths, first.image(IMAGE).ref
     )
     local_path.start()
     try:
@@ -79,9 +108,9 @@ def provisioner(pg_node: RealNode) -> Iterator[LocalPathProvisioner]:
 
 
 @pytest.fixture(scope="module")
-def images_env(pg_node: RealNode) -> Iterator[str]:
-    """``KANRI_POSTGRES_IMAGES`` naming the image as the node imported it (the operator reads it when built)."""
-    ref = pg_node.image(IMAGE).ref
+def images_env(pg_nodes: RealCluster) -> Iterator[str]:
+    """``KANRI_POSTGRES_IMAGES`` naming the image as the nodes imported it (the operator reads it when built)."""
+    ref = pg_nodes.nodes[0].image(IMAGE).ref
     before = os.environ.get(POSTGRES_IMAGES_ENV)
     os.environ[POSTGRES_IMAGES_ENV] = json.dumps({"postgres": {str(MAJOR): ref}})
     try:
@@ -95,7 +124,12 @@ def images_env(pg_node: RealNode) -> Iterator[str]:
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def operator(
-    control_plane: Endpoint, client: Client, namespace: str, images_env: str, provisioner: LocalPathProvisioner
+    control_plane: Endpoint,
+    client: Client,
+    namespace: str,
+    images_env: str,
+    provisioner: LocalPathProvisioner,
+    cluster_dns: ClusterDNS,
 ) -> AsyncIterator[Operator]:
     await install_postgres_crd(client)
     instances = HttpInstanceClient()
@@ -138,7 +172,7 @@ async def psql(kubeconfig: Path, namespace: str, pod: str, host: str, sql: str) 
 
 
 async def test_one_instance_on_a_local_path_volume_becomes_ready_and_serves_through_rw(
-    control_plane: Endpoint, client: Client, operator: Operator, namespace: str, pg_node: RealNode
+    control_plane: Endpoint, client: Client, operator: Operator, namespace: str
 ) -> None:
     kubeconfig = control_plane.kubeconfig
     manifest = {
@@ -162,3 +196,48 @@ async def test_one_instance_on_a_local_path_volume_becomes_ready_and_serves_thro
         # through -rw's ClusterIP: kube-proxy's DNAT in the node's namespace, back to the pod itself (hairpin)
         await psql(kubeconfig, namespace, primary_pod, rw, "CREATE TABLE t (x int); INSERT INTO t VALUES (42)")
         assert (await psql(kubeconfig, namespace, primary_pod, rw, "SELECT x FROM t")).split() == ["42"]
+
+
+async def test_three_instances_spread_over_the_nodes_replicate_and_switch_over(
+    control_plane: Endpoint, client: Client, operator: Operator, namespace: str, pg_nodes: RealCluster
+) -> None:
+    kubeconfig = control_plane.kubeconfig
+    manifest = {
+        "apiVersion": POSTGRES_CLUSTER.api_version,
+        "kind": "PostgresCluster",
+        "metadata": {"name": "trio", "namespace": namespace},
+        "spec": {"version": MAJOR, "replicas": 3, "storage": {"size": "1Gi", "storageClassName": STORAGE_CLASS}},
+    }
+    started = time.monotonic()
+    await client.create(POSTGRES_CLUSTER, manifest)
+    async with operator.running(refresh=2.0):
+        try:
+            await eventually(lambda: ready(client, namespace, "trio", 3), timeout=180, interval=1)
+        except NotYet as exc:
+            raise AssertionError(f"{exc}\n{await diagnose(kubeconfig, namespace)}") from None
+        print(f"3-instance PostgresCluster create -> Ready on three real nodes in {time.monotonic() - started:.1f} s")
+        pods = await pods_of(client, namespace, "trio")
+        assert sorted(p["spec"]["nodeName"] for p in pods) == sorted(n.spec.name for n in pg_nodes.nodes)
+
+        rw = str((await client.get(SERVICE, "trio-rw", namespace))["spec"]["clusterIP"])
+        primary = (await client.get(POSTGRES_CLUSTER, "trio", namespace))["status"]["currentPrimary"]
+        replica_pod = next(p["metadata"]["name"] for p in pods if not p["metadata"]["name"].startswith(f"{primary}-"))
+        # from a replica's pod on another node: kube-proxy's DNAT there, routed across nodes to the primary
+        await psql(kubeconfig, namespace, replica_pod, rw, "CREATE TABLE t (x int); INSERT INTO t VALUES (1)")
+        await eventually(lambda: every_instance_has(client, namespace, "trio", [1]), timeout=60, interval=1)
+
+        target = replica_pod.removesuffix("-0")
+        await client.patch(POSTGRES_CLUSTER, "trio", {"metadata": {"annotations": {SWITCHOVER_TO: target}}}, namespace)
+
+        async def switched() -> dict[str, object] | None:
+            status = await ready(client, namespace, "trio", 3)
+            return status if status is not None and status.get("currentPrimary") == target else None
+
+        switch_started = time.monotonic()
+        try:
+            await eventually(switched, timeout=90, interval=0.5)
+        except NotYet as exc:
+            raise AssertionError(f"{exc}\n{await diagnose(kubeconfig, namespace)}") from None
+        print(f"switchover {primary} -> {target}: Ready again in {time.monotonic() - switch_started:.1f} s")
+        await psql(kubeconfig, namespace, f"{primary}-0", rw, "INSERT INTO t VALUES (2)")
+        await eventually(lambda: every_instance_has(client, namespace, "trio", [1, 2]), timeout=60, interval=1)
