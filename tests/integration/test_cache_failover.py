@@ -13,7 +13,9 @@ import pytest_asyncio
 import valkey.asyncio as valkey
 from valkey.exceptions import ValkeyError
 
-from kanri.cache.agent.node import command
+from kanri.cache.agent.node import Node, command, replication_login, runtime_config
+from kanri.cache.agent.resp import Secret
+from kanri.cache.agent.sources import REPLICATION_USER, source_password
 from kanri.cache.api import CacheSpec
 from tests.cache_support import BINARY, Ledger, LocalCache, answers, free_port
 from tests.support import eventually
@@ -422,3 +424,33 @@ async def test_a_replica_promoted_while_frozen_and_behind_never_resyncs_the_one_
     print(f"{len(ledger.acknowledged)} confirmed, {lost} lost, {ledger.unconfirmed} unconfirmed\n{story}\n{trace}")
     assert lost == 0, f"{lost} of {len(ledger.acknowledged)} confirmed writes lost\n{story}\n{trace}"
     assert max(len(p) for p in writable) == 1, f"two writable primaries: {[p for p in writable if len(p) > 1]}"
+
+
+async def test_a_replica_logs_in_to_an_older_server_as_the_default_user(tmp_path: Path) -> None:
+    """A rolling replace from an agent that gave servers no replication user: a new replica syncs from the old
+    primary with the cache's password (the old way); from a current server, with that server's own password."""
+    password = Secret("s3cret")
+    old_port, new_port = free_port(), free_port()
+    node = Node("orders", f"127.0.0.1:{new_port}", (f"127.0.0.1:{old_port}",), (), password)
+    (tmp_path / "new.conf").write_text(runtime_config('save ""', node, data_dir=tmp_path))
+    servers = [
+        await asyncio.create_subprocess_exec(
+            str(BINARY), "--port", str(old_port), "--requirepass", "s3cret", "--save", "", "--dir", str(tmp_path)
+        ),
+        await asyncio.create_subprocess_exec(str(BINARY), str(tmp_path / "new.conf")),
+    ]
+    try:
+        for port in (old_port, new_port):
+            client = valkey.Valkey(port=port, password="s3cret")
+            try:
+                await eventually(lambda c=client: answers(c), timeout=10)  # type: ignore[misc]
+            finally:
+                await client.aclose()
+        user, secret = await replication_login(node, f"127.0.0.1:{old_port}")
+        assert (user, secret.value) == ("default", "s3cret")
+        user, secret = await replication_login(node, f"127.0.0.1:{new_port}")
+        assert (user, secret.value) == (REPLICATION_USER, source_password(password, f"127.0.0.1:{new_port}").value)
+    finally:
+        for process in servers:
+            process.kill()
+            await process.wait()

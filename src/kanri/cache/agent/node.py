@@ -285,9 +285,9 @@ async def guard_source(node: Node, guard: SourceGuard, me: History | None, *, ta
     if not check.allowed and source is not None and source.role == "primary":  # ask the Sentinels only then
         chosen, check = pick_source(me, source, peers, own=guard.own, named=await named_primary(node))
     if chosen != guard.approved:
-        secret = source_password(node.password, chosen) if chosen else Secret(LOCKED)
-        await command(node, node.me, "CONFIG", "SET", "masterauth", secret)
-        log.info("replication source", approved=chosen, source=address, reason=check.reason)
+        user, secret = await replication_login(node, chosen) if chosen else (REPLICATION_USER, Secret(LOCKED))
+        await command(node, node.me, "CONFIG", "SET", "masteruser", user, "masterauth", secret)
+        log.info("replication source", approved=chosen, source=address, reason=check.reason, user=user)
         guard.approved = chosen
     elif check.reason != guard.reason and not check.allowed:
         log.warning("refusing to sync", source=address, reason=check.reason)
@@ -296,6 +296,17 @@ async def guard_source(node: Node, guard: SourceGuard, me: History | None, *, ta
     if check.ask_failover and loop.time() >= guard.next_ask:
         guard.next_ask = loop.time() + (FAILOVER_RETRY if await ask_failover(node) else REFUSED_RETRY)
     return check
+
+
+async def replication_login(node: Node, source: str) -> tuple[str, Secret]:
+    """The user and password to sync from ``source``: its replication user's own password; a server started
+    before servers had that user (a rolling replace from an older agent) only has the default user, and then the
+    cache's password, which any server accepts, is the price of the upgrade until that source is replaced."""
+    try:
+        older = await command(node, source, "ACL", "GETUSER", REPLICATION_USER) is None
+    except UNAVAILABLE:
+        older = False
+    return ("default", node.password) if older else (REPLICATION_USER, source_password(node.password, source))
 
 
 async def take_role(node: Node, *, interval: float = 0.5, publish: RolePublisher | None = None,
