@@ -20,7 +20,7 @@ from aiohttp import web
 from kanri.local.controlplane import Endpoint
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.runtime import Client
-from kanri.runtime.kinds import EVENT, LEASE, NODE, POD
+from kanri.runtime.kinds import EVENT, NODE, POD
 from tests.integration.test_postgres_failover import HaFake, ha_fakes, pods_running, ready, status_of
 from tests.integration.test_postgres_reconciler import pgc
 from tests.postgres_support import Operator, install_postgres_crd
@@ -116,14 +116,15 @@ async def test_a_primary_whose_node_went_silent_long_before_the_operator_came_ba
     control_plane: Endpoint, client: Client, namespace: str
 ) -> None:
     """Five minutes without an operator: the replicas' evidence is as old, too old against the operator's own
-    detection, but it was heard as the primary's node stopped renewing its Lease: the node's silence anchors it."""
-    node = f"silent-{secrets.token_hex(3)}"
-    await client.create(NODE, {"metadata": {"name": node}})
-    renewed = datetime.now(UTC) - timedelta(seconds=300)
-    lease = {"metadata": {"name": node, "namespace": "kube-node-lease"},
-             "spec": {"holderIdentity": node, "leaseDurationSeconds": 40,
-                      "renewTime": renewed.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}}  # fmt: skip
-    await client.create(LEASE, lease)
+    detection, but the primary's node was marked Ready=Unknown (its Lease not renewed) and the replicas heard the
+    primary after its last renewal: the node's silence anchors the evidence."""
+    name = f"silent-{secrets.token_hex(3)}"
+    await client.create(NODE, {"metadata": {"name": name}})
+    marked = datetime.now(UTC) - timedelta(seconds=260)  # its last renewal was at least 40 s before: 300 s ago
+    unknown = {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+               "message": "Kubelet stopped posting node status.", "lastTransitionTime": iso(marked),
+               "lastHeartbeatTime": iso(marked - timedelta(seconds=40))}  # fmt: skip
+    await client.patch_status(NODE, name, {"status": {"conditions": [unknown]}})
     try:
         async with ha_fakes("late", {2: "0/3000000"}) as (fakes, instances):
             await client.create(POSTGRES_CLUSTER, pgc("late", namespace, replicas=2))
@@ -135,12 +136,13 @@ async def test_a_primary_whose_node_went_silent_long_before_the_operator_came_ba
 
                 await eventually(pod_exists, timeout=30)
                 binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "late-1-0"},
-                           "target": {"apiVersion": "v1", "kind": "Node", "name": node}}  # fmt: skip
+                           "target": {"apiVersion": "v1", "kind": "Node", "name": name}}  # fmt: skip
                 await client.create_subresource(POD, "late-1-0", "binding", binding, namespace)
                 await pods_running(client, namespace, fakes)
                 await eventually(lambda: ready(client, namespace, "late"), timeout=30)
             await fakes["late-1"].stop()
-            # the replica lost the primary 5 s after its node last renewed its Lease, five minutes ago
+            # the replica lost the primary 5 s after its node's last renewal, about five minutes ago
+            renewed = marked - timedelta(seconds=40)
             remember(fakes["late-2"], "0/3000080", stopped_ago=(datetime.now(UTC) - renewed).total_seconds() - 5)
             async with Operator(control_plane, namespace, instances=instances).running(refresh=0.5):
 
@@ -154,5 +156,8 @@ async def test_a_primary_whose_node_went_silent_long_before_the_operator_came_ba
             (message,) = await events(client, namespace, "late", "FailedOver")
             assert "last streamed 5 s after its node last renewed its Lease" in message
     finally:
-        await client.delete(LEASE, node, "kube-node-lease")
-        await client.delete(NODE, node)
+        await client.delete(NODE, name)
+
+
+def iso(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")

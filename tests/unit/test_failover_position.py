@@ -3,16 +3,21 @@ operator's memory, the replicas' evidence after an operator restart, and when ne
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
 from kanri.contract.status import InstanceStatus, Upstream
 from kanri.postgres.ha.failover import Candidate, guard
 from kanri.postgres.ha.loss import promotion_loss
 from kanri.postgres.ha.position import (
     EVIDENCE_WINDOW,
+    NODE_GRACE,
     NODE_HEARTBEAT,
     LastPosition,
     Witness,
     anchor,
     last_position,
+    node_silence,
     witnesses,
 )
 
@@ -140,3 +145,23 @@ def test_replicas_that_lost_the_primary_long_before_its_node_went_silent_do_not_
     assert anchor(7.0, 300.0) == (300.0, "its node last renewed its Lease")
     assert anchor(7.0, 7.0 + NODE_HEARTBEAT) == (7.0, "it was found failed")  # no renewal missed: nothing known
     assert anchor(7.0, None) == (7.0, "it was found failed")
+
+
+NOW = datetime(2026, 12, 7, 1, 0, 0, tzinfo=UTC)
+
+
+def node(status: str, reason: str, marked_ago: float) -> dict[str, Any]:
+    marked = (NOW - timedelta(seconds=marked_ago)).isoformat().replace("+00:00", "Z")
+    ready = {"type": "Ready", "status": status, "reason": reason, "lastTransitionTime": marked}
+    return {"metadata": {"name": "node-1"}, "status": {"conditions": [ready]}}
+
+
+def test_a_node_marked_unknown_last_renewed_its_lease_at_least_the_grace_before() -> None:
+    assert node_silence(node("Unknown", "NodeStatusUnknown", 260.0), NOW) == 260.0 + NODE_GRACE
+    # Ready, or not ready for another reason (its kubelet still reports): nothing is known of its silence
+    assert node_silence(node("True", "KubeletReady", 260.0), NOW) is None
+    assert node_silence(node("False", "KubeletNotReady", 260.0), NOW) is None
+    assert node_silence({"status": {}}, NOW) is None
+    assert node_silence(None, NOW) is None
+    assert node_silence({"status": {"conditions": [{"type": "Ready", "status": "Unknown",
+                                                    "reason": "NodeStatusUnknown"}]}}, NOW) is None  # fmt: skip

@@ -31,6 +31,7 @@ from kanri.postgres.ha.failover import (
     REJOIN,
     SUSPECT_INTERVAL,
     SWITCHOVER,
+    UNREACHABLE_WINDOW,
     Candidate,
     Decision,
     Failure,
@@ -39,20 +40,17 @@ from kanri.postgres.ha.failover import (
     heard,
     window,
 )
-from kanri.postgres.ha.position import last_position, witnesses
+from kanri.postgres.ha.position import last_position, node_silence, witnesses
 from kanri.postgres.ha.primary_update import PLANNED, PlannedReason
 from kanri.postgres.ha.rejoin import rejoin_former_primaries
 from kanri.postgres.labels import FENCED, PRIMARY
 from kanri.postgres.metrics import lsn_bytes
 from kanri.runtime import ApiError
-from kanri.runtime.kinds import LEASE
+from kanri.runtime.kinds import NODE
 
 __all__ = ["FailoverStep", "Operator", "StepResult"]
 
 Obj = dict[str, Any]
-
-NODE_LEASE_NAMESPACE = "kube-node-lease"
-"""Where each node's kubelet renews a Lease named after the node."""
 
 FENCE_ATTEMPT = 2.0
 """How long the fence request to a failed primary may take: it usually does not answer at all."""
@@ -160,9 +158,9 @@ class FailoverStep(FailoverContext):
     ) -> StepResult:
         """Record the failover's first phase with the inputs the guard will use, then carry it on. The old primary's
         position: the operator's memory (``lsn``) or what the replicas last heard of it (``ha/position.py``)."""
-        known = last_position(lsn, witnesses(self.raw, primary), watched=elapsed,
-                              timeline=timeline or self.status.get("timeline"),
-                              node_silent=await self.node_silence(primary) if lsn is None else None)  # fmt: skip
+        silent = await self.primary_node_silence(primary) if lsn is None else None
+        known = last_position(lsn, witnesses(self.raw, primary), watched=elapsed, node_silent=silent,
+                              timeline=timeline or self.status.get("timeline"))  # fmt: skip
         progress: Obj = {"phase": "Fencing", "from": primary, "reason": failure, "started": iso(_now()),
                          "primaryLSN": known.lsn, "primaryLSNSource": known.source, "primaryTimeline": timeline,
                          "primaryLSNEvidence": known.evidence[:512] if known.source != "Memory" else None}  # fmt: skip
@@ -173,22 +171,19 @@ class FailoverStep(FailoverContext):
                                     f"{elapsed:.0f} s): fencing it, pausing the replicas' WAL receivers")  # fmt: skip
         return await self.resume(progress)
 
-    async def node_silence(self, primary: str) -> float | None:
-        """Seconds since the primary's node last renewed its Lease (``kube-node-lease``); None when unknown (no pod
-        or node, no Lease, or the operator may not read Leases there: one log line)."""
+    async def primary_node_silence(self, primary: str) -> float | None:
+        """At least how many seconds ago the primary's node last renewed its Lease, from its Node (``get nodes``, as
+        node maintenance reads it): known only once the node lifecycle controller marked it ``Ready=Unknown``
+        (``NodeStatusUnknown``); None otherwise (:func:`~kanri.postgres.ha.position.node_silence`)."""
         node = ((self.pods.get(primary) or {}).get("spec") or {}).get("nodeName")
         if not node:
             return None
         try:
-            lease = await self.r.client.get(LEASE, str(node), NODE_LEASE_NAMESPACE)
+            found = await self.r.client.get(NODE, str(node))
         except ApiError as exc:
-            log.info("node lease unreadable: the failover anchors on its own detection", node=node,
-                     status=exc.status)  # fmt: skip
+            log.info("node unreadable: the failover anchors on its own detection", node=node, status=exc.status)
             return None
-        renewed = (lease.get("spec") or {}).get("renewTime")
-        if not renewed:
-            return None
-        return max((_now() - parse_time(str(renewed))).total_seconds(), 0.0)
+        return node_silence(found, _now())
 
     def probe_late(self, primary: str, limit: float) -> None:
         """Ask the silent primary's ``/status`` once more in the background with ``limit`` (the whole window) to
@@ -334,6 +329,8 @@ class FailoverStep(FailoverContext):
         if approved == old or came_back:
             await self.cancel(progress, "approved keeping it" if approved == old else "it answers again")
             return StepResult(requeue=SUSPECT_INTERVAL)
+        if progress.get("blockedReason") == "DataLossUnknown" and not progress.get("primaryLSN"):
+            progress = await self.reposition(progress)
         known = [Candidate.from_status(c) for c in progress.get("candidates") or []]
         candidates = await self.pause_replicas(old, known)
         if len(candidates) != len(known):
@@ -345,6 +342,23 @@ class FailoverStep(FailoverContext):
             return StepResult(active=not done, requeue=SUSPECT_INTERVAL)
         self.problems.append(Problem("FailoverBlocked", str(progress.get("message") or "failover blocked")))
         return StepResult(active=True, requeue=2 * SUSPECT_INTERVAL, progress=progress)
+
+    async def reposition(self, progress: Obj) -> Obj:
+        """A failover blocked for want of the old primary's position, looked at again: the replicas' evidence (kept
+        by their managers while paused) may count now that its node is known to be gone (``ha/position.py``). The
+        progress with the position when it does (the guard's next decision records it), unchanged otherwise."""
+        old = str(progress["from"])
+        # since the operator found it failed: at least the detection window before the failover started
+        watched = (_now() - parse_time(str(progress["started"]))).total_seconds() + UNREACHABLE_WINDOW
+        known = last_position(None, witnesses(self.raw, old), watched=watched,
+                              timeline=progress.get("primaryTimeline") or self.status.get("timeline"),
+                              node_silent=await self.primary_node_silence(old))  # fmt: skip
+        if known.lsn is None:
+            return progress
+        log.info("the old primary's position is known now", cluster=self.name, namespace=self.namespace,
+                 primary=old, lsn=known.lsn, evidence=known.evidence)  # fmt: skip
+        return {**progress, "primaryLSN": known.lsn, "primaryLSNSource": known.source,
+                "primaryLSNEvidence": known.evidence[:512]}  # fmt: skip
 
     async def cancel(self, progress: Obj, why: str) -> None:
         old = str(progress["from"])

@@ -16,17 +16,20 @@ Two sources, each a lower bound of where the primary's WAL ended:
   (``DataLossUnknown``), and the message says which evidence there was and how old.
 
 The operator's first failed probe is a late anchor after a long outage: the primary may have died long before the
-operator came back. A better one, when the operator may read it (``get`` on ``leases`` in ``kube-node-lease``): the
-primary's node's Lease. A node that missed a renewal (a stopped or cut-off node) went silent at most
-:data:`NODE_HEARTBEAT` seconds after its last ``renewTime``, and a primary that can reach neither its replicas nor
-the API server stops itself within ~5 s (the isolation check). So the evidence also counts when a replica streamed
-from the primary at most :data:`EVIDENCE_WINDOW` seconds before its node's last renewal, however long the operator
-was away: what the primary may have written unseen is then bounded by one heartbeat and one detection window
-(Patroni's leader position in its DCS is up to one ``loop_wait``, 10 s, old). A node that still renews its Lease
-proves nothing (the primary may run cut off from its replicas only), and the operator's anchor applies. Not
-covered: a double fault, a kubelet dead while its node's primary runs on cut off from its replicas but not from the
-API server. The Lease's time is the node's clock: the anchor assumes the nodes' clocks agree (NTP), as
-Kubernetes' own node lifecycle does.
+operator came back. A better one once Kubernetes knows the node is gone: a node whose kubelet stops renewing its
+Lease is marked ``Ready=Unknown`` (reason ``NodeStatusUnknown``) by the node lifecycle controller once no renewal
+came for its grace period (``--node-monitor-grace-period``, 40 s by default, 50 s in newer releases; assuming the
+shortest, :data:`NODE_GRACE`, only ever makes the anchor later). So its last renewal was at least
+:data:`NODE_GRACE` before that transition; it went silent at most :data:`NODE_HEARTBEAT` after it, and a primary
+that reaches neither its replicas nor the API server stops itself within ~5 s (the isolation check). The evidence
+then also counts when a replica streamed from the primary at most :data:`EVIDENCE_WINDOW` seconds before the node's
+last renewal, however long the operator was away: what the primary may have written unseen is bounded by one
+heartbeat and one detection window (Patroni's leader position in its DCS is up to one ``loop_wait``, 10 s, old). A
+node still Ready proves nothing (its primary may run cut off from its replicas only): the operator's anchor applies,
+and a failover blocked for want of a position is decided again each pass, so it goes on by itself once the node is
+marked. Not covered: a double fault, a kubelet dead while its node's primary runs on cut off from its replicas but
+not from the API server. The transition's time is the controller's clock: the nodes' and the control plane's clocks
+are assumed to agree (NTP), as Kubernetes' own node lifecycle does.
 
 The higher position wins when both are known. Only evidence of the primary's timeline counts (the cluster's
 ``status.timeline``, or the timeline the memory saw): a replica's memory of an earlier primary says nothing.
@@ -36,19 +39,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from datetime import datetime
+from typing import Any, Literal
 
 from kanri.postgres.cluster.instances import InstanceReport
 from kanri.postgres.metrics import lsn_bytes
+from kanri.runtime import parse_time
 
 __all__ = [
     "EVIDENCE_WINDOW",
+    "NODE_GRACE",
     "NODE_HEARTBEAT",
     "LastPosition",
     "Source",
     "Witness",
     "anchor",
     "last_position",
+    "node_silence",
     "witnesses",
 ]
 
@@ -60,6 +67,8 @@ is at least as recent as the operator's memory."""
 
 NODE_HEARTBEAT = 10.0
 """Seconds between two renewals of a node's Lease (the kubelet's: a quarter of its 40 s ``leaseDurationSeconds``)."""
+NODE_GRACE = 40.0
+"""The node lifecycle controller's shortest default grace before it marks a silent node ``Ready=Unknown``."""
 
 Source = Literal["Memory", "Replicas"]
 
@@ -106,6 +115,21 @@ def _describe(w: Witness, since: float, what: str) -> str:
         f"last streamed {before:.0f} s before {what}" if before >= 0 else
         f"last streamed {-before:.0f} s after {what}")  # fmt: skip
     return f"{w.name} heard WAL end {w.position} ({when})"
+
+
+def node_silence(node: Mapping[str, Any] | None, now: datetime) -> float | None:
+    """At least how many seconds before ``now`` the node last renewed its Lease: known only once the node lifecycle
+    controller marked it ``Ready=Unknown`` (``NodeStatusUnknown``), :data:`NODE_GRACE` before that transition; None
+    for a node that is Ready, or not known."""
+    conditions = ((node or {}).get("status") or {}).get("conditions") or []
+    ready = next((c for c in conditions if c.get("type") == "Ready"), None)
+    if ready is None or ready.get("status") != "Unknown" or ready.get("reason") != "NodeStatusUnknown":
+        return None
+    try:
+        marked = parse_time(str(ready["lastTransitionTime"]))
+    except (KeyError, ValueError):
+        return None
+    return max((now - marked).total_seconds() + NODE_GRACE, 0.0)
 
 
 def anchor(watched: float, node_silent: float | None) -> tuple[float, str]:
