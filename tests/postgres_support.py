@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 
@@ -16,7 +17,8 @@ from kanri.postgres.api.v1alpha1.backup import S3Repository
 from kanri.postgres.backup.archiving import utc_now
 from kanri.postgres.cluster.instances import HttpInstanceClient
 from kanri.postgres.operator import OperatorOptions, build_manager
-from kanri.runtime import Client, ClientMetrics, Manager, crd_for, get_condition
+from kanri.runtime import Client, ClientMetrics, Conversions, Manager, WebhookOptions, crd_for, get_condition
+from kanri.runtime._crd_upgrade import DIGEST_ANNOTATION, VERSION_ANNOTATION
 from kanri.runtime.kinds import CRD
 from tests.support import eventually
 
@@ -40,6 +42,15 @@ async def install_postgres_crd(client: Client) -> None:
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
 
 
+@dataclasses.dataclass(frozen=True)
+class VersionedRelease:
+    """An operator release that serves ``versions`` through a conversion webhook on this machine (``webhook``: a
+    URL the API server reaches) and brings its CRDs up to them (``OperatorOptions.upgrade_crds``)."""
+
+    webhook: WebhookOptions
+    versions: Conversions
+
+
 class Operator:
     """The operator's Manager on its own client, whose requests are counted."""
 
@@ -54,7 +65,10 @@ class Operator:
         also_watch: tuple[str, ...] = (),
         allowed_backup_endpoints: tuple[str, ...] = (),
         allowed_priority_classes: tuple[str, ...] = (),
+        versions: VersionedRelease | None = None,
     ) -> None:
+        self.versions = versions
+        """The release's API versions served through a conversion webhook (issue 28); None: v1alpha1 alone."""
         self.allowed_priority_classes = allowed_priority_classes
         """``kanri run --allowed-priority-class`` (empty: any class the API accepts)."""
         self.backup_now = backup_now
@@ -81,6 +95,9 @@ class Operator:
                                       backup_now=self.backup_now or utc_now, namespaces=self.also_watch,
                                       allowed_backup_endpoints=self.allowed_backup_endpoints,
                                       allowed_priority_classes=self.allowed_priority_classes)  # fmt: skip
+            if self.versions is not None:
+                options = dataclasses.replace(options, webhook=self.versions.webhook, versions=self.versions.versions,
+                                              upgrade_crds=True)  # fmt: skip
             manager = build_manager(own, options, instances=self.instances, registry=self.registry)
             task = asyncio.create_task(manager.run(handle_signals=False))
             try:
@@ -111,3 +128,15 @@ class Operator:
     def errors(self) -> float:
         return self.registry.get_sample_value("controller_runtime_reconcile_errors_total",
                                               {"controller": "postgrescluster"}) or 0.0  # fmt: skip
+
+
+async def put_back_single_version_crds(client: Client) -> None:
+    """The PostgresCluster and PostgresBackup CRDs as the other modules of the session install them: v1alpha1 alone,
+    no conversion webhook in the way, no operator version stamp. The stored objects must be in v1alpha1 already."""
+    for model in (PostgresCluster, PostgresBackup):
+        crd = await client.get(CRD, model.resource.crd_name)
+        crd["spec"] = crd_for(model)["spec"]
+        annotations = crd["metadata"].get("annotations") or {}
+        for stamp in (VERSION_ANNOTATION, DIGEST_ANNOTATION):
+            annotations.pop(stamp, None)
+        await client.replace(CRD, crd)

@@ -19,22 +19,13 @@ import pytest
 from kanri.local import Endpoint
 from kanri.local.node import LocalNode
 from kanri.postgres.api import v1alpha1
-from kanri.runtime import Client, Kind, crd_for
-from kanri.runtime._crd_upgrade import DIGEST_ANNOTATION, VERSION_ANNOTATION
+from kanri.runtime import Client, Kind
 from kanri.runtime.kinds import CRD, POD
 from tests.helm_support import CHART, helm_async, pod_log_tails
+from tests.postgres_support import put_back_single_version_crds
 
 BACKUP = v1alpha1.PostgresBackup.resource.api_kind
 NEW_BACKUP = Kind("kanri.dev/v1beta1", "PostgresBackup", "postgresbackups")
-
-
-async def _put_back_single_version(client: Client) -> None:
-    for model in (v1alpha1.PostgresCluster, v1alpha1.PostgresBackup):
-        crd = await client.get(CRD, model.resource.crd_name)
-        crd["spec"] = crd_for(model)["spec"]
-        for stamp in (VERSION_ANNOTATION, DIGEST_ANNOTATION):
-            (crd["metadata"].get("annotations") or {}).pop(stamp, None)
-        await client.replace(CRD, crd)
 
 
 @pytest.mark.timeout(300)
@@ -69,4 +60,4 @@ async def test_the_chart_serves_v1beta1_through_the_operators_webhook(
         # the operator's own log, shown when the test fails (kubectl logs cannot reach the test network's kubelet)
         print(await pod_log_tails(tmp_path / "node", "*operator*"))
         await helm_async("uninstall", release, *kubeconfig, "--wait", "--timeout", "120s", home=home)
-        await _put_back_single_version(client)
+        await put_back_single_version_crds(client)

@@ -37,10 +37,10 @@ from kanri.postgres.api import v1alpha1
 from kanri.postgres.api.conversion import POSTGRES
 from kanri.postgres.api.served import SERVED
 from kanri.postgres.operator import OperatorOptions, build_manager
-from kanri.runtime import ApiError, Client, Conversions, Kind, Manager, WebhookOptions, crd_for
-from kanri.runtime._crd_upgrade import DIGEST_ANNOTATION, VERSION_ANNOTATION
+from kanri.runtime import ApiError, Client, Conversions, Kind, Manager, WebhookOptions
+from kanri.runtime._crd_upgrade import VERSION_ANNOTATION
 from kanri.runtime.kinds import CRD, EVENT, NAMESPACE
-from tests.postgres_support import install_postgres_crd
+from tests.postgres_support import install_postgres_crd, put_back_single_version_crds
 from tests.support import NotYet, eventually
 
 OLD = v1alpha1.PostgresCluster.resource.api_kind
@@ -136,17 +136,6 @@ async def _all_stored_in(client: Client, version: str) -> bool:
     return True
 
 
-async def _put_back_single_version(client: Client) -> None:
-    """Other modules of the session install the v1alpha1-only CRDs and expect no webhook in the way."""
-    for model in CRDS:
-        crd = await client.get(CRD, model.resource.crd_name)
-        crd["spec"] = crd_for(model)["spec"]
-        annotations = crd["metadata"].get("annotations") or {}
-        for stamp in (VERSION_ANNOTATION, DIGEST_ANNOTATION):
-            annotations.pop(stamp, None)
-        await client.replace(CRD, crd)
-
-
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def api(control_plane: Endpoint) -> AsyncIterator[Api]:
     async with await Client.from_kubeconfig(str(control_plane.kubeconfig)) as client:
@@ -174,7 +163,7 @@ async def api(control_plane: Endpoint) -> AsyncIterator[Api]:
             await start(api, SERVED)
             await eventually(lambda: _all_stored_in(client, "v1alpha1"), timeout=120)
             await stop(api)
-            await _put_back_single_version(client)
+            await put_back_single_version_crds(client)
             await client.delete(NAMESPACE, quiet)
 
 
