@@ -27,6 +27,7 @@ HOST_WIDE_MODULES = frozenset(
         "test_real_local_up",
         "test_real_node",
         "test_real_node_addons",
+        "test_real_postgres",
     }
 )
 """The integration modules (file stems) that run only beside nothing but the e2e tier (marker ``host_wide``)."""
