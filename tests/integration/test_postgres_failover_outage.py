@@ -18,6 +18,7 @@ import pytest_asyncio
 from aiohttp import web
 
 from kanri.local.controlplane import Endpoint
+from kanri.postgres.ha.position import NODE_GRACE
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.runtime import Client
 from kanri.runtime.kinds import EVENT, NODE, POD
@@ -120,10 +121,10 @@ async def test_a_primary_whose_node_went_silent_long_before_the_operator_came_ba
     primary after its last renewal: the node's silence anchors the evidence."""
     name = f"silent-{secrets.token_hex(3)}"
     await client.create(NODE, {"metadata": {"name": name}})
-    marked = datetime.now(UTC) - timedelta(seconds=260)  # its last renewal was at least 40 s before: 300 s ago
+    marked = datetime.now(UTC) - timedelta(seconds=300 - NODE_GRACE)  # its last renewal: 300 s ago at the latest
     unknown = {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
                "message": "Kubelet stopped posting node status.", "lastTransitionTime": iso(marked),
-               "lastHeartbeatTime": iso(marked - timedelta(seconds=40))}  # fmt: skip
+               "lastHeartbeatTime": iso(marked - timedelta(seconds=NODE_GRACE))}  # fmt: skip
     await client.patch_status(NODE, name, {"status": {"conditions": [unknown]}})
     try:
         async with ha_fakes("late", {2: "0/3000000"}) as (fakes, instances):
@@ -142,7 +143,7 @@ async def test_a_primary_whose_node_went_silent_long_before_the_operator_came_ba
                 await eventually(lambda: ready(client, namespace, "late"), timeout=30)
             await fakes["late-1"].stop()
             # the replica lost the primary 5 s after its node's last renewal, about five minutes ago
-            renewed = marked - timedelta(seconds=40)
+            renewed = marked - timedelta(seconds=NODE_GRACE)
             remember(fakes["late-2"], "0/3000080", stopped_ago=(datetime.now(UTC) - renewed).total_seconds() - 5)
             async with Operator(control_plane, namespace, instances=instances).running(refresh=0.5):
 

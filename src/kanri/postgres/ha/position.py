@@ -18,18 +18,19 @@ Two sources, each a lower bound of where the primary's WAL ended:
 The operator's first failed probe is a late anchor after a long outage: the primary may have died long before the
 operator came back. A better one once Kubernetes knows the node is gone: a node whose kubelet stops renewing its
 Lease is marked ``Ready=Unknown`` (reason ``NodeStatusUnknown``) by the node lifecycle controller once no renewal
-came for its grace period (``--node-monitor-grace-period``, 40 s by default, 50 s in newer releases; assuming the
-shortest, :data:`NODE_GRACE`, only ever makes the anchor later). So its last renewal was at least
-:data:`NODE_GRACE` before that transition; it went silent at most :data:`NODE_HEARTBEAT` after it, and a primary
-that reaches neither its replicas nor the API server stops itself within ~5 s (the isolation check). The evidence
-then also counts when a replica streamed from the primary at most :data:`EVIDENCE_WINDOW` seconds before the node's
-last renewal, however long the operator was away: what the primary may have written unseen is bounded by one
-heartbeat and one detection window (Patroni's leader position in its DCS is up to one ``loop_wait``, 10 s, old). A
-node still Ready proves nothing (its primary may run cut off from its replicas only): the operator's anchor applies,
-and a failover blocked for want of a position is decided again each pass, so it goes on by itself once the node is
-marked. Not covered: a double fault, a kubelet dead while its node's primary runs on cut off from its replicas but
-not from the API server. The transition's time is the controller's clock: the nodes' and the control plane's clocks
-are assumed to agree (NTP), as Kubernetes' own node lifecycle does.
+came for its grace period (``--node-monitor-grace-period``: 20 s in kanri's local control plane, 40 s or 50 s by
+upstream default). Assuming the shortest, :data:`NODE_GRACE`, only ever makes the anchor later, never earlier: its
+last renewal was at least :data:`NODE_GRACE` before that transition; it went silent at most
+:data:`NODE_HEARTBEAT` after it, and a primary that reaches neither its replicas nor the API server stops itself
+within ~5 s (the isolation check). The evidence then also counts when a replica streamed from the primary at most
+:data:`EVIDENCE_WINDOW` seconds before the node's last renewal, however long the operator was away: what the
+primary may have written unseen is bounded by one heartbeat and one detection window (Patroni's leader position in
+its DCS is up to one ``loop_wait``, 10 s, old). A node still Ready proves nothing (its primary may run cut off from
+its replicas only): the operator's anchor applies, and a failover blocked for want of a position is decided again
+each pass, so it goes on by itself once the node is marked. Not covered: a double fault, a kubelet dead while its
+node's primary runs on cut off from its replicas but not from the API server. The transition's time is the
+controller's clock: the nodes' and the control plane's clocks are assumed to agree (NTP), as Kubernetes' own node
+lifecycle does.
 
 The higher position wins when both are known. Only evidence of the primary's timeline counts (the cluster's
 ``status.timeline``, or the timeline the memory saw): a replica's memory of an earlier primary says nothing.
@@ -67,8 +68,11 @@ is at least as recent as the operator's memory."""
 
 NODE_HEARTBEAT = 10.0
 """Seconds between two renewals of a node's Lease (the kubelet's: a quarter of its 40 s ``leaseDurationSeconds``)."""
-NODE_GRACE = 40.0
-"""The node lifecycle controller's shortest default grace before it marks a silent node ``Ready=Unknown``."""
+NODE_GRACE = 20.0
+"""The shortest grace the node lifecycle controller is known to run with before it marks a silent node
+``Ready=Unknown`` (kanri's local control plane; upstream defaults are 40 s and 50 s). With a longer grace the anchor
+lands later than it could (up to 30 s): safe, but the evidence then rarely counts — the grace should become an
+operator setting."""
 
 Source = Literal["Memory", "Replicas"]
 
