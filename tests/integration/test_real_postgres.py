@@ -23,13 +23,20 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
 
 from kanri.local.controlplane import Endpoint
 from kanri.local.realnode import RealCluster
-from kanri.local.realnode.addons import ClusterDNS, cluster_dns_ip, coredns_image, install_coredns
+from kanri.local.realnode.addons import (
+    ClusterDNS,
+    NetworkPolicyAgent,
+    cluster_dns_ip,
+    coredns_image,
+    install_coredns,
+)
 from kanri.local.realnode.addons.coredns import NAMESPACE as DNS_NAMESPACE
 from kanri.local.realnode.addons.localpath import STORAGE_CLASS, LocalPathProvisioner
 from kanri.local.realnode.node import node_bin_dir
@@ -40,7 +47,8 @@ from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.runtime import Client, get_condition
 from kanri.runtime.kinds import SERVICE
 from tests.e2e.postgres_helpers import every_instance_has, pods_of
-from tests.integration.realnode_support import kubectl
+from tests.helm_support import template
+from tests.integration.realnode_support import kubectl, pod
 from tests.postgres_support import Operator, install_postgres_crd
 from tests.support import NotYet, eventually
 
@@ -70,7 +78,7 @@ def pg_nodes(control_plane: Endpoint, work_dir: Path) -> Iterator[RealCluster]:
         control_plane.kubeconfig.parent,
         work_dir / "nodes",
         prefix=PREFIX,
-        images=(IMAGE,),
+        images=(IMAGE, "kanri-operator"),
         extra_layouts=(coredns_image(node_bin_dir(), work_dir / "coredns"),),
         cluster_dns=cluster_dns_ip(config["serviceCIDR"]),
     )
@@ -241,3 +249,120 @@ async def test_three_instances_spread_over_the_nodes_replicate_and_switch_over(
         print(f"switchover {primary} -> {target}: Ready again in {time.monotonic() - switch_started:.1f} s")
         await psql(kubeconfig, namespace, f"{primary}-0", rw, "INSERT INTO t VALUES (2)")
         await eventually(lambda: every_instance_has(client, namespace, "trio", [1, 2]), timeout=60, interval=1)
+
+
+#: Prints ``reached PORT`` when a TCP connection to HOST:PORT opens within 2 s (a traceback otherwise).
+CONNECT = (
+    "import socket, sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2); "
+    "print('reached %s' % sys.argv[2])"
+)
+
+
+@pytest.fixture
+def policy_agents(pg_nodes: RealCluster) -> Iterator[list[NetworkPolicyAgent]]:
+    """A NetworkPolicy agent on every node (last in the module: from now on every policy is enforced)."""
+    agents = [NetworkPolicyAgent(node) for node in pg_nodes.nodes]
+    try:
+        for agent in agents:
+            agent.start()
+        yield agents
+    finally:
+        for agent in agents:
+            agent.stop()
+
+
+def chart_objects(release_namespace: str, watched: str, operator_tag: str) -> list[dict[str, Any]]:
+    """The Helm chart's operator for the images the nodes imported (``kanri.local/...``, never pulled), watching
+    ``watched`` only (the in-process operator of the other tests watches theirs)."""
+    values = ("image.registry=kanri.local", "image.pullPolicy=Never", f"image.tag={operator_tag}",
+              "createNamespace=true", f"watchNamespaces={{{watched}}}")  # fmt: skip
+    return template(*values, release="kanri", namespace=release_namespace)
+
+
+async def reaches(kubeconfig: Path, namespace: str, pod: str, host: str, port: int) -> bool:
+    out = await kubectl(kubeconfig, "-n", namespace, "exec", pod, "--", "python3", "-c", CONNECT, host, str(port),
+                        check=False)  # fmt: skip
+    return f"reached {port}" in out
+
+
+async def test_the_charts_operator_pod_runs_a_cluster_under_its_enforced_network_policy(
+    control_plane: Endpoint,
+    client: Client,
+    namespace: str,
+    pg_nodes: RealCluster,
+    provisioner: LocalPathProvisioner,
+    cluster_dns: ClusterDNS,
+    policy_agents: list[NetworkPolicyAgent],
+) -> None:
+    """Issue 27's "Done means": the operator's NetworkPolicy enforced — the operator's own pod (the chart's, from
+    kanri-operator's image) reaches the instance API; a pod of the cluster's namespace reaches 5432 only; a pod of
+    another namespace reaches neither."""
+    kubeconfig = control_plane.kubeconfig
+    await install_postgres_crd(client)
+    first = pg_nodes.nodes[0]
+    release = f"{namespace[:50]}-op"
+    objects = chart_objects(release, namespace, first.image("kanri-operator").tag)
+    chart = {"apiVersion": "v1", "kind": "List", "items": objects}
+    await kubectl(kubeconfig, "apply", "--server-side", "-f", "-", stdin=chart)
+    other = f"{namespace[:50]}-out"
+    await kubectl(kubeconfig, "create", "namespace", other)
+    try:
+        await _policy_scenario(kubeconfig, client, namespace, release, other, first.image(IMAGE).ref)
+    finally:
+        await kubectl(kubeconfig, "delete", "-f", "-", "--ignore-not-found", "--wait=false", stdin=chart)
+        await kubectl(kubeconfig, "delete", "namespace", other, "--wait=false")
+
+
+async def _policy_scenario(
+    kubeconfig: Path, client: Client, namespace: str, release: str, other: str, image: str
+) -> None:
+    manifest = {
+        "apiVersion": POSTGRES_CLUSTER.api_version,
+        "kind": "PostgresCluster",
+        "metadata": {"name": "fenced", "namespace": namespace},
+        "spec": {"version": MAJOR, "replicas": 2, "storage": {"size": "1Gi", "storageClassName": STORAGE_CLASS}},
+    }
+    started = time.monotonic()
+    await client.create(POSTGRES_CLUSTER, manifest)
+    try:
+        await eventually(lambda: ready(client, namespace, "fenced", 2), timeout=180, interval=1)
+    except NotYet as exc:
+        details = await diagnose(kubeconfig, namespace) + "\n" + await diagnose(kubeconfig, release)
+        raise AssertionError(f"{exc}\n{details}") from None
+    print(
+        f"2 instances under the chart's operator and the enforced policy: Ready in {time.monotonic() - started:.1f} s"
+    )
+    pods = await pods_of(client, namespace, "fenced")
+    target = str(pods[0]["status"]["podIP"])
+    probe = ["sleep", "3600"]
+    for where in (namespace, other):
+        spec = pod("probe", pg_nodes_name(pods[0]), image, probe, restart="Always")
+        await kubectl(kubeconfig, "-n", where, "create", "-f", "-", stdin=spec)
+    for where in (namespace, other):
+        await eventually(lambda where=where: running(kubeconfig, where, "probe"), timeout=60)  # type: ignore[misc]
+
+    async def seen() -> dict[str, bool]:
+        return {
+            "same namespace 5432": await reaches(kubeconfig, namespace, "probe", target, 5432),
+            "same namespace 8008": await reaches(kubeconfig, namespace, "probe", target, 8008),
+            "other namespace 5432": await reaches(kubeconfig, other, "probe", target, 5432),
+            "other namespace 8008": await reaches(kubeconfig, other, "probe", target, 8008),
+        }
+
+    expected = {"same namespace 5432": True, "same namespace 8008": False,
+                "other namespace 5432": False, "other namespace 8008": False}  # fmt: skip
+
+    async def as_expected() -> dict[str, bool] | None:
+        found = await seen()
+        return found if found == expected else None
+
+    await eventually(as_expected, timeout=30, interval=1)
+
+
+def pg_nodes_name(pod_object: dict[str, Any]) -> str:
+    return str(pod_object["spec"]["nodeName"])
+
+
+async def running(kubeconfig: Path, namespace: str, name: str) -> bool:
+    status = json.loads(await kubectl(kubeconfig, "-n", namespace, "get", "pod", name, "-o", "json"))["status"]
+    return bool(status.get("phase") == "Running")
