@@ -110,14 +110,18 @@ async def test_a_running_cluster_keeps_its_postgresql_through_the_upgrade_to_v1b
         async with after.running(refresh=10.0):
             await eventually(lambda: stored_in(client, "v1beta1"), timeout=120, interval=1)
             assert await eventually(lambda: ready(client, namespace, NAME, 1), timeout=60, interval=1)
-            read_new = await client.get(NEW, NAME, namespace)
-            read_old = await client.get(OLD, NAME, namespace)
+            # read and written with kubectl in both versions, converted by the webhook each way
+            new, old = f"postgresclusters.v1beta1.kanri.dev/{NAME}", resource
+            read_new = json.loads(await kubectl(kubeconfig, "-n", namespace, "get", new, "-o", "json"))
+            read_old = json.loads(await kubectl(kubeconfig, "-n", namespace, "get", old, "-o", "json"))
+            assert read_new["apiVersion"] == "kanri.dev/v1beta1"
             assert read_new["metadata"]["uid"] == read_old["metadata"]["uid"]
             assert read_old["spec"] == exported["spec"], "v1alpha1 -> v1beta1 (stored) -> v1alpha1 changed the spec"
-            # written through each version, converted by the webhook on the way in
-            labels = {"metadata": {"labels": {"e2e/written-through": "v1beta1"}}}
-            await client.patch(NEW, NAME, labels, namespace)
-            assert (await client.get(OLD, NAME, namespace))["metadata"]["labels"]["e2e/written-through"] == "v1beta1"
+            await kubectl(kubeconfig, "-n", namespace, "label", new, "e2e/written-through=v1beta1")
+            await kubectl(kubeconfig, "-n", namespace, "annotate", old, "e2e/written-through=v1alpha1")
+            both = await client.get(NEW, NAME, namespace)
+            assert both["metadata"]["labels"]["e2e/written-through"] == "v1beta1"
+            assert both["metadata"]["annotations"]["e2e/written-through"] == "v1alpha1"
             applied = await kubectl(kubeconfig, "-n", namespace, "apply", "-f", str(manifest))
             assert NAME in applied, applied
             await write_row(client, namespace, NAME, 2)
