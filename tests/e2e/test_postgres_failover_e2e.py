@@ -576,8 +576,9 @@ async def test_a_primary_node_stopped_while_the_operator_was_down_fails_over_by_
     """Issue 29 item 11: no operator runs when the primary's node stops, so no operator saw the primary's last WAL
     position. The one that starts 20 s later — longer than its own detection could vouch for — bounds the loss with
     what the replicas' WAL receivers last heard of the primary (their instance managers remembered it), measured
-    against the node's last Lease renewal, and fails over by itself in mode Async; lastFailover and the FailedOver
-    Event say where the position came from. Before, it blocked (DataLossUnknown) until a human approved."""
+    against the node's last Lease renewal once the node is marked Ready=Unknown, and fails over by itself in mode
+    Async; lastFailover and the FailedOver Event say where the position came from. Before, it blocked
+    (DataLossUnknown) until a human approved."""
     spec = {"replication": {"mode": "Async"}, "podTemplate": one_per_node()}
     await client.create(POSTGRES_CLUSTER, cluster(NAME, namespace, 3, **spec))
     started = time.monotonic()
@@ -588,7 +589,7 @@ async def test_a_primary_node_stopped_while_the_operator_was_down_fails_over_by_
         await eventually(lambda: asyncio.sleep(0, len(ledger.acks) >= 20 or None), timeout=30)
         old, node, _ = await primary_and_node(client, namespace)
         assert await host.chaos("stop", node)  # the operator is down: nobody sees the primary's last position
-        await asyncio.sleep(20)  # an outage that outlasts the node's Lease heartbeat (10 s)
+        await asyncio.sleep(20)  # longer than the operator's own detection can vouch for the replicas' evidence
         async with operator.running(refresh=10.0):
             try:
                 record = await eventually(lambda: failed_over_from(client, namespace, old), timeout=90,
@@ -601,8 +602,6 @@ async def test_a_primary_node_stopped_while_the_operator_was_down_fails_over_by_
             assert record["primaryLSNSource"] == "Replicas", record
             assert "approvedBy" not in record  # by itself
             assert record["dataLossPossible"] is True
-            reasons = await event_reasons(client, namespace)
-            assert "FailoverBlocked" not in reasons, reasons
             assert await host.chaos("start", node)
             await eventually(lambda: rejoined(client, namespace, old), timeout=180, interval=1)
             record_property("phase_rejoined", round(time.monotonic() - started, 1))
