@@ -218,7 +218,7 @@ async def ask_failover(node: Node) -> bool:
 
 async def act(node: Node, decision: StartDecision, guard: SourceGuard) -> bool:
     """Carry out ``decision`` on this pod's server; True when the pod has its role. A primary it follows gets its
-    password first, if it passes the check (:func:`guard_source`)."""
+    password first, if it passes the check (:func:`guard_source`); so does one a fenced pod was pointed at."""
     match decision:
         case Follow(primary=primary):
             await guard_source(node, guard, await history(node, node.me), target=primary)
@@ -229,6 +229,9 @@ async def act(node: Node, decision: StartDecision, guard: SourceGuard) -> bool:
             await command(node, node.me, "REPLICAOF", "NO", "ONE")
             return True
         case Fence():
+            # Sentinel may have pointed the server at a primary meanwhile (a pod replaced for a scale-down knows
+            # only the staying pods, while the primary may still be on a leaving one): that source is checked too
+            await guard_source(node, guard, await history(node, node.me))
             return False
 
 
