@@ -1,0 +1,197 @@
+"""The PostgreSQL docs' lists checked against the code, so a list cannot drift from what kanri does: the metric
+tables of docs/observability.md against the metric classes and the instance exporter, its alert table against
+deploy/monitoring/alerts.yaml, every ``kanri_*`` metric any PostgreSQL page names, every ``kanri run`` flag they name,
+and every ``spec`` field of docs/postgrescluster.md's table against the pydantic models.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from prometheus_client import CollectorRegistry
+from pydantic import BaseModel
+
+from kanri.cli.main import app
+from kanri.instance import exporter
+from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
+from kanri.postgres.backup.archiving import BackupMetrics
+from kanri.postgres.metrics import PostgresMetrics
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+OBSERVABILITY = DOCS / "observability.md"
+PAGES = [
+    DOCS / "postgrescluster.md",
+    DOCS / "backups.md",
+    DOCS / "instance-manager.md",
+    OBSERVABILITY,
+    DOCS / "security.md",
+    DOCS / "install.md",
+    DOCS / "helm.md",
+    DOCS / "postgres-operator.md",
+    ROOT / "deploy" / "helm" / "kanri" / "README.md",
+    ROOT / "README.md",
+]
+_SUFFIXES = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"]}
+
+
+def section(text: str, start: str) -> str:
+    """The text from the line holding ``start`` to the next blank line after its table."""
+    lines = text[text.index(start) :].splitlines()
+    table = [i for i, line in enumerate(lines) if line.startswith("|")]
+    return "\n".join(lines[table[0] : next(i for i in range(table[0], len(lines)) if not lines[i].startswith("|"))])
+
+
+def rows(table: str) -> list[list[str]]:
+    """A markdown table's body rows, cells stripped (header and rule left out)."""
+    body = table.splitlines()[2:]
+    return [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in body]
+
+
+def names(cell: str) -> list[str]:
+    """The `code` names of one cell (a row may list two metrics)."""
+    return re.findall(r"`([a-z_:][a-z0-9_:]*)`", cell)
+
+
+def operator_metrics() -> dict[str, tuple[str, tuple[str, ...]]]:
+    """kanri_postgres_* name as scraped (counters with _total) -> (type, labels), from the operator's classes."""
+    registry = CollectorRegistry()
+    PostgresMetrics(registry)
+    BackupMetrics(registry)
+    found: dict[str, tuple[str, tuple[str, ...]]] = {}
+    for collector in list(registry._collector_to_names):  # private, but the only place labels are kept
+        labels = tuple(getattr(collector, "_labelnames", ()))
+        for family in collector.describe() if hasattr(collector, "describe") else []:
+            suffix = "_total" if family.type == "counter" else ""
+            found[family.name + suffix] = (family.type, labels)
+    return found
+
+
+def every_metric() -> set[str]:
+    """Every sample name kanri's PostgreSQL operator and instance exporter expose, with their suffixes."""
+    found: set[str] = set()
+    for name, (kind, _) in operator_metrics().items():
+        base = name.removesuffix("_total")
+        found |= {base + suffix for suffix in _SUFFIXES.get(kind, [""])}
+    found |= {name for name, _, _ in exporter.described()}
+    return found
+
+
+def test_the_operator_metric_table_is_what_the_operator_registers() -> None:
+    table = section(OBSERVABILITY.read_text(), "**PostgreSQL operator**")
+    documented: dict[str, tuple[str, ...]] = {}
+    for metric, labels, _ in rows(table):
+        for name in names(metric):
+            documented[name] = tuple(label.strip() for label in labels.split(","))
+    code = operator_metrics()
+    assert set(documented) == set(code), (
+        f"in the code, not in docs/observability.md: {sorted(set(code) - set(documented))}; "
+        f"documented, not in the code: {sorted(set(documented) - set(code))}"
+    )
+    wrong = {name: (labels, code[name][1]) for name, labels in documented.items() if labels != code[name][1]}
+    assert not wrong, f"labels differ (docs, code): {wrong}"
+
+
+def test_the_instance_exporter_table_is_what_the_exporter_renders() -> None:
+    table = section(OBSERVABILITY.read_text(), "**Instance exporter**")
+    documented: dict[str, tuple[str, tuple[str, ...]]] = {}
+    for metric, kind, extra, _ in rows(table):
+        labels = tuple(re.sub(r"\s*\(.*?\)", "", extra).replace(" ", "").split(",")) if extra else ()
+        for name in names(metric):
+            documented[name] = (kind, labels)
+    code = {name: (kind, labels[len(exporter.BASE_LABELS) :]) for name, kind, labels in exporter.described()}
+    assert set(documented) == set(code), (
+        f"rendered, not in docs/observability.md: {sorted(set(code) - set(documented))}; "
+        f"documented, not rendered: {sorted(set(documented) - set(code))}"
+    )
+    wrong = {name: (doc, code[name]) for name, doc in documented.items() if doc != code[name]}
+    assert not wrong, f"type or labels differ (docs, code): {wrong}"
+
+
+def test_every_kanri_metric_a_postgres_page_names_exists() -> None:
+    known = every_metric()
+    unknown = {
+        f"{page.relative_to(ROOT)}: {name}"
+        for page in PAGES
+        for name in re.findall(r"\bkanri_(?:postgres|instance)_[a-z0-9_]+", page.read_text())
+        if name not in known and not name.endswith("_")  # a family, `kanri_postgres_instance_*`
+    }
+    assert not unknown, f"metrics the docs name that no code exposes: {sorted(unknown)}"
+
+
+def alerts() -> dict[str, tuple[str, str]]:
+    """alert -> (for, severity) of deploy/monitoring/alerts.yaml."""
+    document: dict[str, Any] = yaml.safe_load((ROOT / "deploy" / "monitoring" / "alerts.yaml").read_text())
+    return {
+        rule["alert"]: (rule.get("for", "—"), rule["labels"]["severity"])
+        for group in document["groups"]
+        for rule in group["rules"]
+        if "alert" in rule
+    }
+
+
+def test_the_alert_table_is_every_alert_with_its_for_and_severity() -> None:
+    table = section(OBSERVABILITY.read_text(), "| alert | seed row |")
+    documented = {}
+    for alert, _, _, wait, severity in rows(table):
+        name = re.fullmatch(r"\[(\w+)\]\(runbooks/\1\.md\)", alert)
+        assert name, f"{alert!r} does not link its runbook as [Alert](runbooks/Alert.md)"
+        documented[name[1]] = (wait, severity)
+    assert documented == alerts()
+
+
+def test_the_backup_alert_table_names_only_real_alerts() -> None:
+    table = section(OBSERVABILITY.read_text(), "| alert | fires when | why this threshold |")
+    assert {row[0] for row in rows(table)} <= set(alerts())
+
+
+def run_flags() -> set[str]:
+    """The long options of `kanri run`, both spellings of a boolean."""
+    import typer.main
+
+    command = typer.main.get_command(app)
+    run = command.commands["run"]  # type: ignore[attr-defined]
+    return {opt for param in run.params for opt in (*param.opts, *param.secondary_opts) if opt.startswith("--")}
+
+
+def test_every_kanri_run_flag_the_docs_name_exists() -> None:
+    flags = run_flags()
+    named = {
+        f"{page.relative_to(ROOT)}: {flag}"
+        for page in PAGES
+        for command in re.findall(r"kanri run\b([^`\n]*)", page.read_text())  # up to the code span's end
+        for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", command)
+        if flag not in flags
+    }
+    assert not named, f"`kanri run` flags the docs name that it does not have: {sorted(named)}"
+
+
+def field_paths(model: type[BaseModel], prefix: str = "") -> set[str]:
+    """Every field path of a model by its JSON names (camelCase), nested models included."""
+    paths: set[str] = set()
+    for name, field in model.model_fields.items():
+        path = prefix + (field.alias or name)
+        paths.add(path)
+        for inner in _models(field.annotation):
+            paths |= field_paths(inner, path + ".")
+    return paths
+
+
+def _models(annotation: Any) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in getattr(annotation, "__args__", ()) for m in _models(arg)]
+
+
+def test_every_spec_field_in_the_postgrescluster_table_exists() -> None:
+    table = section((DOCS / "postgrescluster.md").read_text(), "| field |")
+    paths = field_paths(PostgresClusterSpec)
+    unknown = []
+    for row in rows(table):
+        for cell in re.findall(r"`([a-zA-Z][\w.]*)`", row[0]):
+            if cell not in paths and not row[0].startswith("any other"):
+                unknown.append(cell)
+    assert not unknown, f"fields in docs/postgrescluster.md that PostgresClusterSpec does not have: {unknown}"
