@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from kanri.cli.main import app
 from kanri.instance import exporter
-from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
+from kanri.postgres.api.v1alpha1 import PostgresClusterSpec, PostgresClusterStatus
 from kanri.postgres.backup.archiving import BackupMetrics
 from kanri.postgres.metrics import PostgresMetrics
 
@@ -213,3 +213,12 @@ def test_the_postgrescluster_table_has_a_row_for_every_spec_field() -> None:
         and not any(path.startswith(row + ".") or row.startswith(path + ".") for row in documented)
     )
     assert not missing, f"spec fields docs/postgrescluster.md's table has no row for: {missing}"
+
+
+def test_the_status_table_has_a_row_for_every_status_field() -> None:
+    table = section((DOCS / "postgrescluster.md").read_text(), "| field | meaning |")
+    documented = {name for row in rows(table) for name in re.findall(r"^`(\w+)(?:\[\])?`$", row[0])}
+    fields = {field.alias or name for name, field in PostgresClusterStatus.model_fields.items()}
+    assert documented == fields, (
+        f"no row: {sorted(fields - documented)}; not a status field: {sorted(documented - fields)}"
+    )
