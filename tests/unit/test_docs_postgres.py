@@ -222,3 +222,14 @@ def test_the_status_table_has_a_row_for_every_status_field() -> None:
     assert documented == fields, (
         f"no row: {sorted(fields - documented)}; not a status field: {sorted(documented - fields)}"
     )
+
+
+def test_every_instance_api_route_is_in_the_instance_manager_page() -> None:
+    code = set(re.findall(r"add_(get|post)\(\"([^\"]+)\"", (ROOT / "src/kanri/instance/http_api.py").read_text()))
+    assert len(code) > 10, code  # the routes are still registered this way
+    page = (DOCS / "instance-manager.md").read_text()
+    table = section(page, "| request | answer |")
+    documented = {
+        (method.lower(), path) for row in rows(table) for method, path in re.findall(r"`(GET|POST) (/[^`]*)`", row[0])
+    }
+    assert documented == code, f"no row: {sorted(code - documented)}; no route: {sorted(documented - code)}"
