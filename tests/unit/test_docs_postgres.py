@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 
 from kanri.cli.main import app
+from kanri.contract.problems import REASONS
 from kanri.instance import exporter
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec, PostgresClusterStatus
 from kanri.postgres.backup.archiving import BackupMetrics
@@ -233,3 +234,9 @@ def test_every_instance_api_route_is_in_the_instance_manager_page() -> None:
         (method.lower(), path) for row in rows(table) for method, path in re.findall(r"`(GET|POST) (/[^`]*)`", row[0])
     }
     assert documented == code, f"no row: {sorted(code - documented)}; no route: {sorted(documented - code)}"
+
+
+def test_the_instance_problem_table_is_the_contracts_reasons() -> None:
+    table = section((DOCS / "instance-manager.md").read_text(), "| reason | meaning |")
+    documented = {name for row in rows(table) for name in re.findall(r"^`(\w+)`$", row[0])}
+    assert documented == set(REASONS)
