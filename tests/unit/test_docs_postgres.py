@@ -240,3 +240,20 @@ def test_the_instance_problem_table_is_the_contracts_reasons() -> None:
     table = section((DOCS / "instance-manager.md").read_text(), "| reason | meaning |")
     documented = {name for row in rows(table) for name in re.findall(r"^`(\w+)`$", row[0])}
     assert documented == set(REASONS)
+
+
+def test_every_file_and_test_a_postgres_page_names_exists() -> None:
+    tests = {path.name for path in (ROOT / "tests").rglob("test_*.py")}
+    defined = {
+        name for path in (ROOT / "tests").rglob("test_*.py") for name in re.findall(r"def (test_\w+)", path.read_text())
+    }
+    missing = set()
+    for page in PAGES:
+        text = page.read_text()
+        where = page.relative_to(ROOT)
+        for path in re.findall(r"\b(?:tests|src|deploy|docs|hack|bench)/[\w./-]+\.(?:py|md|yaml|json|sh|tpl)", text):
+            if not (ROOT / path).exists():
+                missing.add(f"{where}: {path}")
+        missing |= {f"{where}: {name}" for name in re.findall(r"\b(test_\w+\.py)", text) if name not in tests}
+        missing |= {f"{where}: {name}" for name in re.findall(r"::(test_\w+)", text) if name not in defined}
+    assert not missing, f"named in the docs, not in the tree: {sorted(missing)}"
