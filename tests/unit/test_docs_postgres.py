@@ -257,3 +257,31 @@ def test_every_file_and_test_a_postgres_page_names_exists() -> None:
         missing |= {f"{where}: {name}" for name in re.findall(r"\b(test_\w+\.py)", text) if name not in tests}
         missing |= {f"{where}: {name}" for name in re.findall(r"::(test_\w+)", text) if name not in defined}
     assert not missing, f"named in the docs, not in the tree: {sorted(missing)}"
+
+
+CHART = ROOT / "deploy" / "helm" / "kanri"
+WHOLE_VALUES = {"resources", "podSecurityContext", "securityContext", "defaultRepository", "digests", "upgradeDigests"}
+"""Values the README describes as one (a map the chart passes on as it is)."""
+
+
+def value_paths(values: dict[str, Any], prefix: str = "") -> set[str]:
+    """Each value's dotted path; a non-empty map is described by its keys, except those passed on whole."""
+    paths: set[str] = set()
+    for key, value in values.items():
+        if isinstance(value, dict) and value and key not in WHOLE_VALUES:
+            paths |= value_paths(value, f"{prefix}{key}.")
+        else:
+            paths.add(prefix + key)
+    return paths
+
+
+def test_the_chart_readme_has_a_row_for_every_value() -> None:
+    table = section((CHART / "README.md").read_text(), "| value | default | what |")
+    documented: set[str] = set()
+    for row in rows(table):
+        names = re.findall(r"`([\w.]+)`", row[0])
+        for name in names:
+            # `postgres.registry`, `.repository`: a leading dot continues the first name's parent
+            documented.add(names[0].rsplit(".", 1)[0] + name if name.startswith(".") else name)
+    values = value_paths(yaml.safe_load((CHART / "values.yaml").read_text()))
+    assert documented == values, f"no row: {sorted(values - documented)}; no value: {sorted(documented - values)}"
