@@ -149,25 +149,36 @@ def test_the_backup_alert_table_names_only_real_alerts() -> None:
     assert {row[0] for row in rows(table)} <= set(alerts())
 
 
-def run_flags() -> set[str]:
-    """The long options of `kanri run`, both spellings of a boolean."""
+COMMANDS = ("run", "status", "promote", "restart", "restore-test", "backup", "hibernate", "wake", "psql", "convert")
+"""The PostgreSQL commands of the CLI whose flags the pages quote."""
+
+
+def command_flags() -> dict[str, set[str]]:
+    """Each command's options (long and short, both spellings of a boolean)."""
     import typer.main
 
-    command = typer.main.get_command(app)
-    run = command.commands["run"]  # type: ignore[attr-defined]
-    return {opt for param in run.params for opt in (*param.opts, *param.secondary_opts) if opt.startswith("--")}
-
-
-def test_every_kanri_run_flag_the_docs_name_exists() -> None:
-    flags = run_flags()
-    named = {
-        f"{page.relative_to(ROOT)}: {flag}"
-        for page in PAGES
-        for command in re.findall(r"kanri run\b([^`\n]*)", page.read_text())  # up to the code span's end
-        for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", command)
-        if flag not in flags
+    group = typer.main.get_command(app)
+    return {
+        name: {
+            opt
+            for param in group.commands[name].params  # type: ignore[attr-defined]
+            for opt in (*param.opts, *param.secondary_opts)
+            if opt.startswith("-")
+        }
+        for name in COMMANDS
     }
-    assert not named, f"`kanri run` flags the docs name that it does not have: {sorted(named)}"
+
+
+def test_every_flag_the_docs_give_a_postgres_command_exists() -> None:
+    flags = command_flags()
+    wrong = set()
+    for page in PAGES:
+        for name, rest in re.findall(rf"kanri ({'|'.join(COMMANDS)})\b([^`\n]*)", page.read_text()):
+            quoted = rest.split(" -- ")[0]  # after `--`: psql's own arguments
+            for flag in re.findall(r"(?<![\w-])--?[a-z][a-z0-9-]*", quoted):
+                if flag not in flags[name]:
+                    wrong.add(f"{page.relative_to(ROOT)}: kanri {name} {flag}")
+    assert not wrong, f"flags the docs name that the command does not have: {sorted(wrong)}"
 
 
 def field_paths(model: type[BaseModel], prefix: str = "") -> set[str]:
