@@ -22,12 +22,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+import structlog
 from psycopg.rows import DictRow
 
 from kanri.contract.status import Upstream
 from kanri.instance.core import Core
 
 __all__ = ["INTERVAL", "QUERY", "UpstreamMemory", "UpstreamWatch"]
+
+log = structlog.get_logger("kanri.instance")
 
 INTERVAL = 1.0
 """Seconds between two looks at the WAL receiver (the operator probes the primary every 2 s)."""
@@ -91,12 +94,22 @@ class UpstreamWatch:
         self.clock = clock
         self.memory = UpstreamMemory()
         self._conn: psycopg.AsyncConnection[DictRow] | None = None
+        self._failed: str | None = None
 
     async def run(self) -> None:
-        """The loop (forever)."""
+        """The loop (forever). An unexpected error is logged and the loop goes on: evidence is worth a look every
+        second, never the manager (and PostgreSQL with it)."""
         try:
             while True:
-                await self.look()
+                try:
+                    await self.look()
+                except Exception as exc:
+                    if repr(exc) != self._failed:  # once per distinct error, not every second
+                        log.exception("upstream evidence: look failed")
+                    self._failed = repr(exc)
+                    await self._close()
+                else:
+                    self._failed = None
                 await asyncio.sleep(INTERVAL)
         finally:
             await self._close()
