@@ -13,7 +13,8 @@ import pytest_asyncio
 import valkey.asyncio as valkey
 from valkey.exceptions import ValkeyError
 
-from kanri.cache.agent.node import Node, command, replication_login, runtime_config
+from kanri.cache.agent.fencing import History
+from kanri.cache.agent.node import Node, command, history, replication_login, runtime_config, split, take_role
 from kanri.cache.agent.resp import Secret
 from kanri.cache.agent.sources import REPLICATION_USER, source_password
 from kanri.cache.api import CacheSpec
@@ -451,6 +452,43 @@ async def test_a_replica_logs_in_to_an_older_server_as_the_default_user(tmp_path
         user, secret = await replication_login(node, f"127.0.0.1:{new_port}")
         assert (user, secret.value) == (REPLICATION_USER, source_password(password, f"127.0.0.1:{new_port}").value)
     finally:
+        for process in servers:
+            process.kill()
+            await process.wait()
+
+
+async def test_a_pod_still_deciding_links_to_the_primary_sentinel_points_it_at(tmp_path: Path) -> None:
+    """A pod replaced for a scale-down knows only the staying pods, and its agent may wait in its start-up decision
+    while Sentinel already made its server a replica of the primary on a leaving pod: the agent checks that source
+    and gives the server its password, so it links (it never did: the rollout e2e's 3 -> 2 step hung)."""
+    password = Secret("s3cret")
+    ports = free_port(), free_port()
+    nodes = [Node("orders", f"127.0.0.1:{port}", (), (), password) for port in ports]  # peers unknown to each other
+    servers = []
+    for index, node in enumerate(nodes):
+        (tmp_path / str(index)).mkdir()
+        config = tmp_path / f"{index}.conf"
+        config.write_text(runtime_config('save ""\nrepl-diskless-sync-delay 0', node, data_dir=tmp_path / str(index)))
+        servers.append(await asyncio.create_subprocess_exec(str(BINARY), str(config)))
+    primary, pod = nodes
+    deciding = None
+    try:
+        await eventually(lambda: history(primary, primary.me), timeout=10)
+        await command(primary, primary.me, "REPLICAOF", "NO", "ONE")
+        await command(primary, primary.me, "SET", "precious", "1")
+        deciding = asyncio.create_task(take_role(pod, interval=0.2))  # no peer, no Sentinel: it stays fenced
+        await asyncio.sleep(0.5)
+        assert not deciding.done()
+        await command(pod, pod.me, "REPLICAOF", *split(primary.me))  # what Sentinel's fix-slave-config does
+
+        async def linked() -> History | None:
+            seen = await history(pod, pod.me)
+            return seen if seen is not None and seen.link_up and seen.keys == 1 else None
+
+        await eventually(linked, timeout=10)
+    finally:
+        if deciding is not None:
+            deciding.cancel()
         for process in servers:
             process.kill()
             await process.wait()
