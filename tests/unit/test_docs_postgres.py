@@ -1,7 +1,12 @@
-"""The PostgreSQL docs' lists checked against the code, so a list cannot drift from what kanri does: the metric
-tables of docs/observability.md against the metric classes and the instance exporter, its alert table against
-deploy/monitoring/alerts.yaml, every ``kanri_*`` metric any PostgreSQL page names, every ``kanri run`` flag they name,
-and every ``spec`` field of docs/postgrescluster.md's table against the pydantic models.
+"""The PostgreSQL docs' lists checked against the code, so a list cannot drift from what kanri does.
+
+docs/observability.md: the runtime, operator and instance exporter metric tables against the registered metrics (names,
+types, labels), the alert table against deploy/monitoring/alerts.yaml (name, for, severity). docs/postgrescluster.md:
+the spec table against PostgresClusterSpec both ways, the status table against PostgresClusterStatus.
+docs/instance-manager.md: the HTTP API table against http_api.py's routes, the problem table against
+kanri.contract.problems.REASONS. The chart README's values table against values.yaml. On every PostgreSQL page: each
+``kanri_postgres_*``/``kanri_instance_*`` metric named exists, each flag given to a PostgreSQL ``kanri`` command is
+one it has, and each file and test named exists.
 """
 
 from __future__ import annotations
@@ -296,3 +301,24 @@ def test_the_chart_readme_has_a_row_for_every_value() -> None:
             documented.add(names[0].rsplit(".", 1)[0] + name if name.startswith(".") else name)
     values = value_paths(yaml.safe_load((CHART / "values.yaml").read_text()))
     assert documented == values, f"no row: {sorted(values - documented)}; no value: {sorted(documented - values)}"
+
+
+def test_the_runtime_metric_table_is_what_the_runtime_registers() -> None:
+    from tests.unit.test_monitoring import registered
+
+    code = {
+        re.sub(r"_(bucket|sum|count)$", "", name): labels - {"le"}
+        for name, labels in registered().items()
+        if not name.startswith(("kanri_postgres_", "kanri_instance_"))
+    }
+    table = section(OBSERVABILITY.read_text(), "**Runtime**")
+    documented = {}
+    for metric, _, labels, _ in rows(table):
+        for name in names(metric):
+            documented[name] = {label.strip().split(" ")[0] for label in re.sub(r"\(.*?\)", "", labels).split(",")}
+    assert set(documented) == set(code), (
+        f"registered, not in docs/observability.md: {sorted(set(code) - set(documented))}; "
+        f"documented, not registered: {sorted(set(documented) - set(code))}"
+    )
+    wrong = {name: (labels, code[name]) for name, labels in documented.items() if labels != code[name]}
+    assert not wrong, f"labels differ (docs, code): {wrong}"
