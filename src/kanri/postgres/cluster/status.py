@@ -11,18 +11,14 @@ routing to the primary yet: ``cluster/routed.py``), ``Hibernated`` |
 ``PrimaryUpdateWaiting`` (a switchover to update the primary failed: ``status.primaryUpdate``), ``RollingUpdate``,
 ``RestartingInstances``, ``WaitingForInstances`` |
 | Progressing | False | ``Converged``, ``Hibernated`` |
-| Degraded | True | a problem's reason (``kanri.postgres.cluster.problems.SEVERITY``, most serious first:
-``SplitBrain``,
-``Fenced``, ``DataDirectoryLost``,
-``SystemIdentifierMismatch``, ``DataVersionMismatch``, ``VolumeLost``, ``PostgresUnreachable``, ``ChildRejected``,
-``ChildConflict``,
-``StorageClassNotFound``, ``InvalidSecret``, ``OwnerMismatch``, ``InvalidParameter``, ``InvalidConfig``,
-``InstanceProblem``, ``ReadsWithheld``), else ``InstanceErrors``, ``ReplicasNotReady`` (the primary serves, a replica
-does not) |
+| Degraded | True | a problem's reason: one of ``kanri.postgres.cluster.problems.SEVERITY`` (most serious first, from
+``SplitBrain`` to ``ReadsWithheld``; the tuple is the list, so it is not repeated here), else ``InstanceErrors``,
+``ReplicasNotReady`` (the primary serves, a replica does not) |
 | Degraded | False | ``AsExpected`` |
 | StorageResizing | True | ``Resizing`` (a claim's capacity is below its request) |
 | StorageResizing | False | ``Resized``, ``ExpansionNotSupported`` (the class cannot grow volumes: the user must act) |
-| MajorUpgrade | False | ``NotRequested``, ``UpgradeNotApproved``, ``UpgradeApproved``, ``DowngradeNotSupported`` |
+| MajorUpgrade | False | ``NotRequested``, ``UpgradeNotApproved``, ``UpgradeApproved``, ``DowngradeNotSupported``,
+``NoBackupRepository`` |
 | FailoverBlocked | True | ``ManualPolicy``, ``DataLossAboveLimit``, ``DataLossUnknown``, ``NoSynchronousStandby``,
 ``NoCandidate`` (the failover waits for ``kanri.dev/approve-failover``) |
 | FailoverBlocked | False | ``NotBlocked`` (present once a failover was blocked) |
