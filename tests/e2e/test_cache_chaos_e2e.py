@@ -274,7 +274,7 @@ async def sentinels_name(pods: Pods) -> list[tuple[str, str]]:
         sentinel = valkey.Valkey(host=ip, port=26379, password=pods.password, socket_timeout=1.0,
                                  socket_connect_timeout=1.0, decode_responses=True)  # fmt: skip
         try:
-            answer = await sentinel.execute_command("SENTINEL", "MASTER", NAME)  # type: ignore[no-untyped-call]
+            answer = await sentinel.execute_command("SENTINEL", "MASTER", pods.name)  # type: ignore[no-untyped-call]
         except (ValkeyError, OSError) as exc:
             named.append(("?", type(exc).__name__))
             continue
@@ -417,3 +417,65 @@ async def test_a_durable_cache_keeps_every_confirmed_write_through_node_faults(
     print(f"reads through -ro: {len(workload.staleness)}, stalest {stalest:.2f} s (maxLagSeconds {MAX_LAG_SECONDS})")
     assert len(workload.staleness) > 100, "the -ro reader read"
     assert stalest <= MAX_LAG_SECONDS, f"a read through -ro was {stalest:.2f} s stale"
+
+
+async def test_a_regenerable_cache_fails_over_from_a_stopped_node_without_wiping_a_replica_and_reports_it(
+    operator: Operator, host: NodeHost, namespace: str, tmp_path: Path
+) -> None:
+    """Regenerable (no persistence, emptyDir): the primary's node stops and starts again. Sentinel promotes a replica;
+    the old pod, whose server comes back without persistence, follows the new primary and is never a source: no
+    surviving replica's key count ever drops (the anchors' wipe), no WAIT-confirmed write is lost, never two writable
+    primaries, and the failover is in status naming the pod it left."""
+    client, name = operator.client, "scratch"
+    spec = {"dataPolicy": "Regenerable", "replicas": 3, "downAfterMilliseconds": 1000,
+            "readPolicy": {"serveFrom": "Replicas", "maxLagSeconds": MAX_LAG_SECONDS}}  # fmt: skip
+    await client.create(KIND, {"metadata": {"name": name, "namespace": namespace}, "spec": spec})
+    await eventually(lambda: ready(client, namespace, name), timeout=180, interval=1)
+    pods = Pods(client, namespace, name)
+    await pods.load_password()
+    workload = Workload(pods, str((await client.get(SERVICE, f"{name}-ro", namespace))["spec"]["clusterIP"]))
+    try:
+        await eventually(lambda: converged(workload), timeout=60, interval=1)
+    except NotYet as exc:
+        raise AssertionError(f"not converged before the fault: {workload.seen}") from exc
+    old, _ = await primary_pod(workload, client, namespace)
+    first: dict[str, int] = {}
+    lowest: dict[str, int] = {}
+
+    async def watch_replicas() -> None:  # keys only grow: a count below the first one seen is a wipe
+        while not workload.stop.is_set():
+            for pod, info in (await pods.roles()).items():
+                if pod != old and info is not None and "keys" in info:
+                    first.setdefault(pod, info["keys"])
+                    lowest[pod] = min(lowest.get(pod, info["keys"]), info["keys"])
+            await asyncio.sleep(0.1)
+
+    tasks = [asyncio.create_task(t) for t in (workload.write(), workload.watch(), workload.read())]
+    results: list[str] = []
+    try:
+        await eventually(lambda: asyncio.sleep(0, len(workload.acked) > 200 or None), timeout=30)
+        tasks.append(asyncio.create_task(watch_replicas()))
+        await eventually(lambda: asyncio.sleep(0, len(lowest) == 2 or None), timeout=30)
+
+        async def stop(_pod: str, node: str) -> None:
+            assert await host.chaos("stop", node)
+
+        async def start(_pod: str, node: str) -> None:
+            assert await host.chaos("start", node)
+
+        await run_fault(workload, client, namespace, "node stopped (Regenerable)", stop, start, results, tmp_path)
+    finally:
+        workload.stop.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    print(f"Regenerable: key counts on the other pods, first seen {first}, lowest during the fault {lowest}")
+    assert len(lowest) == 2, f"both other pods watched: {lowest}"
+    assert all(lowest[pod] >= first[pod] > 0 for pod in lowest), f"a replica was wiped: {first} -> {lowest}"
+
+    async def recorded() -> Obj | None:
+        status = (await client.get(KIND, name, namespace)).get("status") or {}
+        failovers = [f for f in status.get("failovers") or [] if f.get("fromPod") == old]
+        return failovers[-1] if failovers else None
+
+    record = await eventually(recorded, timeout=60, interval=1)
+    print(f"Regenerable failover record: {record}")
+    assert record["toPod"] != old
