@@ -204,6 +204,14 @@ async def test_one_instance_on_a_local_path_volume_becomes_ready_and_serves_thro
         # through -rw's ClusterIP: kube-proxy's DNAT in the node's namespace, back to the pod itself (hairpin)
         await psql(kubeconfig, namespace, primary_pod, rw, "CREATE TABLE t (x int); INSERT INTO t VALUES (42)")
         assert (await psql(kubeconfig, namespace, primary_pod, rw, "SELECT x FROM t")).split() == ["42"]
+        # The root filesystem is read-only here (runc): barman-cloud-backup's staging directory must find a
+        # writable TMPDIR, or every base backup fails before it starts (it did, before the pod had one).
+        backup = ["/opt/barman/bin/barman-cloud-backup", "--cloud-provider", "aws-s3", "--endpoint-url",
+                  "http://127.0.0.1:1", "s3://nowhere/x", "orders"]  # fmt: skip
+        out = await kubectl(kubeconfig, "-n", namespace, "exec", primary_pod, "-c", "postgres", "--", *backup,
+                            check=False)  # fmt: skip
+        assert "No usable temporary directory" not in out, out
+        assert "Backup failed uploading data" in out, out  # it read the data and got as far as the object store
 
 
 async def test_three_instances_spread_over_the_nodes_replicate_and_switch_over(

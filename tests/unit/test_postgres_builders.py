@@ -94,6 +94,7 @@ def test_environment_follows_the_instance_manager_contract() -> None:
         "KANRI_API_TOKEN_FILE": "/etc/kanri/api/token",
         "KANRI_CONFIG_FILE": "/etc/kanri/config/instance.json",
         "KANRI_TLS_DIR": "/etc/kanri/tls",
+        "TMPDIR": "/run/kanri-tmp",
     }
     assert env_of(build("orders-1", role="primary"))["KANRI_BOOTSTRAP"] == "primary"
 
@@ -115,10 +116,12 @@ def test_pod_mounts_volumes_probes_and_runs_as_the_postgres_user() -> None:
     assert secrets == {"orders-superuser", "orders-replication", "orders-app", "orders-api", "orders-server"}
     assert volumes["config"]["configMap"] == {"name": "orders-config"}
     assert volumes["run"]["emptyDir"] == {}
+    assert volumes["tmp"]["emptyDir"] == {}  # TMPDIR: the root filesystem is read-only
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     assert mounts == {"/var/lib/postgresql/data": "data", "/etc/kanri/superuser": "superuser",
                       "/etc/kanri/replication": "replication", "/etc/kanri/app": "app", "/etc/kanri/api": "api",
-                      "/etc/kanri/config": "config", "/var/run/postgresql": "run", "/etc/kanri/tls": "tls"}  # fmt: skip
+                      "/etc/kanri/config": "config", "/var/run/postgresql": "run", "/etc/kanri/tls": "tls",
+                      "/run/kanri-tmp": "tmp"}  # fmt: skip
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"postgres": 5432, "http": 8008, "metrics": 9187}
     https = {"port": 8008, "scheme": "HTTPS"}  # the API serves TLS (the kubelet does not verify it)
@@ -167,7 +170,9 @@ def test_the_pod_meets_pod_security_restricted() -> None:
     assert all(set(volume) - {"name"} <= allowed for volume in pod["volumes"])
     # What the root filesystem being read-only relies on: the instance manager's writable places are volumes.
     writable = {m["mountPath"] for m in container["volumeMounts"] if not m.get("readOnly")}
-    assert writable == {"/var/lib/postgresql/data", "/var/run/postgresql"}
+    assert writable == {"/var/lib/postgresql/data", "/var/run/postgresql", "/run/kanri-tmp"}
+    env = env_of(build())
+    assert env["TMPDIR"] == "/run/kanri-tmp"  # Barman Cloud's staging files (no /tmp is writable)
     # The kubelet keeps a failed run's last log lines in its status, which the operator quotes (CrashLoopBackOff).
     assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
 

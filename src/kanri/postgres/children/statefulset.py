@@ -51,6 +51,8 @@ BOOTSTRAP_ENV = "KANRI_BOOTSTRAP"
 
 DATA_DIR = "/var/lib/postgresql/data"
 SOCKET_DIR = "/var/run/postgresql"
+TMP_DIR = "/run/kanri-tmp"
+"""The pod's scratch space (an emptyDir, ``TMPDIR``): the root filesystem, /tmp included, is read-only."""
 SUPERUSER_DIR = "/etc/kanri/superuser"
 REPLICATION_DIR = "/etc/kanri/replication"
 APP_DIR = "/etc/kanri/app"
@@ -122,6 +124,7 @@ def environment(cluster: str, instance: str, role: Role, spec: PostgresClusterSp
         "KANRI_API_TOKEN_FILE": f"{API_DIR}/token",
         "KANRI_CONFIG_FILE": f"{CONFIG_DIR}/instance.json",
         **_tls_environment(),
+        "TMPDIR": TMP_DIR,  # for every program the manager runs (Barman Cloud's staging files)
     }
     if spec.backup is not None:
         plain["KANRI_BACKUP_CREDENTIALS_DIR"] = BACKUP_DIR
@@ -136,9 +139,9 @@ def environment(cluster: str, instance: str, role: Role, spec: PostgresClusterSp
 
 
 def volumes(cluster: str, instance: str, backup: bool = False, recovery: bool = False) -> tuple[list[Obj], list[Obj]]:
-    """The pod's volumes and the container's mounts: data claim, the four Secrets, the ConfigMap, the socket dir;
-    with ``backup``, the repository's key pair the operator copies (optional: absent while there is no repository);
-    with ``recovery`` (bootstrap.recovery), the source repository's key pair."""
+    """The pod's volumes and the container's mounts: data claim, the four Secrets, the ConfigMap, the socket dir, the
+    scratch dir (:data:`TMP_DIR`); with ``backup``, the repository's key pair the operator copies (optional: absent
+    while there is no repository); with ``recovery`` (bootstrap.recovery), the source repository's key pair."""
     secrets = [
         ("superuser", names.superuser_secret(cluster), SUPERUSER_DIR),
         ("replication", names.replication_secret(cluster), REPLICATION_DIR),
@@ -162,6 +165,11 @@ def volumes(cluster: str, instance: str, backup: bool = False, recovery: bool = 
     mounts.append({"name": "config", "mountPath": CONFIG_DIR, "readOnly": True})
     pod_volumes.append({"name": "run", "emptyDir": {}})
     mounts.append({"name": "run", "mountPath": SOCKET_DIR})
+    # The root filesystem is read-only: barman-cloud-backup makes its staging directory with Python's tempfile at
+    # start and found no writable candidate (/tmp, /var/tmp, the working directory) on a real kubelet, so every base
+    # backup failed. Not mounted at /tmp: the local node binds a checkout that lives under /tmp there.
+    pod_volumes.append({"name": "tmp", "emptyDir": {}})
+    mounts.append({"name": "tmp", "mountPath": TMP_DIR})
     return pod_volumes, mounts
 
 
