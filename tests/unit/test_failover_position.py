@@ -158,6 +158,8 @@ def node(status: str, reason: str, marked_ago: float) -> dict[str, Any]:
 
 def test_a_node_marked_unknown_last_renewed_its_lease_at_least_the_grace_before() -> None:
     assert node_silence(node("Unknown", "NodeStatusUnknown", 260.0), NOW) == 260.0 + NODE_GRACE
+    # the cluster's own grace (kanri run --node-monitor-grace 50): the last heartbeat was at least that long before
+    assert node_silence(node("Unknown", "NodeStatusUnknown", 260.0), NOW, 50.0) == 310.0
     # Ready, or not ready for another reason (its kubelet still reports): nothing is known of its silence
     assert node_silence(node("True", "KubeletReady", 260.0), NOW) is None
     assert node_silence(node("False", "KubeletNotReady", 260.0), NOW) is None

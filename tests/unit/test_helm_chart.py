@@ -356,6 +356,8 @@ def test_allowed_backup_endpoints_reach_the_operator_as_one_flag_each() -> None:
 
 
 def test_allowed_priority_classes_reach_the_operator_as_one_flag_each() -> None:
+    assert not [a for a in deployment_args(template()) if a.startswith("--node-monitor-grace")]
+    assert "--node-monitor-grace=50" in deployment_args(template("nodeMonitorGracePeriod=50"))
     assert not [a for a in deployment_args(template()) if a.startswith("--allowed-priority-class")]
     objects = template("allowedPriorityClasses={database-high,database-normal}")
     assert [a for a in deployment_args(objects) if a.startswith("--allowed-priority-class")] == [

@@ -69,3 +69,13 @@ BackupClockOffsetFile = Annotated[
         "(read at every use; missing or unreadable: 0). Never in production.",
     ),
 ]
+NodeMonitorGrace = Annotated[
+    float,
+    typer.Option(
+        min=1.0,
+        help="Seconds the cluster's node lifecycle controller waits before it marks a silent node Ready=Unknown "
+        "(kube-controller-manager --node-monitor-grace-period; upstream 40-50 s). A failover after an operator "
+        "outage measures the replicas' evidence against it; never set it above the real value (the default, 20, "
+        "is the shortest in use: safe, but then an outage longer than ~12 s may still ask for approval).",
+    ),
+]

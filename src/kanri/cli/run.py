@@ -17,6 +17,7 @@ from kanri.postgres.backup.archiving import DefaultRepository, load_repository, 
 from kanri.postgres.children.images import ENV as POSTGRES_IMAGES_ENV
 from kanri.postgres.children.images import PostgresImages
 from kanri.postgres.cluster.instances import HttpInstanceClient
+from kanri.postgres.ha.position import NODE_GRACE
 from kanri.postgres.operator import OperatorOptions, build_manager
 from kanri.runtime import Client, ClientMetrics, CrdDowngradeRefused, configure_logging
 
@@ -47,6 +48,7 @@ def run(
     allowed_backup_endpoint: opts.AllowedBackupEndpoints = None,
     allowed_priority_class: opts.AllowedPriorityClasses = None,
     backup_clock_offset_file: opts.BackupClockOffsetFile = None,
+    node_monitor_grace: opts.NodeMonitorGrace = NODE_GRACE,
 ) -> None:
     """Run the PostgreSQL operator until SIGTERM or SIGINT."""
     if log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
@@ -68,6 +70,7 @@ def run(
         backup_now=offset_clock(backup_clock_offset_file) if backup_clock_offset_file else utc_now,
         allowed_backup_endpoints=tuple(e.strip() for e in allowed_backup_endpoint or () if e.strip()),
         allowed_priority_classes=tuple(c.strip() for c in allowed_priority_class or () if c.strip()),
+        node_monitor_grace=node_monitor_grace,
     )
     try:
         asyncio.run(_run(str(kubeconfig) if kubeconfig else None, options))

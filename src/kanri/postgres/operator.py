@@ -24,6 +24,7 @@ from kanri.postgres.backup.controller import BackupClient, PostgresBackupReconci
 from kanri.postgres.children.images import PostgresImages
 from kanri.postgres.cluster.instances import HttpInstanceClient, InstanceClient
 from kanri.postgres.cluster.reconciler import PostgresClusterReconciler
+from kanri.postgres.ha.position import NODE_GRACE
 from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
 from kanri.postgres.labels import CLUSTER, foreign
 from kanri.postgres.metrics import PostgresMetrics
@@ -194,6 +195,10 @@ class OperatorOptions:
     allowed_priority_classes: tuple[str, ...] = ()
     """The PriorityClasses a cluster's pod template may name (``kanri run --allowed-priority-class``); empty: any the
     API accepts (never the system- ones). See :mod:`kanri.postgres.pods.policy`."""
+    node_monitor_grace: float = NODE_GRACE
+    """Seconds the cluster's node lifecycle controller waits before it marks a silent node ``Ready=Unknown``
+    (kube-controller-manager ``--node-monitor-grace-period``): a failover after an operator outage anchors the
+    replicas' evidence on it (:mod:`kanri.postgres.ha.position`). Never set it above the real value."""
     postgres_images: PostgresImages = field(default_factory=PostgresImages.from_environment)
     """The PostgreSQL images per major, from ``KANRI_POSTGRES_IMAGES`` (the chart sets it on the operator's pod;
     unset: ``kanri.dev/postgres:<major>``, the local cluster's names). See :mod:`kanri.postgres.children.images`."""
@@ -285,6 +290,7 @@ def build_manager(
         operator_namespace=own_namespace,
     )
     reconciler.allowed_priority_classes = options.allowed_priority_classes
+    reconciler.node_monitor_grace = options.node_monitor_grace
     reconciler.images = options.postgres_images
     reconciler.backup = BackupSettings(
         options.default_backup_repository,

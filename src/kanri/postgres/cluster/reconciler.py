@@ -60,6 +60,7 @@ from kanri.postgres.ha.failover import SUSPECT_INTERVAL
 from kanri.postgres.ha.failover_step import FailoverStep, StepResult
 from kanri.postgres.ha.maintenance import maintenance_target
 from kanri.postgres.ha.memory import FailoverMemory
+from kanri.postgres.ha.position import NODE_GRACE
 from kanri.postgres.ha.primary import choose_primary, gate_removals
 from kanri.postgres.ha.reads import ReadLag, read_lag, withheld_problem
 from kanri.postgres.ha.rejoin import rejoining, withhold_rejoining
@@ -211,6 +212,8 @@ class PostgresClusterReconciler:
         self.backup_cleanup = BackupCleanup(lambda: self.backup)
         self.allowed_priority_classes: tuple[str, ...] = ()
         """The priority classes a pod template may name (``kanri run --allowed-priority-class``; empty: any)."""
+        self.node_monitor_grace = NODE_GRACE
+        """The node lifecycle controller's grace before it marks a silent node (``kanri run --node-monitor-grace``)."""
         self.images = DEFAULT_IMAGES
         """The PostgreSQL images per major (the platform's configuration, :mod:`kanri.postgres.children.images`)."""
         self.cache = cache

@@ -57,6 +57,11 @@ class Operator(Protocol):
         ...
 
     @property
+    def node_monitor_grace(self) -> float:
+        """The node lifecycle controller's grace before it marks a silent node (``kanri run --node-monitor-grace``)."""
+        ...
+
+    @property
     def background(self) -> set[asyncio.Task[None]]:
         """Requests that must not hold a pass up; the operator cancels what is left at shutdown."""
         ...

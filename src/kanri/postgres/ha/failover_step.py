@@ -183,7 +183,7 @@ class FailoverStep(FailoverContext):
         except ApiError as exc:
             log.info("node unreadable: the failover anchors on its own detection", node=node, status=exc.status)
             return None
-        return node_silence(found, _now())
+        return node_silence(found, _now(), self.r.node_monitor_grace)
 
     def probe_late(self, primary: str, limit: float) -> None:
         """Ask the silent primary's ``/status`` once more in the background with ``limit`` (the whole window) to

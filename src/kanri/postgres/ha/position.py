@@ -69,10 +69,10 @@ is at least as recent as the operator's memory."""
 NODE_HEARTBEAT = 10.0
 """Seconds between two renewals of a node's Lease (the kubelet's: a quarter of its 40 s ``leaseDurationSeconds``)."""
 NODE_GRACE = 20.0
-"""The shortest grace the node lifecycle controller is known to run with before it marks a silent node
-``Ready=Unknown`` (kanri's local control plane; upstream defaults are 40 s and 50 s). With a longer grace the anchor
-lands later than it could (up to 30 s): safe, but the evidence then rarely counts — the grace should become an
-operator setting."""
+"""The default grace assumed of the node lifecycle controller before it marks a silent node ``Ready=Unknown``: the
+shortest known in use (kanri's local control plane; upstream defaults are 40 s and 50 s). A grace assumed shorter
+than the real one only makes the anchor later (safe, but the evidence then rarely counts); longer would make it
+earlier than the truth. ``kanri run --node-monitor-grace`` sets the cluster's real one."""
 
 Source = Literal["Memory", "Replicas"]
 
@@ -121,10 +121,10 @@ def _describe(w: Witness, since: float, what: str) -> str:
     return f"{w.name} heard WAL end {w.position} ({when})"
 
 
-def node_silence(node: Mapping[str, Any] | None, now: datetime) -> float | None:
+def node_silence(node: Mapping[str, Any] | None, now: datetime, grace: float = NODE_GRACE) -> float | None:
     """At least how many seconds before ``now`` the node last renewed its Lease: known only once the node lifecycle
-    controller marked it ``Ready=Unknown`` (``NodeStatusUnknown``), :data:`NODE_GRACE` before that transition; None
-    for a node that is Ready, or not known."""
+    controller marked it ``Ready=Unknown`` (``NodeStatusUnknown``), ``grace`` (the controller's node-monitor grace,
+    at most) before that transition; None for a node that is Ready, or not known."""
     conditions = ((node or {}).get("status") or {}).get("conditions") or []
     ready = next((c for c in conditions if c.get("type") == "Ready"), None)
     if ready is None or ready.get("status") != "Unknown" or ready.get("reason") != "NodeStatusUnknown":
@@ -133,7 +133,7 @@ def node_silence(node: Mapping[str, Any] | None, now: datetime) -> float | None:
         marked = parse_time(str(ready["lastTransitionTime"]))
     except (KeyError, ValueError):
         return None
-    return max((now - marked).total_seconds() + NODE_GRACE, 0.0)
+    return max((now - marked).total_seconds() + grace, 0.0)
 
 
 def anchor(watched: float, node_silent: float | None) -> tuple[float, str]:

@@ -151,7 +151,8 @@ class PostgresClusterSpec(
 
     resources: Resources | None = None
     """CPU and memory for each instance's PostgreSQL container. Default: requests of cpu 100m and memory 256Mi for
-    each resource named neither in requests nor in limits (never BestEffort), no limits. Changing them restarts the instances one at a time, replicas first and the primary last (after a switchover)."""
+    each resource named neither in requests nor in limits (never BestEffort), no limits. Changing them restarts the
+    instances one at a time, replicas first and the primary last (after a switchover)."""
 
     primary_update_strategy: PrimaryUpdateStrategy = "Switchover"
     """How the primary takes a change that restarts it (a new pod template: resources, image settings; or a
