@@ -351,6 +351,11 @@ INVALID = [
         ("spec.backup.repository", "needs exactly one of volume or s3"),
     ),
     Refused(
+        "volume-repository",
+        {"backup": {"repository": {"volume": {"size": "10Gi"}}}},
+        ("spec.backup.repository", "repository.volume is not supported by this release: use s3"),
+    ),
+    Refused(
         "no-repository-kind",
         {"backup": {"repository": {}}},
         ("spec.backup.repository", "needs exactly one of volume or s3"),
@@ -702,12 +707,6 @@ FORBIDDEN_CHANGES = [
         ("spec.bootstrap", "bootstrap is used only when the cluster is created"),
     ),
     Change(
-        "shrink-backup-volume",
-        {"backup": {"repository": {"volume": {"size": "1Gi"}}}},
-        ("spec.backup.repository.volume.size", "size may not shrink (from 20Gi to 1Gi)"),
-        before={"backup": {"repository": {"volume": {"size": "20Gi"}}}},
-    ),
-    Change(
         "raise-version-but-not-the-image",
         {"version": 18, "upgrade": {"approvedVersion": 18}},
         ("imageName is not of major 18 (version)",),
@@ -733,21 +732,21 @@ ALLOWED_CHANGES = [
     ),
     Change("hibernate-sync-cluster", {"replicas": 0}, before={"replication": {"mode": "Sync", "syncStandbys": 2}}),
     Change("switch-to-manual-failover", {"failover": {"policy": "Manual", "maxDataLossBytes": 0}}),
-    Change("add-backups", {"backup": {"repository": {"volume": {"size": "1Gi"}}}}),
+    Change("add-backups", {"backup": {"repository": {"s3": S3}}}),
     Change(
         "cron-names-and-macros",
         {
             "backup": {
                 "schedule": "0 4 ? JAN-Dec sun",
                 "restoreTest": {"schedule": "@weekly"},
-                "repository": {"volume": {"size": "1Gi"}},
+                "repository": {"s3": S3},
             }
         },
     ),
     Change(
         "switch-repository",
-        {"backup": {"repository": {"volume": None, "s3": S3}}},
-        before={"backup": {"repository": {"volume": {"size": "1Gi"}}}},
+        {"backup": {"repository": {"s3": S3}}},
+        before={"backup": {"repository": {"s3": {**S3, "bucket": "older"}}}},
     ),
     Change("delete-policy", {"deletionPolicy": "Delete"}),
     Change("change-pod-template", {"podTemplate": {"labels": {"team": "b"}, "priorityClassName": "high"}}),

@@ -108,14 +108,20 @@ class Repository(
             "has(self.volume) != has(self.s3)",
             "backup.repository needs exactly one of volume or s3",
         ),
+        # Refused, not accepted and ignored: a volume repository is not served by this release (issue 29 item 5).
+        cel(
+            "!has(self.volume)",
+            "repository.volume is not supported by this release: use s3 (an object store, which also survives the "
+            "loss of this Kubernetes cluster)",
+        ),
     ],
 ):
-    """Where base backups and archived WAL are kept: exactly one of volume or s3.
+    """Where base backups and archived WAL are kept: s3 (volume is refused by the API in this release).
     Changing it starts a fresh base backup in the new repository; the old repository is left untouched."""
 
     volume: Volume | None = None
-    """A persistent volume the operator claims for the repository (named <cluster>-backups). Simple, but it lives in
-    the same Kubernetes cluster as the data, so it does not protect against losing that cluster."""
+    """Not supported by this release: the API refuses it. (A persistent volume claimed for the repository would live
+    in the same Kubernetes cluster as the data, so it would not protect against losing that cluster.)"""
 
     s3: S3Repository | None = None
     """An S3-compatible object store."""
