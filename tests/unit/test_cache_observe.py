@@ -6,8 +6,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from kanri.cache.agent.fencing import History
-from kanri.cache.api import ReadPolicy
+from kanri.cache.api import CacheSpec, ReadPolicy
 from kanri.cache.observe import Lag, assess, failover_record, readable_replica, recorded_primary
+from kanri.cache.steps import _readiness
 
 OLD, NEW = "a" * 40, "b" * 40
 HOST = "c-0.c-hl.ns.svc.cluster.local:6379"
@@ -100,3 +101,18 @@ def test_metrics_follow_the_status_and_go_with_the_cache() -> None:
     assert registry.get_sample_value("kanri_cache_cache_ready", labels) == 0
     metrics.forget("ns", "c")
     assert registry.get_sample_value("kanri_cache_cache_primaries", labels) is None
+
+
+def test_a_replica_holding_replicated_writes_the_primary_lacks_is_ahead_and_the_cache_not_ready() -> None:
+    """A stale replica promoted late (issue 31): the pod that holds the newest confirmed writes refuses to re-sync
+    from it; the operator says so instead of calling the cache Ready."""
+    ahead = History("10.0.0.3", "replica", OLD, 1500, primary_host=HOST, link_up=False)
+    seen = assess({"c-0": primary(1000), "c-1": replica(1000), "c-2": ahead}, {}, PRIMARY_ONLY)
+    assert seen.ahead == {"c-2": 500}
+    ready, reason, message = _readiness(CacheSpec.model_validate({"dataPolicy": "Durable", "replicas": 3}), seen, 3)
+    assert (ready, reason) == (False, "ReplicaAheadOfPrimary")
+    assert "the primary c-0 lacks replicated writes that c-2 (500 bytes) hold(s)" in message
+    # the primary before the last failover: its unconfirmed tail is that failover's recorded loss, not a replica ahead
+    assert assess({"c-0": primary(1000), "c-2": ahead}, {}, PRIMARY_ONLY, former="c-2").ahead == {}
+    # a replica behind, or one the primary holds, is not ahead
+    assert assess({"c-0": primary(1000), "c-1": replica(900, link=False)}, {}, PRIMARY_ONLY).ahead == {}

@@ -12,6 +12,7 @@ from typing import Any
 from kanri.cache.agent.fencing import History, missing_bytes
 from kanri.cache.agent.readable import MAX_LAG_SECONDS, WITHDRAWN_AT, seen_after, within_bound
 from kanri.cache.agent.resp import UNAVAILABLE, Connection, Secret
+from kanri.cache.agent.sources import protects
 from kanri.cache.api import FailoverRecord, ReadPolicy
 from kanri.cache.children import READABLE, ROLE
 from kanri.cache.config import VALKEY_PORT
@@ -38,6 +39,9 @@ class Assessment:
     readable: list[str]
     """Pods ``-ro`` routes to."""
     lags: dict[str, Lag] = field(default_factory=dict)
+    ahead: dict[str, int | None] = field(default_factory=dict)
+    """Replicas holding replicated writes the primary lacks (bytes; None: histories diverged, unmeasurable): their
+    agents refuse to re-sync from it (:mod:`kanri.cache.agent.sources`) and ask Sentinel for another failover."""
 
 
 def readable_replica(policy: ReadPolicy, lag: Lag) -> bool:
@@ -81,10 +85,11 @@ def recorded_primary(seen: Assessment, before: str | None) -> str | None:
     return seen.primary or before
 
 
-def assess(pods: Mapping[str, History | None], io_seconds: Mapping[str, int | None], policy: ReadPolicy
-           ) -> Assessment:  # fmt: skip
+def assess(pods: Mapping[str, History | None], io_seconds: Mapping[str, int | None], policy: ReadPolicy,
+           former: str | None = None) -> Assessment:  # fmt: skip
     """``pods``: each pod's history (None: it did not answer), keyed by pod name; ``io_seconds``: a replica's
-    seconds since its primary last spoke (``master_last_io_seconds_ago``)."""
+    seconds since its primary last spoke (``master_last_io_seconds_ago``); ``former``: the primary before the last
+    failover (its unconfirmed tail is that failover's recorded possible loss, not a replica ahead)."""
     primaries = sorted(name for name, h in pods.items() if h is not None and h.role == "primary")
     primary = primaries[0] if len(primaries) == 1 else None
     lead = pods[primary] if primary else None
@@ -100,7 +105,10 @@ def assess(pods: Mapping[str, History | None], io_seconds: Mapping[str, int | No
     readable = [name for name in linked if readable_replica(policy, lags[name])]
     if primary is not None and not readable:
         readable = [primary]  # Primary policy, or no replica within the bounds: reads go to the primary
-    return Assessment(primaries, primary, linked, readable, lags)
+    ahead = {name: missing_bytes(lead, history) for name, history in sorted(pods.items())
+             if lead is not None and history is not None and name not in (primary, former)
+             and protects(lead, history)}  # fmt: skip
+    return Assessment(primaries, primary, linked, readable, lags, ahead)
 
 
 def failover_record(before: str | None, before_history: History | None, after: str, after_history: History,

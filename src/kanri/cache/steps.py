@@ -105,10 +105,26 @@ def _readiness(spec: CacheSpec, seen: Assessment, answered: int) -> tuple[bool, 
         return False, "SeveralPrimaries", f"{len(seen.primaries)} pods claim to be primary: {', '.join(seen.primaries)}"
     if seen.primary is None:
         return False, "NoPrimary", f"{answered} of {spec.replicas} pods answered and none is the primary yet"
+    if seen.ahead:
+        held = ", ".join(f"{pod} ({'an unmeasurable gap' if n is None else f'{n} bytes'})"
+                         for pod, n in seen.ahead.items())  # fmt: skip
+        return (
+            False,
+            "ReplicaAheadOfPrimary",
+            (
+                f"the primary {seen.primary} lacks replicated writes that {held} hold(s): a client may have been told "
+                f"they were replicated (WAIT), so these replicas refuse to re-sync from it and ask Sentinel to promote "
+                f"the one holding the most; until then reads from {seen.primary} miss them"
+            ),
+        )
     if len(seen.linked) < spec.replicas - 1:
         return False, "ReplicasNotLinked", f"{len(seen.linked)} of {spec.replicas - 1} replicas replicate from " \
                                            f"{seen.primary}"  # fmt: skip
     return True, "Replicating", f"{seen.primary} is the primary; {len(seen.linked)} replicas linked"
+
+
+def _ready_reason(status: CacheStatus) -> str | None:
+    return next((c.reason for c in status.conditions if c.type == "Ready"), None)
 
 
 async def observe_pods(ctx: kit.PassContext) -> kr.Result | None:
@@ -123,7 +139,8 @@ async def observe_pods(ctx: kit.PassContext) -> kr.Result | None:
         ctx.ledger.condition("Ready", False, "Provisioning", "the password Secret is not in the cache yet")
         return None
     histories, io_seconds = await _observe(ctx, password)
-    seen = assess(histories, io_seconds, spec.read_policy)
+    former = status.failovers[-1].from_pod if status.failovers else None
+    seen = assess(histories, io_seconds, spec.read_policy, former)
     pods = ctx.cache.list(POD, ctx.namespace, ctx.labels.selector(ctx.name))
     await label_pods(ctx.client, ctx.namespace, pods, seen, histories, spec.read_policy)
     failovers = await _record_failover(ctx, status, seen, histories)
@@ -132,6 +149,8 @@ async def observe_pods(ctx: kit.PassContext) -> kr.Result | None:
         LAST_PRIMARY.of(ctx.obj)[seen.primary] = lead
     answered = sum(1 for history in histories.values() if history is not None)
     ready, reason, message = _readiness(spec, seen, answered)
+    if reason == "ReplicaAheadOfPrimary" and _ready_reason(status) != reason:  # once per occurrence
+        await ctx.events.warning(ctx.obj, reason, message)
     ctx.ledger.condition("Ready", ready, reason, message)
     primary = recorded_primary(seen, status.current_primary)
     planned = await rollout.roll(ctx, spec, seen, password)
