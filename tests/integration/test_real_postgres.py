@@ -392,7 +392,7 @@ async def _policy_scenario(
         found = await seen()
         return found if found == expected else None
 
-    await eventually(as_expected, timeout=30, interval=1)
+    await eventually(as_expected, timeout=60, interval=1)  # each blocked port costs its 2 s connect timeout
 
 
 def pg_nodes_name(pod_object: dict[str, Any]) -> str:
