@@ -78,7 +78,8 @@ def pg_nodes(control_plane: Endpoint, work_dir: Path) -> Iterator[RealCluster]:
         control_plane.kubeconfig.parent,
         work_dir / "nodes",
         prefix=PREFIX,
-        images=(IMAGE, "kanri-operator"),
+        images=(IMAGE,),
+        first_node_images=("kanri-operator",),  # the chart's operator pod is pinned to node 0
         extra_layouts=(coredns_image(node_bin_dir(), work_dir / "coredns"),),
         cluster_dns=cluster_dns_ip(config["serviceCIDR"]),
     )
@@ -311,7 +312,8 @@ def chart_objects(release_namespace: str, watched: str, operator_tag: str) -> li
     """The Helm chart's operator for the images the nodes imported (``kanri.local/...``, never pulled), watching
     ``watched`` only (the in-process operator of the other tests watches theirs)."""
     values = ("image.registry=kanri.local", "image.pullPolicy=Never", f"image.tag={operator_tag}",
-              "createNamespace=true", f"watchNamespaces={{{watched}}}")  # fmt: skip
+              "createNamespace=true", f"watchNamespaces={{{watched}}}",
+              rf"nodeSelector.kubernetes\.io/hostname={PREFIX}-0")  # fmt: skip
     return template(*values, release="kanri", namespace=release_namespace)
 
 

@@ -17,7 +17,9 @@ ZONES = ("kanri-a", "kanri-b", "kanri-c")
 
 class RealCluster:
     """``count`` nodes named ``<prefix>-<i>``, each with its directory ``data_dir/<name>``; the other arguments are
-    :class:`RealNode`'s, the same for every node."""
+    :class:`RealNode`'s, the same for every node, but ``first_node_images``: images only node 0 imports (each image
+    is imported at every start of every node that has it, so one only a single pod runs, pinned there, costs once).
+    """
 
     def __init__(
         self,
@@ -27,6 +29,7 @@ class RealCluster:
         count: int = 3,
         prefix: str = "kanri-node",
         images: tuple[str, ...] = (),
+        first_node_images: tuple[str, ...] = (),
         extra_layouts: tuple[tuple[Path, str], ...] = (),
         cluster_dns: str | None = None,
     ) -> None:
@@ -35,7 +38,7 @@ class RealCluster:
                 NodeSpec(f"{prefix}-{i}", ZONES[i % len(ZONES)], i),
                 data_dir / f"{prefix}-{i}",
                 control_plane_dir,
-                images=images,
+                images=images + (first_node_images if i == 0 else ()),
                 extra_layouts=extra_layouts,
                 cluster_dns=cluster_dns,
             )
