@@ -168,6 +168,16 @@ class Ledger:
                 return history_.host
         return None
 
+    async def held_by_primary(self) -> int:
+        """How many acknowledged keys the primary holds now (all of them: nothing acknowledged was lost)."""
+        primary = await self.primary()
+        assert primary is not None, "no primary to count on"
+        client = self.cache.client(primary)
+        try:
+            return int(await client.exists(*self.acknowledged))
+        finally:
+            await client.aclose()
+
     async def run(self, stop_event: asyncio.Event) -> None:
         sequence = 0
         address = self.primary_seen = await self.primary()

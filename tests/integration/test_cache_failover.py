@@ -221,13 +221,7 @@ async def test_a_wait_ledger_loses_nothing_when_the_primary_is_killed(durable: L
         settled.set()
         await counter
 
-    primary = await ledger.primary()
-    assert primary is not None
-    client = cache.client(primary)
-    try:
-        present = await client.exists(*ledger.acknowledged)
-    finally:
-        await client.aclose()
+    present = await ledger.held_by_primary()
     assert present == len(ledger.acknowledged), f"{len(ledger.acknowledged) - present} acknowledged writes lost"
     assert max(len(p) for p in primaries) == 1, f"two writable primaries: {[p for p in primaries if len(p) > 1]}"
     # A replica frozen during the failover may execute a promotion queued while it was stopped and come back a
@@ -410,13 +404,7 @@ async def test_a_replica_promoted_while_frozen_and_behind_never_resyncs_the_one_
         await events.stop()
         if not writer.done():
             writer.cancel()
-    primary = await ledger.primary()
-    assert primary is not None
-    client = cache.client(primary)
-    try:
-        present = await client.exists(*ledger.acknowledged)
-    finally:
-        await client.aclose()
+    present = await ledger.held_by_primary()
     start = timeline[0][0]
     trace = "\n".join(f"{at - start:6.2f} {row}" for at, row in timeline[:: max(1, len(timeline) // 80)])
     story = "\n".join(f"{at - start:6.2f} s{index} {channel} {data}" for at, index, channel, data in events.seen
