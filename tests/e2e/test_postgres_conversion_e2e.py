@@ -47,7 +47,10 @@ async def test_the_chart_serves_v1beta1_through_the_operators_webhook(
         read = await client.get(NEW_BACKUP, "stored-in-v1alpha1", namespace)
         assert read["apiVersion"] == "kanri.dev/v1beta1"
         process = await asyncio.create_subprocess_exec(
-            "kubectl", "--kubeconfig", str(control_plane.kubeconfig), "-n", namespace, "get",
+            # a discovery cache of its own: the shared one would remember v1beta1 as the group's preferred version
+            # after the CRDs are put back, and later kubectl calls of the session would ask for it (404)
+            "kubectl", "--kubeconfig", str(control_plane.kubeconfig), "--cache-dir", str(tmp_path / "kube-cache"),
+            "-n", namespace, "get",
             "postgresbackups.v1beta1.kanri.dev", "-o", "json",
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip

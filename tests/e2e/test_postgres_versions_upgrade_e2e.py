@@ -73,9 +73,12 @@ async def stored_in(client: Client, version: str) -> list[str] | None:
     return found
 
 
-async def kubectl(kubeconfig: Path, *args: str) -> str:
+async def kubectl(kubeconfig: Path, cache: Path, *args: str) -> str:
+    """kubectl with a discovery cache of its own: the shared one (~/.kube/cache) would remember v1beta1 as the
+    group's preferred version after the CRDs are put back to v1alpha1 alone, and every later kubectl call of the
+    session on PostgresClusters would ask for v1beta1 (404)."""
     process = await asyncio.create_subprocess_exec(
-        "kubectl", "--kubeconfig", str(kubeconfig), *args,
+        "kubectl", "--kubeconfig", str(kubeconfig), "--cache-dir", str(cache), *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, err = await asyncio.wait_for(process.communicate(), timeout=60)
@@ -87,7 +90,7 @@ async def kubectl(kubeconfig: Path, *args: str) -> str:
 async def test_a_running_cluster_keeps_its_postgresql_through_the_upgrade_to_v1beta1_storage(
     client: Client, node: LocalNode, control_plane: Endpoint, namespace: str, tmp_path: Path
 ) -> None:
-    kubeconfig = control_plane.kubeconfig
+    kubeconfig, cache = control_plane.kubeconfig, tmp_path / "kube-cache"
     instances = HttpInstanceClient()
     port = _free_port()
     try:
@@ -98,7 +101,7 @@ async def test_a_running_cluster_keeps_its_postgresql_through_the_upgrade_to_v1b
             await ready_with_row(client, namespace, NAME, 1, value=1)
             started = await eventually(lambda: postmaster_start_times(client, namespace, NAME), timeout=30)
         resource = f"postgresclusters.v1alpha1.kanri.dev/{NAME}"
-        exported = json.loads(await kubectl(kubeconfig, "-n", namespace, "get", resource, "-o", "json"))
+        exported = json.loads(await kubectl(kubeconfig, cache, "-n", namespace, "get", resource, "-o", "json"))
         for key in SERVER_FIELDS:
             exported["metadata"].pop(key, None)
         exported.pop("status", None)
@@ -112,17 +115,17 @@ async def test_a_running_cluster_keeps_its_postgresql_through_the_upgrade_to_v1b
             assert await eventually(lambda: ready(client, namespace, NAME, 1), timeout=60, interval=1)
             # read and written with kubectl in both versions, converted by the webhook each way
             new, old = f"postgresclusters.v1beta1.kanri.dev/{NAME}", resource
-            read_new = json.loads(await kubectl(kubeconfig, "-n", namespace, "get", new, "-o", "json"))
-            read_old = json.loads(await kubectl(kubeconfig, "-n", namespace, "get", old, "-o", "json"))
+            read_new = json.loads(await kubectl(kubeconfig, cache, "-n", namespace, "get", new, "-o", "json"))
+            read_old = json.loads(await kubectl(kubeconfig, cache, "-n", namespace, "get", old, "-o", "json"))
             assert read_new["apiVersion"] == "kanri.dev/v1beta1"
             assert read_new["metadata"]["uid"] == read_old["metadata"]["uid"]
             assert read_old["spec"] == exported["spec"], "v1alpha1 -> v1beta1 (stored) -> v1alpha1 changed the spec"
-            await kubectl(kubeconfig, "-n", namespace, "label", new, "e2e/written-through=v1beta1")
-            await kubectl(kubeconfig, "-n", namespace, "annotate", old, "e2e/written-through=v1alpha1")
+            await kubectl(kubeconfig, cache, "-n", namespace, "label", new, "e2e/written-through=v1beta1")
+            await kubectl(kubeconfig, cache, "-n", namespace, "annotate", old, "e2e/written-through=v1alpha1")
             both = await client.get(NEW, NAME, namespace)
             assert both["metadata"]["labels"]["e2e/written-through"] == "v1beta1"
             assert both["metadata"]["annotations"]["e2e/written-through"] == "v1alpha1"
-            applied = await kubectl(kubeconfig, "-n", namespace, "apply", "-f", str(manifest))
+            applied = await kubectl(kubeconfig, cache, "-n", namespace, "apply", "-f", str(manifest))
             assert NAME in applied, applied
             await write_row(client, namespace, NAME, 2)
             user, password = await credentials(client, namespace, NAME)

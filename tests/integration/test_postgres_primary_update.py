@@ -30,7 +30,7 @@ from kanri.runtime.kinds import POD, STATEFUL_SET
 from tests.integration.test_postgres_failover import HaFake, event_reasons, ready, role_label, status_of
 from tests.integration.test_postgres_reconciler import SYSID, pgc
 from tests.postgres_support import Operator, install_postgres_crd
-from tests.support import eventually
+from tests.support import NotYet, eventually
 
 Obj = dict[str, Any]
 NEW_CPU = {"requests": {"cpu": "150m"}}
@@ -234,13 +234,21 @@ async def test_an_abandoned_switchover_leaves_the_primary_update_waiting_until_t
     async with running_cluster(control_plane, client, namespace, "ab") as (fakes, operator):
         await client.patch(POSTGRES_CLUSTER, "ab", {"spec": {"resources": NEW_CPU}}, namespace)
 
+        seen: list[object] = []
+
         async def waiting() -> Obj | None:
             status = await status_of(client, namespace, "ab")
             progressing = get_condition(status.get("conditions"), "Progressing") or {}
+            seen[:] = [progressing.get("reason"), status.get("failover"), status.get("currentPrimary")]
             done = progressing.get("reason") == "PrimaryUpdateWaiting" and not status.get("failover")
             return status if done and status.get("currentPrimary") == "ab-1" else None
 
-        status = await eventually(waiting, timeout=60)
+        # the replica's restart, the switchover's start and its 3 s timeout, each a pass or more apart: 27 s on a
+        # quiet machine, more than 60 s once in a loaded CI run (both tiers at once)
+        try:
+            status = await eventually(waiting, timeout=150)
+        except NotYet as exc:
+            raise AssertionError(f"{exc}; last seen (Progressing reason, failover, currentPrimary): {seen}") from exc
         assert status["primaryUpdate"]["reason"] == "SwitchoverAbandoned"
         assert "ab-2" in status["primaryUpdate"]["message"]
         (progressing,) = [c for c in status["conditions"] if c["type"] == "Progressing"]
