@@ -119,7 +119,7 @@ async def test_a_plain_restart_of_an_empty_primary_wipes_its_replica(tmp_path: P
             except (ValkeyError, OSError):
                 return None
 
-        await eventually(replicated, timeout=10)
+        await eventually(replicated, timeout=45)  # a first full sync: 10 s was not always enough in a loaded CI run
         primary.kill()
         await primary.wait()
         primary = await asyncio.create_subprocess_exec(*primary_args)
