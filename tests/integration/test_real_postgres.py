@@ -46,7 +46,7 @@ from kanri.postgres.ha.failover import SWITCHOVER as SWITCHOVER_TO
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.runtime import Client, get_condition
 from kanri.runtime.kinds import SERVICE
-from tests.e2e.postgres_helpers import every_instance_has, pods_of
+from tests.e2e.postgres_helpers import cluster, every_instance_has, pods_of
 from tests.helm_support import template
 from tests.integration.realnode_support import kubectl, pod
 from tests.postgres_support import Operator, install_postgres_crd
@@ -192,18 +192,17 @@ async def psql(kubeconfig: Path, namespace: str, pod: str, host: str, sql: str) 
     return out
 
 
+def on_local_path(name: str, namespace: str, replicas: int) -> dict[str, Any]:
+    """A PostgresCluster of ``replicas`` on the module's image major, its volumes from local-path."""
+    return cluster(name, namespace, replicas, version=MAJOR, storage={"size": "1Gi", "storageClassName": STORAGE_CLASS})
+
+
 async def test_one_instance_on_a_local_path_volume_becomes_ready_and_serves_through_rw(
     control_plane: Endpoint, client: Client, operator: Operator, namespace: str
 ) -> None:
     kubeconfig = control_plane.kubeconfig
-    manifest = {
-        "apiVersion": POSTGRES_CLUSTER.api_version,
-        "kind": "PostgresCluster",
-        "metadata": {"name": "orders", "namespace": namespace},
-        "spec": {"version": MAJOR, "replicas": 1, "storage": {"size": "1Gi", "storageClassName": STORAGE_CLASS}},
-    }
     started = time.monotonic()
-    await client.create(POSTGRES_CLUSTER, manifest)
+    await client.create(POSTGRES_CLUSTER, on_local_path("orders", namespace, 1))
     async with operator.running(refresh=2.0):
         try:
             await eventually(lambda: ready(client, namespace, "orders", 1), timeout=150, interval=1)
@@ -229,14 +228,8 @@ async def test_three_instances_spread_over_the_nodes_replicate_and_switch_over(
     control_plane: Endpoint, client: Client, operator: Operator, namespace: str, pg_nodes: RealCluster
 ) -> None:
     kubeconfig = control_plane.kubeconfig
-    manifest = {
-        "apiVersion": POSTGRES_CLUSTER.api_version,
-        "kind": "PostgresCluster",
-        "metadata": {"name": "trio", "namespace": namespace},
-        "spec": {"version": MAJOR, "replicas": 3, "storage": {"size": "1Gi", "storageClassName": STORAGE_CLASS}},
-    }
     started = time.monotonic()
-    await client.create(POSTGRES_CLUSTER, manifest)
+    await client.create(POSTGRES_CLUSTER, on_local_path("trio", namespace, 3))
     async with operator.running(refresh=2.0):
         try:
             await eventually(lambda: ready(client, namespace, "trio", 3), timeout=180, interval=1)
@@ -354,14 +347,8 @@ async def test_the_charts_operator_pod_runs_a_cluster_under_its_enforced_network
 async def _policy_scenario(
     kubeconfig: Path, client: Client, namespace: str, release: str, other: str, image: str
 ) -> None:
-    manifest = {
-        "apiVersion": POSTGRES_CLUSTER.api_version,
-        "kind": "PostgresCluster",
-        "metadata": {"name": "fenced", "namespace": namespace},
-        "spec": {"version": MAJOR, "replicas": 2, "storage": {"size": "1Gi", "storageClassName": STORAGE_CLASS}},
-    }
     started = time.monotonic()
-    await client.create(POSTGRES_CLUSTER, manifest)
+    await client.create(POSTGRES_CLUSTER, on_local_path("fenced", namespace, 2))
     try:
         await eventually(lambda: ready(client, namespace, "fenced", 2), timeout=180, interval=1)
     except NotYet as exc:
