@@ -14,7 +14,14 @@ from kanri.images.catalog import built_images, catalog_file
 from kanri.images.push import PushError, push_images
 from kanri.images.registry import Destination, Oras, RegistryClientError
 from kanri.local import BuildError, ControlPlane, controlplane_binary, paths
-from kanri.local.access import AccessError, container_log_file, forward, read_pod, resolve_target
+from kanri.local.access import (
+    AccessError,
+    container_log_file,
+    forward,
+    kubectl_port_forward,
+    read_pod,
+    resolve_target,
+)
 from kanri.local.controlplane import Endpoint
 from kanri.local.detached import DetachedProcessError
 from kanri.local.imagemap import write_default_image_map
@@ -78,6 +85,9 @@ def start_real_cluster(name: str) -> ControlPlane:
         seconds = realnode_local.start(paths.cluster_dir(name), cp.data_dir)
     started = ", ".join(f"{node} in {s:.1f} s" for node, s in sorted(seconds.items()))
     err.print(f"[green]real nodes ready[/green] ({started or 'all already running'})")
+    with err.status("starting the local-path provisioner"):
+        provisioner = realnode_local.start_provisioner(paths.cluster_dir(name), cp.data_dir)
+    err.print(f"local-path provisioner (default StorageClass local-path): {provisioner}")
     return cp
 
 
@@ -250,13 +260,18 @@ def port_forward(
     address: Annotated[str, typer.Option("--address", help="Local address to listen on.")] = "127.0.0.1",
     name: ClusterOption = "default",
 ) -> None:
-    """Forward a local port to a Service (through its ClusterIP, so it follows the ready endpoints) or a pod,
-    until interrupted."""
+    """Forward a local port to a Service or a pod until interrupted. On the home-made node a Service is reached
+    through its ClusterIP, so the forward follows the ready endpoints; on real nodes (`up --real-nodes`) this is
+    `kubectl port-forward` (API server and kubelet), which picks one ready pod of the Service when it starts."""
     local, _, remote = ports.partition(":")
 
     async def serve() -> None:
         async with await _client(name) as client:
             target = await resolve_target(client, resource, namespace, int(remote) if remote else None)
+        if _node(name).running_pid() is None and realnode_local.real_nodes_run(paths.cluster_dir(name)):
+            kubeconfig = _control_plane(name).kubeconfig
+            argv = kubectl_port_forward(kubeconfig, resource, namespace, f"{local}:{target.port}", address)
+            raise typer.Exit(await _run_until_interrupted(argv))
         server = await forward(target, int(local), lambda message: err.print(message), address)
         err.print(f"Forwarding from {address}:{local} -> {target.description}")
         async with server:
@@ -269,6 +284,17 @@ def port_forward(
         raise typer.Exit(1) from exc
     except KeyboardInterrupt:
         pass
+
+
+async def _run_until_interrupted(argv: list[str]) -> int:
+    """Run ``argv`` with this process's stdout and stderr; its exit code. Cancelled (Ctrl-C), it is ended too."""
+    process = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL)
+    try:
+        return await process.wait()
+    finally:
+        if process.returncode is None:
+            process.terminate()
+            await process.wait()
 
 
 @app.command()

@@ -3,7 +3,9 @@
 ``kanri local logs`` reads the node's log files directly (``<node dir>/pods/<ns>_<pod>_<uid>/<container>/<n>.log``,
 where ``n`` is the container's restart count), so it works without a kubelet API. ``kanri local port-forward``
 listens on ``127.0.0.1`` and connects each client to the Service's ClusterIP (the node's service proxy picks a
-ready endpoint, so a forward to ``svc/<name>-rw`` follows a failover) or to a pod's own address.
+ready endpoint, so a forward to ``svc/<name>-rw`` follows a failover) or to a pod's own address. On real nodes
+(docs/real-nodes.md) the host reaches no ClusterIP, and the forward is ``kubectl port-forward``: the API server
+asks the pod's kubelet to connect into the pod's network namespace (:func:`kubectl_port_forward`).
 """
 
 from __future__ import annotations
@@ -119,3 +121,13 @@ async def forward(target: Target, local_port: int, on_connection: Callable[[str]
         await splice(reader, writer, upstream_reader, upstream_writer)
 
     return await asyncio.start_server(handle, address, local_port)
+
+
+def kubectl_port_forward(kubeconfig: Path, resource: str, namespace: str, ports: str, address: str) -> list[str]:
+    """The ``kubectl port-forward`` command line for ``resource`` (``svc/NAME``, ``pod/NAME`` or a bare pod name)
+    and ``ports`` (``LOCAL:REMOTE``; for a Service REMOTE is the Service's port, which kubectl maps to the chosen
+    pod's target port). kubectl prints ``Forwarding from ADDRESS:PORT -> REMOTE`` on stdout once it listens."""
+    kind, _, name = resource.partition("/")
+    target = resource if name else f"pod/{kind}"
+    return ["kubectl", f"--kubeconfig={kubeconfig}", "-n", namespace, "port-forward", target, ports,
+            f"--address={address}"]  # fmt: skip

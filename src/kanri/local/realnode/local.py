@@ -3,6 +3,10 @@
 processes run in a session and cgroup of their own), so the nodes keep running after ``up`` returns; the cgroup
 is what a pid file is for the home-made node: :meth:`RealNode.pids` finds every process of the node by name, and a
 start first removes whatever a crash left (namespace, links, cgroups) by name.
+
+The cluster's local-path provisioner (its default StorageClass) is a machine process of the same kind: its own
+session, found by name (:meth:`LocalPathProvisioner.pids`), started by ``up`` when it does not run and stopped by
+``down``. Each node's volumes are directories in the node's own directory (``<node dir>/local-path``).
 """
 
 from __future__ import annotations
@@ -13,7 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kanri.local.realnode import chaos, network
-from kanri.local.realnode.addons import NetworkPolicyAgent, cluster_dns_ip, coredns_image, install_coredns
+from kanri.local.realnode.addons import (
+    LocalPathProvisioner,
+    NetworkPolicyAgent,
+    cluster_dns_ip,
+    coredns_image,
+    install_coredns,
+)
 from kanri.local.realnode.cluster import RealCluster
 from kanri.local.realnode.node import RealNode, node_bin_dir
 from kanri.local.realnode.spec import HOST_BRIDGE
@@ -23,6 +33,10 @@ PREFIX = "real"
 COUNT = 3
 #: What each node imports at its start (cheap once imported); other images would make every start slower.
 IMAGES = ("kanri-tools", "kanri-operator")
+#: The local-path provisioner's helper pods make and remove volume directories: a shell as root is all they need.
+HELPER_IMAGE = "kanri-tools"
+PROVISIONER_DIR = "local-path-provisioner"
+VOLUMES_DIR = "local-path"
 
 
 @dataclass(frozen=True)
@@ -83,6 +97,28 @@ def start(cluster_dir: Path, control_plane_dir: Path) -> dict[str, float]:
     return seconds
 
 
+def provisioner(cluster_dir: Path, control_plane_dir: Path) -> LocalPathProvisioner:
+    """The cluster's local-path provisioner (its StorageClass the default one), not started."""
+    nodes = local_cluster(cluster_dir, control_plane_dir).nodes
+    return LocalPathProvisioner(
+        control_plane_dir,
+        chaos.real_nodes_dir(cluster_dir) / PROVISIONER_DIR,
+        node_bin_dir(),
+        {node.spec.name: str(node.layout.root / VOLUMES_DIR) for node in nodes},
+        nodes[0].image(HELPER_IMAGE).ref,
+        default_class=True,
+    )
+
+
+def start_provisioner(cluster_dir: Path, control_plane_dir: Path) -> str:
+    """Start the cluster's local-path provisioner unless it runs (``up`` is idempotent); what happened:
+    ``started``, ``already running`` or ``not built``."""
+    local_path = provisioner(cluster_dir, control_plane_dir)
+    if not local_path.binary.is_file():
+        return "not built"
+    return "started" if local_path.ensure_running() else "already running"
+
+
 def saved_nodes(cluster_dir: Path) -> list[RealNode]:
     """Every real node ever started in the cluster (those with a ``node.json``), by name."""
     root = chaos.real_nodes_dir(cluster_dir)
@@ -97,12 +133,27 @@ def stop(cluster_dir: Path) -> list[str]:
     cgroups, network namespaces, links, mounts, and the host's bridge and table once no node of any cluster
     uses them. Empty when nothing is left."""
     nodes = saved_nodes(cluster_dir)
+    local_path = _saved_provisioner(cluster_dir)
+    local_path.stop()
     for node in nodes:
         node.stop()
     left = [item for node in nodes for item in [*(f"process {pid}" for pid in node.pids()), *node.leftovers()]]
+    left += local_path.leftovers()
     if nodes and not _other_real_nodes_run():
         left += network.host_leftovers()
     return left
+
+
+def _saved_provisioner(cluster_dir: Path) -> LocalPathProvisioner:
+    """The cluster's provisioner as far as finding and stopping it goes (by its directory: no control plane or
+    image needed, so a crashed cluster's provisioner is found too)."""
+    work_dir = chaos.real_nodes_dir(cluster_dir) / PROVISIONER_DIR
+    return LocalPathProvisioner(cluster_dir, work_dir, node_bin_dir(), {}, "")
+
+
+def real_nodes_run(cluster_dir: Path) -> bool:
+    """Whether any real node of the cluster has processes (it is a real-node cluster now)."""
+    return any(node.pids() for node in saved_nodes(cluster_dir))
 
 
 def _other_real_nodes_run() -> bool:
