@@ -1,7 +1,9 @@
-"""``kanri local up --real-nodes`` end to end (docs/real-nodes.md, issue 27): the control plane and three real nodes
-in three zones come up and keep running after the command returns; after every process of the cluster is
-SIGKILLed (a host crash, leaving namespaces, links and cgroups behind) the next ``up --real-nodes`` cleans up by
-name and brings all three back Ready; ``down`` stops them and leaves nothing of them on the machine.
+"""``kanri local up --real-nodes`` end to end (docs/real-nodes.md, issue 27): the control plane, three real nodes
+in three zones and the local-path provisioner come up and keep running after the command returns; a claim that
+names no StorageClass gets a local-path volume a pod writes to, and ``kanri local port-forward`` reaches a pod's
+HTTP server from the host through the real kubelet; after every process of the cluster is SIGKILLed (a host
+crash, leaving namespaces, links and cgroups behind) the next ``up --real-nodes`` cleans up by name and brings all
+three nodes back Ready and the provisioner back; ``down`` stops them and leaves nothing of them on the machine.
 
 Serialized with the other tests that use the machine's pod networks:
 ``flock /tmp/kanri-e2e.lock .venv/bin/pytest tests/integration/test_real_local_up.py -q``.
@@ -10,13 +12,17 @@ Serialized with the other tests that use the machine's pod networks:
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner, Result
@@ -25,7 +31,8 @@ from kanri.cli.main import app
 from kanri.local import ControlPlane
 from kanri.local.realnode import ZONES, cgroups, network
 from kanri.local.realnode import local as realnode_local
-from kanri.local.realnode.addons import NetworkPolicyAgent
+from kanri.local.realnode.addons import LocalPathProvisioner, NetworkPolicyAgent
+from kanri.local.realnode.addons.localpath import STORAGE_CLASS
 from kanri.local.realnode.spec import HOST_BRIDGE
 from tests.support import eventually
 
@@ -69,6 +76,139 @@ def assert_addons_run(cluster_dir: Path) -> None:
     assert all(NetworkPolicyAgent(node).listening() for node in nodes)
 
 
+def provisioner(cluster_dir: Path) -> LocalPathProvisioner:
+    return realnode_local.provisioner(cluster_dir, cluster_dir)
+
+
+def kubectl(cluster_dir: Path, *args: str, stdin: str | None = None) -> str:
+    admin = cluster_dir / "admin.kubeconfig"
+    done = subprocess.run(["kubectl", f"--kubeconfig={admin}", *args], input=stdin, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+WEB = {"app": "web"}
+
+
+def web_objects(image: str) -> list[dict[str, Any]]:
+    """A claim naming no StorageClass, a pod that writes a file into it and serves it over HTTP (8080), and a
+    Service for the pod (port 80)."""
+    claim = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "16Mi"}}},
+    }
+    serve = "echo written through local-path > /data/proof && exec python3 -m http.server 8080 --directory /data"
+    container = {
+        "name": "web",
+        "image": image,
+        "imagePullPolicy": "Never",
+        "command": ["bash", "-c", serve],
+        "ports": [{"containerPort": 8080}],
+        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "web", "labels": WEB},
+        "spec": {
+            "containers": [container],
+            "terminationGracePeriodSeconds": 1,
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "web"},
+        "spec": {"selector": WEB, "ports": [{"port": 80, "targetPort": 8080}]},
+    }
+    return [claim, pod, service]
+
+
+def assert_volume_bound_and_written(cluster_dir: Path) -> None:
+    """The claim got the default class, a volume in its node's directory, and the pod's file is in it."""
+    image = realnode_local.saved_nodes(cluster_dir)[0].image("kanri-tools").ref
+    for manifest in web_objects(image):
+        kubectl(cluster_dir, "create", "-f", "-", stdin=json.dumps(manifest))
+
+    async def serving() -> dict[str, Any] | None:
+        pod = json.loads(await asyncio.to_thread(kubectl, cluster_dir, "get", "pod", "web", "-o", "json"))
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))
+        return pod if ready else None
+
+    pod = asyncio.run(eventually(serving, timeout=90))
+    claim = json.loads(kubectl(cluster_dir, "get", "pvc", "data", "-o", "json"))
+    assert claim["status"]["phase"] == "Bound", claim["status"]
+    assert claim["spec"]["storageClassName"] == STORAGE_CLASS, claim["spec"]  # the default class, given at create
+    volume = json.loads(kubectl(cluster_dir, "get", "pv", claim["spec"]["volumeName"], "-o", "json"))
+    path = Path(volume["spec"]["hostPath"]["path"])
+    nodes = {node.spec.name: node for node in realnode_local.saved_nodes(cluster_dir)}
+    node_dir = nodes[pod["spec"]["nodeName"]].layout.root
+    assert path.parent == node_dir / realnode_local.VOLUMES_DIR, (path, node_dir)
+    assert (path / "proof").read_text() == "written through local-path\n"
+
+
+async def _get_through(resource: str, ports: str) -> bytes:
+    """``GET /proof`` through ``kanri local port-forward RESOURCE PORTS`` (a process of its own: it serves until
+    interrupted); the forward is interrupted (Ctrl-C) afterwards."""
+    forward = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "kanri.cli.main", "local", "port-forward", resource, ports, "--name", CLUSTER,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert forward.stdout is not None
+    assert forward.stderr is not None
+    try:
+        async with asyncio.timeout(60):
+            line = (await forward.stdout.readline()).decode()  # kubectl's "Forwarding from 127.0.0.1:PORT -> 8080"
+        if not line:  # it ended: say why
+            raise AssertionError(f"the port-forward ended: {(await forward.stderr.read()).decode()}")
+        port = int(line.split("127.0.0.1:")[1].split()[0])
+
+        async def fetched() -> bytes | None:
+            try:
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                return None
+            writer.write(b"GET /proof HTTP/1.0\r\n\r\n")
+            response = await reader.read()
+            writer.close()
+            return response if b"200 OK" in response else None
+
+        return await eventually(fetched, timeout=30)
+    finally:
+        forward.send_signal(signal.SIGINT)
+        assert await asyncio.wait_for(forward.wait(), 20) is not None
+
+
+def assert_port_forward_reaches_the_pod(cluster_dir: Path) -> None:
+    """Forwards to the Service (its port, 80, the default; kubectl maps it to the pod's 8080) and to the pod, and
+    no kubectl is left once they are interrupted."""
+    for resource, ports in (("svc/web", "0"), ("pod/web", "0:8080")):
+        response = asyncio.run(_get_through(resource, ports))
+        assert response.endswith(b"written through local-path\n"), response
+
+    async def no_forward_left() -> bool:
+        return not await asyncio.to_thread(_forwards, cluster_dir)
+
+    asyncio.run(eventually(no_forward_left, timeout=20))
+
+
+def _forwards(cluster_dir: Path) -> list[bytes]:
+    """The command lines of the ``kubectl port-forward`` processes running against the cluster."""
+    admin = f"--kubeconfig={cluster_dir / 'admin.kubeconfig'}".encode()
+    found = []
+    for path in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = path.read_bytes()
+        except OSError:  # ended meanwhile
+            continue
+        if admin in argv and b"port-forward" in argv:
+            found.append(argv)
+    return found
+
+
 def crash(cluster_dir: Path) -> None:
     """SIGKILL every process of the cluster, as a power loss would; nothing is cleaned up."""
     pid = ControlPlane(cluster_dir).running_pid()
@@ -76,6 +216,8 @@ def crash(cluster_dir: Path) -> None:
     os.kill(pid, signal.SIGKILL)
     for node in realnode_local.saved_nodes(cluster_dir):
         cgroups.kill_all(node.spec.cgroup)
+    for provisioner_pid in provisioner(cluster_dir).pids():
+        os.kill(provisioner_pid, signal.SIGKILL)
 
     async def control_plane_gone() -> bool:
         return ControlPlane(cluster_dir).running_pid() is None
@@ -92,6 +234,15 @@ def test_up_crash_up_down(kanri_home: Path) -> None:
     print(up.output)
     assert node_states(cluster_dir) == running  # still running after `up` returned
     assert_addons_run(cluster_dir)
+    assert "local-path provisioner (default StorageClass local-path): started" in up.output, up.output
+    provisioner_pids = provisioner(cluster_dir).pids()
+    assert len(provisioner_pids) == 1, provisioner_pids
+    began = time.monotonic()
+    assert_volume_bound_and_written(cluster_dir)
+    print(f"claim with no class -> bound, pod serving: {time.monotonic() - began:.1f} s")
+    began = time.monotonic()
+    assert_port_forward_reaches_the_pod(cluster_dir)
+    print(f"two port-forwards, each answered and interrupted: {time.monotonic() - began:.1f} s")
     listed = kanri("node", "list")
     assert listed.exit_code == 0, listed.output
     assert all(f"real-{i}" in listed.output for i in range(3)), listed.output
@@ -106,6 +257,8 @@ def test_up_crash_up_down(kanri_home: Path) -> None:
     again = kanri("up", "--real-nodes")  # idempotent: nothing restarted
     assert again.exit_code == 0, again.output
     assert "all already running" in again.output, again.output
+    assert "local-path provisioner (default StorageClass local-path): already running" in again.output
+    assert provisioner(cluster_dir).pids() == provisioner_pids
 
     crash(cluster_dir)
     assert {state for _, state in node_states(cluster_dir).values()} == {"Stopped"}
@@ -118,6 +271,8 @@ def test_up_crash_up_down(kanri_home: Path) -> None:
     assert node_states(cluster_dir) == running
     assert all(node.is_ready() for node in realnode_local.saved_nodes(cluster_dir))
     assert_addons_run(cluster_dir)
+    assert "local-path provisioner (default StorageClass local-path): started" in recovered.output
+    assert len(provisioner(cluster_dir).pids()) == 1
 
     down = kanri("down")
     assert down.exit_code == 0, down.output
@@ -125,5 +280,6 @@ def test_up_crash_up_down(kanri_home: Path) -> None:
     assert {state for _, state in node_states(cluster_dir).values()} == {"Stopped"}
     assert [item for node in realnode_local.saved_nodes(cluster_dir) for item in node.leftovers()] == []
     assert ControlPlane(cluster_dir).running_pid() is None
+    assert provisioner(cluster_dir).leftovers() == []
     if not any(Path(f"/sys/class/net/{HOST_BRIDGE}/brif").glob("*")):
         assert network.host_leftovers() == []
