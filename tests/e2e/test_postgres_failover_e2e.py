@@ -220,7 +220,7 @@ async def run_fault(
             try:
                 record = await eventually(lambda: failed_over_from(client, namespace, old), timeout=90,
                                           interval=0.5)  # fmt: skip
-                first = await eventually(functools.partial(_ack_elsewhere, ledger, fault_at, old_ip), timeout=30)
+                first = await eventually(functools.partial(ack_elsewhere, ledger, fault_at, old_ip), timeout=30)
             except NotYet:
                 print(await diagnosis(client, str(operator.control_plane.kubeconfig), namespace, ledger))
                 raise
@@ -383,7 +383,7 @@ async def test_a_switchover_under_load_loses_nothing_and_needs_no_rewind(
             patch = {"metadata": {"annotations": {SWITCHOVER: target}}}
             await client.patch(POSTGRES_CLUSTER, NAME, patch, namespace)
             record = await eventually(lambda: failed_over_from(client, namespace, old), timeout=90, interval=0.5)
-            first = await eventually(functools.partial(_ack_elsewhere, ledger, asked_at, old_ip), timeout=30)
+            first = await eventually(functools.partial(ack_elsewhere, ledger, asked_at, old_ip), timeout=30)
             print(f"\nswitchover: first commit on {target} {first.at - asked_at:.2f} s after the request; {record}")
             await eventually(lambda: ready(client, namespace, NAME, 3), timeout=120, interval=1)
             await asyncio.sleep(1)
@@ -464,7 +464,7 @@ async def _ack_after(ledger: Ledger, moment: float) -> Ack | None:
     return ledger.first_ack_after(moment)
 
 
-async def _ack_elsewhere(ledger: Ledger, moment: float, old_server: str) -> Ack | None:
+async def ack_elsewhere(ledger: Ledger, moment: float, old_server: str) -> Ack | None:
     """The first commit acknowledged after ``moment`` by a server other than ``old_server`` (the new primary)."""
     return next((a for a in ledger.acks if a.at > moment and a.server != old_server), None)
 
@@ -518,7 +518,7 @@ async def test_an_operator_killed_in_the_middle_of_a_failover_is_finished_by_the
         print(f"\noperator killed in phase {cut['failover']['phase']}")
         async with operator.running(refresh=10.0):
             record = await eventually(lambda: failed_over_from(client, namespace, old), timeout=90, interval=0.5)
-            await eventually(functools.partial(_ack_elsewhere, ledger, fault_at, old_ip), timeout=60)
+            await eventually(functools.partial(ack_elsewhere, ledger, fault_at, old_ip), timeout=60)
             await asyncio.sleep(2)
             assert await host.chaos("thaw", node)
             await eventually(lambda: rejoined(client, namespace, old), timeout=180, interval=1)
@@ -552,7 +552,7 @@ async def test_a_primary_frozen_during_a_switchover_ends_with_one_primary_and_no
             fault_at = time.monotonic()
             assert await host.chaos("freeze", node)
             record = await eventually(lambda: failed_over_from(client, namespace, old), timeout=120, interval=0.5)
-            first = await eventually(functools.partial(_ack_elsewhere, ledger, fault_at, old_ip), timeout=60)
+            first = await eventually(functools.partial(ack_elsewhere, ledger, fault_at, old_ip), timeout=60)
             print(f"\nfrozen in phase {phase}; ended as {record['reason']} to {record['to']}; first commit on the "
                   f"new primary {first.at - fault_at:.2f} s after the freeze")  # fmt: skip
             await asyncio.sleep(2)

@@ -136,6 +136,22 @@ def is_partitioned(spec: NodeSpec) -> bool:
     return bool(_in_node(spec, "nft", "list", "table", "inet", PARTITION_TABLE, check=False))
 
 
+def route_services(service_cidr: str, via: NodeSpec) -> None:
+    """Reach the cluster's Service addresses from the host through node ``via``.
+
+    kube-proxy runs in each node's namespace, not on the host, so a ClusterIP means nothing here until routed to a
+    node: its kube-proxy DNATs the packet to an endpoint and masquerades it (the host's address is outside the pod
+    network), so the reply comes back through the same node. Like a load balancer in front of one node, it reaches
+    nothing while that node is stopped or partitioned: route through another one first. The route lives on the
+    bridge and goes with it."""
+    _run("ip", "route", "replace", service_cidr, "via", via.ip, "dev", HOST_BRIDGE)
+
+
+def unroute_services(service_cidr: str) -> None:
+    """Remove the host's route to the Service addresses (nothing to do when there is none)."""
+    _run("ip", "route", "del", service_cidr, "dev", HOST_BRIDGE, check=False)
+
+
 def remove_node_network(spec: NodeSpec) -> None:
     """Remove the node's veth pair and namespace name (the namespace itself dies with its last process)."""
     if _link_exists(spec.host_link):
