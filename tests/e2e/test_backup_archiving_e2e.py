@@ -93,13 +93,20 @@ async def node(control_plane: Endpoint, tmp_path: Path) -> AsyncIterator[LocalNo
         yield local
 
 
-async def start_store(client: Client, namespace: str, node: str | None = None) -> Store:
-    """The object store deployed in ``namespace`` (its pod bound to ``node`` when given), ready."""
+async def start_store(
+    client: Client, namespace: str, node: str | None = None, image: str | None = None, storage_class: str | None = None
+) -> Store:
+    """The object store deployed in ``namespace`` (its pod bound to ``node``, its image and volume class replaced,
+    when given), ready."""
     keys = new_keys()
     await client.create(SECRET, keys_secret(namespace, keys))
     service, stateful_set = object_store(namespace, size="1Gi")
     if node is not None:
         stateful_set["spec"]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+    if image is not None:
+        stateful_set["spec"]["template"]["spec"]["containers"][0]["image"] = image
+    if storage_class is not None:
+        stateful_set["spec"]["volumeClaimTemplates"][0]["spec"]["storageClassName"] = storage_class
     await client.create(SERVICE, service)
     await client.create(STATEFUL_SET, stateful_set)
     endpoint = f"http://{await cluster_ip(client, namespace, S3_SERVICE)}:{S3_PORT}"

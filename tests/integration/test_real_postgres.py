@@ -46,10 +46,20 @@ from kanri.local.realnode.node import node_bin_dir
 from kanri.postgres.children.images import ENV as POSTGRES_IMAGES_ENV
 from kanri.postgres.cluster.instances import HttpInstanceClient
 from kanri.postgres.ha.failover import SWITCHOVER as SWITCHOVER_TO
-from kanri.postgres.kinds import POSTGRES_CLUSTER
+from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
+from kanri.postgres.recovery.rehearsal import FIRST_BACKUP
 from kanri.runtime import Client, get_condition
 from kanri.runtime.kinds import SERVICE
-from tests.e2e.postgres_helpers import cluster, every_instance_has, pods_of
+from tests.e2e.postgres_helpers import (
+    cluster,
+    cluster_ip,
+    credentials,
+    every_instance_has,
+    pods_of,
+    rows_through,
+    write_row,
+)
+from tests.e2e.test_backup_archiving_e2e import Store, segments, start_store, superuser_rows
 from tests.e2e.test_postgres_failover_e2e import NAME as FAILOVER_NAME
 from tests.e2e.test_postgres_failover_e2e import (
     ack_elsewhere,
@@ -72,6 +82,7 @@ PREFIX = "pg"
 MAJOR = 17
 IMAGE = f"kanri-postgres-{MAJOR}"
 PSQL = f"/opt/postgresql/{MAJOR}/bin/psql"
+STORE_IMAGE = "kanri-seaweedfs"
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +104,7 @@ def pg_nodes(control_plane: Endpoint, work_dir: Path) -> Iterator[RealCluster]:
         work_dir / "nodes",
         prefix=PREFIX,
         images=(IMAGE,),
-        first_node_images=("kanri-operator",),  # the chart's operator pod is pinned to node 0
+        first_node_images=("kanri-operator", STORE_IMAGE),  # the chart's operator pod, the object store: node 0
         extra_layouts=(coredns_image(node_bin_dir(), work_dir / "coredns"),),
         cluster_dns=cluster_dns_ip(config["serviceCIDR"]),
     )
@@ -337,6 +348,82 @@ async def test_a_stopped_primary_node_fails_over_in_sync_mode_without_losing_an_
         assert watcher.double_writers() == []
         assert len(watcher.rounds) > 20
         print(f"ledger: {len(ledger.acks)} acknowledged, {len(ledger.unknown)} unanswered, {ledger.errors} errors")
+
+
+async def test_a_backup_to_an_object_store_on_a_real_node_restores_into_a_new_cluster(
+    control_plane: Endpoint,
+    client: Client,
+    namespace: str,
+    pg_nodes: RealCluster,
+    images_env: str,
+    provisioner: LocalPathProvisioner,
+    cluster_dns: ClusterDNS,
+    services_routed: Callable[[RealNode], None],
+) -> None:
+    """Barman Cloud in the instance pod (read-only root, the scratch TMPDIR) archives WAL and takes the first base
+    backup into SeaweedFS running as a pod on a real node; a new cluster bootstrapped from it holds the row written
+    after the backup (replayed from the archive), and the first restore rehearsal passes."""
+    kubeconfig = control_plane.kubeconfig
+    first = pg_nodes.nodes[0]
+    services_routed(first)  # the operator (in this process) talks to the store through its ClusterIP
+    await install_postgres_crd(client)
+    try:
+        store = await start_store(client, namespace, node=first.spec.name, image=first.image(STORE_IMAGE).ref,
+                                  storage_class=STORAGE_CLASS)  # fmt: skip
+    except NotYet as exc:
+        raise AssertionError(f"the object store: {exc}\n{await diagnose(kubeconfig, namespace)}") from None
+    instances = HttpInstanceClient()
+    operator = Operator(control_plane, namespace, instances=instances, default_backup_repository=store.repository())
+    source = on_local_path("vault", namespace, 1)
+    source["spec"]["backup"] = {"retentionDays": 14}
+    await client.create(POSTGRES_CLUSTER, source)
+    try:
+        async with operator.running(refresh=2.0):
+            try:
+                await eventually(lambda: ready(client, namespace, "vault", 1), timeout=150, interval=1)
+                backup = await eventually(lambda: completed_backup(client, namespace, "vault"), timeout=180,
+                                          interval=1)  # fmt: skip
+            except NotYet as exc:
+                raise AssertionError(f"{exc}\n{await diagnose(kubeconfig, namespace)}") from None
+            print(f"first base backup on a real node: {backup.get('status')}")
+            await write_row(client, namespace, "vault", 7)
+            rows = await superuser_rows(client, namespace, "vault", "SELECT pg_walfile_name(pg_switch_wal())")
+            segment = str(rows[0][0])
+            await eventually(lambda: archived_segment(store, namespace, "vault", segment), timeout=120, interval=1)
+
+            started = time.monotonic()
+            copy = on_local_path("vault-copy", namespace, 1)
+            copy["spec"]["bootstrap"] = {"recovery": {"source": "vault"}}
+            await client.create(POSTGRES_CLUSTER, copy)
+            try:
+                await eventually(lambda: ready(client, namespace, "vault-copy", 1), timeout=240, interval=1)
+            except NotYet as exc:
+                raise AssertionError(f"{exc}\n{await diagnose(kubeconfig, namespace)}") from None
+            print(f"restore from the object store -> Ready in {time.monotonic() - started:.1f} s")
+            user, password = await credentials(client, namespace, "vault-copy")
+            assert await rows_through(await cluster_ip(client, namespace, "vault-copy-rw"), user, password) == [7]
+            rehearsal = await eventually(lambda: first_rehearsal_of(client, namespace, "vault"), timeout=240,
+                                         interval=1)  # fmt: skip
+            assert rehearsal["result"] == "Succeeded", rehearsal
+    finally:
+        await instances.close()
+
+
+async def completed_backup(client: Client, namespace: str, name: str) -> dict[str, Any] | None:
+    backups = (await client.list(POSTGRES_BACKUP, namespace))[0]
+    done = [b for b in backups if b["spec"]["cluster"] == name and (b.get("status") or {}).get("phase") == "Completed"]
+    return done[0] if done else None
+
+
+async def archived_segment(store: Store, namespace: str, name: str, segment: str) -> bool:
+    return segment in segments(await store.keys_under(f"e2e/{namespace}/{name}/"))
+
+
+async def first_rehearsal_of(client: Client, namespace: str, name: str) -> dict[str, Any] | None:
+    """The restore rehearsal the operator ran by itself after the first backup, once recorded."""
+    status = (await client.get(POSTGRES_CLUSTER, name, namespace)).get("status") or {}
+    record = (status.get("backup") or {}).get("lastRestoreTest") or {}
+    return dict(record) if record.get("request") == FIRST_BACKUP else None
 
 
 def node_memory(node: RealNode) -> dict[str, int]:

@@ -292,6 +292,7 @@ def _pod_spec(name: str, bucket: str) -> Obj:
         "volumes": [
             {"name": "keys", "secret": {"secretName": f"{name}-keys", "defaultMode": 0o440}},
             {"name": "scratch", "emptyDir": {}},
+            {"name": "tmp", "emptyDir": {}},
         ],
     }
 
@@ -302,8 +303,9 @@ def _container(bucket: str) -> Obj:
     return {
         "name": "seaweedfs",
         "image": SEAWEEDFS_IMAGE,
-        # scratch space on its own emptyDir, not /tmp: an emptyDir over /tmp would hide what the local node binds
-        # there (a checkout under /tmp holding kanri itself)
+        # scratch space (the identity file, TMPDIR) on an emptyDir; weed also binds its gRPC unix sockets at fixed
+        # paths in /tmp (/tmp/seaweedfs-<part>-grpc-<port>.sock), which a read-only root refuses: /tmp is an
+        # emptyDir too (measured on a real kubelet: without it the volume, filer and S3 parts never start)
         "args": [
             f"--bucket={bucket}",
             "--data=/data",
@@ -330,5 +332,6 @@ def _container(bucket: str) -> Obj:
             {"name": "data", "mountPath": "/data"},
             {"name": "keys", "mountPath": KEYS_DIR, "readOnly": True},
             {"name": "scratch", "mountPath": SCRATCH_DIR},
+            {"name": "tmp", "mountPath": "/tmp"},
         ],
     }

@@ -412,11 +412,18 @@ class PodWorker:
         # its termination-message file, emptied for each start (kanri.local.node.termination)
         written = termination.fresh_file(directory, container["name"])
         mounts.append(Mount(str(written), termination.target(container)))
-        # A new container's /tmp is empty, as a new container's writable layer is.
-        tmp = directory / "tmp" / container["name"]
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        tmp.chmod(0o1777)
+        # A volume mounted at /tmp becomes the root's own /tmp, so the programs bound under /tmp (a checkout there)
+        # are bound over it rather than hidden beneath it; else a new container's /tmp is empty, as a new
+        # container's writable layer is.
+        at_tmp = next((m for m in mounts if m.target.rstrip("/") == "/tmp" and not m.read_only), None)
+        if at_tmp is not None:
+            mounts.remove(at_tmp)
+            tmp = Path(at_tmp.source)
+        else:
+            tmp = directory / "tmp" / container["name"]
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            tmp.chmod(0o1777)
         words = [*argv, *env.values(), *entry.command, *entry.args, entry.working_dir or ""]
         # the image's own files (entry.paths: e.g. an install's share/, which nothing names) and what is named
         layout, bound = root_layout(tmp, [*entry.paths, *named_paths(words)])
