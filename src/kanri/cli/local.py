@@ -85,6 +85,8 @@ def start_real_cluster(name: str) -> ControlPlane:
         seconds = realnode_local.start(paths.cluster_dir(name), cp.data_dir)
     started = ", ".join(f"{node} in {s:.1f} s" for node, s in sorted(seconds.items()))
     err.print(f"[green]real nodes ready[/green] ({started or 'all already running'})")
+    via = realnode_local.route_services(paths.cluster_dir(name), cp.data_dir)
+    err.print(f"Service addresses reachable from this machine through {via or 'no node (none runs healthy)'}")
     with err.status("starting the local-path provisioner"):
         provisioner = realnode_local.start_provisioner(paths.cluster_dir(name), cp.data_dir)
     err.print(f"local-path provisioner (default StorageClass local-path): {provisioner}")
@@ -360,6 +362,8 @@ def _verb(verb: str, doc: str) -> None:
                 err.print(f"[red]error:[/red] {exc}")
                 raise typer.Exit(1) from exc
             err.print(f"{node}: {verb} {'done' if changed else 'nothing to do'}; now {realnode_chaos.state(real)}")
+            if changed:  # the machine's way to the Service addresses goes through a node that can carry it
+                realnode_local.route_services(paths.cluster_dir(name), real.control_plane_dir)
             return
         answer = _control(name, "POST", f"/nodes/{node}/{verb}")
         done = "done" if answer["changed"] else "nothing to do"

@@ -21,6 +21,7 @@ import asyncio
 import copy
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -28,9 +29,11 @@ import typer
 import yaml
 from rich.console import Console
 
-from kanri.cli.local import start_cluster
+from kanri.cli import up_real
+from kanri.cli.local import start_cluster, start_real_cluster
 from kanri.local import BuildError, paths
 from kanri.local.detached import DetachedProcessError
+from kanri.local.realnode import RealNodeError
 from kanri.local.seaweedfs import S3_BUCKET, S3_PORT, S3_SERVICE, keys_secret, new_keys, object_store
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.runtime import ApiError, Client, get_condition
@@ -179,7 +182,7 @@ def with_default_repository(docs: list[Obj]) -> list[Obj]:
     return changed
 
 
-async def install_object_store(client: Client) -> str:
+async def install_object_store(client: Client, rename: Callable[[list[Obj]], list[Obj]] = list) -> str:
     """The object store and the default repository's ConfigMap in ``kanri-system``; the key pair is generated only
     when its Secret does not exist yet (a restart keeps the keys, and the data made with them). Returns where
     backups go."""
@@ -190,7 +193,7 @@ async def install_object_store(client: Client) -> str:
     except ApiError as exc:
         if exc.status != 409:  # exists: keep its keys
             raise
-    for doc in object_store(SYSTEM_NAMESPACE):
+    for doc in rename(object_store(SYSTEM_NAMESPACE)):
         body = {k: v for k, v in doc.items() if k not in ("apiVersion", "kind")}
         await client.apply(_KINDS[(doc["apiVersion"], doc["kind"])], body, field_manager=FIELD_MANAGER)
     repository = default_repository()
@@ -200,14 +203,17 @@ async def install_object_store(client: Client) -> str:
     return f"s3://{repository['bucket']} at {repository['endpoint']}"
 
 
-async def install_and_follow(kubeconfig: Path, root: Path, example: Path, timeout: float) -> tuple[Obj, str]:
+async def install_and_follow(
+    kubeconfig: Path, root: Path, example: Path, timeout: float, real_nodes: bool = False
+) -> tuple[Obj, str]:
+    rename = up_real.on_real_nodes if real_nodes else list
     async with await Client.from_kubeconfig(str(kubeconfig)) as client:
         applied = await apply_all(client, documents(root / "deploy" / "crds"))
         err.print(f"[green]CRDs applied[/green]: {', '.join(applied)}")
-        where = await install_object_store(client)
+        where = await install_object_store(client, rename)
         err.print(f"[green]object store applied[/green]: StatefulSet/{S3_SERVICE}, Service/{S3_SERVICE}, "
                   f"Secret/{S3_SERVICE}-keys in {SYSTEM_NAMESPACE}; default backup repository {where}")  # fmt: skip
-        applied = await apply_all(client, with_default_repository(documents(root / "deploy" / "operator")))
+        applied = await apply_all(client, rename(with_default_repository(documents(root / "deploy" / "operator"))))
         err.print(f"[green]operator applied[/green]: {', '.join(applied)}")
         (cluster,) = documents(example)
         await apply_all(client, [cluster])
@@ -249,16 +255,26 @@ def up(
     name: Annotated[str, typer.Option("--name", help="Name of the local cluster.")] = "default",
     example: Annotated[Path | None, typer.Option(help="The PostgresCluster to apply.")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the cluster to become Ready.")] = 600,
+    real_nodes: Annotated[
+        bool,
+        typer.Option("--real-nodes", help="Run on three real nodes (kubelet, containerd, runc) from the built images."),
+    ] = False,
 ) -> None:
     """Start the local cluster, install kanri as a real install would, apply the example PostgresCluster and
     follow it until Ready; then print how to connect."""
     root = paths.source_root()
     manifest = example or root / "examples" / "postgrescluster.yaml"
     try:
-        control_plane = start_cluster(name)
+        control_plane = start_real_cluster(name) if real_nodes else start_cluster(name)
+        if real_nodes:
+            with err.status("importing the images into the nodes"):
+                imported = up_real.import_images(name, documents(manifest)[0])
+            err.print(f"[green]images on every node[/green]: {', '.join(imported)}")
         started = time.monotonic()
-        cluster, where = asyncio.run(install_and_follow(control_plane.kubeconfig, root, manifest, timeout))
-    except (BuildError, DetachedProcessError, TimeoutError, ApiError) as exc:
+        cluster, where = asyncio.run(
+            install_and_follow(control_plane.kubeconfig, root, manifest, timeout, real_nodes=real_nodes)
+        )
+    except (BuildError, DetachedProcessError, TimeoutError, ApiError, RealNodeError) as exc:
         err.print(f"[red]error:[/red] {exc}")
         err.print("  operator log: kanri local logs -n kanri-system <pod>  (kubectl get pods -n kanri-system)")
         raise typer.Exit(1) from exc

@@ -59,16 +59,19 @@ def start_containerd(layout: NodeLayout, bin_dir: Path, env: dict[str, str]) -> 
     return process
 
 
-def import_image(bin_dir: Path, layout_dir: Path, repository: str, env: dict[str, str]) -> None:
+def import_image(
+    bin_dir: Path, layout_dir: Path, repository: str, env: dict[str, str], enter: tuple[str, ...] = ()
+) -> None:
     """Import an OCI image layout into containerd's ``k8s.io`` namespace (the CRI's) as ``repository:<its tag>``.
 
     ctr reads an OCI archive: the layout is streamed to it as a tar. Only the tagged manifest is imported (the
     layout's SBOM and signature manifests carry no tag). Importing what is there already is cheap (the content
-    store is keyed by digest)."""
+    store is keyed by digest). ``enter`` prefixes ctr's command line (``nsenter`` into a running node's mount
+    namespace, where its containerd socket is)."""
     tar = subprocess.Popen(["tar", "-C", str(layout_dir), "-cf", "-", "."], stdout=subprocess.PIPE)
     ctr = [str(bin_dir / "ctr"), "--address", str(CONTAINERD_SOCKET), "-n", "k8s.io", "images", "import"]
     result = subprocess.run(
-        [*ctr, "--base-name", repository, "--local", "-"],
+        [*enter, *ctr, "--base-name", repository, "--local", "-"],
         stdin=tar.stdout,
         capture_output=True,
         env=env,

@@ -97,6 +97,29 @@ def start(cluster_dir: Path, control_plane_dir: Path) -> dict[str, float]:
     return seconds
 
 
+def route_services(cluster_dir: Path, control_plane_dir: Path) -> str | None:
+    """Route the cluster's Service range from this machine through the first node that runs neither frozen nor
+    partitioned (:func:`kanri.local.realnode.network.route_services`: the host has no kube-proxy of its own), so
+    that ``kanri psql`` and clients on the machine reach ClusterIPs. The node's name; None when no node can carry
+    it (the route is left as it was)."""
+    cidr = str(json.loads((control_plane_dir / "config.json").read_text())["serviceCIDR"])
+    for node in saved_nodes(cluster_dir):
+        if node.pids() and not node.is_frozen() and not node.is_partitioned():
+            with network.host_lock():
+                network.route_services(cidr, node.spec)
+            return node.spec.name
+    return None
+
+
+def import_images(cluster_dir: Path, names: tuple[str, ...]) -> None:
+    """Import built images into every running node of the cluster, at once (what a pull from a registry would
+    bring; cheap for images a node holds already)."""
+    running = [node for node in saved_nodes(cluster_dir) if node.pids()]
+    with ThreadPoolExecutor(max_workers=max(1, len(running))) as pool:
+        for done in [pool.submit(node.import_images, names) for node in running]:
+            done.result()
+
+
 def provisioner(cluster_dir: Path, control_plane_dir: Path) -> LocalPathProvisioner:
     """The cluster's local-path provisioner (its StorageClass the default one), not started."""
     nodes = local_cluster(cluster_dir, control_plane_dir).nodes

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from kanri.local import paths
 from kanri.local.realnode import cgroups, configs, network
 from kanri.local.realnode.images import BuiltImage, built_images
+from kanri.local.realnode.launch import import_image
 from kanri.local.realnode.pki import issue_node_certificates
 from kanri.local.realnode.plan import LaunchPlan
 from kanri.local.realnode.spec import NodeLayout, NodeSpec
@@ -249,6 +252,21 @@ class RealNode:
                 parts.append(f"--- {log.name}\n" + "\n".join(lines))
         return "\n".join(parts)
 
+    def import_images(self, names: Iterable[str]) -> None:
+        """Import more built images into the running node's containerd, as a registry pull would bring them
+        (cheap for what it holds already; kept on the node's disk across restarts)."""
+        containerd = next((pid for pid in self.pids() if _comm(pid) == "containerd"), None)
+        if containerd is None:
+            raise RealNodeError(f"{self.spec.name} runs no containerd: start it first")
+        images = built_images(self._images_dir)
+        env = {**os.environ, "PATH": f"{self.bin_dir}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"}
+        enter = ("nsenter", "-t", str(containerd), "-m")
+        for name in names:
+            try:
+                import_image(self.bin_dir, images[name].layout, images[name].base_name, env, enter)
+            except SystemExit as exc:  # the launcher's way of failing
+                raise RealNodeError(str(exc)) from None
+
     def pids(self) -> set[int]:
         """Every process of the node (kubelet, containerd, shims, containers)."""
         return cgroups.members(self.spec.cgroup)
@@ -300,3 +318,10 @@ class RealNode:
             if str(self.layout.root) in line.split()[4]
         ]
         return network.leftovers(self.spec) + cgroups.leftovers(self.spec.cgroup) + mounts
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:  # ended meanwhile
+        return ""
