@@ -36,7 +36,7 @@ from kanri.local.realnode.addons.localpath import STORAGE_CLASS
 from kanri.local.realnode.spec import HOST_BRIDGE
 from tests.support import eventually
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = pytest.mark.timeout(360)
 
 CLUSTER = "rl"
 
@@ -212,6 +212,26 @@ def _forwards(cluster_dir: Path) -> list[bytes]:
     return found
 
 
+def assert_main_job_runs(cluster_dir: Path) -> None:
+    """``kanri up --real-nodes`` on the running nodes: the operator as a pod from its image, the object store, and
+    ``examples/postgrescluster.yaml`` Ready with its WAL archived; ``kanri psql`` then sees both replicas stream."""
+    main_job = CliRunner().invoke(app, ["up", "--real-nodes", "--name", CLUSTER, "--timeout", "240"])
+    assert main_job.exit_code == 0, main_job.output
+    assert "orders is Ready" in main_job.output, main_job.output
+    assert "ContinuousArchiving=True" in main_job.output, main_job.output
+    pods = json.loads(kubectl(cluster_dir, "get", "pods", "-A", "-o", "json"))["items"]
+    images = {c["image"] for p in pods for c in p["spec"]["containers"]}
+    assert {"kanri.local/kanri-operator:0.1.0", "kanri.local/kanri-postgres:15"} <= images, images
+    psql = subprocess.run(
+        [sys.executable, "-m", "kanri.cli.main", "psql", "orders", "-n", "default", "--kubeconfig",
+         str(cluster_dir / "admin.kubeconfig"), "--superuser", "--", "-Atc",
+         "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert psql.returncode == 0, psql.stdout + psql.stderr
+    assert psql.stdout.split() == ["2"], psql.stdout + psql.stderr
+
+
 def crash(cluster_dir: Path) -> None:
     """SIGKILL every process of the cluster, as a power loss would; nothing is cleaned up."""
     pid = ControlPlane(cluster_dir).running_pid()
@@ -246,6 +266,10 @@ def test_up_crash_up_down(kanri_home: Path) -> None:
     began = time.monotonic()
     assert_port_forward_reaches_the_pod(cluster_dir)
     print(f"two port-forwards at once, each answered and interrupted: {time.monotonic() - began:.1f} s")
+    began = time.monotonic()
+    assert_main_job_runs(cluster_dir)
+    print(f"kanri up --real-nodes (images imported, operator pod, object store, orders Ready, psql): "
+          f"{time.monotonic() - began:.1f} s")  # fmt: skip
     listed = kanri("node", "list")
     assert listed.exit_code == 0, listed.output
     assert all(f"real-{i}" in listed.output for i in range(3)), listed.output
