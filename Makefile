@@ -208,8 +208,9 @@ kafka-dist: system
 node-components: system
 	nodes/build.sh .build/node/bin
 
+# The main job on three real nodes (kubelet, containerd, runc; docs/real-nodes.md) from the images `make images` built.
 up: setup
-	$(BIN)/kanri up
+	$(BIN)/kanri up --real-nodes
 
 down:
 	$(BIN)/kanri local down
