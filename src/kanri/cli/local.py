@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -77,9 +78,32 @@ def _start_control_plane(name: str) -> tuple[ControlPlane, Endpoint]:
     return cp, endpoint
 
 
+def refuse_other_kind_of_nodes(name: str, real_nodes: bool) -> None:
+    """Exit 1 when cluster ``name`` was made on the other kind of node: its volumes live on those nodes and its
+    pods are bound to them, so on new nodes every pod would wait for ever (seen: a `make up` on real nodes over a
+    cluster the home-made node had made left `orders` Terminating on NotReady nodes)."""
+    cluster_dir = paths.cluster_dir(name)
+    if real_nodes:
+        node_dir = _node(name).node_dir
+        other = sorted(d.name for d in node_dir.iterdir() if d.is_dir()) if node_dir.is_dir() else []
+    else:
+        other = [node.spec.name for node in realnode_local.saved_nodes(cluster_dir)]
+    if not other:
+        return
+    made_on = "the home-made node" if real_nodes else "real nodes"
+    again = "" if real_nodes else " --real-nodes"
+    err.print(
+        f"[red]error:[/red] local cluster {name!r} was made on {made_on} ({', '.join(other)}): its volumes and pods "
+        f"are bound to those nodes. Run it as it was made (`kanri up{again}`), choose another cluster (`--name`), "
+        f"or delete this one and its data (`kanri local delete --name {name}`)."
+    )
+    raise typer.Exit(1)
+
+
 def start_real_cluster(name: str) -> ControlPlane:
     """The control plane and three real nodes in three zones (issue 27, docs/real-nodes.md), instead of the
     home-made node; the nodes keep running after this process (their own sessions and cgroups)."""
+    refuse_other_kind_of_nodes(name, real_nodes=True)
     cp, _ = _start_control_plane(name)
     with err.status("starting three real nodes"):
         seconds = realnode_local.start(paths.cluster_dir(name), cp.data_dir)
@@ -96,6 +120,7 @@ def start_real_cluster(name: str) -> ControlPlane:
 def start_cluster(name: str, image_map: Path | None = None, nodes: int = 3) -> ControlPlane:
     """Build (if needed) and start the control plane, then the node host with ``nodes`` nodes; what `up` and
     `kanri up` share."""
+    refuse_other_kind_of_nodes(name, real_nodes=False)
     cp, endpoint = _start_control_plane(name)
     node = _node(name)
     node_running = node.running_pid() is not None
@@ -177,6 +202,19 @@ def down(name: ClusterOption = "default") -> None:
     if left:
         err.print("[red]left behind:[/red] " + ", ".join(left))
         raise typer.Exit(1)
+
+
+@app.command()
+def delete(name: ClusterOption = "default") -> None:
+    """Stop everything of the cluster (as `down`), then remove its data: every object, volume and node directory.
+    Nothing is removed when `down` left anything behind."""
+    down(name)
+    cluster_dir = paths.cluster_dir(name)
+    shutil.rmtree(cluster_dir, ignore_errors=True)
+    if cluster_dir.exists():
+        err.print(f"[red]error:[/red] {cluster_dir} could not be removed entirely")
+        raise typer.Exit(1)
+    err.print(f"local cluster {name!r} deleted ({cluster_dir})")
 
 
 @app.command()

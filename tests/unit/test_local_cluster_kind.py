@@ -1,0 +1,48 @@
+"""A local cluster stays on the kind of node it was made on (its volumes live there), and ``kanri local delete``
+removes one: checked before anything starts, so no control plane or node is needed here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kanri.cli.main import app
+from kanri.local.realnode import NodeSpec, RealNode
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("KANRI_HOME", str(tmp_path))
+    return tmp_path
+
+
+def test_real_nodes_refuse_a_cluster_the_home_made_node_made(home: Path) -> None:
+    (home / "clusters" / "default" / "node" / "kanri-1" / "volumes").mkdir(parents=True)
+    for command in (["local", "up", "--real-nodes"], ["up", "--real-nodes"]):
+        result = CliRunner().invoke(app, command)
+        assert result.exit_code == 1, result.output
+        assert "was made on the home-made node (kanri-1)" in result.output, result.output
+        assert "kanri local delete --name default" in result.output, result.output
+    assert not (home / "clusters" / "default" / "controlplane.pid").exists()  # nothing was started
+
+
+def test_the_home_made_node_refuses_a_cluster_real_nodes_made(home: Path) -> None:
+    cluster_dir = home / "clusters" / "lab"
+    (cluster_dir / "real-nodes" / "real-0").mkdir(parents=True)
+    RealNode(NodeSpec("real-0", "kanri-a", 0), cluster_dir / "real-nodes" / "real-0", cluster_dir).save()
+    result = CliRunner().invoke(app, ["local", "up", "--name", "lab"])
+    assert result.exit_code == 1, result.output
+    assert "was made on real nodes (real-0)" in result.output, result.output
+    assert "`kanri up --real-nodes`" in result.output, result.output
+
+
+def test_delete_removes_a_stopped_cluster_and_its_data(home: Path) -> None:
+    volume = home / "clusters" / "old" / "node" / "kanri-1" / "volumes" / "pvc-1"
+    volume.mkdir(parents=True)
+    result = CliRunner().invoke(app, ["local", "delete", "--name", "old"])
+    assert result.exit_code == 0, result.output
+    assert "local cluster 'old' deleted" in result.output, result.output
+    assert not (home / "clusters" / "old").exists()
+    assert (home / "clusters").is_dir()  # other clusters' parent stays
