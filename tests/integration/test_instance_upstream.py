@@ -8,11 +8,13 @@ the replica reaches the primary through the test's TCP forwarder, which the test
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
-from tests.integration.test_instance_ha import Forwarder, forwarder, insert, lsn, pair, workspace
+from kanri.instance.upstream import CONNECT_TIMEOUT_ENV, CONNECTING
+from tests.integration.test_instance_ha import Forwarder, forwarder, ids, insert, lsn, pair, workspace
 from tests.integration.test_instance_manager import PG_BIN, Workspace, free_port
 from tests.support import eventually
 
@@ -60,3 +62,44 @@ async def test_a_replica_reports_the_primarys_wal_end_and_keeps_it_after_losing_
 async def heard_it_at(replica: Any, position: int) -> bool:
     upstream = (await replica.status()).get("upstream") or {}
     return bool(upstream) and lsn(upstream["position"]) >= position
+
+
+async def test_a_wal_receiver_stuck_on_a_peer_that_never_answers_is_restarted_and_streams_again(
+    workspace: Workspace, forwarder: Forwarder
+) -> None:
+    """A frozen old primary's kernel still accepts the connection and acknowledges the startup packet: the WAL
+    receiver waits in ``LibPQWalReceiverConnect`` for as long as it stays frozen. The silent server plays that peer;
+    ``-rw`` (the forwarder) then routes to the primary again without ending the hung connection, as kube-proxy
+    leaves an established one alone. The manager restarts the receiver, which streams again."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def silent(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)  # accepted, never answered
+
+    frozen = await asyncio.start_server(silent, "127.0.0.1", 0)
+    frozen_port = frozen.sockets[0].getsockname()[1]
+    env = {CONNECT_TIMEOUT_ENV: "3"}
+    try:
+        async with pair(workspace, forwarder, env=env) as (primary, replica):
+            primary_port = forwarder.target
+            assert primary_port is not None
+            forwarder.point(frozen_port)  # the stream is cut; the receiver's next connection meets the silent peer
+
+            async def waiting() -> bool:
+                rows = await replica.query(CONNECTING)
+                return bool(rows) and bool(held)
+
+            await eventually(waiting, timeout=30)
+            forwarder.target = primary_port  # new connections reach the primary; the hung one stays hung
+            await insert(primary, 1)
+
+            async def streams_again() -> dict[str, Any] | None:
+                status = await replica.status()
+                return status if status.get("streaming") else None
+
+            await eventually(streams_again, timeout=40)
+            assert 1 in await ids(replica)
+    finally:
+        frozen.close()
+        for writer in held:
+            writer.close()

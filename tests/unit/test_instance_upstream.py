@@ -4,7 +4,7 @@ contract."""
 from __future__ import annotations
 
 from kanri.contract.status import InstanceStatus, Upstream
-from kanri.instance.upstream import UpstreamMemory
+from kanri.instance.upstream import ConnectWatchdog, UpstreamMemory
 
 
 def test_nothing_heard_reports_nothing() -> None:
@@ -55,3 +55,18 @@ def test_upstream_is_sent_only_when_known_and_read_defensively() -> None:
     assert read is not None
     assert read.upstream == Upstream()  # every value read as absent: no evidence
     assert InstanceStatus.read({**body, "upstream": "0/3000100"}).upstream is None  # type: ignore[union-attr]
+
+
+def test_a_wal_receiver_waiting_too_long_for_its_primarys_answer_is_named_once() -> None:
+    watchdog = ConnectWatchdog(limit=10.0)
+    assert watchdog.stuck([101], now=0.0) == []
+    assert watchdog.stuck([101], now=9.9) == []
+    assert watchdog.stuck([101], now=10.0) == [101]  # restarted: not named again while it goes
+    assert watchdog.stuck([101], now=11.0) == []
+    # a receiver that got through (not connecting any more) starts from zero the next time it waits
+    assert watchdog.stuck([], now=12.0) == []
+    assert watchdog.stuck([202], now=13.0) == []
+    assert watchdog.stuck([202], now=22.9) == []
+    assert watchdog.stuck([], now=23.0) == []
+    assert watchdog.stuck([202], now=24.0) == []
+    assert watchdog.stuck([202], now=34.0) == [202]

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -28,7 +30,7 @@ from psycopg.rows import DictRow
 from kanri.contract.status import Upstream
 from kanri.instance.core import Core
 
-__all__ = ["INTERVAL", "QUERY", "UpstreamMemory", "UpstreamWatch"]
+__all__ = ["CONNECT_TIMEOUT", "INTERVAL", "QUERY", "ConnectWatchdog", "UpstreamMemory", "UpstreamWatch"]
 
 log = structlog.get_logger("kanri.instance")
 
@@ -42,6 +44,38 @@ SELECT greatest(latest_end_lsn, pg_last_wal_receive_lsn())::text AS position, re
   FROM pg_stat_wal_receiver
  WHERE status = 'streaming' AND latest_end_lsn IS NOT NULL AND latest_end_lsn > '0/0'::pg_lsn
 """
+
+
+CONNECT_TIMEOUT_ENV = "KANRI_WAL_RECEIVER_CONNECT_TIMEOUT"
+CONNECT_TIMEOUT = 10.0
+"""Seconds a WAL receiver may wait for its primary to answer its connection before the manager restarts it.
+
+PostgreSQL's WAL receiver honours no ``connect_timeout``, and ``tcp_user_timeout`` only ends a connection whose
+packets go unacknowledged. A frozen primary's kernel still completes the handshake and acknowledges the startup
+packet while its postmaster never answers — so a replica resumed towards ``-rw`` a moment before kube-proxy moved
+``-rw`` to the promoted primary waited, in ``LibPQWalReceiverConnect``, for as long as the old primary stayed
+frozen (seen in a CI run: the synchronous standby never reached the new primary, whose commits then waited). A
+restarted receiver connects again (after ``wal_retrieve_retry_interval``) through the Service as it is now."""
+
+CONNECTING = (
+    "SELECT pid FROM pg_stat_activity WHERE backend_type = 'walreceiver' AND wait_event = 'LibPQWalReceiverConnect'"
+)
+
+
+@dataclass
+class ConnectWatchdog:
+    """Which WAL receivers have waited for their primary's answer longer than ``limit`` (pure)."""
+
+    limit: float = CONNECT_TIMEOUT
+    since: dict[int, float] = field(default_factory=dict)
+
+    def stuck(self, connecting: list[int], now: float) -> list[int]:
+        """``connecting``: the receivers seen waiting in this look; the ones to restart (forgotten once named)."""
+        self.since = {pid: self.since.get(pid, now) for pid in connecting}
+        overdue = [pid for pid, since in self.since.items() if now - since >= self.limit]
+        for pid in overdue:
+            del self.since[pid]
+        return overdue
 
 
 def _bytes(lsn: str) -> int:
@@ -93,6 +127,7 @@ class UpstreamWatch:
         self.core = core
         self.clock = clock
         self.memory = UpstreamMemory()
+        self.watchdog = ConnectWatchdog(float(os.environ.get(CONNECT_TIMEOUT_ENV) or CONNECT_TIMEOUT))
         self._conn: psycopg.AsyncConnection[DictRow] | None = None
         self._failed: str | None = None
 
@@ -129,10 +164,17 @@ class UpstreamWatch:
                 self._conn = await core.connect_own(timeout=2)
             cursor = await self._conn.execute(QUERY)
             row = await cursor.fetchone()
+            connecting = [int(r["pid"]) for r in await (await self._conn.execute(CONNECTING)).fetchall()]
         except (psycopg.Error, OSError):
             await self._close()
             return
-        self.memory.observe(dict(row) if row is not None else None, self.clock())
+        now = self.clock()
+        self.memory.observe(dict(row) if row is not None else None, now)
+        for pid in self.watchdog.stuck([] if core.paused else connecting, now):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)  # PostgreSQL's own way to stop it; the startup process starts another
+                log.warning("WAL receiver restarted: its primary did not answer the connection",
+                            waited_seconds=self.watchdog.limit)  # fmt: skip
 
     async def observe(self, conn: psycopg.AsyncConnection[DictRow]) -> None:
         """One look over the caller's connection (``GET /status`` on a replica)."""
