@@ -32,7 +32,7 @@ from kanri.cache.observe import assess
 from kanri.cache.steps import label_pods
 from kanri.local.controlplane import Endpoint
 from kanri.runtime import Client
-from kanri.runtime.kinds import POD, ROLE_BINDING, SERVICE_ACCOUNT
+from kanri.runtime.kinds import POD, ROLE_BINDING, SERVICE_ACCOUNT, SUBJECT_ACCESS_REVIEW
 from kanri.runtime.kinds import ROLE as RBAC_ROLE
 from tests.cache_support import BINARY, LocalCache
 from tests.support import eventually
@@ -60,6 +60,16 @@ async def agent_api(client: Client, control_plane: Endpoint, namespace: str, tmp
     for kind, body in ((SERVICE_ACCOUNT, agent_service_account("orders")), (RBAC_ROLE, agent_role("orders", 2)),
                        (ROLE_BINDING, agent_role_binding("orders"))):  # fmt: skip
         await client.create(kind, {**body, "metadata": {**body["metadata"], "namespace": namespace}})
+    # the API server's authorizer learns new RBAC objects from its own watch, a moment later: wait until it grants
+    # the agent what the Role says, so that the tests see the agent's behaviour and not that moment
+    user = f"system:serviceaccount:{namespace}:orders-agent"
+    review = {"spec": {"user": user, "resourceAttributes": {"namespace": namespace, "verb": "patch",
+                                                           "resource": "pods", "name": "orders-1"}}}  # fmt: skip
+
+    async def granted() -> bool:
+        return bool((await client.create(SUBJECT_ACCESS_REVIEW, review))["status"].get("allowed"))
+
+    await eventually(granted, timeout=30)
     request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 600}}
     answer = await client.create_subresource(SERVICE_ACCOUNT, "orders-agent", "token", request, namespace)
     token = tmp_path / "token"

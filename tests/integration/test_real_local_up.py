@@ -179,7 +179,13 @@ async def _get_through(resource: str, ports: str) -> bytes:
         return await eventually(fetched, timeout=30)
     finally:
         forward.send_signal(signal.SIGINT)
-        assert await asyncio.wait_for(forward.wait(), 20) is not None
+        try:
+            await asyncio.wait_for(forward.wait(), 60)
+        except TimeoutError:
+            ps = ["ps", "-o", "pid,ppid,stat,etime,args", "--ppid", str(forward.pid), "-p", str(forward.pid)]
+            left = (await asyncio.to_thread(subprocess.run, ps, capture_output=True, text=True)).stdout
+            forward.kill()
+            raise AssertionError(f"the port-forward did not end within 60 s of Ctrl-C:\n{left}") from None
 
 
 def assert_port_forward_reaches_the_pod(cluster_dir: Path) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from kanri.cli import local as local_cli
 from kanri.cli.main import app
 from kanri.local.realnode import NodeSpec, RealNode
 
@@ -38,7 +39,10 @@ def test_the_home_made_node_refuses_a_cluster_real_nodes_made(home: Path) -> Non
     assert "`kanri up --real-nodes`" in result.output, result.output
 
 
-def test_delete_removes_a_stopped_cluster_and_its_data(home: Path) -> None:
+def test_delete_removes_a_stopped_cluster_and_its_data(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # down's leftover scan looks at the whole machine (namespaces, nft tables), where tests running beside this one
+    # keep theirs: here nothing of this cluster is left, which is what delete needs to know
+    monkeypatch.setattr(local_cli, "find_leftovers", lambda options: [])
     volume = home / "clusters" / "old" / "node" / "kanri-1" / "volumes" / "pvc-1"
     volume.mkdir(parents=True)
     result = CliRunner().invoke(app, ["local", "delete", "--name", "old"])
