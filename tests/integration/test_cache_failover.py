@@ -4,6 +4,7 @@ never lets a primary that came back empty wipe its replicas, and a WAIT ledger l
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import time
 from collections.abc import AsyncIterator, Callable
@@ -19,7 +20,7 @@ from kanri.cache.agent.resp import Secret
 from kanri.cache.agent.sources import REPLICATION_USER, source_password
 from kanri.cache.api import CacheSpec
 from tests.cache_support import BINARY, Ledger, LocalCache, answers, free_port
-from tests.support import eventually
+from tests.support import NotYet, eventually
 
 REGENERABLE = CacheSpec(data_policy="Regenerable", replicas=3, down_after_milliseconds=1000)
 DURABLE = CacheSpec.model_validate(
@@ -441,7 +442,8 @@ async def test_a_replica_logs_in_to_an_older_server_as_the_default_user(tmp_path
         assert (user, secret.value) == (REPLICATION_USER, source_password(password, f"127.0.0.1:{new_port}").value)
     finally:
         for process in servers:
-            process.kill()
+            with contextlib.suppress(ProcessLookupError):  # one that could not start has ended already
+                process.kill()
             await process.wait()
 
 
@@ -461,7 +463,10 @@ async def test_a_pod_still_deciding_links_to_the_primary_sentinel_points_it_at(t
     primary, pod = nodes
     deciding = None
     try:
-        await eventually(lambda: history(primary, primary.me), timeout=10)
+        try:
+            await eventually(lambda: history(primary, primary.me), timeout=30)
+        except NotYet as exc:  # say whether it is slow or gone (another process may have taken its port first)
+            raise AssertionError(f"{exc}; server exit codes {[p.returncode for p in servers]}") from None
         await command(primary, primary.me, "REPLICAOF", "NO", "ONE")
         await command(primary, primary.me, "SET", "precious", "1")
         deciding = asyncio.create_task(take_role(pod, interval=0.2))  # no peer, no Sentinel: it stays fenced
@@ -478,5 +483,6 @@ async def test_a_pod_still_deciding_links_to_the_primary_sentinel_points_it_at(t
         if deciding is not None:
             deciding.cancel()
         for process in servers:
-            process.kill()
+            with contextlib.suppress(ProcessLookupError):  # one that could not start has ended already
+                process.kill()
             await process.wait()

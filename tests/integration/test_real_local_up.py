@@ -155,7 +155,7 @@ async def _get_through(resource: str, ports: str) -> bytes:
     interrupted); the forward is interrupted (Ctrl-C) afterwards."""
     forward = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "kanri.cli.main", "local", "port-forward", resource, ports, "--name", CLUSTER,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, preexec_fn=_interruptible,
     )  # fmt: skip
     assert forward.stdout is not None
     assert forward.stderr is not None
@@ -186,6 +186,13 @@ async def _get_through(resource: str, ports: str) -> bytes:
             left = (await asyncio.to_thread(subprocess.run, ps, capture_output=True, text=True)).stdout
             forward.kill()
             raise AssertionError(f"the port-forward did not end within 60 s of Ctrl-C:\n{left}") from None
+
+
+def _interruptible() -> None:
+    """Ctrl-C as in a terminal: a test run in the background of a non-interactive shell (CI's `make test` runs its
+    two pytest processes with `&`) has SIGINT ignored, which its children inherit — Python then installs no
+    KeyboardInterrupt handler and the forward would never see the test's Ctrl-C (seen in a CI replica)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def assert_port_forward_reaches_the_pod(cluster_dir: Path) -> None:
