@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ from kanri.postgres.cluster.instances import InstanceReport
 from kanri.postgres.ha.failover import (
     LATE_PROBES,
     NOT_RUNNING_WINDOW,
+    STARTING_GRACE,
     SUSPECT_INTERVAL,
     UNREACHABLE_WINDOW,
     Candidate,
@@ -202,3 +204,12 @@ def test_the_finished_event_is_derived_from_the_record_alone() -> None:
     assert "possible data loss of unknown size" in message
     _, reason, _ = finished_event({**base, "to": "pg-1", "reason": "SwitchoverAbandoned"})
     assert reason == "PrimaryRestored"
+
+
+def test_a_primary_whose_container_has_only_just_started_counts_as_restarting() -> None:
+    # A woken or restarted pod's instance manager may take seconds to answer on a loaded machine: not a failure yet.
+    started = datetime(2026, 12, 2, tzinfo=UTC)  # the pod() helper's startedAt
+    assert failure_of(None, pod(), started + timedelta(seconds=5)) == "PrimaryRestarting"
+    assert failure_of(None, pod(), started + timedelta(seconds=STARTING_GRACE)) == "PrimaryUnreachable"
+    assert failure_of(None, pod()) == "PrimaryUnreachable"  # no clock given: as before
+    assert failure_of(report(), pod(), started + timedelta(seconds=1)) is None  # an answer is an answer

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 
 from kanri.postgres.cluster.instances import InstanceReport
@@ -85,23 +86,50 @@ BlockedReason = Literal["ManualPolicy", "DataLossAboveLimit", "DataLossUnknown",
                         "NoCandidate"]  # fmt: skip
 
 
-def _running_pod(pod: Obj | None) -> bool:
-    """The pod is meant to be running now: it exists, is not being deleted, and its container started."""
+STARTING_GRACE = 20.0
+"""Seconds after its container started during which a silent primary counts as restarting, not unreachable: its
+instance manager (a Python process) may take that long to answer on a loaded machine. Seen in a CI run: right after
+a wake from hibernation the new primary pod's manager had not answered within the 6 s window and its replica,
+started at the same moment, was promoted."""
+
+
+def _running_pod(pod: Obj | None, now: datetime | None = None) -> bool:
+    """The pod is meant to be answering now: it exists, is not being deleted, and its container started (at least
+    :data:`STARTING_GRACE` before ``now``, when given)."""
     if pod is None or pod["metadata"].get("deletionTimestamp"):
         return False
     status = pod.get("status") or {}
     if status.get("phase") != "Running":
         return False
-    return all("running" in (c.get("state") or {}) for c in status.get("containerStatuses") or [{}])
+    states = [c.get("state") or {} for c in status.get("containerStatuses") or [{}]]
+    if not all("running" in state for state in states):
+        return False
+    if now is None:
+        return True
+    for state in states:
+        started = _timestamp(state["running"].get("startedAt"))
+        if started is not None and (now - started).total_seconds() < STARTING_GRACE:
+            return False
+    return True
 
 
-def failure_of(report: InstanceReport | None, pod: Obj | None) -> Failure | None:
-    """Why the primary is failed now (None: it serves). ``report`` is its answer this pass (None: no answer)."""
+def _timestamp(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def failure_of(report: InstanceReport | None, pod: Obj | None, now: datetime | None = None) -> Failure | None:
+    """Why the primary is failed now (None: it serves). ``report`` is its answer this pass (None: no answer);
+    ``now`` (wall clock) lets a container that has only just started count as restarting."""
     if report is not None:
         if report.role == "primary" and report.running and report.ready:
             return None
         return "PrimaryNotRunning"
-    return "PrimaryUnreachable" if _running_pod(pod) else "PrimaryRestarting"
+    return "PrimaryUnreachable" if _running_pod(pod, now) else "PrimaryRestarting"
 
 
 def window(failure: Failure, delay_seconds: int) -> float:

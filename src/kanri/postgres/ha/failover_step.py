@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from kanri.postgres.cluster.problems import Problem
@@ -126,7 +127,7 @@ class FailoverStep(FailoverContext):
                 await self.r.events.normal(self.cluster, "Unfenced", f"{primary} had fenced itself "
                                            f"({raw.fence_reason}); no failover happened: it serves again")  # fmt: skip
             return StepResult(requeue=SUSPECT_INTERVAL)
-        failure = failure_of(self.reports.get(primary), self.pods.get(primary))
+        failure = failure_of(self.reports.get(primary), self.pods.get(primary), datetime.now(UTC))
         seen = self.memory.primary_seen
         if failure is None:
             report = self.reports[primary]
