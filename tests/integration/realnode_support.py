@@ -11,6 +11,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from tests.support import eventually
+
 
 async def kubectl(kubeconfig: Path, *args: str, check: bool = True, stdin: dict[str, Any] | None = None) -> str:
     """Run kubectl against ``kubeconfig`` (``stdin``: a manifest for ``-f -``); its stdout (stderr appended when it
@@ -87,3 +89,19 @@ def root_variant(source: Path, target: Path) -> None:
     index["manifests"] = [entry]
     (target / "index.json").unlink()  # a hard link to the source's: writing through it would change the source
     (target / "index.json").write_text(json.dumps(index))
+
+
+async def http_get(port: int, path: str, timeout: float = 30) -> bytes:
+    """The response to ``GET path`` from 127.0.0.1:``port`` (a port-forward), asked until one says 200 OK."""
+
+    async def fetched() -> bytes | None:
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            return None
+        writer.write(f"GET {path} HTTP/1.0\r\n\r\n".encode())
+        response = await reader.read()
+        writer.close()
+        return response if b"200 OK" in response else None
+
+    return await eventually(fetched, timeout=timeout)

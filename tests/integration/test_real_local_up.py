@@ -34,6 +34,7 @@ from kanri.local.realnode import local as realnode_local
 from kanri.local.realnode.addons import LocalPathProvisioner, NetworkPolicyAgent
 from kanri.local.realnode.addons.localpath import STORAGE_CLASS
 from kanri.local.realnode.spec import HOST_BRIDGE
+from tests.integration.realnode_support import http_get
 from tests.support import eventually
 
 pytestmark = pytest.mark.timeout(360)
@@ -166,17 +167,7 @@ async def _get_through(resource: str, ports: str) -> bytes:
             raise AssertionError(f"the port-forward ended: {(await forward.stderr.read()).decode()}")
         port = int(line.split("127.0.0.1:")[1].split()[0])
 
-        async def fetched() -> bytes | None:
-            try:
-                reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            except OSError:
-                return None
-            writer.write(b"GET /proof HTTP/1.0\r\n\r\n")
-            response = await reader.read()
-            writer.close()
-            return response if b"200 OK" in response else None
-
-        return await eventually(fetched, timeout=30)
+        return await http_get(port, "/proof")
     finally:
         forward.send_signal(signal.SIGINT)
         try:

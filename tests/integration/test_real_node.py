@@ -25,7 +25,7 @@ from kanri.local.controlplane import Endpoint
 from kanri.local.paths import build_dir
 from kanri.local.realnode import NodeSpec, RealNode, cgroups
 from kanri.local.realnode.images import IMAGE_REGISTRY, built_images
-from tests.integration.realnode_support import kubectl, pod, root_variant
+from tests.integration.realnode_support import http_get, kubectl, pod, root_variant
 from tests.support import NotYet, eventually
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.asyncio(loop_scope="session")]
@@ -160,17 +160,7 @@ async def test_port_forward_reaches_a_pod_port_through_the_real_kubelet(
             line = (await forward.stdout.readline()).decode()  # Forwarding from 127.0.0.1:PORT -> 8080
         port = int(line.split("127.0.0.1:")[1].split()[0])
 
-        async def fetched() -> bytes | None:
-            try:
-                reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            except OSError:
-                return None
-            writer.write(b"GET /hostname HTTP/1.0\r\n\r\n")
-            response = await reader.read()
-            writer.close()
-            return response if b"200 OK" in response else None
-
-        response = await eventually(fetched, timeout=30)
+        response = await http_get(port, "/hostname")
         assert response.rstrip().endswith(b"web"), response  # the pod's /etc/hostname: the kubelet named it
     finally:
         forward.terminate()

@@ -22,12 +22,12 @@ from kanri.local import paths
 from kanri.local.imagemap import BUILT_REPOSITORIES
 from kanri.local.realnode import local as realnode_local
 from kanri.local.realnode.images import IMAGE_REGISTRY
+from kanri.postgres.children.images import ENV as POSTGRES_IMAGES_ENV
 
 Obj = dict[str, Any]
 
 NEEDED = ("kanri-operator", "kanri-seaweedfs")
 """Built images the main job runs besides its PostgreSQL major (the nodes start with the tools image only)."""
-POSTGRES_IMAGES_ENV = "KANRI_POSTGRES_IMAGES"
 
 
 def node_image(image: str) -> str:
