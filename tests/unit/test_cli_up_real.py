@@ -9,6 +9,7 @@ from kanri.cli import up_real
 from kanri.cli.up import documents, with_default_repository
 from kanri.local import paths
 from kanri.local.seaweedfs import SEAWEEDFS_IMAGE, object_store
+from kanri.postgres.children.images import ENV as POSTGRES_IMAGES_ENV
 
 
 def test_kanri_images_are_named_as_the_nodes_imported_them() -> None:
@@ -26,7 +27,7 @@ def test_the_operator_and_its_table_of_postgres_images_name_node_images_never_pu
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert container["image"] == "kanri.local/kanri-operator:0.1.0"
     assert container["imagePullPolicy"] == "Never"
-    table = json.loads(next(e["value"] for e in container["env"] if e["name"] == up_real.POSTGRES_IMAGES_ENV))
+    table = json.loads(next(e["value"] for e in container["env"] if e["name"] == POSTGRES_IMAGES_ENV))
     assert table["postgres"]["15"] == "kanri.local/kanri-postgres:15"
     assert table["upgrade"]["16"] == "kanri.local/kanri-postgres-upgrade:16"
     every = [image for by_major in table.values() for image in by_major.values()]
