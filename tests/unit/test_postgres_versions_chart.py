@@ -7,7 +7,13 @@ from __future__ import annotations
 import pytest
 
 from kanri.postgres.operator import CONVERSION
-from kanri.postgres.versions import WEBHOOK_SERVICE_ENV, webhook_from_environment
+from kanri.postgres.versions import (
+    STORAGE_VERSION_ENV,
+    WEBHOOK_SERVICE_ENV,
+    versions_from_environment,
+    webhook_from_environment,
+)
+from kanri.runtime import crd_for
 from tests.helm_support import CHART, Obj, as_grants, helm, of_kind, rule_grants, template
 
 ON = "conversionWebhook.enabled=true"
@@ -96,3 +102,21 @@ def test_the_webhook_needs_the_operator_to_bring_its_crds() -> None:
     result = helm("template", "kanri", str(CHART), "--set", ON, "--set", "upgradeCRDs=false", check=False)
     assert result.returncode != 0
     assert "conversionWebhook.enabled needs upgradeCRDs" in result.stderr
+
+
+@pytest.mark.parametrize("stored", ["v1alpha1", "v1beta1"])
+def test_the_storage_version_reaches_the_operator_and_selects_its_versions(stored: str) -> None:
+    values = (ON,) if stored == "v1alpha1" else (ON, f"conversionWebhook.storageVersion={stored}")
+    env = {e["name"]: e.get("value") for e in _container(template(*values))["env"]}
+    assert env[STORAGE_VERSION_ENV] == stored  # the default is named, not left to the operator's own default
+    versions = versions_from_environment({STORAGE_VERSION_ENV: env[STORAGE_VERSION_ENV]})
+    stored_by_crd = [[v["name"] for v in crd_for(*c.resources)["spec"]["versions"] if v["storage"]] for c in versions]
+    assert stored_by_crd == [[stored], [stored]]
+
+
+def test_the_storage_version_is_only_set_with_the_webhook_and_only_to_a_version_the_crds_have() -> None:
+    assert STORAGE_VERSION_ENV not in {e["name"] for e in _container(template())["env"]}
+    result = helm("template", "kanri", str(CHART), "--set", ON, "--set", "conversionWebhook.storageVersion=v1",
+                  check=False)  # fmt: skip
+    assert result.returncode != 0
+    assert 'conversionWebhook.storageVersion "v1": the storage version must be v1alpha1 or v1beta1' in result.stderr

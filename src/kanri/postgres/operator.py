@@ -28,8 +28,15 @@ from kanri.postgres.ha.position import NODE_GRACE
 from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
 from kanri.postgres.labels import CLUSTER, foreign
 from kanri.postgres.metrics import PostgresMetrics
-from kanri.postgres.versions import serve_versions, versioned_crds, webhook_from_environment  # issue 28
+from kanri.postgres.versions import (  # issue 28
+    check_single_version,
+    serve_versions,
+    versioned_crds,
+    versions_from_environment,
+    webhook_from_environment,
+)
 from kanri.runtime import (
+    ApiError,
     Cache,
     Client,
     Controller,
@@ -217,9 +224,11 @@ class OperatorOptions:
     (``KANRI_WEBHOOK_SERVICE`` + ``POD_NAMESPACE``). None: the CRDs serve v1alpha1 alone, no webhook, no migration.
     Without ``upgrade_crds`` the two-version CRDs (``operator_crds(webhook)``) must be applied by hand: until they
     serve v1beta1 the webhook's readiness check cannot read through it, and the operator stays unready."""
-    versions: Conversions = SERVED
-    """The versions the CRDs serve and the webhook converts: this release's (v1alpha1 stored, v1beta1 served).
-    Tests pass ``kanri.postgres.api.conversion.POSTGRES`` (the next release: v1beta1 stored) to drive a migration."""
+    versions: Conversions = field(default_factory=versions_from_environment)
+    """The versions the CRDs serve and the webhook converts, chosen by ``KANRI_STORAGE_VERSION`` (the chart's
+    ``conversionWebhook.storageVersion``): ``v1alpha1`` (the default: v1alpha1 stored, v1beta1 served,
+    ``kanri.postgres.api.served.SERVED``) or ``v1beta1`` (stored, ``kanri.postgres.api.conversion.POSTGRES``; the
+    leader's storage migration rewrites every object). Only used with ``webhook``."""
     storage_migration_rate: float = 20.0
     """Objects the storage migration rewrites per second at most."""
 
@@ -277,6 +286,7 @@ def build_manager(
     if options.upgrade_crds:
         manager = _CrdUpgradingManager(client, manager_options, registry=registry)
         manager.crds = operator_crds(options.webhook, options.versions)
+        manager.single_version = options.webhook is None
     else:
         manager = Manager(client, manager_options, registry=registry)
     own_namespace = options.operator_namespace or options.leader_election_namespace
@@ -323,9 +333,13 @@ class _CrdUpgradingManager(Manager):
     this operator runs against an older schema, and none runs against a newer operator's different one."""
 
     crds: list[Obj]
+    single_version: bool = False
+    """The CRDs serve v1alpha1 alone (no webhook): refused while the API server lists another stored version."""
 
     async def run(self, *, handle_signals: bool = True) -> None:
         try:
+            if self.single_version:
+                check_single_version(await _installed(self.client, self.crds))
             done = await upgrade_crds(self.client, self.crds, operator_version=__version__)
         except Exception as exc:
             log.error("operator does not start: its CRDs", error=str(exc), operator_version=__version__)
@@ -333,6 +347,18 @@ class _CrdUpgradingManager(Manager):
         for crd in done:
             log.info("crd", name=crd.name, action=crd.action, was=crd.installed_version, now=__version__)
         await super().run(handle_signals=handle_signals)
+
+
+async def _installed(client: Client, crds: list[Obj]) -> list[Obj]:
+    """``crds`` as the API server has them now; absent ones left out (``upgrade_crds`` reports other errors)."""
+    found = []
+    for crd in crds:
+        try:
+            found.append(await client.get(CRD, crd["metadata"]["name"]))
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+    return found
 
 
 def _cluster_controller(manager: Manager, reconciler: PostgresClusterReconciler, options: OperatorOptions

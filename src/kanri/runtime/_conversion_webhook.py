@@ -216,19 +216,12 @@ class ConversionWebhook:
 
     async def _patch_crds(self, certs: WebhookCertificates) -> None:
         client_config = {**self.options.client_config(), "caBundle": base64.b64encode(certs.ca_bundle).decode()}
-        # A merge patch keeps the other address form unless it is nulled: a CRD names a url or a service, not both.
-        other = "service" if "url" in client_config else "url"
         for conversion in self.conversions:
             name = conversion.hub.resource.crd_name
-            crd = await self.client.get(CRD, name)
-            webhook = crd["spec"].get("conversion", {}).get("webhook") or {}
-            if webhook.get("clientConfig") == client_config and webhook.get("conversionReviewVersions") == ["v1"]:
-                continue
-            patch = {"spec": {"conversion": {"strategy": "Webhook", "webhook": {
-                "clientConfig": {**client_config, other: None}, "conversionReviewVersions": ["v1"],
-            }}}}  # fmt: skip
-            await self.client.patch(CRD, name, patch)
-            log.info("CRD conversion settings updated", crd=name)
+            patch = conversion_patch(await self.client.get(CRD, name), client_config)
+            if patch is not None:
+                await self.client.patch(CRD, name, patch)
+                log.info("CRD conversion settings updated", crd=name)
 
     async def _self_test(self, certs: WebhookCertificates) -> None:
         """Our TLS endpoint answers a review, verified with the bundle the CRDs carry; then the API server converts
@@ -289,3 +282,21 @@ def _is_ip(host: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def conversion_patch(crd: Mapping[str, Any], client_config: Mapping[str, Any]) -> Obj | None:
+    """The merge patch that points ``crd``'s conversion at this webhook (``client_config``, ``caBundle`` included),
+    or None when nothing is to change: it already does, or the CRD serves one version (nothing to convert, and
+    turning conversion back on would undo an operator that took the CRD back to one version, naming a webhook that
+    may be gone with it)."""
+    spec = crd.get("spec") or {}
+    if sum(1 for version in spec.get("versions") or [] if version.get("served")) < 2:
+        return None
+    webhook = (spec.get("conversion") or {}).get("webhook") or {}
+    if webhook.get("clientConfig") == client_config and webhook.get("conversionReviewVersions") == ["v1"]:
+        return None
+    # A merge patch keeps the other address form unless it is nulled: a CRD names a url or a service, not both.
+    other = "service" if "url" in client_config else "url"
+    return {"spec": {"conversion": {"strategy": "Webhook", "webhook": {
+        "clientConfig": {**client_config, other: None}, "conversionReviewVersions": ["v1"],
+    }}}}  # fmt: skip

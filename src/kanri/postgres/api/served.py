@@ -1,13 +1,13 @@
-"""What this release of the PostgreSQL operator serves: v1alpha1 and v1beta1, with v1alpha1 still the storage version.
+"""The first step of the version change: v1alpha1 and v1beta1 served, v1alpha1 still the storage version (the
+default of ``KANRI_STORAGE_VERSION``, :mod:`kanri.postgres.versions.storage`).
 
-docs/runtime-versions.md's release rule: a release that *adds* a version keeps the old storage version and only
-serves the new one; storage switches in the next release, once every replica runs code that knows both versions.
-This is the first of those two releases. During a rolling upgrade from the release before (v1alpha1 alone, no
-webhook), the old pods read and write v1alpha1, which needs no conversion while v1alpha1 is the storage version;
-only readers of v1beta1 need the webhook the new pods serve.
+docs/runtime-versions.md's release rule: a version is first *added* (served, the old storage version kept), and
+storage switches only once every replica runs code that knows both versions. During a rolling upgrade from the
+release before (v1alpha1 alone, no webhook), the old pods read and write v1alpha1, which needs no conversion while
+v1alpha1 is the storage version; only readers of v1beta1 need the webhook the new pods serve.
 
-``kanri.postgres.api.conversion`` holds the target shape (v1beta1 the hub *and* the storage version): the next
-release serves that, and its storage migration rewrites every object in v1beta1. Here the same conversion
+``kanri.postgres.api.conversion`` holds the second step (v1beta1 the hub *and* the storage version,
+``KANRI_STORAGE_VERSION=v1beta1``), whose storage migration rewrites every object in v1beta1. Here the same conversion
 functions are registered on copies of the two models whose only difference is the ``storage`` flag, so the CRDs,
 the webhook's readiness self-test (it reads a stored object in each *non-storage* version) and ``crd_for`` all
 agree on what the API server stores.
