@@ -74,7 +74,7 @@ async def served(client: Client) -> list[tuple[list[str], str | None, str]]:
         spec = (await client.get(CRD, name))["spec"]
         versions = spec["versions"]
         storage = next((v["name"] for v in versions if v.get("storage")), None)
-        found.append(([v["name"] for v in versions if v.get("served")], storage, spec["conversion"]["strategy"]))
+        found.append((sorted(v["name"] for v in versions if v.get("served")), storage, spec["conversion"]["strategy"]))
     return found
 
 
