@@ -30,7 +30,6 @@ import base64
 import os
 import platform
 import secrets
-import socket
 import ssl
 import statistics
 import sys
@@ -58,17 +57,12 @@ from kanri.runtime.kinds import CRD, NAMESPACE
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from examples.greeting.operator import GREETING, GREETINGS, greeting_crd
+from kanri.local.ports import free_port
 
 Obj = dict[str, Any]
 GREETING_CRD = "greetings.example.kanri.dev"
 OLD = Kind("example.kanri.dev/v1alpha1", "Greeting", "greetings")
 NS = "bench"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 async def _create(client: Client, count: int) -> None:
@@ -95,7 +89,7 @@ async def _timed_list(client: Client, kind: Kind, expect: int) -> float:
 async def bench(kubeconfig: str, objects: int, repeat: int) -> dict[str, float]:
     registry = CollectorRegistry()
     async with await Client.from_kubeconfig(kubeconfig, rate_limiter=Unlimited()) as client:
-        port = _free_port()
+        port = free_port()
         options = WebhookOptions(namespace="default", secret=f"bench-{secrets.token_hex(3)}",
                                  url=f"https://127.0.0.1:{port}/convert", host="127.0.0.1", port=port)  # fmt: skip
         await install_crd(client, greeting_crd(options), field_manager="bench")
@@ -171,7 +165,7 @@ async def bench_migration(kubeconfig: str, objects: int, rate: float) -> dict[st
     """Seconds to migrate ``objects`` Greetings stored in v1alpha1 to v1 storage; the webhook's reviews meanwhile."""
     registry, namespace = CollectorRegistry(), "bench-migration"
     async with await Client.from_kubeconfig(kubeconfig, rate_limiter=Unlimited()) as client:
-        port = _free_port()
+        port = free_port()
         options = WebhookOptions(namespace="default", secret=f"bench-{secrets.token_hex(3)}",
                                  url=f"https://127.0.0.1:{port}/convert", host="127.0.0.1", port=port)  # fmt: skip
         crd: Obj = greeting_crd(options)

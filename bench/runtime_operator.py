@@ -36,7 +36,6 @@ import os
 import platform
 import pstats
 import signal
-import socket
 import ssl
 import statistics
 import subprocess
@@ -55,6 +54,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from kanri.local import ControlPlane
+from kanri.local.ports import free_port
 from kanri.runtime import ApiError, Client, ClientMetrics, Kind, Unlimited, crd_for
 from kanri.runtime.kinds import CONFIG_MAP, CRD, NAMESPACE
 
@@ -182,12 +182,6 @@ async def wait_cpu_idle(pid: int, *, below: float = 0.1, timeout: float = 120.0)
         await asyncio.sleep(1.0)
         if cpu_seconds(pid) - before < below:
             return
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -9,11 +9,14 @@ cd "$(dirname "$0")/.."
 pytest=.venv/bin/pytest
 mkdir -p .build
 started=$(date +%s)
-"$pytest" tests/unit tests/integration -m "not host_wide and not e2e" --durations=15 \
+# Each process takes the ports its local servers listen on from its own range, below the kernel's ephemeral range
+# (src/kanri/local/ports.py): neither process nor any outgoing connection can take a port between its probe and bind.
+KANRI_PORT_RANGE=15000-21999 "$pytest" tests/unit tests/integration -m "not host_wide and not e2e" --durations=15 \
 	--junitxml=.build/test-report-beside.xml >.build/test-beside.log 2>&1 &
 beside=$!
 trap 'kill -INT "$beside" 2>/dev/null; wait "$beside"' INT TERM
-"$pytest" tests/e2e tests/integration -m "e2e or host_wide" --durations=30 --junitxml=.build/test-report.xml
+KANRI_PORT_RANGE=22000-28999 "$pytest" tests/e2e tests/integration -m "e2e or host_wide" --durations=30 \
+	--junitxml=.build/test-report.xml
 front=$?
 wait "$beside"
 side=$?

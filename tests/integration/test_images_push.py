@@ -22,6 +22,7 @@ from kanri.images.catalog import built_images, catalog_file, images_dir
 from kanri.images.push import PushError, push_images, push_layout
 from kanri.images.registry import Destination, Oras, RegistryClientError
 from kanri.local import paths
+from kanri.local.ports import free_port
 from kanri.local.registry import LocalRegistry, RegistryEndpoint, registry_binary
 from tests.unit.test_images_push import SBOM_TYPE, SIGNATURE_TYPE, Layout, make_layout, write_catalog
 
@@ -38,19 +39,10 @@ def tls_registry(tmp_path: Path) -> Iterator[RegistryEndpoint]:
     registry.stop()
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 def plain_registry(tmp_path: Path) -> Iterator[str]:
     """distribution serving plain HTTP on a loopback port: ``127.0.0.1:<port>``."""
-    address = f"127.0.0.1:{_free_port()}"
+    address = f"127.0.0.1:{free_port()}"
     config = tmp_path / "plain.yml"
     config.write_text(
         yaml.safe_dump(

@@ -17,6 +17,7 @@ import pytest
 import pytest_asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
+from kanri.local.ports import free_port
 from tests.integration.test_instance_manager import (
     BASE_PARAMETERS,
     CLUSTER,
@@ -25,7 +26,6 @@ from tests.integration.test_instance_manager import (
     Workspace,
     _cleanup,
     chown_tree,
-    free_port,
     postmasters,
 )
 from tests.support import eventually

@@ -24,6 +24,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from kanri.local.ports import free_port
 from tests.integration.test_instance_manager import (
     BASE_PARAMETERS,
     CLUSTER,
@@ -33,7 +34,6 @@ from tests.integration.test_instance_manager import (
     _cleanup,
     all_argv,
     chown_tree,
-    free_port,
     postmasters,
 )
 from tests.support import eventually

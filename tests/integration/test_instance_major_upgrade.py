@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from kanri.local.pg_binaries import Installation, installed, newest_per_major
-from tests.integration.test_instance_manager import chown_tree, free_port, python_for_instances, run_as
+from kanri.local.ports import free_port
+from tests.integration.test_instance_manager import chown_tree, python_for_instances, run_as
 
 _NEWEST = newest_per_major(installed())
 pytestmark = [

@@ -14,7 +14,6 @@ import pwd
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,7 @@ import pytest
 import pytest_asyncio
 
 import kanri
+from kanri.local.ports import free_port
 from tests.support import eventually
 
 PG_BIN = Path(os.environ.get("KANRI_TEST_PG_BIN", "/usr/lib/postgresql/15/bin"))
@@ -38,13 +38,6 @@ pytestmark = [
     pytest.mark.skipif(not (PG_BIN / "postgres").exists(), reason=f"no PostgreSQL binaries in {PG_BIN}"),
     pytest.mark.timeout(180),
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def run_as() -> pwd.struct_passwd | None:

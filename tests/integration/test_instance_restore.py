@@ -21,6 +21,7 @@ import pytest
 import pytest_asyncio
 
 from kanri.instance.archive import ACCESS_KEY_FILE, SECRET_KEY_FILE
+from kanri.local.ports import free_port
 from kanri.local.seaweedfs import S3Keys, SeaweedFS, backup_tools_bin, s3_call
 from tests.integration.test_instance_manager import (
     CLUSTER,
@@ -28,7 +29,6 @@ from tests.integration.test_instance_manager import (
     Instance,
     Workspace,
     chown_tree,
-    free_port,
     python_for_instances,
     run_as,
 )

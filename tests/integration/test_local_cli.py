@@ -17,6 +17,7 @@ import pytest
 
 from kanri.local.leftovers import find_leftovers
 from kanri.local.node import NodeOptions
+from kanri.local.ports import free_port
 
 KANRI = [sys.executable, "-m", "kanri.cli.main"]
 
@@ -110,12 +111,6 @@ kind: Service
 metadata: {name: web}
 spec: {selector: {app: web}, ports: [{port: 80, targetPort: 8080}]}
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_a_pod_runs_is_reached_and_logged_and_down_leaves_nothing(kanri_env: dict[str, str], tmp_path: Path) -> None:

@@ -13,7 +13,6 @@ import asyncio
 import functools
 import json
 import shutil
-import socket
 import threading
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
@@ -29,6 +28,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import MetricsHandler
 
 from kanri.instance.exporter import METRICS, Snapshot, SnapshotCollector
+from kanri.local.ports import free_port
 from kanri.postgres.backup.archiving import BackupMetrics
 from kanri.postgres.cluster.instances import InstanceReport
 from kanri.postgres.metrics import PostgresMetrics
@@ -133,13 +133,6 @@ def fill(registry: CollectorRegistry) -> None:
     # A standby: the gauge is 0 until it leads, so KanriOperatorNoLeader goes pending.
     LeaderElector(Client(Connection(host="http://127.0.0.1:1")), namespace="kanri-system", name="kanri-postgres",
                   identity="standby", registry=registry)  # fmt: skip
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @pytest.fixture(scope="module")

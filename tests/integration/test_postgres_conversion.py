@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +32,7 @@ from prometheus_client import CollectorRegistry
 
 from kanri import __version__
 from kanri.local import Endpoint
+from kanri.local.ports import free_port
 from kanri.postgres.api import v1alpha1
 from kanri.postgres.api.conversion import POSTGRES
 from kanri.postgres.api.served import SERVED
@@ -62,12 +62,6 @@ class Api:
     manager: Manager | None = None
     task: asyncio.Task[None] | None = None
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 async def start(api: Api, versions: Conversions) -> None:
@@ -143,7 +137,7 @@ async def api(control_plane: Endpoint) -> AsyncIterator[Api]:
         namespace, quiet = f"pg-versions-{token}", f"pg-versions-quiet-{token}"
         for name in (namespace, quiet):
             await client.create(NAMESPACE, {"metadata": {"name": name}})
-        port = _free_port()
+        port = free_port()
         # The certificate's Secret in the namespace deleted last: the teardown's operator still needs it.
         webhook = WebhookOptions(namespace=quiet, secret="kanri-webhook", url=f"https://127.0.0.1:{port}/convert",
                                  host="127.0.0.1", port=port, check_interval=2.0)  # fmt: skip

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError  # type: ignore[import-untyped]
 
+from kanri.local.ports import free_port
 from tests.rds_emulator import Delays, ManualClock, RdsEmulator
-from tests.rds_emulator.moto_process import free_port
 from tests.support import eventually
 
 DELAYS = Delays(

@@ -12,7 +12,6 @@ import base64
 import contextlib
 import json
 import secrets
-import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, replace
@@ -26,6 +25,7 @@ from cryptography import x509
 
 from examples.greeting.operator import GREETING, GREETINGS, Greeting, GreetingReconciler, greeting_crd
 from kanri.local import Endpoint
+from kanri.local.ports import free_port
 from kanri.runtime import (
     ApiError,
     Client,
@@ -69,19 +69,13 @@ class Operator:
     task: asyncio.Task[None]
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def operator(control_plane: Endpoint) -> AsyncIterator[Operator]:
     kubeconfig = str(control_plane.kubeconfig)
     async with await Client.from_kubeconfig(kubeconfig) as client:
         namespace = f"conversion-{secrets.token_hex(3)}"
         await client.create(NAMESPACE, {"metadata": {"name": namespace}})
-        port = _free_port()
+        port = free_port()
         options = WebhookOptions(namespace=namespace, secret="greeting-webhook", url=f"https://127.0.0.1:{port}/convert",
                                  host="127.0.0.1", port=port, check_interval=2.0)  # fmt: skip
         await install_crd(client, greeting_crd(options), field_manager="conversion-tests")
@@ -280,7 +274,7 @@ async def test_with_the_webhook_down_reads_in_v1alpha1_fail_or_miss_objects_and_
 
 async def test_a_webhook_the_api_server_cannot_reach_is_never_ready_and_says_why(operator: Operator) -> None:
     await operator.manager.stop()  # the module's replica is down (see the test before): this one is alone
-    unreachable = _free_port()  # the CRD will name this port; the webhook listens on another
+    unreachable = free_port()  # the CRD will name this port; the webhook listens on another
     options = replace(operator.options, url=f"https://127.0.0.1:{unreachable}/convert", port=0)
     webhook = ConversionWebhook(operator.client, Conversions(GREETINGS), options)
     serving = asyncio.create_task(webhook.run())

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-import socket
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from prometheus_client import CollectorRegistry
 from examples.greeting.api import Greeting
 from examples.greeting.versions import GreetingV1Alpha1, from_v1, to_v1
 from kanri.local import Endpoint
+from kanri.local.ports import free_port
 from kanri.postgres.api import v1beta1
 from kanri.postgres.api.conversion import (
     DEPRECATION_WARNING,
@@ -75,12 +75,6 @@ class Cluster:
     written_in_v1alpha1: dict[str, str]  # name -> resourceVersion when created (stored in v1alpha1)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _with_storage(crd: dict[str, Any], version: str) -> dict[str, Any]:
     for entry in crd["spec"]["versions"]:
         entry["storage"] = entry["name"] == version
@@ -92,7 +86,7 @@ async def cluster(control_plane: Endpoint) -> AsyncIterator[Cluster]:
     async with await Client.from_kubeconfig(str(control_plane.kubeconfig)) as client:
         namespace = f"migration-{secrets.token_hex(3)}"
         await client.create(NAMESPACE, {"metadata": {"name": namespace}})
-        port = _free_port()
+        port = free_port()
         options = WebhookOptions(namespace=namespace, secret="migration-webhook", host="127.0.0.1", port=port,
                                  url=f"https://127.0.0.1:{port}/convert", check_interval=2.0)  # fmt: skip
         # First the old operator's CRD: v1alpha1 is the storage version.
@@ -234,7 +228,7 @@ async def test_the_two_version_postgrescluster_crd_is_served_and_its_rules_hold(
     client, namespace = cluster.client, cluster.namespace
     clusters = Conversion(MigrationPostgresCluster)
     clusters.spoke(MigrationPostgresClusterV1Alpha1, to_hub=cluster_to_v1beta1, from_hub=cluster_from_v1beta1)  # type: ignore[arg-type]
-    port = _free_port()
+    port = free_port()
     options = WebhookOptions(namespace=namespace, secret="pg-webhook", host="127.0.0.1", port=port,
                              url=f"https://127.0.0.1:{port}/convert", check_interval=2.0)  # fmt: skip
     crd = crd_for(*clusters.resources, webhook=options.client_config())

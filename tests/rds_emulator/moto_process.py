@@ -9,21 +9,15 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 
+from kanri.local.ports import free_port
+
 _PR_SET_PDEATHSIG = 1
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _die_with_parent() -> None:

@@ -5,7 +5,6 @@ so they never fight. Against the real API server and real servers: tests/integra
 from __future__ import annotations
 
 import asyncio
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -30,16 +29,11 @@ from kanri.cache.api import LABELS, ReadPolicy
 from kanri.cache.children import READABLE as OPERATOR_READABLE
 from kanri.cache.children import ROLE
 from kanri.cache.observe import Assessment, Lag, pod_routing, readable_replica
+from kanri.local.ports import free_port
 
 REPLID = "a" * 40
 REPLICAS = ReadPolicy(serve_from="Replicas", max_lag_seconds=2)
 Obj = dict[str, Any]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def replica(silent: int | None, offset: int = 500, link: bool = True, replid: str = REPLID) -> History:

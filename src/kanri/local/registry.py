@@ -17,7 +17,6 @@ import datetime
 import http.client
 import ipaddress
 import os
-import socket
 import ssl
 import subprocess
 import time
@@ -33,6 +32,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from kanri.local import paths
 from kanri.local.detached import DetachedProcess, DetachedProcessError
+from kanri.local.ports import free_port
 
 HOST = "127.0.0.1"
 _CA_DAYS = 3650
@@ -55,13 +55,6 @@ class RegistryEndpoint:
 def registry_binary() -> Path:
     """distribution's ``registry`` as ``make registry-tools`` builds it."""
     return paths.build_dir() / "bin" / "registry"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _write_private(path: Path, data: bytes) -> None:
@@ -222,7 +215,7 @@ class LocalRegistry(DetachedProcess):
 
     def _write_config(self) -> None:
         """(Re)write ``config.yml`` keeping its port, and a fresh serving certificate (the CA is kept)."""
-        port = self._port() if self.config_file.is_file() else _free_port()
+        port = self._port() if self.config_file.is_file() else free_port(HOST)
         issue_certificates(self.pki_dir, [HOST, "localhost"])
         config = {
             "version": 0.1,

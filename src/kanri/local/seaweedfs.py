@@ -21,7 +21,6 @@ import contextlib
 import json
 import os
 import secrets
-import socket
 import subprocess
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from kanri.local.paths import build_dir
+from kanri.local.ports import free_port
 
 __all__ = [
     "S3_BUCKET",
@@ -147,13 +147,6 @@ def s3_call(endpoint: str, keys: S3Keys, op: str, bucket: str, prefix: str = "")
         return None
     found: list[str] = json.loads(done.stdout)
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass

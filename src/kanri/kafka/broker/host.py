@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -18,17 +17,12 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 
 from kanri.kafka.broker.settings import new_cluster_id
+from kanri.local.ports import free_port
 
 _LOG = logging.getLogger("kanri.kafka.host")
 
 #: Where ``make kafka-dist`` puts the jars, from this checkout's root.
 DIST_LIBS = Path(__file__).resolve().parents[4] / ".build" / "kafka" / "libs"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

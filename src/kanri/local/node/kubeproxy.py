@@ -28,13 +28,13 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 from pathlib import Path
 
 import structlog
 
 from kanri.local.node.options import NodeOptions
+from kanri.local.ports import free_port
 
 log = structlog.get_logger("kanri.local.kubeproxy")
 
@@ -158,13 +158,6 @@ class Sysctls:
         self._record.unlink(missing_ok=True)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 class KubeProxy:
     """One kube-proxy process for ``options``' pod network; see the module docstring."""
 
@@ -188,8 +181,8 @@ class KubeProxy:
             f"--hostname-override={self.options.name}",
             f"--cluster-cidr={self.options.pod_cidr}",
             "--detect-local-mode=ClusterCIDR",
-            f"--healthz-bind-address=127.0.0.1:{_free_port()}",
-            f"--metrics-bind-address=127.0.0.1:{_free_port()}",
+            f"--healthz-bind-address=127.0.0.1:{free_port()}",
+            f"--metrics-bind-address=127.0.0.1:{free_port()}",
             "--conntrack-max-per-core=0",
             "--conntrack-min=0",
             "--conntrack-tcp-timeout-established=0",
