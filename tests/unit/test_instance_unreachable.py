@@ -4,7 +4,6 @@ first line of libpq's error (never SQL, never a password), after a grace, cleare
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from kanri.contract.problems import REASONS
 from kanri.instance.config import Settings
 from kanri.instance.manager import InstanceManager
 from kanri.instance.problems import UNREACHABLE, Reachability, cannot_connect_now, connection_error
+from kanri.local.ports import free_port
 
 PASSWORD = "pw-s3cret-never-shown"
 PEER = (
@@ -24,10 +24,7 @@ PEER = (
 
 
 def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port  # closed again on return: nothing listens there
+    return free_port()  # nothing listens there (from this process's own range under make test)
 
 
 class Clock:
