@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import os
 import subprocess
@@ -101,3 +102,57 @@ async def pod_log_tails(node_dir: Path, pod_glob: str) -> str:
     ``node`` fixture's data dir): what a failed chart install prints, since ``kubectl logs`` cannot reach the test
     network's kubelet."""
     return await asyncio.to_thread(_pod_log_tails, node_dir, pod_glob)
+
+
+# ``client.<method>(KIND, …)`` → (subresource, verbs).
+CLIENT_VERBS: dict[str, tuple[str, frozenset[str]]] = {
+    "create": ("", frozenset({"create"})),
+    "apply": ("", frozenset({"create", "patch"})),
+    "patch": ("", frozenset({"patch"})),
+    "patch_status": ("status", frozenset({"patch"})),
+    "replace": ("", frozenset({"update"})),
+    "replace_status": ("status", frozenset({"update"})),
+    "delete": ("", frozenset({"delete"})),
+    "get": ("", frozenset({"get"})),
+}
+# ``ctx.children.<method>(KIND, …)`` (kit's child writer): apply is a server-side apply, then a patch when the apply
+# dropped a field; create_once creates; delete deletes.
+CHILDREN_VERBS: dict[str, frozenset[str]] = {
+    "apply": frozenset({"create", "patch"}),
+    "create_once": frozenset({"create"}),
+    "delete": frozenset({"delete"}),
+}
+
+
+def _is(node: ast.expr, *names: str) -> bool:
+    # client.x, ctx.client.x, self.client.x, ctx.children.x
+    return (isinstance(node, ast.Name) and node.id in names) or (isinstance(node, ast.Attribute) and node.attr in names)
+
+
+def writes_in(src: Path, kinds: dict[str, Kind], *, skip: str | None = None) -> tuple[Needed, list[str]]:
+    """(Every write an operator's code under ``src`` sends through a client or kit's child writer, per kind, read
+    from the code itself; calls whose kind is not one of the constants ``kinds`` names). A folder named ``skip``
+    (an in-pod agent with an identity of its own) is left out."""
+    found: Needed = {}
+    generic: list[str] = []
+    for path in sorted(src.rglob("*.py")):
+        if skip is not None and skip in path.relative_to(src).parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.Call) or not node.args or not isinstance(node.func, ast.Attribute):
+                continue
+            func = node.func
+            verbs: tuple[str, frozenset[str]] | None = None
+            if func.attr in CLIENT_VERBS and _is(func.value, "client", "_client"):
+                verbs = CLIENT_VERBS[func.attr]
+            elif func.attr in CHILDREN_VERBS and _is(func.value, "children"):
+                verbs = ("", CHILDREN_VERBS[func.attr])
+            if verbs is None:
+                continue
+            arg = node.args[0]
+            kind = kinds.get(arg.id) if isinstance(arg, ast.Name) else None
+            if kind is None:
+                generic.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+                continue
+            found[(kind, verbs[0])] = found.get((kind, verbs[0]), frozenset()) | verbs[1]
+    return found, generic

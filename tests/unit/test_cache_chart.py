@@ -9,7 +9,6 @@ Regenerate deploy/operator/cache/cache-operator.yaml after editing the chart: ``
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 
@@ -33,6 +32,7 @@ from tests.helm_support import (
     rule_grants,
     template,
     template_text,
+    writes_in,
 )
 
 CACHE_SRC = ROOT / "src" / "kanri" / "cache"
@@ -58,24 +58,6 @@ NAME = "kanri-cache-operator"
 KIND_CONSTANTS: dict[str, kr.Kind] = {
     name: value for name, value in vars(builtin_kinds).items() if isinstance(value, kr.Kind)
 } | {"KIND": KIND}  # fmt: skip
-# ``client.<method>(KIND, …)`` → (subresource, verbs).
-CLIENT_VERBS: dict[str, tuple[str, frozenset[str]]] = {
-    "create": ("", frozenset({"create"})),
-    "apply": ("", frozenset({"create", "patch"})),
-    "patch": ("", frozenset({"patch"})),
-    "patch_status": ("status", frozenset({"patch"})),
-    "replace": ("", frozenset({"update"})),
-    "replace_status": ("status", frozenset({"update"})),
-    "delete": ("", frozenset({"delete"})),
-    "get": ("", frozenset({"get"})),
-}
-# ``ctx.children.<method>(KIND, …)`` (kit's child writer): apply is a server-side apply, then a patch when the apply
-# dropped a field; create_once creates; delete deletes.
-CHILDREN_VERBS: dict[str, frozenset[str]] = {
-    "apply": frozenset({"create", "patch"}),
-    "create_once": frozenset({"create"}),
-    "delete": frozenset({"delete"}),
-}
 # What the kit and runtime send on the operator's behalf, outside kanri.cache: kit.finalize patches the finalizer
 # (and re-reads the Cache after a conflict); the status ledger patches status (and re-reads); owner references with
 # blockOwnerDeletion need finalizers/update; kit.carry_out deletes or releases (patches) the claims and the password
@@ -90,37 +72,10 @@ KIT_WRITES: Needed = {
 }
 
 
-def _is(node: ast.expr, *names: str) -> bool:
-    # client.x, ctx.client.x, self.client.x, ctx.children.x
-    return (isinstance(node, ast.Name) and node.id in names) or (isinstance(node, ast.Attribute) and node.attr in names)
-
-
 def writes_in_code() -> tuple[Needed, list[str]]:
     """(Every write the operator's part of kanri.cache sends, per kind; calls whose kind is not a constant). The
     in-pod agent (kanri.cache.agent) has its own identity and is not the operator."""
-    found: Needed = {}
-    generic: list[str] = []
-    for path in sorted(CACHE_SRC.rglob("*.py")):
-        if "agent" in path.relative_to(CACHE_SRC).parts:
-            continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if not isinstance(node, ast.Call) or not node.args or not isinstance(node.func, ast.Attribute):
-                continue
-            func = node.func
-            verbs: tuple[str, frozenset[str]] | None = None
-            if func.attr in CLIENT_VERBS and _is(func.value, "client", "_client"):
-                verbs = CLIENT_VERBS[func.attr]
-            elif func.attr in CHILDREN_VERBS and _is(func.value, "children"):
-                verbs = ("", CHILDREN_VERBS[func.attr])
-            if verbs is None:
-                continue
-            arg = node.args[0]
-            kind = KIND_CONSTANTS.get(arg.id) if isinstance(arg, ast.Name) else None
-            if kind is None:
-                generic.append(f"{path.relative_to(ROOT)}:{node.lineno}")
-                continue
-            found[(kind, verbs[0])] = found.get((kind, verbs[0]), frozenset()) | verbs[1]
-    return found, generic
+    return writes_in(CACHE_SRC, KIND_CONSTANTS, skip="agent")
 
 
 def granted_to_agents() -> Needed:

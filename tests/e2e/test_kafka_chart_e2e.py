@@ -1,0 +1,109 @@
+"""The chart's Kafka operator as a pod of the local node (values kafka.enabled), in namespaced mode
+(watchNamespaces): under the chart's ServiceAccount and the Role it grants in the watched namespace, its two
+controllers make a one-broker KafkaCluster Ready and create a KafkaTopic on it (a message produced with acks=all is
+read back), and leave a KafkaCluster in a namespace it does not watch alone. `helm uninstall` removes the operator;
+the cluster, its topic and its messages stay (the brokers need no operator)."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer
+
+from kanri.kafka.api import CLUSTER_KIND, TOPIC_KIND, KafkaCluster, KafkaTopic
+from kanri.local import Endpoint
+from kanri.local.node import LocalNode
+from kanri.runtime import ApiError, Client, install_crd
+from kanri.runtime.kinds import DEPLOYMENT, NAMESPACE, POD, STATEFUL_SET
+from tests.helm_support import CHART, helm_async, pod_log_tails
+from tests.support import eventually
+
+Obj = dict[str, Any]
+OPERATOR_LABEL = "app.kubernetes.io/name=kanri-kafka-operator"
+
+
+async def phase(client: Client, kind: Any, namespace: str, name: str, wanted: str) -> Obj | None:
+    obj = await client.get(kind, name, namespace)
+    status = obj.get("status") or {}
+    current = status.get("observedGeneration") == obj["metadata"]["generation"]
+    return obj if current and status.get("phase") == wanted else None
+
+
+def produce_and_read_back(bootstrap: str, topic: str, value: bytes, *earlier: bytes) -> list[bytes]:
+    """One message with acks=all, then the topic's messages from the start until it and ``earlier`` were read (at
+    most 30 s: they may be in different partitions)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    delivered: list[Any] = []
+    producer.produce(topic, value, on_delivery=lambda error, message: delivered.append(error))
+    producer.flush(30)
+    assert delivered == [None], f"not acknowledged: {delivered}"
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"e2e-{secrets.token_hex(3)}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})  # fmt: skip
+    consumer.subscribe([topic])
+    seen: list[bytes] = []
+    try:
+        for _ in range(30):
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None and (body := message.value()) is not None:
+                seen.append(body)
+            if {value, *earlier} <= set(seen):
+                break
+    finally:
+        consumer.close()
+    return seen
+
+
+@pytest.mark.timeout(420)
+async def test_the_charts_kafka_operator_runs_a_cluster_and_topic_in_its_namespace_only_and_uninstall_keeps_them(
+    client: Client, node: LocalNode, control_plane: Endpoint, namespace: str, tmp_path: Path
+) -> None:
+    release = f"kanri-{secrets.token_hex(3)}"
+    kubeconfig = ["--kubeconfig", str(control_plane.kubeconfig), "--namespace", namespace]
+    home = tmp_path / "helm"
+    elsewhere = f"kafka-unwatched-{secrets.token_hex(3)}"
+    for kind in (KafkaCluster, KafkaTopic):  # crds/ brings them on a first install; shared by the session here
+        await install_crd(client, kind, field_manager="kanri-tests")
+    await client.create(NAMESPACE, {"metadata": {"name": elsewhere}})
+    installed = False
+    try:
+        values = ["--set", f"watchNamespaces={{{namespace}}}", "--set", "kafka.enabled=true"]
+        await helm_async("install", release, str(CHART), *kubeconfig, *values, "--wait", "--timeout", "180s",
+                         home=home)  # fmt: skip
+        installed = True
+        operators, _ = await client.list(POD, namespace, label_selector=OPERATOR_LABEL)
+        assert len(operators) == 1
+        spec = {"replicas": 1, "storage": {"size": "256Mi"}}
+        await client.create(CLUSTER_KIND, {"metadata": {"name": "events", "namespace": namespace}, "spec": spec})
+        await client.create(CLUSTER_KIND, {"metadata": {"name": "ignored", "namespace": elsewhere}, "spec": spec})
+        cluster = await eventually(lambda: phase(client, CLUSTER_KIND, namespace, "events", "Ready"), timeout=240)
+        bootstrap = cluster["status"]["bootstrap"]
+        topic = {"cluster": "events", "partitions": 2, "replicationFactor": 1}
+        await client.create(TOPIC_KIND, {"metadata": {"name": "audit", "namespace": namespace}, "spec": topic})
+        found = await eventually(lambda: phase(client, TOPIC_KIND, namespace, "audit", "Ready"), timeout=90)
+        assert found["status"]["partitions"] == 2, found["status"]
+        seen = await asyncio.to_thread(produce_and_read_back, bootstrap, "audit", b"through-the-chart")
+        assert b"through-the-chart" in seen, seen
+        # not watched: no child, no status there (its Role is in the watched namespace only)
+        items, _ = await client.list(STATEFUL_SET, elsewhere)
+        assert items == []
+        assert not (await client.get(CLUSTER_KIND, "ignored", elsewhere)).get("status")
+
+        await helm_async("uninstall", release, *kubeconfig, "--wait", "--timeout", "120s", home=home)
+        installed = False
+        with pytest.raises(ApiError) as gone:
+            await client.get(DEPLOYMENT, f"{release}-kafka-operator", namespace)
+        assert gone.value.not_found
+        # the cluster, the topic and its message stay: the broker serves without the operator
+        again = await asyncio.to_thread(produce_and_read_back, bootstrap, "audit", b"after-uninstall",
+                                        b"through-the-chart")  # fmt: skip
+        assert b"through-the-chart" in again, again
+        assert b"after-uninstall" in again, again
+    finally:
+        print(await pod_log_tails(tmp_path / "node", "*kafka-operator*"))
+        if installed:
+            await helm_async("uninstall", release, *kubeconfig, "--wait", "--timeout", "120s", home=home)
+        await client.delete(NAMESPACE, elsewhere)
