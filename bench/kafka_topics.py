@@ -26,9 +26,9 @@ from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry
 
 from kanri.kafka.api import CLUSTER_KIND, TOPIC_KIND, KafkaCluster, KafkaTopic
-from kanri.kafka.broker.host import host_cluster
 from kanri.kafka.topics.reconciler import controller
 from kanri.local import ControlPlane
+from kanri.local.kafka_host import host_cluster
 from kanri.runtime import Client, Manager, ManagerOptions, install_crd, parse_time
 from kanri.runtime.kinds import NAMESPACE
 

@@ -18,12 +18,12 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from prometheus_client import CollectorRegistry
 
 from kanri.kafka.api import CLUSTER_KIND, TOPIC_KIND
-from kanri.kafka.broker.host import HostBroker, host_cluster, restart
 from kanri.kafka.cluster.reconciler import controller as cluster_controller
 from kanri.kafka.cluster.roll_step import REVISION
 from kanri.kafka.cluster.rolling import BrokerPod, Hold, PartitionIsr, Restart, next_restart, safe_to_stop
 from kanri.kafka.topics import reassign_wire, replicas_step
 from kanri.kafka.topics.admin import TopicAdmin
+from kanri.local.kafka_host import HostBroker, host_cluster, restart
 from kanri.runtime import ApiError, Client, Manager, ManagerOptions
 from kanri.runtime.kinds import POD
 from tests.integration.test_kafka_topics import client, condition, events, metric_is, operator, topic

@@ -21,12 +21,12 @@ from prometheus_client import CollectorRegistry
 
 from kanri.cli import status_kafka
 from kanri.kafka.api import APPROVE_DELETION, APPROVE_GROWTH, CLUSTER_KIND, TOPIC_KIND, KafkaCluster, KafkaTopic
-from kanri.kafka.broker.host import HostBroker, host_broker
 from kanri.kafka.operator import build
 from kanri.kafka.topics.admin import TopicAdmin
 from kanri.kafka.topics.context import Timings
 from kanri.kafka.topics.reconciler import controller
 from kanri.local import Endpoint
+from kanri.local.kafka_host import HostBroker, host_broker
 from kanri.runtime import ApiError, Client, Manager, ManagerOptions, get_condition, install_crd
 from kanri.runtime.kinds import EVENT
 from tests.support import eventually
