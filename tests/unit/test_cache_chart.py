@@ -9,6 +9,7 @@ Regenerate deploy/operator/cache/cache-operator.yaml after editing the chart: ``
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -16,7 +17,7 @@ import yaml
 
 from kanri import runtime as kr
 from kanri.cache import children
-from kanri.cache.api import KIND
+from kanri.cache.api import KIND, VERSIONS
 from kanri.cache.operator import controller
 from kanri.cache.permissions import LEADER_ELECTION, WATCHED, WRITES, permissions
 from kanri.runtime import kinds as builtin_kinds
@@ -257,6 +258,16 @@ def test_users_get_caches_through_the_aggregated_roles() -> None:
     assert ("kanri.dev", "caches", "create") in rule_grants(edit["rules"])
     assert ("kanri.dev", "caches/status", "patch") not in rule_grants(edit["rules"]), "status is the operator's"
     assert {v for _, _, v in rule_grants(view["rules"])} == {"get", "list", "watch"}
+
+
+def test_the_operator_gets_a_pinned_valkey_image_for_every_version_the_api_accepts() -> None:
+    env = {e["name"]: e.get("value") for e in container(template(*ENABLED))["env"]}
+    table = json.loads(env[children.IMAGES_ENV])
+    assert sorted(table) == sorted(VERSIONS)
+    digest = "sha256:" + "c" * 64
+    pinned = template(*ENABLED, "image.registry=registry.example/kanri", f"cache.valkey.digests.9\\.1={digest}")
+    table = json.loads({e["name"]: e.get("value") for e in container(pinned)["env"]}[children.IMAGES_ENV])
+    assert table == {"9.1": f"registry.example/kanri/kanri-valkey:9.1@{digest}"}
 
 
 def test_the_plain_manifest_is_the_charts_cache_render() -> None:

@@ -6,14 +6,18 @@ ClusterRole grants exactly :func:`kanri.kafka.permissions.permissions`, which is
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import typing
 
 from kanri import runtime as kr
-from kanri.kafka.api import CLUSTER_KIND, TOPIC_KIND
+from kanri.kafka.api import CLUSTER_KIND, TOPIC_KIND, KafkaClusterSpec
+from kanri.kafka.cluster.children import IMAGE, IMAGES_ENV
 from kanri.kafka.cluster.reconciler import controller as cluster_controller
 from kanri.kafka.permissions import LEADER_ELECTION, WATCHED, WRITES, permissions
 from kanri.kafka.topics.reconciler import controller as topic_controller
+from kanri.kit import image_for
 from kanri.runtime import kinds as builtin_kinds
 from kanri.runtime._connection import Connection
 from tests.helm_support import (
@@ -179,3 +183,15 @@ def test_users_get_kafka_clusters_and_topics_through_the_aggregated_roles() -> N
     assert ("kanri.dev", "kafkatopics", "create") in rule_grants(edit["rules"])
     assert ("kanri.dev", "kafkaclusters/status", "patch") not in rule_grants(edit["rules"]), "status is the operator's"
     assert {v for _, _, v in rule_grants(view["rules"])} == {"get", "list", "watch"}
+
+
+def test_the_operator_gets_a_pinned_broker_image_for_every_version_the_api_accepts() -> None:
+    versions = list(typing.get_args(KafkaClusterSpec.model_fields["version"].annotation))
+    env = {e["name"]: e.get("value") for e in container(template(*ENABLED))["env"]}
+    table = json.loads(env[IMAGES_ENV])
+    assert sorted(table) == sorted(versions)
+    assert image_for(IMAGES_ENV, IMAGE, "4.4.0", {IMAGES_ENV: env[IMAGES_ENV]}) == "kanri.dev/kanri-kafka:4.4.0"
+    digest = "sha256:" + "b" * 64
+    pinned = template(*ENABLED, "image.registry=registry.example/kanri", f"kafka.brokers.digests.4\\.4\\.0={digest}")
+    table = json.loads({e["name"]: e.get("value") for e in container(pinned)["env"]}[IMAGES_ENV])
+    assert table == {"4.4.0": f"registry.example/kanri/kanri-kafka:4.4.0@{digest}"}

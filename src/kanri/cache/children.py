@@ -20,6 +20,7 @@ from typing import Any
 
 from kanri.cache.api import LABELS, CacheSpec
 from kanri.cache.config import SENTINEL_PORT, VALKEY_PORT, sentinel_config, server_config
+from kanri.kit import image_for
 from kanri.runtime import child_name
 
 __all__ = [
@@ -40,6 +41,10 @@ __all__ = [
 
 Obj = dict[str, Any]
 IMAGE = "kanri.dev/valkey"
+IMAGES_ENV = "KANRI_VALKEY_IMAGES"
+"""A JSON table version -> image reference the chart sets on the operator (values ``cache``), so a real
+cluster pulls from a registry of its own; a version it does not list runs ``IMAGE:<version>`` (the local cluster's
+name)."""
 VALKEY_UID = 999
 ROLE = LABELS.key("role")
 """On each pod: ``primary`` or ``replica``, as the pod's server reports it; set by the pod's own agent (also while
@@ -173,7 +178,7 @@ def _container(name: str, mode: str, cache: str, spec: CacheSpec, port: int) -> 
         mounts.append({"name": "api-token", "mountPath": AGENT_TOKEN_DIR, "readOnly": True})
     container: Obj = {
         "name": name,
-        "image": f"{IMAGE}:{spec.version}",
+        "image": image_for(IMAGES_ENV, IMAGE, spec.version),
         "args": [mode],
         "env": env,
         "ports": [{"name": name, "containerPort": port}],

@@ -10,6 +10,7 @@ from kanri.kit._children import ChildWriter, WriteOutcome
 from kanri.kit._diff import is_subset, needs_apply, spec_hash, with_hash
 from kanri.kit._fields import VolumeSize
 from kanri.kit._finalizer import DeletionPolicy, carry_out, data_of, deletion_policy, finalize
+from kanri.kit._images import image_for, image_table
 from kanri.kit._labels import APP_INSTANCE, APP_NAME, MANAGED_BY, LabelSet
 from kanri.kit._ledger import PrunedFieldError, StatusLedger, merge_patch
 from kanri.kit._memory import ObjectMemory
@@ -53,6 +54,8 @@ __all__ = [
     "deletion_policy",
     "finalize",
     "gather",
+    "image_for",
+    "image_table",
     "is_subset",
     "merge_patch",
     "metric_name",

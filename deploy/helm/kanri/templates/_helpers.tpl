@@ -162,3 +162,19 @@ upgrade image exists for every major but the lowest (nothing upgrades to it). */
 {{- end -}}
 {{- dict "postgres" $instance "upgrade" $upgrade | toJson -}}
 {{- end -}}
+
+{{/* A workload image table, {version: ref} (kanri.kit.image_for; KANRI_KAFKA_IMAGES, KANRI_VALKEY_IMAGES): one
+reference per listed version, <registry>/<repository>:<version>@<digest> (the digest given per version, else the
+packaged chart's). Called with a dict: root, registry (empty: image.registry), repository, versions, digests. */}}
+{{- define "kanri.versionImages" -}}
+{{- $root := .root -}}
+{{- $registry := .registry | default $root.Values.image.registry -}}
+{{- $repository := .repository -}}
+{{- $digests := .digests | default dict -}}
+{{- $table := dict -}}
+{{- range $version := .versions | default list -}}
+{{- $key := toString $version -}}
+{{- $_ := set $table $key (include "kanri.image" (dict "root" $root "registry" $registry "repository" $repository "tag" $key "digest" (get $digests $key))) -}}
+{{- end -}}
+{{- $table | toJson -}}
+{{- end -}}

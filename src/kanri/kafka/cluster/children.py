@@ -17,10 +17,15 @@ from typing import Any
 
 from kanri.kafka.api import LABELS, KafkaClusterSpec
 from kanri.kafka.broker.settings import new_cluster_id
+from kanri.kit import image_for
 from kanri.runtime import child_name
 
 Obj = dict[str, Any]
 IMAGE = "kanri.dev/kafka"
+IMAGES_ENV = "KANRI_KAFKA_IMAGES"
+"""A JSON table version -> image reference the chart sets on the operator (values ``kafka``), so a real
+cluster pulls from a registry of its own; a version it does not list runs ``IMAGE:<version>`` (the local cluster's
+name)."""
 KAFKA_UID = 1001
 CLIENT_PORT = 9092
 CONTROLLER_PORT = 9093
@@ -103,7 +108,7 @@ def statefulset(cluster: str, namespace: str, spec: KafkaClusterSpec) -> Obj:
         claim_spec["storageClassName"] = spec.storage.storage_class_name
     container: Obj = {
         "name": "kafka",
-        "image": f"{IMAGE}:{spec.version}",
+        "image": image_for(IMAGES_ENV, IMAGE, spec.version),
         "env": _env(cluster, namespace, spec),
         "ports": [{"name": "kafka", "containerPort": CLIENT_PORT},
                   {"name": "controller", "containerPort": CONTROLLER_PORT}],
