@@ -77,7 +77,7 @@ def test_off_by_default_the_chart_renders_nothing_of_the_kafka_operator() -> Non
 def test_the_chart_lints_with_the_kafka_operator_and_every_kafka_template_renders() -> None:
     result = helm("lint", "--strict", str(CHART), "--set", "kafka.enabled=true")
     assert "0 chart(s) failed" in result.stdout, result.stdout
-    everything = template_text(*ENABLED)
+    everything = template_text(*ENABLED, "monitoring.serviceMonitor.enabled=true")
     for path in sorted((CHART / "templates" / "kafka").glob("*.yaml")):
         assert f"# Source: kanri/templates/kafka/{path.name}" in everything, f"{path.name} renders nothing"
 
@@ -195,3 +195,18 @@ def test_the_operator_gets_a_pinned_broker_image_for_every_version_the_api_accep
     pinned = template(*ENABLED, "image.registry=registry.example/kanri", f"kafka.brokers.digests.4\\.4\\.0={digest}")
     table = json.loads({e["name"]: e.get("value") for e in container(pinned)["env"]}[IMAGES_ENV])
     assert table == {"4.4.0": f"registry.example/kanri/kanri-kafka:4.4.0@{digest}"}
+
+
+def test_metrics_service_servicemonitor_and_network_policy_select_the_kafka_operator_only() -> None:
+    monitored = template(*ENABLED, "monitoring.serviceMonitor.enabled=true")
+    service = named(monitored, "Service", f"{NAME}-metrics")
+    assert service["spec"]["selector"] == {"app.kubernetes.io/name": "kanri-kafka-operator"}
+    assert service["spec"]["ports"] == [{"name": "metrics", "port": 8084, "targetPort": "health"}]
+    monitor = named(monitored, "ServiceMonitor", NAME)
+    assert monitor["spec"]["selector"]["matchLabels"] == service["metadata"]["labels"]
+    policy = named(template(*ENABLED), "NetworkPolicy", NAME)
+    assert policy["spec"]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "kanri-kafka-operator"}
+    assert policy["spec"]["ingress"] == []
+    scrapers = "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.team=monitoring"
+    (rule,) = named(template(*ENABLED, scrapers), "NetworkPolicy", NAME)["spec"]["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 8084}]
