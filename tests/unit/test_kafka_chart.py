@@ -2,7 +2,10 @@
 ClusterRole grants exactly :func:`kanri.kafka.permissions.permissions`, which is itself exactly what the code uses
 (the kinds both controllers watch, the writes kanri.kafka and the kit helpers it calls send); its Deployment runs
 ``kanri.kafka.operator`` from the operator image with arguments its command line accepts. Rendered by the real helm
-(tests/helm_support.py)."""
+(tests/helm_support.py); and deploy/operator/kafka/kafka-operator.yaml is the chart's render.
+
+Regenerate deploy/operator/kafka/kafka-operator.yaml after editing the chart: ``python -m tests.unit.test_kafka_chart``.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +13,8 @@ import json
 import subprocess
 import sys
 import typing
+
+import yaml
 
 from kanri import runtime as kr
 from kanri.kafka.api import CLUSTER_KIND, TOPIC_KIND, KafkaClusterSpec
@@ -35,6 +40,20 @@ from tests.helm_support import (
 )
 
 KAFKA_SRC = ROOT / "src" / "kanri" / "kafka"
+MANIFEST = ROOT / "deploy" / "operator" / "kafka" / "kafka-operator.yaml"
+# The values deploy/operator/kafka/kafka-operator.yaml is rendered with (release kanri in kanri-system); the file
+# holds the documents whose source is templates/kafka/.
+MANIFEST_VALUES = ("kafka.enabled=true", "createNamespace=true")
+MANIFEST_HEADER = """\
+# Generated from the Helm chart deploy/helm/kanri (templates/kafka/, kafka.enabled=true; release kanri, namespace
+# kanri-system) by `python -m tests.unit.test_kafka_chart`: edit the chart, not this file. The Kafka operator
+# without Helm, next to the PostgreSQL operator (whose namespace and metrics-auth role it uses):
+#
+#   kubectl apply --server-side -f deploy/crds/ -f deploy/operator/ -f deploy/operator/kafka/
+#
+# It has a folder of its own so that deploy/operator/ alone (kanri up, kubectl apply -f deploy/operator/) still
+# installs the PostgreSQL operator only (docs/kafka.md, "Installing").
+"""
 ENABLED = ("kafka.enabled=true",)
 NAME = "kanri-kafka-operator"
 KIND_CONSTANTS: dict[str, kr.Kind] = {
@@ -210,3 +229,23 @@ def test_metrics_service_servicemonitor_and_network_policy_select_the_kafka_oper
     scrapers = "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.team=monitoring"
     (rule,) = named(template(*ENABLED, scrapers), "NetworkPolicy", NAME)["spec"]["ingress"]
     assert rule["ports"] == [{"protocol": "TCP", "port": 8084}]
+
+
+def manifest_text() -> str:
+    """What deploy/operator/kafka/kafka-operator.yaml holds: the header, then the documents of the chart's render
+    whose source is templates/kafka/."""
+    chunks = template_text(*MANIFEST_VALUES).split("---\n")
+    kafka = [chunk for chunk in chunks if chunk.startswith("# Source: kanri/templates/kafka/")]
+    return MANIFEST_HEADER + "".join(f"---\n{chunk.rstrip()}\n" for chunk in kafka)
+
+
+def test_the_plain_manifest_is_the_charts_kafka_render() -> None:
+    text = manifest_text()
+    assert [d["kind"] for d in yaml.safe_load_all(text) if d].count("Deployment") == 1
+    fix = "run `python -m tests.unit.test_kafka_chart` and commit it (edit the chart, not the file)"
+    assert MANIFEST.read_text() == text, f"{MANIFEST.relative_to(ROOT)} is stale: {fix}"
+
+
+if __name__ == "__main__":
+    MANIFEST.write_text(manifest_text())
+    print(f"wrote {MANIFEST.relative_to(ROOT)}", file=sys.stderr)
