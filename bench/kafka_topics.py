@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import contextlib
 import itertools
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,9 +29,11 @@ from prometheus_client import CollectorRegistry
 from kanri.kafka.api import CLUSTER_KIND, TOPIC_KIND, KafkaCluster, KafkaTopic
 from kanri.kafka.topics.reconciler import controller
 from kanri.local import ControlPlane
-from kanri.local.kafka_host import host_cluster
 from kanri.runtime import Client, Manager, ManagerOptions, install_crd, parse_time
 from kanri.runtime.kinds import NAMESPACE
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' host broker
+from tests.kafka_host import host_cluster
 
 NS = "bench"
 

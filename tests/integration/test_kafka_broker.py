@@ -14,7 +14,7 @@ from confluent_kafka.admin._resource import ResourceType
 
 from kanri.kafka.api import TOPIC_CONFIG_KEYS, TOPIC_OWNED_KEYS
 from kanri.kafka.topics.admin import AdminError, GroupLag, TopicAdmin, TopicState
-from kanri.local.kafka_host import HostBroker, host_broker
+from tests.kafka_host import HostBroker, host_broker
 from tests.support import eventually
 
 

@@ -19,11 +19,11 @@ from prometheus_client import CollectorRegistry
 from kanri.kafka.api import CLUSTER_KIND
 from kanri.kafka.cluster.reconciler import controller as cluster_controller
 from kanri.kafka.topics.admin import TopicAdmin
-from kanri.local.kafka_host import HostBroker, host_cluster, restart
 from kanri.runtime import Client, Manager, ManagerOptions, get_condition
 from kanri.runtime.kinds import STATEFUL_SET
 from tests.integration.test_kafka_replicas import pod_up, revision_of
 from tests.integration.test_kafka_topics import client, events, metric, metric_is
+from tests.kafka_host import HostBroker, host_cluster, restart
 from tests.support import eventually
 
 __all__ = ["client"]  # the API client fixture, shared with the topic controller's tests

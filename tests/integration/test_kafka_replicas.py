@@ -23,10 +23,10 @@ from kanri.kafka.cluster.roll_step import REVISION
 from kanri.kafka.cluster.rolling import BrokerPod, Hold, PartitionIsr, Restart, next_restart, safe_to_stop
 from kanri.kafka.topics import reassign_wire, replicas_step
 from kanri.kafka.topics.admin import TopicAdmin
-from kanri.local.kafka_host import HostBroker, host_cluster, restart
 from kanri.runtime import ApiError, Client, Manager, ManagerOptions
 from kanri.runtime.kinds import POD
 from tests.integration.test_kafka_topics import client, condition, events, metric_is, operator, topic
+from tests.kafka_host import HostBroker, host_cluster, restart
 from tests.support import eventually
 
 __all__ = ["client"]  # the API client fixture, shared with the topic controller's tests

@@ -26,9 +26,9 @@ from kanri.kafka.topics.admin import TopicAdmin
 from kanri.kafka.topics.context import Timings
 from kanri.kafka.topics.reconciler import controller
 from kanri.local import Endpoint
-from kanri.local.kafka_host import HostBroker, host_broker
 from kanri.runtime import ApiError, Client, Manager, ManagerOptions, get_condition, install_crd
 from kanri.runtime.kinds import EVENT
+from tests.kafka_host import HostBroker, host_broker
 from tests.support import eventually
 
 Obj = dict[str, Any]

@@ -22,7 +22,7 @@ from kanri.local.ports import free_port
 _LOG = logging.getLogger("kanri.kafka.host")
 
 #: Where ``make kafka-dist`` puts the jars, from this checkout's root.
-DIST_LIBS = Path(__file__).resolve().parents[3] / ".build" / "kafka" / "libs"
+DIST_LIBS = Path(__file__).resolve().parents[1] / ".build" / "kafka" / "libs"
 
 
 @dataclass
