@@ -1,8 +1,11 @@
 """The chart's Kafka operator as a pod of the local node (values kafka.enabled), in namespaced mode
 (watchNamespaces): under the chart's ServiceAccount and the Role it grants in the watched namespace, its two
 controllers make a one-broker KafkaCluster Ready and create a KafkaTopic on it (a message produced with acks=all is
-read back), and leave a KafkaCluster in a namespace it does not watch alone. `helm uninstall` removes the operator;
-the cluster, its topic and its messages stay (the brokers need no operator)."""
+read back), and leave a KafkaCluster in a namespace it does not watch alone. On the broker pod, deletion as issue 30
+asks: a `Delete` topic whose consumer group lags is blocked, named in status with the lag and the approval it needs,
+stays after the approval while the group lags, and goes once the group caught up; a `Retain` topic (the default)
+outlives its KafkaTopic with its messages. `helm uninstall` removes the operator; the cluster, its topic and its
+messages stay (the brokers need no operator)."""
 
 from __future__ import annotations
 
@@ -13,8 +16,9 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
 
-from kanri.kafka.api import CLUSTER_KIND, TOPIC_KIND, KafkaCluster, KafkaTopic
+from kanri.kafka.api import APPROVE_DELETION, CLUSTER_KIND, TOPIC_KIND, KafkaCluster, KafkaTopic
 from kanri.local import Endpoint
 from kanri.local.node import LocalNode
 from kanri.runtime import ApiError, Client, install_crd
@@ -57,6 +61,60 @@ def produce_and_read_back(bootstrap: str, topic: str, value: bytes, *earlier: by
     return seen
 
 
+def topics_in_kafka(bootstrap: str) -> set[str]:
+    return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).topics)
+
+
+def commit_after(bootstrap: str, topic: str, group: str, count: int) -> int:
+    """The consumer group ``group`` reads ``count`` messages of ``topic`` (one partition) from where it stands and
+    commits; returns the offset it committed."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})  # fmt: skip
+    consumer.subscribe([topic])
+    read = []
+    try:
+        for _ in range(60):
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                read.append(message)
+            if len(read) == count:
+                break
+        assert len(read) == count, f"read {len(read)} of {count} messages of {topic}"
+        consumer.commit(message=read[-1], asynchronous=False)
+        offset = read[-1].offset()
+        assert offset is not None
+        return offset + 1
+    finally:
+        consumer.close()
+
+
+def produce(bootstrap: str, topic: str, count: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for n in range(count):
+        producer.produce(topic, str(n).encode())
+    assert producer.flush(30) == 0
+
+
+async def blocked_by(client: Client, namespace: str, name: str, *wanted: str) -> str | None:
+    """The KafkaTopic's ``status.deletionBlockedBy`` once it names every one of ``wanted`` (and no approval when
+    ``wanted`` does not ask for one)."""
+    status = (await client.get(TOPIC_KIND, name, namespace)).get("status") or {}
+    text = str(status.get("deletionBlockedBy") or "")
+    if not text or not all(w in text for w in wanted):
+        return None
+    if not any("approve-deletion" in w for w in wanted) and "approve-deletion" in text:
+        return None
+    return text
+
+
+async def topic_gone(client: Client, namespace: str, name: str) -> bool:
+    try:
+        await client.get(TOPIC_KIND, name, namespace)
+    except ApiError as exc:
+        return exc.not_found
+    return False
+
+
 @pytest.mark.timeout(420)
 async def test_the_charts_kafka_operator_runs_a_cluster_and_topic_in_its_namespace_only_and_uninstall_keeps_them(
     client: Client, node: LocalNode, control_plane: Endpoint, namespace: str, tmp_path: Path
@@ -87,6 +145,24 @@ async def test_the_charts_kafka_operator_runs_a_cluster_and_topic_in_its_namespa
         assert found["status"]["partitions"] == 2, found["status"]
         seen = await asyncio.to_thread(produce_and_read_back, bootstrap, "audit", b"through-the-chart")
         assert b"through-the-chart" in seen, seen
+        # Delete: blocked while the group "reports" lags, and without an approval; then approved, then caught up
+        await client.create(TOPIC_KIND, {"metadata": {"name": "ledger", "namespace": namespace},
+                                         "spec": {"cluster": "events", "partitions": 1, "replicationFactor": 1,
+                                                  "deletionPolicy": "Delete"}})  # fmt: skip
+        await eventually(lambda: phase(client, TOPIC_KIND, namespace, "ledger", "Ready"), timeout=90)
+        await asyncio.to_thread(produce, bootstrap, "ledger", 5)
+        assert await asyncio.to_thread(commit_after, bootstrap, "ledger", "reports", 2) == 2
+        await client.delete(TOPIC_KIND, "ledger", namespace)
+        reasons = await eventually(
+            lambda: blocked_by(client, namespace, "ledger", "reports (lag 3)", f"{APPROVE_DELETION}=ledger"), timeout=90
+        )
+        await client.patch(TOPIC_KIND, "ledger", {"metadata": {"annotations": {APPROVE_DELETION: "ledger"}}}, namespace)
+        await eventually(lambda: blocked_by(client, namespace, "ledger", "reports (lag 3)"), timeout=60)
+        assert await asyncio.to_thread(commit_after, bootstrap, "ledger", "reports", 3) == 5
+        await eventually(lambda: topic_gone(client, namespace, "ledger"), timeout=90)
+        # Retain (the default): the KafkaTopic goes, the topic and its message stay
+        await client.delete(TOPIC_KIND, "audit", namespace)
+        await eventually(lambda: topic_gone(client, namespace, "audit"), timeout=60)
         # not watched: no child, no status there (its Role is in the watched namespace only)
         items, _ = await client.list(STATEFUL_SET, elsewhere)
         assert items == []
@@ -102,6 +178,7 @@ async def test_the_charts_kafka_operator_runs_a_cluster_and_topic_in_its_namespa
                                         b"through-the-chart")  # fmt: skip
         assert b"through-the-chart" in again, again
         assert b"after-uninstall" in again, again
+        assert "ledger" not in await asyncio.to_thread(topics_in_kafka, bootstrap), reasons
     finally:
         print(await pod_log_tails(tmp_path / "node", "*kafka-operator*"))
         if installed:
