@@ -1,9 +1,10 @@
 """The chart's Kafka operator as a pod of the local node (values kafka.enabled), in namespaced mode
 (watchNamespaces): under the chart's ServiceAccount and the Role it grants in the watched namespace, its two
 controllers make a one-broker KafkaCluster Ready and create a KafkaTopic on it (a message produced with acks=all is
-read back), and leave a KafkaCluster in a namespace it does not watch alone. On the broker pod, deletion as issue 30
-asks: a `Delete` topic whose consumer group lags is blocked, named in status with the lag and the approval it needs,
-stays after the approval while the group lags, and goes once the group caught up; a `Retain` topic (the default)
+read back), and leave a KafkaCluster in a namespace it does not watch alone. On the broker pod, growth and deletion
+as issue 30 asks: a partition step is held while an active consumer group lags and goes on once it caught up; a
+`Delete` topic whose consumer group lags is blocked, named in status with the lag and the approval it needs, stays
+after the approval while the group lags, and goes once the group caught up; a `Retain` topic (the default)
 outlives its KafkaTopic with its messages. `helm uninstall` removes the operator; the cluster, its topic and its
 messages stay (the brokers need no operator)."""
 
@@ -19,11 +20,13 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
 from kanri.kafka.api import APPROVE_DELETION, CLUSTER_KIND, TOPIC_KIND, KafkaCluster, KafkaTopic
+from kanri.kafka.topics.admin import TopicAdmin
 from kanri.local import Endpoint
 from kanri.local.node import LocalNode
 from kanri.runtime import ApiError, Client, install_crd
 from kanri.runtime.kinds import DEPLOYMENT, NAMESPACE, POD, STATEFUL_SET
 from tests.helm_support import CHART, helm_async, pod_log_tails
+from tests.integration.test_kafka_topics import Reader, active_lag
 from tests.support import eventually
 
 Obj = dict[str, Any]
@@ -107,6 +110,13 @@ async def blocked_by(client: Client, namespace: str, name: str, *wanted: str) ->
     return text
 
 
+async def growth_blocked(client: Client, namespace: str, name: str, reason: str) -> Obj | None:
+    """The KafkaTopic once ``status.growth.blockedBy`` names ``reason``."""
+    obj = await client.get(TOPIC_KIND, name, namespace)
+    blocked = str(((obj.get("status") or {}).get("growth") or {}).get("blockedBy") or "")
+    return obj if reason in blocked else None
+
+
 async def topic_gone(client: Client, namespace: str, name: str) -> bool:
     try:
         await client.get(TOPIC_KIND, name, namespace)
@@ -145,6 +155,27 @@ async def test_the_charts_kafka_operator_runs_a_cluster_and_topic_in_its_namespa
         assert found["status"]["partitions"] == 2, found["status"]
         seen = await asyncio.to_thread(produce_and_read_back, bootstrap, "audit", b"through-the-chart")
         assert b"through-the-chart" in seen, seen
+        # Growth in checked steps: held while the active group "billing" lags over maxLag, then on to 4 partitions
+        growth = {"stepSize": 1, "pauseSeconds": 1, "maxLag": 5}
+        await client.create(TOPIC_KIND, {"metadata": {"name": "metrics", "namespace": namespace},
+                                         "spec": {"cluster": "events", "partitions": 2, "replicationFactor": 1,
+                                                  "partitionGrowth": growth}})  # fmt: skip
+        await eventually(lambda: phase(client, TOPIC_KIND, namespace, "metrics", "Ready"), timeout=90)
+        await asyncio.to_thread(produce, bootstrap, "metrics", 10)
+        admin = TopicAdmin(bootstrap)
+        reader = await asyncio.to_thread(Reader, bootstrap, "metrics", "billing")
+        try:
+            await eventually(lambda: active_lag(admin, "metrics", 2, "billing", 10), timeout=60)
+            await client.patch(TOPIC_KIND, "metrics", {"spec": {"partitions": 4}}, namespace)
+            held = await eventually(lambda: growth_blocked(client, namespace, "metrics", "billing lag 10"), timeout=60)
+            assert held["status"]["partitions"] == 2, held["status"]
+            reader.catch_up.set()  # the group commits what it read: lag 0, the steps go on
+            grown = await eventually(lambda: phase(client, TOPIC_KIND, namespace, "metrics", "Ready"), timeout=90)
+        finally:
+            await asyncio.to_thread(reader.close)
+            admin.close()
+        assert [(s["fromPartitions"], s["toPartitions"]) for s in grown["status"]["steps"]] == [(2, 3), (3, 4)]
+        assert grown["status"]["partitions"] == 4
         # Delete: blocked while the group "reports" lags, and without an approval; then approved, then caught up
         await client.create(TOPIC_KIND, {"metadata": {"name": "ledger", "namespace": namespace},
                                          "spec": {"cluster": "events", "partitions": 1, "replicationFactor": 1,
