@@ -42,6 +42,12 @@ def template(*values: str, release: str = "kanri", namespace: str = "kanri-syste
     return [d for d in yaml.safe_load_all(template_text(*values, release=release, namespace=namespace)) if d]
 
 
+def named(objects: list[Obj], kind: str, name: str) -> Obj:
+    """The one object of ``kind`` called ``name`` in a render."""
+    (found,) = [o for o in of_kind(objects, kind) if o["metadata"]["name"] == name]
+    return found
+
+
 def of_kind(objects: list[Obj], kind: str) -> list[Obj]:
     return [o for o in objects if o["kind"] == kind]
 

@@ -26,7 +26,7 @@ from kanri.local.node import LocalNode
 from kanri.runtime import ApiError, Client, install_crd
 from kanri.runtime.kinds import DEPLOYMENT, NAMESPACE, POD, STATEFUL_SET
 from tests.helm_support import CHART, helm_async, pod_log_tails
-from tests.integration.test_kafka_topics import Reader, active_lag
+from tests.integration.test_kafka_topics import Reader, active_lag, produce
 from tests.support import eventually
 
 Obj = dict[str, Any]
@@ -89,13 +89,6 @@ def commit_after(bootstrap: str, topic: str, group: str, count: int) -> int:
         return offset + 1
     finally:
         consumer.close()
-
-
-def produce(bootstrap: str, topic: str, count: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
-    for n in range(count):
-        producer.produce(topic, str(n).encode())
-    assert producer.flush(30) == 0
 
 
 async def blocked_by(client: Client, namespace: str, name: str, *wanted: str) -> str | None:

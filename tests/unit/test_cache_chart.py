@@ -29,6 +29,7 @@ from tests.helm_support import (
     Obj,
     as_grants,
     helm,
+    named,
     of_kind,
     rule_grants,
     template,
@@ -89,11 +90,6 @@ def granted_to_agents() -> Needed:
                 key = (by_resource[(group, resource)], "")
                 needed[key] = needed.get(key, frozenset()) | frozenset(rule["verbs"])
     return needed
-
-
-def named(objects: list[Obj], kind: str, name: str) -> Obj:
-    (found,) = [o for o in of_kind(objects, kind) if o["metadata"]["name"] == name]
-    return found
 
 
 def manifest_text() -> str:

@@ -32,6 +32,7 @@ from tests.helm_support import (
     Obj,
     as_grants,
     helm,
+    named,
     of_kind,
     rule_grants,
     template,
@@ -74,11 +75,6 @@ KIT_WRITES: Needed = {
     (builtin_kinds.CONFIG_MAP, ""): frozenset({"patch", "delete"}),
     (builtin_kinds.EVENT, ""): frozenset({"create", "patch"}),
 }
-
-
-def named(objects: list[Obj], kind: str, name: str) -> Obj:
-    (found,) = [o for o in of_kind(objects, kind) if o["metadata"]["name"] == name]
-    return found
 
 
 def container(objects: list[Obj]) -> Obj:

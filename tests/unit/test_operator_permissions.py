@@ -15,24 +15,13 @@ from kanri.postgres import kinds as postgres_kinds
 from kanri.postgres.operator import CRD_UPGRADE, LEADER_ELECTION, WRITES, permissions
 from kanri.runtime import Kind
 from kanri.runtime import kinds as builtin_kinds
-from tests.helm_support import ROOT, Needed, as_grants, of_kind, rule_grants, template
+from tests.helm_support import CLIENT_VERBS, ROOT, Needed, as_grants, of_kind, rule_grants, template
 
 POSTGRES_SRC = ROOT / "src" / "kanri" / "postgres"
 KIND_CONSTANTS: dict[str, Kind] = {
     name: value for module in (builtin_kinds, postgres_kinds) for name, value in vars(module).items()
     if isinstance(value, Kind)
 }  # fmt: skip
-# Client method → (subresource, verbs) it needs. Server-side apply creates a missing object, so create + patch.
-CLIENT_VERBS: dict[str, tuple[str, frozenset[str]]] = {
-    "create": ("", frozenset({"create"})),
-    "apply": ("", frozenset({"create", "patch"})),
-    "patch": ("", frozenset({"patch"})),
-    "patch_status": ("status", frozenset({"patch"})),
-    "replace": ("", frozenset({"update"})),
-    "replace_status": ("status", frozenset({"update"})),
-    "delete": ("", frozenset({"delete"})),
-    "get": ("", frozenset({"get"})),
-}
 # kanri.runtime helpers called with the client and a kind: the finalizer helpers send a JSON patch.
 HELPER_VERBS: dict[str, tuple[str, frozenset[str]]] = {
     "add_finalizer": ("", frozenset({"patch"})),

@@ -9,9 +9,7 @@ in :mod:`kanri.cache.permissions`.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import os
 from typing import Any
 
 from kanri import kit
@@ -90,28 +88,20 @@ async def run(
     async with await kr.Client.auto(kubeconfig) as client:
         if install_crd:
             await kr.install_crd(client, Cache, field_manager=FIELD_MANAGER)
-        options = kr.ManagerOptions(name=FIELD_MANAGER, health_port=health_port, namespaces=namespaces,
-                                    health_host=health_host, metrics_auth=metrics_auth,
-                                    leader_election_namespace=os.environ.get("POD_NAMESPACE") or "default")  # fmt: skip
+        options = kit.manager_options(
+            FIELD_MANAGER,
+            health_port=health_port,
+            namespaces=namespaces,
+            health_host=health_host,
+            metrics_auth=metrics_auth,
+        )
         manager = kr.Manager(client, options)
         manager.add(controller(manager))
         await manager.run()
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--kubeconfig")
-    parser.add_argument("--install-crd", action="store_true")
-    parser.add_argument("--health-port", type=int, default=8082)
-    # repeated: Caches in these namespaces only (the chart's watchNamespaces, with Roles there); none: everywhere
-    parser.add_argument("--namespace", action="append", default=[])
-    # in a pod the kubelet probes the pod's IP: 0.0.0.0 there (the chart's Deployment)
-    parser.add_argument("--health-host", default="127.0.0.1")
-    # /metrics only for bearer tokens the API server authenticates and allows get on /metrics (TokenReview +
-    # SubjectAccessReview), as kanri run --metrics-auth
-    parser.add_argument("--metrics-auth", action=argparse.BooleanOptionalAction, default=False)
-    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
-    args = parser.parse_args()
+    args = kit.operator_parser(__doc__, install_flag="--install-crd", health_port=8082).parse_args()
     kr.configure_logging(args.log_level)
     asyncio.run(run(args.kubeconfig, install_crd=args.install_crd, health_port=args.health_port,
                     namespaces=tuple(args.namespace), health_host=args.health_host,

@@ -7,10 +7,9 @@ A new client call without its grant, or a grant no code needs, fails there rathe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from kanri import runtime as kr
 from kanri.cache.api import KIND
+from kanri.kit import Permission, grant, needed
 from kanri.runtime.kinds import (
     CONFIG_MAP,
     EVENT,
@@ -26,19 +25,6 @@ from kanri.runtime.kinds import (
 )
 
 __all__ = ["LEADER_ELECTION", "WATCHED", "WRITES", "Permission", "permissions"]
-
-
-@dataclass(frozen=True)
-class Permission:
-    """Verbs the operator needs on a kind, or on one of its subresources (``status``, ``finalizers``)."""
-
-    kind: kr.Kind
-    subresource: str
-    verbs: frozenset[str]
-
-
-def _grant(kind: kr.Kind, *verbs: str, subresource: str = "") -> Permission:
-    return Permission(kind, subresource, frozenset(verbs))
 
 
 # What the controller watches, each needing list + watch for its informer: the Cache, the children it owns (the
@@ -60,33 +46,29 @@ WATCHED: tuple[kr.Kind, ...] = (
 # is ever replaced (no update) but the owner's finalizers, and no verb reaches into a pod (no exec).
 WRITES: tuple[Permission, ...] = (
     # finalizer add/remove (kit.finalize: JSON patches); the status ledger re-reads the Cache after a conflict
-    _grant(KIND, "get", "patch"),
-    _grant(KIND, "patch", subresource="status"),
+    grant(KIND, "get", "patch"),
+    grant(KIND, "patch", subresource="status"),
     # blockOwnerDeletion on the children's owner references, where OwnerReferencesPermissionEnforcement is on
-    _grant(KIND, "update", subresource="finalizers"),
-    _grant(CONFIG_MAP, "create", "patch"),  # applied
-    _grant(SERVICE, "create", "patch"),  # applied
-    _grant(STATEFUL_SET, "create", "patch"),  # applied
+    grant(KIND, "update", subresource="finalizers"),
+    grant(CONFIG_MAP, "create", "patch"),  # applied
+    grant(SERVICE, "create", "patch"),  # applied
+    grant(STATEFUL_SET, "create", "patch"),  # applied
     # the agents' identity, applied per Cache (garbage-collected with it). The Role lets an agent get + patch its
     # own pods; RBAC lets the operator grant only what it holds itself, hence get + patch on pods below.
-    _grant(SERVICE_ACCOUNT, "create", "patch"),
-    _grant(ROLE, "create", "patch"),
-    _grant(ROLE_BINDING, "create", "patch"),
+    grant(SERVICE_ACCOUNT, "create", "patch"),
+    grant(ROLE, "create", "patch"),
+    grant(ROLE_BINDING, "create", "patch"),
     # the password: created once, not owned; at the Cache's deletion released or deleted (deletionPolicy)
-    _grant(SECRET, "create", "patch", "delete"),
-    _grant(PVC, "patch", "delete"),  # the volumes the StatefulSet creates: released or deleted (deletionPolicy)
+    grant(SECRET, "create", "patch", "delete"),
+    grant(PVC, "patch", "delete"),  # the volumes the StatefulSet creates: released or deleted (deletionPolicy)
     # role labels that steer -rw and -ro; a rolling replace deletes the pod it replaces; get: see the Role above
-    _grant(POD, "get", "patch", "delete"),
-    _grant(EVENT, "create", "patch"),  # the runtime's EventRecorder: a new Event, then its count
+    grant(POD, "get", "patch", "delete"),
+    grant(EVENT, "create", "patch"),  # the runtime's EventRecorder: a new Event, then its count
 )
 # Leader election (the runtime's LeaderElector): only in the operator's own namespace, so a Role of its own.
-LEADER_ELECTION: tuple[Permission, ...] = (_grant(LEASE, "get", "create", "update"),)
+LEADER_ELECTION: tuple[Permission, ...] = (grant(LEASE, "get", "create", "update"),)
 
 
 def permissions() -> dict[tuple[kr.Kind, str], frozenset[str]]:
     """Everything the operator needs outside leader election: list + watch on :data:`WATCHED`, plus :data:`WRITES`."""
-    needed: dict[tuple[kr.Kind, str], frozenset[str]] = {(kind, ""): frozenset({"list", "watch"}) for kind in WATCHED}
-    for permission in WRITES:
-        key = (permission.kind, permission.subresource)
-        needed[key] = needed.get(key, frozenset()) | permission.verbs
-    return needed
+    return needed(WATCHED, WRITES)

@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import os
 
+from kanri import kit
 from kanri import runtime as kr
 from kanri.kafka.api import FIELD_MANAGER, KafkaCluster, KafkaTopic
 from kanri.kafka.cluster.reconciler import controller as cluster_controller
@@ -39,27 +38,21 @@ async def run(
         if install_crds:
             for kind in (KafkaCluster, KafkaTopic):
                 await kr.install_crd(client, kind, field_manager=FIELD_MANAGER)
-        options = kr.ManagerOptions(name=FIELD_MANAGER, health_port=health_port, namespace=namespace,
-                                    namespaces=namespaces, health_host=health_host, metrics_auth=metrics_auth,
-                                    leader_election_namespace=os.environ.get("POD_NAMESPACE") or "default")  # fmt: skip
+        options = kit.manager_options(
+            FIELD_MANAGER,
+            health_port=health_port,
+            namespace=namespace,
+            namespaces=namespaces,
+            health_host=health_host,
+            metrics_auth=metrics_auth,
+        )
         manager = kr.Manager(client, options)
         build(manager)
         await manager.run()
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--kubeconfig")
-    parser.add_argument("--install-crds", action="store_true")
-    parser.add_argument("--health-port", type=int, default=8084)
-    # repeated: clusters and topics in these namespaces only (the chart's watchNamespaces, with Roles there)
-    parser.add_argument("--namespace", action="append", default=[])
-    # in a pod the kubelet probes the pod's IP: 0.0.0.0 there (the chart's Deployment)
-    parser.add_argument("--health-host", default="127.0.0.1")
-    # /metrics only for bearer tokens the API server authenticates and allows get on /metrics (kanri run's flag)
-    parser.add_argument("--metrics-auth", action=argparse.BooleanOptionalAction, default=False)
-    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
-    args = parser.parse_args()
+    args = kit.operator_parser(__doc__, install_flag="--install-crds", health_port=8084).parse_args()
     kr.configure_logging(args.log_level)
     asyncio.run(run(args.kubeconfig, install_crds=args.install_crds, health_port=args.health_port,
                     namespaces=tuple(args.namespace), health_host=args.health_host,

@@ -17,7 +17,9 @@ from kanri.kit._memory import ObjectMemory
 from kanri.kit._metrics import metric_name
 from kanri.kit._oneshot import OneShotPods, Verdict, one_shot, read_verdict, write_verdict
 from kanri.kit._pass import ObjectPass, PassContext, Step, soonest
+from kanri.kit._permissions import Permission, grant, needed
 from kanri.kit._problems import Problem, Problems, child_conflict, child_rejected
+from kanri.kit._process import manager_options, operator_parser
 from kanri.kit._requests import Acknowledgement, acknowledge, acknowledged, approved, pending
 from kanri.kit._status import KitStatus
 
@@ -36,6 +38,7 @@ __all__ = [
     "ObjectPass",
     "OneShotPods",
     "PassContext",
+    "Permission",
     "Problem",
     "Problems",
     "PrunedFieldError",
@@ -54,13 +57,17 @@ __all__ = [
     "deletion_policy",
     "finalize",
     "gather",
+    "grant",
     "image_for",
     "image_table",
     "is_subset",
+    "manager_options",
     "merge_patch",
     "metric_name",
+    "needed",
     "needs_apply",
     "one_shot",
+    "operator_parser",
     "pending",
     "pod_addresses",
     "read_verdict",
