@@ -16,6 +16,7 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 from kanri import __version__
+from kanri.kit import Permission, grant
 from kanri.postgres.api import CUSTOM_RESOURCES
 from kanri.postgres.api.served import SERVED  # issue 28: the versions this release serves
 from kanri.postgres.api.v1alpha1.backup import S3Repository
@@ -96,68 +97,55 @@ LABELLED: tuple[Kind, ...] = (PVC, SECRET, POD)
 CLUSTER_WIDE: tuple[Kind, ...] = (STORAGE_CLASS,)
 
 
-@dataclass(frozen=True)
-class Permission:
-    """Verbs the operator needs on a kind, or on one of its subresources."""
-
-    kind: Kind
-    subresource: str
-    verbs: frozenset[str]
-
-
-def _grant(kind: Kind, *verbs: str, subresource: str = "") -> Permission:
-    return Permission(kind, subresource, frozenset(verbs))
-
-
 # Every write the operator sends, per kind: the one list the chart's RBAC rules are checked against
 # (tests/unit/test_operator_permissions.py also checks it against the client calls in kanri.postgres).
 # Server-side apply is a PATCH that creates a missing object, so an applied kind needs create and patch.
 WRITES: tuple[Permission, ...] = (
     # Finalizer and annotation patches; the controller re-reads the object it reconciles with a GET.
-    _grant(POSTGRES_CLUSTER, "get", "patch"),
-    _grant(POSTGRES_CLUSTER, "patch", subresource="status"),
+    grant(POSTGRES_CLUSTER, "get", "patch"),
+    grant(POSTGRES_CLUSTER, "patch", subresource="status"),
     # Setting blockOwnerDeletion on a child's owner reference needs update on the owner's finalizers where the
     # OwnerReferencesPermissionEnforcement admission plugin is on (OpenShift, hardened clusters).
-    _grant(POSTGRES_CLUSTER, "update", subresource="finalizers"),
-    _grant(STATEFUL_SET, "create", "patch", "delete"),  # applied; a removed replica's set is deleted
-    _grant(SERVICE, "create", "patch"),  # applied
-    _grant(CONFIG_MAP, "create", "patch"),  # applied
-    _grant(SERVICE_ACCOUNT, "create", "patch"),  # applied (the instances' identity; no Role: children/rbac.py)
-    _grant(POD_DISRUPTION_BUDGET, "create", "patch", "delete"),  # applied; dropped below two instances
-    _grant(NETWORK_POLICY, "create", "patch"),  # applied
-    _grant(PVC, "create", "patch", "delete"),  # created once, annotated, resized; deleted on scale-down or Delete
+    grant(POSTGRES_CLUSTER, "update", subresource="finalizers"),
+    grant(STATEFUL_SET, "create", "patch", "delete"),  # applied; a removed replica's set is deleted
+    grant(SERVICE, "create", "patch"),  # applied
+    grant(CONFIG_MAP, "create", "patch"),  # applied
+    grant(SERVICE_ACCOUNT, "create", "patch"),  # applied (the instances' identity; no Role: children/rbac.py)
+    grant(POD_DISRUPTION_BUDGET, "create", "patch", "delete"),  # applied; dropped below two instances
+    grant(NETWORK_POLICY, "create", "patch"),  # applied
+    grant(PVC, "create", "patch", "delete"),  # created once, annotated, resized; deleted on scale-down or Delete
     # generated once, never overwritten (a renewed managed TLS certificate is replaced whole); Retain/Delete at deletion
     # get: the platform's default backup repository key pair, read from the operator's namespace (backup.py)
-    _grant(SECRET, "get", "create", "update", "patch", "delete"),
+    grant(SECRET, "get", "create", "update", "patch", "delete"),
     # role labels that steer the Services (primary, replica, fenced); the restore rehearsal's throwaway pod
-    _grant(POD, "create", "patch", "delete"),
-    _grant(EVENT, "create", "patch"),  # the runtime's EventRecorder: a new Event, then its count
+    grant(POD, "create", "patch", "delete"),
+    grant(EVENT, "create", "patch"),  # the runtime's EventRecorder: a new Event, then its count
     # the first and the scheduled base backups are PostgresBackups the operator creates; retention deletes them
-    _grant(POSTGRES_BACKUP, "create", "delete"),
-    _grant(POSTGRES_BACKUP, "patch", subresource="status"),  # the backup's state machine
+    grant(POSTGRES_BACKUP, "create", "delete"),
+    grant(POSTGRES_BACKUP, "patch", subresource="status"),  # the backup's state machine
     # a read, not a write: is the primary's Node cordoned? Then a planned switchover first (ha/maintenance.py)
-    _grant(NODE, "get"),
+    grant(NODE, "get"),
 )
 # Reads beyond the informers' list + watch: -rw's EndpointSlices, listed while Ready waits until -rw routes to the
 # primary (cluster/routed.py).
-READS: tuple[Permission, ...] = (_grant(ENDPOINT_SLICE, "list"),)
+READS: tuple[Permission, ...] = (grant(ENDPOINT_SLICE, "list"),)
 # Leader election (the runtime's LeaderElector): only in the operator's own namespace, so a Role of its own.
-LEADER_ELECTION: tuple[Permission, ...] = (_grant(LEASE, "get", "create", "update"),)
+LEADER_ELECTION: tuple[Permission, ...] = (grant(LEASE, "get", "create", "update"),)
 # Bringing its own CRDs up to date at start (kanri.runtime.upgrade_crds): read and replace, the chart names the two
 # CRDs (resourceNames); the chart's crds/ creates them, so no create.
-CRD_UPGRADE: tuple[Permission, ...] = (_grant(CRD, "get", "update"),)
+CRD_UPGRADE: tuple[Permission, ...] = (grant(CRD, "get", "update"),)
 # issue 28, conversion and storage migration (OperatorOptions.webhook): not in permissions() until the chart serves
 # the webhook. The certificate Secret lives in the operator's own namespace; the webhook patches the CRDs'
 # spec.conversion; the migration lists and rewrites every object, prunes storedVersions and records an Event on the
 # CRD (namespace default). get: the webhook is ready only once the API server converted one stored object for a GET
 # in v1beta1 (without it every replica stayed unready on a cluster: the chart granted list alone).
 CONVERSION: tuple[Permission, ...] = (
-    _grant(SECRET, "get", "create", "update"),
-    _grant(CRD, "get", "patch"),
-    _grant(CRD, "patch", subresource="status"),
-    _grant(POSTGRES_CLUSTER, "get", "list", "update"),
-    _grant(POSTGRES_BACKUP, "get", "list", "update"),
-    _grant(EVENT, "create", "patch"),
+    grant(SECRET, "get", "create", "update"),
+    grant(CRD, "get", "patch"),
+    grant(CRD, "patch", subresource="status"),
+    grant(POSTGRES_CLUSTER, "get", "list", "update"),
+    grant(POSTGRES_BACKUP, "get", "list", "update"),
+    grant(EVENT, "create", "patch"),
 )
 
 
