@@ -99,10 +99,16 @@ def _rootfs(path: Path) -> Path:
         "./var/lib/dpkg/info/dpkg.list": b"/.\n/usr\n/usr/bin\n/usr/bin/dpkg\n",
         "./var/lib/dpkg/info/dpkg.postinst": b"#!/bin/sh\n",
         "./var/lib/dpkg/info/python3.list": b"/.\n/usr\n/usr/bin\n/usr/bin/python3\n",
-        "./var/lib/dpkg/info/tar.list": b"/bin/tar\n",
+        "./var/lib/dpkg/info/mawk.list": b"/usr/bin/mawk\n",
+        "./usr/bin/mawk": b"ELF mawk",
+        "./var/lib/dpkg/info/tar.list": b"/bin/tar\n/usr/sbin/rmt-tar\n",
         "./usr/bin/dpkg": b"ELF dpkg",
         "./usr/bin/python3": b"ELF python",
         "./usr/bin/tar": b"ELF tar",
+        "./usr/sbin/rmt-tar": b"ELF rmt",
+        # made by tar's maintainer scripts, listed by no package: its alternative and a generated file
+        "./var/lib/dpkg/alternatives/rmt": b"auto\n/usr/sbin/rmt\n",
+        "./etc/tar/generated.conf": b"made by a postinst",
         "./etc/passwd": b"root:x:0:0:root:/root:/bin/bash\n",
         "./etc/group": b"root:x:0:\n",
         "./var/cache/apt/pkgcache.bin": b"cache",
@@ -117,6 +123,13 @@ def _rootfs(path: Path) -> Path:
             info.size = len(data)
             info.mtime = EPOCH + 100
             tar.addfile(info, io.BytesIO(data))
+        # /usr/sbin/rmt → /etc/alternatives/rmt → rmt-tar (tar's); /usr/bin/awk → mawk's alternative (base's)
+        links = {"./usr/sbin/rmt": "/etc/alternatives/rmt", "./etc/alternatives/rmt": "../../usr/sbin/rmt-tar",
+                 "./usr/bin/awk": "/etc/alternatives/awk", "./etc/alternatives/awk": "/usr/bin/mawk"}  # fmt: skip
+        for name, target in links.items():
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = tarfile.SYMTYPE, target
+            tar.addfile(info)
     return path
 
 
@@ -167,3 +180,22 @@ def test_a_package_layer_adds_only_what_the_base_lacks_and_a_status_listing_both
     assert "./usr/bin/python3" not in names  # the base layer's
     assert "./usr/bin/dpkg" not in names
     assert [s["Package"] for s in status] == ["python3", "libc6", "mawk", "libpython3-stdlib", "tar"]
+
+
+def test_links_scripts_made_and_generated_files_go_with_their_package_s_layer(tmp_path: Path) -> None:
+    rootfs = _rootfs(tmp_path / "r.tar")
+    generated = ["/etc/tar/*"]
+    base, layer = io.BytesIO(), io.BytesIO()
+    debian.write_base_layer(rootfs, ["python3"], ["dpkg"], [], EPOCH, base, elsewhere=generated)
+    debian.write_package_layer(rootfs, ["python3"], ["tar"], ["dpkg"], EPOCH, layer, generated=generated)
+    moved = {"./usr/sbin/rmt", "./etc/alternatives/rmt", "./var/lib/dpkg/alternatives/rmt", "./etc/tar/generated.conf"}
+    base.seek(0)
+    with tarfile.open(fileobj=base) as tar:
+        base_names = set(tar.getnames())
+    layer.seek(0)
+    with tarfile.open(fileobj=layer) as tar:
+        layer_names = set(tar.getnames())
+    assert moved & base_names == set()  # nothing dangling below the package
+    assert moved <= layer_names
+    assert {"./usr/bin/awk", "./etc/alternatives/awk", "./usr/bin/mawk"} <= base_names  # the base's own alternative
+    assert "./usr/bin/awk" not in layer_names

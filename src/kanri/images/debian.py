@@ -15,9 +15,11 @@ machine that built once rebuilds without the network.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import io
 import os
+import posixpath
 import re
 import subprocess
 import tarfile
@@ -175,6 +177,10 @@ def bootstrap(spec: DebianSpec, epoch: int, target: Path, packages: dict[str, st
     argv = ["mmdebstrap", "--quiet", "--variant=minbase", f"--include={','.join(include)}"]
     argv += [f"--dpkgopt=path-exclude={p}" for p in spec.path_exclude]
     argv += [f"--dpkgopt=path-include={p}" for p in spec.path_include]
+    if "/usr/share/man/*" in spec.path_exclude:
+        # Java's postinst registers its manual page as a slave of the `java` alternative: update-alternatives fails
+        # when the man1 folder the excluded pages would have made does not exist
+        argv.append('--setup-hook=mkdir -p "$1/usr/share/man/man1"')
     argv += [spec.suite, str(target), *spec.sources]
     env = os.environ | {"SOURCE_DATE_EPOCH": str(epoch)}
     done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
@@ -292,6 +298,8 @@ def _with_users(text: str, users: list[User], passwd: bool) -> str:
 
 STATUS = "./var/lib/dpkg/status"
 INFO = "./var/lib/dpkg/info/"
+ALTERNATIVES = "./etc/alternatives/"
+ALTERNATIVES_DB = "./var/lib/dpkg/alternatives/"
 # caches and logs of the bootstrap, device nodes (the runtime mounts /dev) and apt's configuration
 _VOLATILE = ("./var/cache/", "./var/log/", "./var/lib/apt/", "./etc/apt/", "./dev/", INFO)
 
@@ -304,6 +312,8 @@ class _Rootfs:
         self.members = source.getmembers()
         self.names = {m.name for m in self.members}
         self.stanzas = parse_status(self.read(STATUS))
+        self.links = {m.name: m for m in self.members if m.issym()}
+        self.owned: set[str] = set().union(*(self.files_of(s["Package"]) for s in self.stanzas))
 
     def read(self, name: str) -> str:
         handle = self.source.extractfile(name)
@@ -318,6 +328,23 @@ class _Rootfs:
     def files_of(self, package: str) -> set[str]:
         listed = self.list_of(package)
         return {_tar_name(line) for line in self.read(listed).splitlines() if line.strip()} if listed else set()
+
+    def links_into(self, files: set[str]) -> set[str]:
+        """The symlinks no package lists whose chain of targets ends in one of ``files`` — what maintainer scripts
+        made for them: alternatives (``/usr/bin/java`` → ``/etc/alternatives/java`` → the JVM's ``bin/java``) — and
+        dpkg's record of each such alternative. They go with the files they point at: into the layer holding the
+        package, never dangling in a lower one."""
+        found = set()
+        for name in self.links:
+            if name in self.owned:
+                continue
+            target, hops = _link_target(self.links[name]), 0
+            while target in self.links and target not in files and hops < 8:
+                target, hops = _link_target(self.links[target]), hops + 1
+            if target in files:
+                found.add(name)
+        records = {ALTERNATIVES_DB + n.removeprefix(ALTERNATIVES) for n in found if n.startswith(ALTERNATIVES)}
+        return found | (records & self.names)
 
     def status_of(self, packages: set[str]) -> bytes:
         return ("\n\n".join(_stanza_text(s) for s in self.stanzas if s["Package"] in packages) + "\n").encode()
@@ -336,6 +363,13 @@ class _Rootfs:
             tar.addfile(member)
 
 
+def _link_target(member: tarfile.TarInfo) -> str:
+    """The tar name a symlink member points at (absolute or relative to its folder; merged /usr)."""
+    target = member.linkname
+    joined = target if target.startswith("/") else posixpath.join(posixpath.dirname(member.name), target)
+    return _tar_name(posixpath.normpath(joined))
+
+
 def _in_base(member: tarfile.TarInfo, removed: set[str], kept: set[str]) -> bool:
     name = member.name
     if name in removed:
@@ -348,10 +382,24 @@ def _in_base(member: tarfile.TarInfo, removed: set[str], kept: set[str]) -> bool
     return member.isdir() or not name.startswith(_VOLATILE)
 
 
+def _generated(names: Iterable[str], patterns: Iterable[str]) -> set[str]:
+    """The tar names matching ``patterns`` (globs of absolute paths: files maintainer scripts made, no package
+    lists them)."""
+    globs = [_tar_name(p) for p in patterns]
+    return {n for n in names if any(fnmatch.fnmatchcase(n, g) for g in globs)}
+
+
 def write_base_layer(
-    rootfs: Path, keep_roots: list[str], drop: list[str], users: list[User], epoch: int, out: IO[bytes]
+    rootfs: Path,
+    keep_roots: list[str],
+    drop: list[str],
+    users: list[User],
+    epoch: int,
+    out: IO[bytes],
+    elsewhere: Iterable[str] = (),
 ) -> list[str]:
-    """The base layer from the bootstrap tar ``rootfs`` (module docstring); returns the packages kept."""
+    """The base layer from the bootstrap tar ``rootfs`` (module docstring); returns the packages kept. ``elsewhere``:
+    globs of files no package lists that belong to a package layer (its ``generated``), left out here."""
     with tarfile.open(rootfs) as source:
         root = _Rootfs(source)
         kept = closure(root.stanzas, keep_roots, drop)
@@ -360,6 +408,7 @@ def write_base_layer(
         for stanza in root.stanzas:
             if stanza["Package"] not in kept:
                 removed |= root.files_of(stanza["Package"]) - kept_files
+        removed |= root.links_into(removed) | _generated(root.names, elsewhere)
         replaced = {
             STATUS: root.status_of(kept),
             "./etc/passwd": _with_users(root.read("./etc/passwd"), users, passwd=True).encode(),
@@ -383,10 +432,18 @@ def _stanza_text(stanza: Stanza) -> str:
 
 
 def write_package_layer(
-    rootfs: Path, lower: list[str], extra: list[str], drop: list[str], epoch: int, out: IO[bytes]
+    rootfs: Path,
+    lower: list[str],
+    extra: list[str],
+    drop: list[str],
+    epoch: int,
+    out: IO[bytes],
+    generated: Iterable[str] = (),
 ) -> list[str]:
     """A layer above the base layer of ``lower``: the files of the packages ``extra`` needs that the base does not
-    hold, their dpkg file lists, and the status file listing both sets. Returns the packages it adds."""
+    hold, their dpkg file lists, the links their maintainer scripts made to them (alternatives), the files matching
+    ``generated`` (globs of what their scripts made that no package lists), and the status file listing both sets.
+    Returns the packages it adds."""
     with tarfile.open(rootfs) as source:
         root = _Rootfs(source)
         kept = closure(root.stanzas, [*lower, *extra], drop)
@@ -397,6 +454,7 @@ def write_package_layer(
             if listed is not None:
                 md5sums = listed.removesuffix(".list") + ".md5sums"
                 wanted |= root.files_of(package) | {listed} | ({md5sums} & root.names)
+        wanted |= root.links_into(set().union(*(root.files_of(p) for p in added))) | _generated(root.names, generated)
         wanted -= {"./", "./usr", "./usr/lib", "./usr/bin", "./usr/share", "./etc", "./var"}
         status = root.status_of(kept)
         with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
