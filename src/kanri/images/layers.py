@@ -27,18 +27,20 @@ __all__ = [
     "LayerCache",
     "barman_layer",
     "deb_layer",
+    "jars_layer",
     "kanri_layer",
     "postgres_layer",
     "tree_hash",
     "wheels_layer",
 ]
 
-BUILDER_VERSION = "3"
+BUILDER_VERSION = "4"
 """Part of every layer's key: bump it when the way a layer is written changes."""
 PYTHON_SITE = "usr/local/lib/python3.11/dist-packages"
 """On Debian's python3 path by default: kanri and its dependencies go here."""
 BARMAN_ROOT = "opt/barman"
 POSTGRES_ROOT = "opt/postgresql"
+KAFKA_LIBS = "opt/kafka/libs"
 
 
 def tree_hash(root: Path, skip: tuple[str, ...] = ("__pycache__",)) -> str:
@@ -224,3 +226,47 @@ def deb_layer(cache: LayerCache, deb: Path, sha256: str, epoch: int) -> Layer:
             layer.write(out)
 
     return cache.get(f"debian: {deb.name}", key, write)
+
+
+def read_jar_pins(pins: Path) -> dict[str, str]:
+    """``images/kafka/jars.sha256`` (``sha256sum`` output: ``<sha256>  <jar>`` per line) as jar → sha256."""
+    found: dict[str, str] = {}
+    for number, line in enumerate(pins.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        sha, _, name = line.partition("  ")
+        if len(sha) != 64 or not name or "/" in name:
+            raise ValueError(f"{pins}:{number}: expected '<sha256>  <jar>', got {line!r}")
+        found[name] = sha
+    return found
+
+
+def check_jars(libs: Path, pins: Path) -> dict[str, str]:
+    """The jars of ``libs`` when they are exactly those of ``pins`` (the same names, each with its sha256), else
+    RuntimeError naming what differs: an image never carries a jar the pins do not name."""
+    wanted = read_jar_pins(pins)
+    present = {path.name for path in libs.iterdir()} if libs.is_dir() else set()
+    if not present:
+        raise RuntimeError(f"{libs} holds no jars: run `make kafka-dist`")
+    problems = [f"{name} is missing" for name in sorted(set(wanted) - present)]
+    problems += [f"{name} is not pinned" for name in sorted(present - set(wanted))]
+    for name in sorted(present & set(wanted)):
+        if hashlib.sha256((libs / name).read_bytes()).hexdigest() != wanted[name]:
+            problems.append(f"{name}'s sha256 differs")
+    if problems:
+        raise RuntimeError(f"{libs} differs from {pins} ({'; '.join(problems[:5])}): run `make kafka-dist`")
+    return wanted
+
+
+def jars_layer(cache: LayerCache, libs: Path, pins: Path, epoch: int) -> Layer:
+    """The Kafka broker's jars (``make kafka-dist``) at ``/opt/kafka/libs``, checked against ``pins`` first, also
+    when the layer is cached (:func:`check_jars`); keyed by the pins, so it is the same blob for the same jars."""
+    check_jars(libs, pins)
+    key = _key("jars", pins.read_text(), str(epoch))
+
+    def write(out: IO[bytes]) -> None:
+        layer = LayerBuilder(epoch)
+        layer.tree(libs, KAFKA_LIBS)
+        layer.write(out)
+
+    return cache.get(f"kafka jars: {pins.name}", key, write)
