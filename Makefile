@@ -257,6 +257,7 @@ manifests: helm
 	  > deploy/operator/operator.yaml.tmp
 	mv deploy/operator/operator.yaml.tmp deploy/operator/operator.yaml
 	$(BIN)/python -m tests.unit.test_cache_chart
+	$(BIN)/python -m tests.unit.test_kafka_chart
 
 # Regenerate deploy/monitoring/prometheusrule.yaml from alerts.yaml (tests/unit/test_monitoring.py fails when stale).
 .PHONY: monitoring
