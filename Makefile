@@ -21,7 +21,9 @@ setup: system $(VENV)/.installed controlplane helm sbom backup-tools pg-binaries
 # mmdebstrap builds the images' Debian root filesystem (docs/images.md).
 # runc runs the built images in tests/integration/test_images_run.py (an OCI bundle umoci unpacked, no daemon).
 # libseccomp-dev: the real nodes' runc is built with cgo against it (seccomp profiles; node-components below).
-SYSTEM_PACKAGES := nftables openssl prometheus gcc libpq-dev python3-dev python3-venv mmdebstrap runc libseccomp-dev umoci
+# iptables (Debian's nft-based one): the real nodes' NetworkPolicy agent queues a node's pod traffic to itself with
+# an iptables NFQUEUE rule in the node's network namespace (src/kanri/local/realnode/addons/netpol.py).
+SYSTEM_PACKAGES := nftables openssl prometheus gcc libpq-dev python3-dev python3-venv mmdebstrap runc libseccomp-dev umoci iptables
 # kafka: java runs the Kafka broker, maven fetches its jars (kafka-dist)
 SYSTEM_PACKAGES += openjdk-17-jre-headless maven
 # cache: redis-benchmark for bench/cache_throughput.py (Debian 12 has no valkey-tools)
