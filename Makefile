@@ -28,6 +28,9 @@ SYSTEM_PACKAGES := nftables openssl prometheus gcc libpq-dev python3-dev python3
 SYSTEM_PACKAGES += openjdk-17-jre-headless maven
 # cache: redis-benchmark for bench/cache_throughput.py (Debian 12 has no valkey-tools)
 SYSTEM_PACKAGES += redis-tools
+# pooler: PgBouncer behind the local cluster's kanri.dev/pgbouncer image (src/kanri/local/imagemap.py, docs/pooler.md);
+# Debian starts no pgbouncer daemon here (policy-rc.d refuses services)
+SYSTEM_PACKAGES += pgbouncer
 system:
 	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \

@@ -10,6 +10,8 @@
   upgrades uniform: the same build (no ICU, the same extensions) on both sides of a ``pg_upgrade``; Debian's 15 has
   ICU, so an ICU collation made there could not be carried to 16.
 - ``kanri.dev/operator:*``: the operator, ``kanri run``; the image's user is uid/gid 65532 (as distroless images).
+- ``kanri.dev/pgbouncer:1.18`` (when ``make system`` installed Debian's pgbouncer): the PostgresPooler's pods,
+  ``/usr/sbin/pgbouncer`` with the pod's pgbouncer.ini; the image's user is ``pgbouncer`` (uid/gid 70).
 - ``kanri.dev/seaweedfs:4.48`` (when ``make backup-tools`` installed ``weed``): the local object store,
   :mod:`kanri.local.s3server`; the image's user is ``seaweed`` (uid/gid 10001).
 
@@ -49,6 +51,8 @@ KAFKA_IMAGE = "kanri.dev/kafka"  # kafka operator (issue 30)
 KAFKA_UID = 1001  # kafka operator (issue 30)
 VALKEY_IMAGE = "kanri.dev/valkey"  # cache operator (issue 31)
 VALKEY_UID = 999
+PGBOUNCER_IMAGE = "kanri.dev/pgbouncer"  # connection pooler (issue 29 item 6)
+PGBOUNCER_UID = 70
 SYSTEM_PYTHON = Path("/usr/bin/python3")
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -151,6 +155,7 @@ def default_image_map(python: Path = SYSTEM_PYTHON) -> list[dict[str, Any]]:
     entries += seaweedfs_entries(interpreter, base_env)
     entries += valkey_entries(interpreter, base_env)  # cache operator (issue 31)
     entries += kafka_entries(interpreter, base_env)  # kafka operator (issue 30)
+    entries += pgbouncer_entries()  # connection pooler (issue 29 item 6)
     return entries + registry_aliases(entries)
 
 
@@ -229,6 +234,22 @@ def kafka_entries(interpreter: str, base_env: dict[str, str]) -> list[dict[str, 
             "command": [interpreter, "-m", "kanri.kafka.broker"],
             "env": base_env | env,
             "users": [{"name": "kafka", "uid": KAFKA_UID, "gid": KAFKA_UID, "home": "/tmp"}],
+        }
+    ]
+
+
+def pgbouncer_entries(binary: Path = Path("/usr/sbin/pgbouncer")) -> list[dict[str, Any]]:
+    """``kanri.dev/pgbouncer:1.18`` (PostgresPooler, docs/pooler.md): Debian's pgbouncer (``make system`` installs
+    it; under ``/usr``, which every container sees), the container's args naming its pgbouncer.ini, as the image's
+    ``pgbouncer`` user (uid/gid 70). None without the binary (its pods fail ImageNotMapped)."""
+    if not binary.exists():
+        return []
+    return [
+        {
+            "image": f"{PGBOUNCER_IMAGE}:1.18",
+            "command": [str(binary)],
+            "env": {"PATH": _PATH, "HOME": "/tmp"},
+            "users": [{"name": "pgbouncer", "uid": PGBOUNCER_UID, "gid": PGBOUNCER_UID, "home": "/tmp"}],
         }
     ]
 
