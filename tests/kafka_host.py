@@ -74,16 +74,17 @@ def host_broker(workdir: Path, libs: Path = DIST_LIBS, timeout: float = 60.0) ->
 
 @contextlib.contextmanager
 def host_cluster(
-    workdir: Path, nodes: int, libs: Path = DIST_LIBS, timeout: float = 60.0
+    workdir: Path, nodes: int, libs: Path = DIST_LIBS, timeout: float = 60.0, voters: int | None = None
 ) -> Iterator[list[HostBroker]]:
-    """Start ``nodes`` combined broker+controller nodes of one quorum, node N on 127.0.0.(N+1) (all of 127/8 is this
-    machine's loopback, so the nodes share one pair of ports: the voter list names hosts, not ports), data under
-    ``workdir/nodeN``; stop them after the block."""
+    """Start ``nodes`` nodes of one quorum — the first ``voters`` (default: all) combined broker+controller, the
+    rest brokers only — node N on 127.0.0.(N+1) (all of 127/8 is this machine's loopback, so the nodes share one
+    pair of ports: the voter list names hosts, not ports), data under ``workdir/nodeN``; stop them after the block
+    (with any node :func:`add_node` started into the list)."""
     if not (libs / "kafka-clients-4.4.0.jar").exists():
         raise FileNotFoundError(f"no Kafka jars in {libs}: run `make kafka-dist`")
     port, controller_port = free_port(), free_port()
     cluster_id = new_cluster_id()
-    voters = ",".join(f"{n}=127.0.0.{n + 1}" for n in range(nodes))
+    voter_list = ",".join(f"{n}=127.0.0.{n + 1}" for n in range(nodes if voters is None else voters))
     brokers: list[HostBroker] = []
     try:
         for node in range(nodes):
@@ -91,7 +92,7 @@ def host_cluster(
             data = workdir if nodes == 1 else workdir / f"node{node}"
             env = os.environ | {
                 "KAFKA_CLUSTER_ID": cluster_id,
-                "KAFKA_VOTERS": voters,
+                "KAFKA_VOTERS": voter_list,
                 "KAFKA_NODE_ID": str(node),
                 "KAFKA_HOST": host,
                 "KAFKA_BIND": host,
@@ -110,6 +111,21 @@ def host_cluster(
                 broker.process.terminate()
         for broker in brokers:
             broker.stop()
+
+
+def add_node(brokers: list[HostBroker], workdir: Path, timeout: float = 60.0) -> HostBroker:
+    """Start the next node of the cluster ``brokers`` run (a broker only: the voter list stays), data under
+    ``workdir/nodeN``; it joins ``brokers`` (stopped with them)."""
+    node = len(brokers)
+    host = f"127.0.0.{node + 1}"
+    data = workdir / f"node{node}"
+    env = brokers[0].env | {"KAFKA_NODE_ID": str(node), "KAFKA_HOST": host, "KAFKA_BIND": host,
+                            "KAFKA_DATA_DIR": str(data)}  # fmt: skip
+    port = brokers[0].bootstrap.rpartition(":")[2]
+    broker = _start(data, env, f"{host}:{port}")
+    brokers.append(broker)
+    _wait_ready(broker, timeout)
+    return broker
 
 
 def restart(broker: HostBroker, timeout: float = 60.0) -> None:

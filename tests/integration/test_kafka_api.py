@@ -84,3 +84,26 @@ async def test_a_cluster_refuses_owned_broker_settings_and_a_shrinking_volume(cl
     bad_name = cluster() | {"metadata": {"name": "Bad_Name", "namespace": namespace}}
     message = await refused(client.create(CLUSTER_KIND, bad_name))
     assert "name must start with a letter" in message
+
+
+async def test_the_controller_voters_are_fixed_and_never_more_than_the_nodes(client: Client, namespace: str) -> None:
+    def cluster(name: str, **spec: Any) -> Obj:
+        return {"metadata": {"name": name, "namespace": namespace}, "spec": {"storage": {"size": "1Gi"}} | spec}
+
+    message = await refused(client.create(CLUSTER_KIND, cluster("few", replicas=2, controllers=3)))
+    assert "replicas may not be fewer than controllers" in message
+    with pytest.raises(ApiError) as error:
+        await client.create(CLUSTER_KIND, cluster("even", controllers=2))
+    assert error.value.status == 422
+    assert 'spec.controllers: Unsupported value: 2: supported values: "1", "3", "5"' in str(error.value.body), \
+        error.value.body  # fmt: skip
+    await client.create(CLUSTER_KIND, cluster("fixed", replicas=5, controllers=3))
+    message = await refused(client.patch(CLUSTER_KIND, "fixed", {"spec": {"controllers": 5}}, namespace))
+    assert "controllers is fixed" in message
+    message = await refused(client.patch(CLUSTER_KIND, "fixed", {"spec": {"replicas": 2}}, namespace))
+    assert "replicas may not be fewer than controllers" in message
+    await client.patch(CLUSTER_KIND, "fixed", {"spec": {"replicas": 4}}, namespace)  # broker-only nodes go freely
+    unset = await client.create(CLUSTER_KIND, cluster("later", replicas=3))
+    assert "controllers" not in unset["spec"]
+    message = await refused(client.patch(CLUSTER_KIND, "later", {"spec": {"controllers": 3}}, namespace))
+    assert "controllers is fixed" in message

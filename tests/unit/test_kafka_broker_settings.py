@@ -22,6 +22,17 @@ def test_a_three_node_quorum_lists_every_voter_and_sizes_internal_topics() -> No
     assert "node.id=1\n" in node.render()
 
 
+def test_a_node_beyond_the_voters_is_a_broker_only_that_still_knows_the_quorum() -> None:
+    voters = {0: "e-0.b", 1: "e-1.b", 2: "e-2.b"}
+    props = NodeSettings(node_id=3, host="10.0.0.4", data_dir="/d", voters=voters).properties()
+    assert props["process.roles"] == "broker"
+    assert props["listeners"] == "PLAINTEXT://:9092"  # no controller listener on a broker-only node
+    assert props["controller.quorum.voters"] == "0@e-0.b:9093,1@e-1.b:9093,2@e-2.b:9093"
+    assert props["controller.listener.names"] == "CONTROLLER"  # how it reaches the quorum
+    voter = NodeSettings(node_id=2, host="10.0.0.3", data_dir="/d", voters=voters).properties()
+    assert (voter["process.roles"], voter["listeners"]) == ("broker,controller", "PLAINTEXT://:9092,CONTROLLER://:9093")
+
+
 def test_a_single_node_cannot_ask_for_three_replicas_of_internal_topics() -> None:
     node = NodeSettings(node_id=0, host="127.0.0.1", voters={0: "127.0.0.1"}, data_dir="/d")
     assert node.properties()["offsets.topic.replication.factor"] == "1"

@@ -82,34 +82,49 @@ def test_replicas_held_by_each_node_count_every_topic() -> None:
 # --- a change of replicas ----------------------------------------------------------------------------------------
 
 
-def test_no_change_and_a_new_cluster_take_spec_replicas() -> None:
-    assert scale.decide(None, 5, None) == scale.ScaleDecision(5)
-    assert scale.decide(3, 3, {}) == scale.ScaleDecision(3)
+def test_no_change_a_new_cluster_and_a_scale_up_take_spec_replicas() -> None:
+    assert scale.decide(None, 5, None, 3) == scale.ScaleDecision(5)
+    assert scale.decide(3, 3, {}, 3) == scale.ScaleDecision(3)
+    assert scale.decide(3, 5, None, 3) == scale.ScaleDecision(5)  # broker-only nodes: the voters stay
 
 
-def test_scale_down_refused_naming_each_broker_that_holds_replicas() -> None:
-    decision = scale.decide(5, 2, {2: 14, 3: 0, 4: 1})
-    assert decision.replicas == 5
+def test_scale_down_refused_naming_each_broker_that_holds_replicas_and_the_drain_annotation() -> None:
+    decision = scale.decide(6, 3, {3: 14, 4: 0, 5: 1}, 3)
+    assert decision.replicas == 6
     assert decision.problem is not None
     assert decision.problem.reason == "ScaleDownRefused"
-    assert decision.problem.message == "replicas 5 -> 2 is not applied: broker 2 holds 14 partition replicas, " \
-        "broker 4 holds 1 partition replicas; removing it would remove that data"  # fmt: skip
+    assert decision.problem.message == "replicas 6 -> 3 is not applied: broker 3 holds 14 partition replicas, " \
+        "broker 5 holds 1 partition replicas; removing it would remove that data. To move them off first, " \
+        "annotate kafka.kanri.dev/drain-brokers=3,4,5"  # fmt: skip
     assert "docs/kafka.md#scaling" in (decision.problem.event or "")
 
 
+def test_the_drain_annotation_naming_exactly_the_removed_brokers_keeps_them_while_they_are_drained() -> None:
+    held = {3: 14, 4: 2}
+    assert scale.decide(5, 3, held, 3, frozenset({3, 4})) == scale.ScaleDecision(5, draining=(3, 4))
+    # an annotation naming other brokers drains nothing and says why
+    wrong = scale.decide(5, 3, held, 3, frozenset({4}))
+    assert (wrong.replicas, wrong.draining) == (5, ())
+    assert wrong.problem is not None
+    assert "the annotation names 4, not the brokers removed" in wrong.problem.message
+    # once they hold nothing, the scale-down is applied (annotation or not)
+    assert scale.decide(5, 3, {3: 0, 4: 0}, 3, frozenset({3, 4})) == scale.ScaleDecision(3)
+    assert scale.parse_drain("3, 4") == frozenset({3, 4})
+    assert scale.parse_drain("three") is None
+
+
 def test_scale_down_refused_when_kafka_cannot_say_what_the_nodes_hold() -> None:
-    decision = scale.decide(3, 1, None)
-    assert (decision.replicas, decision.problem and decision.problem.reason) == (3, "ScaleDownRefused")
+    decision = scale.decide(4, 3, None, 3)
+    assert (decision.replicas, decision.problem and decision.problem.reason) == (4, "ScaleDownRefused")
 
 
-@pytest.mark.parametrize(("current", "desired", "held"), [(3, 5, {}), (3, 1, {1: 0, 2: 0})])
-def test_any_other_change_is_refused_for_the_static_voter_list(
-    current: int, desired: int, held: dict[int, int]
-) -> None:
-    decision = scale.decide(current, desired, held)
+@pytest.mark.parametrize(("current", "desired", "held"), [(3, 1, {1: 0, 2: 0}), (5, 2, {2: 0, 3: 0, 4: 0})])
+def test_a_scale_down_into_the_controller_voters_is_refused(current: int, desired: int, held: dict[int, int]) -> None:
+    decision = scale.decide(current, desired, held, 3, frozenset(held))
     assert decision.replicas == current
     assert decision.problem is not None
     assert decision.problem.reason == "VoterListFixed"
+    assert "at least 3 replicas stay" in decision.problem.message
     assert f"set spec.replicas back to {current}" in decision.problem.message
 
 

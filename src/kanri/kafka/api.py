@@ -33,6 +33,7 @@ __all__ = [
     "KafkaTopicSpec",
     "KafkaTopicStatus",
     "PartitionGrowth",
+    "Rebalance",
     "ReplicasChange",
 ]
 
@@ -86,11 +87,27 @@ BrokerConfig = Annotated[
 ]
 
 
-class KafkaClusterSpec(KubeModel):
-    """The desired state of a KafkaCluster: combined KRaft nodes (each a controller and a broker)."""
+class KafkaClusterSpec(
+    KubeModel,
+    validations=[
+        cel("!has(self.controllers) || self.replicas >= self.controllers",
+            "replicas may not be fewer than controllers: the first nodes are the KRaft controller voters",
+            reason="FieldValueInvalid"),
+        cel("has(self.controllers) == has(oldSelf.controllers) && (!has(self.controllers) || "
+            "self.controllers == oldSelf.controllers)",
+            "controllers is fixed: the KRaft voter list is written into the nodes when the cluster is made",
+            reason="FieldValueForbidden"),
+    ],
+):  # fmt: skip
+    """The desired state of a KafkaCluster: the first ``controllers`` nodes are combined KRaft controllers and
+    brokers (the quorum's voters), the rest brokers only."""
 
     replicas: Annotated[int, Field(ge=1, le=9)] = 3
-    """Nodes of the cluster, each a KRaft controller and a broker (an odd number keeps a quorum through failures)."""
+    """Nodes of the cluster (brokers). Grows by broker-only nodes and a throttled rebalance onto them; shrinks only
+    by nodes that hold no partition replica (drained first when the drain annotation names them)."""
+    controllers: Literal[1, 3, 5] | None = None
+    """How many of the nodes (the first ones, ids 0..controllers-1) are KRaft controller voters as well as
+    brokers. Fixed once the cluster is made; unset: ``min(replicas, 3)`` at creation (1 for 1 or 2 nodes)."""
     version: Literal["4.4.0"] = "4.4.0"
     """Kafka version (the jars of the broker image)."""
     storage: Storage
@@ -128,10 +145,36 @@ class ControllerQuorum(KubeModel):
     voters: list[QuorumVoter] = Field(default_factory=list, max_length=9)
 
 
+class Rebalance(KubeModel):
+    """A throttled partition reassignment across the cluster's brokers, on record before Kafka is asked (a
+    restarted operator resumes it from what Kafka reports as still moving)."""
+
+    reason: Literal["ScaleUp", "Drain"]
+    brokers: list[int] = Field(max_length=9)
+    """The brokers the replicas are spread over."""
+    draining: list[int] = Field(default_factory=list, max_length=9)
+    """Brokers every replica is moved off (a scale-down waits for them to hold none)."""
+    started: datetime
+    moved: int = 0
+    """Partitions moved so far."""
+    remaining: int | None = None
+    """Partitions still to move or moving (unset: not computed yet)."""
+    moving: int = 0
+    """Partitions Kafka is moving now (at most a few at a time)."""
+    throttle_bytes_per_second: int = 0
+    """The replication throttle on the moving replicas, per broker."""
+    blocked_by: str | None = None
+    """Why no move is started now (a broker not ready or not registered, under-replicated partitions)."""
+    topics: list[str] = Field(default_factory=list, max_length=10000)
+    """Topics whose replicas were throttled (the throttle is lifted on each when the rebalance is done)."""
+
+
 class KafkaClusterStatus(kit.KitStatus):
     """The observed state of a KafkaCluster, written only by the operator."""
 
-    phase: Literal["Pending", "Provisioning", "Ready", "Degraded", "Restarting", "Deleting"] | None = None
+    phase: Literal["Pending", "Provisioning", "Ready", "Degraded", "Restarting", "Rebalancing", "Deleting"] | None = (
+        None
+    )
     cluster_id: str | None = None
     """The KRaft cluster id every node was formatted with (kept: a node formatted with another never joins)."""
     bootstrap: str | None = None
@@ -147,7 +190,13 @@ class KafkaClusterStatus(kit.KitStatus):
     quorum: ControllerQuorum | None = None
     """The controller quorum at the last look (unset: not read; the Ready message says why)."""
     replicas: int | None = None
-    """Nodes the StatefulSet runs: ``spec.replicas`` unless a change is refused (the Degraded condition says why)."""
+    """Nodes the StatefulSet runs: ``spec.replicas`` unless a change is refused or waits for a drain (the Degraded
+    condition says why)."""
+    controllers: int | None = None
+    """The KRaft controller voters: nodes 0..controllers-1 (fixed when the cluster was made)."""
+    rebalance: Rebalance | None = None
+    """Partition replicas being moved between brokers: onto new brokers after a scale-up, off the brokers a
+    scale-down removes (a drain). Cleared when done."""
 
 
 class KafkaCluster(
@@ -356,5 +405,8 @@ APPROVE_GROWTH = LABELS.key("approve-growth")
 """On a key-ordered KafkaTopic: ``<topic> <from>-><to>``, the step the Ready condition names."""
 APPROVE_DELETION = LABELS.key("approve-deletion")
 """On a Delete-policy KafkaTopic being deleted: the topic's name in Kafka."""
+DRAIN_BROKERS = LABELS.key("drain-brokers")
+"""On a KafkaCluster whose ``replicas`` went down: the ids of the brokers the scale-down removes (``3,4``); the
+operator then moves their partition replicas off before it removes them."""
 RELEASE = LABELS.key("release")
 """The manual escape: ``<topic>`` on a KafkaTopic being deleted drops its finalizer and keeps the topic."""

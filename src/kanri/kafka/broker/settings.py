@@ -36,7 +36,8 @@ def new_cluster_id() -> str:
 
 @dataclass(frozen=True)
 class NodeSettings:
-    """One combined broker+controller node of a KRaft quorum."""
+    """One node of a KRaft cluster: a combined broker and controller when it is one of the ``voters``, else a
+    broker only (it still knows the voters: brokers fetch the metadata log from the quorum)."""
 
     node_id: int
     host: str
@@ -51,18 +52,26 @@ class NodeSettings:
     extra: Mapping[str, str] = field(default_factory=dict)
     """The user's broker config (never an owned key)."""
 
+    @property
+    def controller(self) -> bool:
+        """A voter of the controller quorum (and a broker)."""
+        return self.node_id in self.voters
+
     def properties(self) -> dict[str, str]:
         """Every key of ``server.properties``: the owned ones, defaults sized to the quorum, then the user's."""
         replicas = len(self.voters)
         # internal topics must fit the cluster: a one-node quorum cannot hold three replicas of __consumer_offsets
         internal_rf = str(min(3, replicas))
+        listeners = f"PLAINTEXT://{self.bind}:{self.port}"
+        if self.controller:
+            listeners += f",CONTROLLER://{self.bind}:{self.controller_port}"
         props = {
-            "process.roles": "broker,controller",
+            "process.roles": "broker,controller" if self.controller else "broker",
             "node.id": str(self.node_id),
             "controller.quorum.voters": ",".join(
                 f"{nid}@{host}:{self.controller_port}" for nid, host in sorted(self.voters.items())
             ),
-            "listeners": f"PLAINTEXT://{self.bind}:{self.port},CONTROLLER://{self.bind}:{self.controller_port}",
+            "listeners": listeners,
             "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "controller.listener.names": "CONTROLLER",

@@ -1,10 +1,12 @@
 """What the operator writes for a KafkaCluster (pure builders; the steps write them).
 
-- ``<name>-kraft`` ConfigMap: the KRaft cluster id, generated once and never owned (the volumes formatted with it
-  stay with ``deletionPolicy: Retain``, and a new cluster of the same name must find the same id).
+- ``<name>-kraft`` ConfigMap: the KRaft cluster id and how many nodes are controller voters, written once and never
+  owned (the volumes formatted with them stay with ``deletionPolicy: Retain``, and a new cluster of the same name
+  must find the same id and voters).
 - ``<name>-brokers``: headless, every node's stable DNS name, ready or not (the controller quorum's voters).
 - ``<name>-bootstrap``: the clients' Service, ready brokers only.
-- ``<name>`` StatefulSet: one combined controller+broker per replica, started together (a quorum needs a majority
+- ``<name>`` StatefulSet: one node per replica — nodes ``0..controllers-1`` combined controller+broker (the
+  quorum's voters), the rest brokers only — started together (a quorum needs a majority
   of voters up before any is ready), each with its volume; ``OnDelete``, so the operator restarts brokers itself,
   one at a time behind the min.insync.replicas gate. Brokers advertise their pod IP: clients outside the pod
   network's DNS (the operator, a test) reach them too.
@@ -32,6 +34,7 @@ CONTROLLER_PORT = 9093
 DATA_DIR = "/var/lib/kafka"
 CONFIG_DIR = "/etc/kafka/user"
 CLUSTER_ID_KEY = "clusterId"
+CONTROLLERS_KEY = "controllers"
 CONFIG_HASH = LABELS.key("config-hash")
 
 
@@ -51,16 +54,29 @@ def config_name(cluster: str) -> str:
     return child_name(cluster, "config")
 
 
-def voters(cluster: str, namespace: str, replicas: int) -> str:
-    """``KAFKA_VOTERS``: every node by its stable name under the headless Service."""
+def default_controllers(spec: KafkaClusterSpec) -> int:
+    """The voters a new cluster gets: ``spec.controllers``, else 3 from three nodes on and 1 below (two voters
+    would stop the quorum when either fails: no better than one)."""
+    return spec.controllers or (3 if spec.replicas >= 3 else 1)
+
+
+def voters(cluster: str, namespace: str, controllers: int) -> str:
+    """``KAFKA_VOTERS``: the controller voters (nodes ``0..controllers-1``) by their stable names under the headless
+    Service."""
     suffix = f"{headless_name(cluster)}.{namespace}.svc.cluster.local"
-    return ",".join(f"{i}={cluster}-{i}.{suffix}" for i in range(replicas))
+    return ",".join(f"{i}={cluster}-{i}.{suffix}" for i in range(controllers))
 
 
-def kraft_config_map(cluster: str) -> Obj:
-    """Created once (create-once): a second write would give the nodes another id than their storage holds."""
+def voter_count(env_value: str) -> int:
+    """How many voters a ``KAFKA_VOTERS`` value names."""
+    return len([item for item in env_value.split(",") if item.strip()])
+
+
+def kraft_config_map(cluster: str, controllers: int) -> Obj:
+    """Created once (create-once): a second write would give the nodes another id or voter list than their storage
+    and metadata log hold."""
     return {"metadata": {"name": kraft_name(cluster), "labels": LABELS.labels(cluster)},
-            "data": {CLUSTER_ID_KEY: new_cluster_id()}}  # fmt: skip
+            "data": {CLUSTER_ID_KEY: new_cluster_id(), CONTROLLERS_KEY: str(controllers)}}  # fmt: skip
 
 
 def config_map(cluster: str, spec: KafkaClusterSpec) -> Obj:
@@ -91,25 +107,26 @@ def services(cluster: str) -> list[Obj]:
     ]
 
 
-def _env(cluster: str, namespace: str, spec: KafkaClusterSpec) -> list[Obj]:
+def _env(cluster: str, namespace: str, controllers: int) -> list[Obj]:
     return [
         {"name": "KAFKA_CLUSTER_ID",
          "valueFrom": {"configMapKeyRef": {"name": kraft_name(cluster), "key": CLUSTER_ID_KEY}}},
-        {"name": "KAFKA_VOTERS", "value": voters(cluster, namespace, spec.replicas)},
+        {"name": "KAFKA_VOTERS", "value": voters(cluster, namespace, controllers)},
         {"name": "KAFKA_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": "KAFKA_DATA_DIR", "value": DATA_DIR},
         {"name": "KAFKA_CONFIG_FILE", "value": f"{CONFIG_DIR}/broker.properties"},
     ]  # fmt: skip
 
 
-def statefulset(cluster: str, namespace: str, spec: KafkaClusterSpec) -> Obj:
+def statefulset(cluster: str, namespace: str, spec: KafkaClusterSpec, controllers: int | None = None) -> Obj:
+    """``controllers``: the voters on record (:func:`default_controllers` for a new cluster when None)."""
     claim_spec: Obj = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": spec.storage.size}}}
     if spec.storage.storage_class_name:
         claim_spec["storageClassName"] = spec.storage.storage_class_name
     container: Obj = {
         "name": "kafka",
         "image": image_for(IMAGES_ENV, IMAGE, spec.version),
-        "env": _env(cluster, namespace, spec),
+        "env": _env(cluster, namespace, controllers or default_controllers(spec)),
         "ports": [{"name": "kafka", "containerPort": CLIENT_PORT},
                   {"name": "controller", "containerPort": CONTROLLER_PORT}],
         "volumeMounts": [{"name": "data", "mountPath": DATA_DIR},

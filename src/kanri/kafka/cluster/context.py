@@ -9,11 +9,12 @@ from typing import Any, Protocol
 from kanri import kit
 from kanri.kafka.api import CLUSTER_KIND, FIELD_MANAGER, LABELS, KafkaClusterSpec
 from kanri.kafka.cluster.health import KafkaView
-from kanri.kafka.cluster.scale import SCALE_DOWN_REFUSED, VOTER_LIST_FIXED
+from kanri.kafka.cluster.scale import SCALE_DOWN_REFUSED, VOTER_LIST_FIXED, ScaleDecision
 from kanri.runtime import Cache, Client, EventRecorder, Result
 
+DRAIN_IMPOSSIBLE = "DrainImpossible"
 #: Problem reasons, most serious first (the Degraded condition names the first).
-SEVERITY = (SCALE_DOWN_REFUSED, VOTER_LIST_FIXED)
+SEVERITY = (SCALE_DOWN_REFUSED, DRAIN_IMPOSSIBLE, VOTER_LIST_FIXED)
 
 
 class ClusterContext(kit.PassContext, Protocol):
@@ -22,6 +23,8 @@ class ClusterContext(kit.PassContext, Protocol):
 
     kafka: KafkaView | None
     """What Kafka reported this pass (None: no broker ready, or Kafka did not answer)."""
+    scale: ScaleDecision | None
+    """This pass's decision on ``replicas`` (None until the children step made it)."""
 
 
 ClusterStep = Callable[[ClusterContext], Awaitable[Result | None]]
@@ -35,6 +38,7 @@ class ClusterPass(kit.ObjectPass):
                          field_manager=FIELD_MANAGER, severity=SEVERITY)  # fmt: skip
         self._spec = KafkaClusterSpec.model_validate(self.obj.get("spec") or {})
         self.kafka: KafkaView | None = None
+        self.scale: ScaleDecision | None = None
 
     @property
     def spec(self) -> KafkaClusterSpec:

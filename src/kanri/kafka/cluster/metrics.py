@@ -25,7 +25,13 @@ _CLUSTER = {
     "rolling_restart": "1 while a rolling restart is under way.",
     "rolling_restart_held": "1 while the next broker restart of a rolling restart waits (a broker not ready, "
     "min.insync.replicas).",
-    "replicas_change_refused": "1 while a change of spec.replicas is refused (ScaleDownRefused, VoterListFixed).",
+    "replicas_change_refused": "1 while a change of spec.replicas is refused (ScaleDownRefused, DrainImpossible, "
+    "VoterListFixed).",
+    "controllers": "KRaft controller voters (nodes 0..n-1).",
+    "rebalance": "1 while partition replicas are moved onto added brokers or off drained ones.",
+    "rebalance_partitions_remaining": "Partitions a rebalance still has to move (moving ones included).",
+    "rebalance_partitions_moved": "Partitions the rebalance under way has asked Kafka to move so far.",
+    "rebalance_held": "1 while a rebalance starts no move (a broker not ready, under-replicated partitions).",
 }
 
 
@@ -54,6 +60,12 @@ class ClusterMetrics:
         self._set("rolling_restart", key, 1 if rolling else 0)
         self._set("rolling_restart_held", key, 1 if rolling and not str(rolling).startswith("restarted") else 0)
         self._set("replicas_change_refused", key, 1 if set(ctx.problems.reasons()) & set(SEVERITY) else 0)
+        self._set("controllers", key, _now(ctx, "controllers") or 0)
+        record = _now(ctx, "rebalance") or {}
+        self._set("rebalance", key, 1 if record else 0)
+        self._set("rebalance_partitions_remaining", key, record.get("remaining") or 0)
+        self._set("rebalance_partitions_moved", key, record.get("moved") or 0)
+        self._set("rebalance_held", key, 1 if record.get("blockedBy") else 0)
         view = ctx.kafka
         if view is None:  # Kafka not read this pass: its numbers are unknown, not zero
             for name in ("registered_brokers", "under_replicated_partitions", "offline_partitions", "quorum_voters",

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 from kanri import kit
 from kanri import runtime as kr
 from kanri.kafka.api import CLUSTER_FINALIZER, CLUSTER_KIND, FIELD_MANAGER, LABELS
-from kanri.kafka.cluster import steps
+from kanri.kafka.cluster import rebalance_step, steps
 from kanri.kafka.cluster.children import CLIENT_PORT
 from kanri.kafka.cluster.context import ClusterPass, ClusterStep
 from kanri.kafka.cluster.metrics import ClusterMetrics
@@ -37,6 +37,7 @@ class ClusterReconciler:
             steps.observe(self.admins, client_port),  # first: a change of replicas is decided from what Kafka holds
             steps.write_children,
             roll(self.admins, steps.applied_replicas),  # one broker at a time, min.isr gated
+            rebalance_step.step(self.admins),  # replicas onto added brokers, off drained ones: throttled
         ]
 
     async def reconcile(self, request: kr.Request) -> kr.Result | None:

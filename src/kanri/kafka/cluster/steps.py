@@ -1,6 +1,7 @@
 """A KafkaCluster's steps, free functions of the pass context in pass order: what the pods and Kafka report
 (brokers, partitions, the controller quorum, the bootstrap address the topic controller uses), then the children
-(the StatefulSet keeps its node count while a change of ``replicas`` is refused: :mod:`.scale`)."""
+(the StatefulSet keeps its node count while a change of ``replicas`` is refused or waits for a drain: :mod:`.scale`);
+the rebalance onto new brokers or off drained ones is :mod:`.rebalance_step`."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from typing import Any
 
 from kanri import kit
 from kanri import runtime as kr
-from kanri.kafka.api import KafkaClusterSpec
-from kanri.kafka.cluster import children, health, quorum_wire, scale
+from kanri.kafka.api import DRAIN_BROKERS, KafkaClusterSpec
+from kanri.kafka.cluster import children, health, quorum_wire, rebalance_step, scale
 from kanri.kafka.cluster.context import ClusterContext, ClusterStep
 from kanri.kafka.topics.admin import AdminError
 from kanri.kafka.topics.context import Admins
@@ -32,32 +33,74 @@ def applied_replicas(ctx: kit.PassContext) -> int:
     return int((statefulset.get("spec") or {}).get("replicas", spec_of(ctx).replicas))
 
 
-def _scale(ctx: ClusterContext) -> int:
-    """The node count the StatefulSet gets now; a refused change adds its Degraded reason (and Warning Event)."""
+def controllers_of(ctx: kit.PassContext) -> int:
+    """The controller voters on record: the ``<name>-kraft`` ConfigMap's, else (a cluster made before the record)
+    the StatefulSet's voter list, else what a new cluster gets."""
+    kraft = ctx.cache.get(CONFIG_MAP, children.kraft_name(ctx.name), ctx.namespace)
+    value = str(((kraft or {}).get("data") or {}).get(children.CONTROLLERS_KEY, ""))
+    if value.isdigit():
+        return int(value)
     statefulset = ctx.cache.get(STATEFUL_SET, ctx.name, ctx.namespace)
-    current = None if statefulset is None else applied_replicas(ctx)
+    for container in (((statefulset or {}).get("spec") or {}).get("template") or {}).get("spec", {}).get(
+            "containers") or []:  # fmt: skip
+        for env in container.get("env") or []:
+            if env.get("name") == "KAFKA_VOTERS" and env.get("value"):
+                return children.voter_count(env["value"])
+    return children.default_controllers(spec_of(ctx))
+
+
+def _current(ctx: kit.PassContext) -> int | None:
+    """The StatefulSet's replicas (None: not created yet)."""
+    statefulset = ctx.cache.get(STATEFUL_SET, ctx.name, ctx.namespace)
+    return None if statefulset is None else applied_replicas(ctx)
+
+
+def _scale(ctx: ClusterContext, current: int | None, controllers: int) -> scale.ScaleDecision:
+    """The node count the StatefulSet gets now; a refused change adds its Degraded reason (and Warning Event)."""
     held = None
     if ctx.kafka is not None and current is not None:
         held = health.replicas_on(ctx.kafka.partitions, range(ctx.spec.replicas, current))
-    decision = scale.decide(current, ctx.spec.replicas, held)
+    drain = scale.parse_drain((ctx.obj["metadata"].get("annotations") or {}).get(DRAIN_BROKERS))
+    decision = scale.decide(current, ctx.spec.replicas, held, controllers, drain)
     if decision.problem is not None:
         ctx.problems.add(decision.problem)
+    if ctx.spec.controllers is not None and ctx.spec.controllers != controllers:
+        ctx.problems.add(
+            kit.Problem(
+                scale.VOTER_LIST_FIXED,
+                f"spec.controllers {ctx.spec.controllers} is not "
+                f"applied: the cluster was made with {controllers} controller voters (ConfigMap "
+                f"{children.kraft_name(ctx.name)}), and the static voter list cannot change",
+            )
+        )
+    ctx.scale = decision
     ctx.ledger.stage("replicas", decision.replicas)
-    return decision.replicas
+    ctx.ledger.stage("controllers", controllers)
+    return decision
 
 
 async def write_children(ctx: ClusterContext) -> kr.Result | None:
-    """The cluster id (created once, not owned), the broker config, the Services and the StatefulSet."""
-    spec = ctx.spec.model_copy(update={"replicas": _scale(ctx)})
-    if await ctx.children.create_once(CONFIG_MAP, children.kraft_config_map(ctx.name), owned=False) == "created":
-        await ctx.events.normal(ctx.obj, "ClusterIdCreated", f"KRaft cluster id in {children.kraft_name(ctx.name)}")
+    """The cluster id and voter count (created once, not owned), the broker config, the Services and the
+    StatefulSet; a scale-up or a drain on record (``status.rebalance``) before the StatefulSet changes."""
+    controllers, current = controllers_of(ctx), _current(ctx)
+    decision = _scale(ctx, current, controllers)
+    spec = ctx.spec.model_copy(update={"replicas": decision.replicas})
+    kraft = children.kraft_config_map(ctx.name, controllers)
+    if await ctx.children.create_once(CONFIG_MAP, kraft, owned=False) == "created":
+        await ctx.events.normal(ctx.obj, "ClusterIdCreated", f"KRaft cluster id in {children.kraft_name(ctx.name)}, "
+                                f"{controllers} controller voters")  # fmt: skip
+    found = ctx.cache.get(CONFIG_MAP, children.kraft_name(ctx.name), ctx.namespace)
+    if found is not None and children.CONTROLLERS_KEY not in (found.get("data") or {}):
+        # a cluster made before the voter count was recorded: record what its StatefulSet runs
+        patch = {"data": {children.CONTROLLERS_KEY: str(controllers)}}
+        await ctx.client.patch(CONFIG_MAP, children.kraft_name(ctx.name), patch, ctx.namespace)
+    await rebalance_step.record_start(ctx, current, decision)
     await ctx.children.apply(CONFIG_MAP, children.config_map(ctx.name, spec))
     for service in children.services(ctx.name):
         await ctx.children.apply(SERVICE, service)
-    await ctx.children.apply(STATEFUL_SET, children.statefulset(ctx.name, ctx.namespace, spec))
-    kraft = ctx.cache.get(CONFIG_MAP, children.kraft_name(ctx.name), ctx.namespace)
-    if kraft is not None:
-        ctx.ledger.stage("clusterId", (kraft.get("data") or {}).get(children.CLUSTER_ID_KEY))
+    await ctx.children.apply(STATEFUL_SET, children.statefulset(ctx.name, ctx.namespace, spec, controllers))
+    if found is not None:
+        ctx.ledger.stage("clusterId", (found.get("data") or {}).get(children.CLUSTER_ID_KEY))
     return None
 
 

@@ -239,12 +239,23 @@ class TopicAdmin:
         if rate is None:
             await self.set_config(name, {}, list(keys))
             return
+        await self.replication_rate(brokers, rate)
+        await self.set_config(name, dict.fromkeys(keys, "*"), [])
+
+    async def replication_rate(self, brokers: list[int], rate: int) -> None:
+        """Cap the replication traffic of throttled replicas at ``rate`` bytes/s (leader and follower side) on each
+        broker."""
         rates = {"leader.replication.throttled.rate": str(rate), "follower.replication.throttled.rate": str(rate)}
         for broker in brokers:
             entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in rates.items()]
             resource = ConfigResource(ResourceType.BROKER, str(broker), incremental_configs=entries)
             await _wait(self._client.incremental_alter_configs([resource])[resource], self.timeout)
-        await self.set_config(name, dict.fromkeys(keys, "*"), [])
+
+    async def throttle_replicas(self, name: str, leaders: str, followers: str) -> None:
+        """Throttle exactly these replicas of the topic (``partition:broker`` lists; empty: that side none)."""
+        keys = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
+        values = dict(zip(keys, (leaders, followers), strict=True))
+        await self.set_config(name, {k: v for k, v in values.items() if v}, [k for k, v in values.items() if not v])
 
     async def in_sync(self) -> list[tuple[str, int, tuple[int, ...], tuple[int, ...], int]]:
         """Every partition of every topic (internal ones included: ``__consumer_offsets`` matters to a restart) as

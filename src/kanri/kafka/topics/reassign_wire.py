@@ -75,8 +75,11 @@ def alter_body(topic: str, assignment: Mapping[int, Sequence[int]], timeout_ms: 
     return struct.pack(">i", timeout_ms) + topics + _NO_TAGS
 
 
-def list_body(topic: str, partitions: Sequence[int], timeout_ms: int) -> bytes:
-    """ListPartitionReassignmentsRequest v0 for these partitions of ``topic``."""
+def list_body(topic: str | None, partitions: Sequence[int], timeout_ms: int) -> bytes:
+    """ListPartitionReassignmentsRequest v0 for these partitions of ``topic``; every partition being moved in the
+    cluster when ``topic`` is None (a null topics array)."""
+    if topic is None:
+        return struct.pack(">i", timeout_ms) + _uvarint(0) + _NO_TAGS
     topics = _uvarint(2) + _compact_string(topic) + _compact_int32s(partitions) + _NO_TAGS
     return struct.pack(">i", timeout_ms) + topics + _NO_TAGS
 
@@ -145,23 +148,28 @@ def parse_alter(payload: bytes) -> dict[int, AdminError]:
     return refused
 
 
-def parse_list(payload: bytes) -> dict[int, Ongoing]:
-    """ListPartitionReassignmentsResponse v0 -> the partitions being moved now."""
+def parse_list_all(payload: bytes) -> dict[tuple[str, int], Ongoing]:
+    """ListPartitionReassignmentsResponse v0 -> the partitions being moved now, by (topic, partition)."""
     reader = _Reader(payload)
     reader.take(">i")
     code, message = reader.take(">h"), reader.string()
     if code:
         raise _error(code, message)
-    ongoing: dict[int, Ongoing] = {}
+    ongoing: dict[tuple[str, int], Ongoing] = {}
     for _ in range(reader.uvarint() - 1):
-        reader.string()
+        topic = reader.string() or ""
         for _ in range(reader.uvarint() - 1):
             partition = reader.take(">i")
             replicas, adding, removing = reader.int32s(), reader.int32s(), reader.int32s()
             reader.tags()
-            ongoing[partition] = Ongoing(partition, replicas, adding, removing)
+            ongoing[(topic, partition)] = Ongoing(partition, replicas, adding, removing)
         reader.tags()
     return ongoing
+
+
+def parse_list(payload: bytes) -> dict[int, Ongoing]:
+    """ListPartitionReassignmentsResponse v0 for one topic -> its partitions being moved now."""
+    return {partition: found for (_, partition), found in parse_list_all(payload).items()}
 
 
 # --- the calls -----------------------------------------------------------------------------------------------------
@@ -218,3 +226,9 @@ async def ongoing(bootstrap: str, topic: str, partitions: Sequence[int], timeout
     """The partitions of ``topic`` Kafka is moving now."""
     body = list_body(topic, partitions, int(timeout * 1000))
     return parse_list(await _call(bootstrap, LIST_REASSIGNMENTS, body, timeout))
+
+
+async def ongoing_all(bootstrap: str, timeout: float = 15.0) -> dict[tuple[str, int], Ongoing]:
+    """Every partition of the cluster Kafka is moving now."""
+    body = list_body(None, (), int(timeout * 1000))
+    return parse_list_all(await _call(bootstrap, LIST_REASSIGNMENTS, body, timeout))
