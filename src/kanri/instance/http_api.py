@@ -8,6 +8,8 @@ the backup repository's path: no secret, but more than health) and every ``POST`
 Secret takes effect without a restart). Base backups (:mod:`kanri.instance.base_backup`), all authenticated:
 ``POST /backups {"id"}`` (202 started, 200 known id), ``GET /backups/{id}``, ``POST /backups/expire {"ids"}``,
 ``POST /wal/switch`` (a primary closes its current WAL segment, so a backup's last one is archived now).
+``POST /pooler/role {"verifier", "databases"}``: the connection pooler's lookup role
+(:mod:`kanri.instance.pooler_role`).
 An action's body is empty or a JSON object (``/fence`` reads
 ``reason``). An action answers 200, or 202 when it returns :class:`Accepted` (it goes on in the background). Errors
 are JSON: ``{"error": "..."}``.
@@ -79,6 +81,12 @@ class BackupBackend(Protocol):
     async def switch_wal(self, body: dict[str, Any]) -> dict[str, Any]: ...
 
 
+class PoolerBackend(Protocol):
+    """What the pooler role's endpoint needs from the manager (optional: without it it is not served)."""
+
+    async def ensure_pooler_role(self, body: dict[str, Any]) -> dict[str, Any]: ...
+
+
 MAX_BODY = 4096
 """An action's body is a few fields at most."""
 
@@ -148,8 +156,10 @@ def _add_backup_routes(app: web.Application, backend: Backend, backups: BackupBa
     app.router.add_post("/wal/switch", _action(backend, backups.switch_wal, "switch WAL"))
 
 
-def build_app(backend: Backend, backups: BackupBackend | None = None) -> web.Application:
-    """The aiohttp application over ``backend`` (and ``backups``' endpoints when given)."""
+def build_app(
+    backend: Backend, backups: BackupBackend | None = None, pooler: PoolerBackend | None = None
+) -> web.Application:
+    """The aiohttp application over ``backend`` (and ``backups``' and ``pooler``'s endpoints when given)."""
 
     async def status(request: web.Request) -> web.StreamResponse:
         if not _authorized(backend, request):
@@ -180,4 +190,6 @@ def build_app(backend: Backend, backups: BackupBackend | None = None) -> web.App
     app.router.add_post("/rejoin", _action(backend, backend.rejoin, "rejoin"))
     if backups is not None:
         _add_backup_routes(app, backend, backups)
+    if pooler is not None:
+        app.router.add_post("/pooler/role", _action(backend, pooler.ensure_pooler_role, "pooler role"))
     return app

@@ -40,6 +40,7 @@ from kanri.instance.http_api import build_app
 from kanri.instance.isolation import IsolationSettings
 from kanri.instance.isolation_guard import IsolationGuard
 from kanri.instance.lifecycle import Lifecycle
+from kanri.instance.pooler_role import PoolerRole
 from kanri.instance.rejoin_action import RejoinAction
 from kanri.instance.status_report import StatusReport
 from kanri.instance.tls import install as install_tls
@@ -62,6 +63,7 @@ class InstanceManager:
         self.actions = Actions(self.core, self.sync, self.upkeep, self.lifecycle)
         self.rejoining = RejoinAction(self.core, self.lifecycle)
         self.backups = BackupActions(self.core)
+        self.pooler = PoolerRole(self.core)
         self.guard = IsolationGuard(self.core, self.actions)
         self.report = StatusReport(self.core, self.lifecycle, self.rejoining)
         self._stop = asyncio.Event()
@@ -73,7 +75,7 @@ class InstanceManager:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_shutdown)
-        runner = web.AppRunner(build_app(self, self), access_log=None)
+        runner = web.AppRunner(build_app(self, self, self), access_log=None)
         await runner.setup()
         # HTTP first: liveness must answer during a long pg_basebackup
         await web.TCPSite(
@@ -199,3 +201,6 @@ class InstanceManager:
 
     async def switch_wal(self, body: dict[str, Any]) -> dict[str, Any]:
         return await self.backups.switch_wal(body)
+
+    async def ensure_pooler_role(self, body: dict[str, Any]) -> dict[str, Any]:
+        return await self.pooler.ensure(body)

@@ -19,9 +19,10 @@ import aiohttp
 import structlog
 
 from kanri.contract.actions import BackupRequest, Demoted, FenceRequest, Paused, Promoted
+from kanri.contract.pooler import PoolerRoleEnsured, PoolerRoleRequest
 from kanri.contract.problems import REASONS
 from kanri.contract.status import Archiver, InstanceStatus, Problem
-from kanri.contract.wire import text
+from kanri.contract.wire import UNTRUSTED, text
 from kanri.postgres import names
 from kanri.postgres.credentials.secrets import secret_value
 from kanri.runtime import Cache
@@ -304,6 +305,12 @@ class HttpInstanceClient:
     async def switch_wal(self, address: str, token: str) -> BackupAnswer:
         """``POST /wal/switch`` on the primary: its current WAL segment closed, so it is archived now."""
         return await self._backup_request("POST", address, "/wal/switch", token, {})
+
+    async def ensure_pooler_role(self, address: str, token: str, request: PoolerRoleRequest) -> bool:
+        """``POST /pooler/role`` on the primary: the pooler's lookup role and function (the body holds a SCRAM
+        verifier, never a password; it is not logged)."""
+        answer = await self._call(address, "/pooler/role", token, request.as_json(), timeout=10.0)
+        return answer is not None and PoolerRoleEnsured.model_validate(answer, context=UNTRUSTED).ensured
 
 
 async def gather_reports(
