@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 from kanri.local.controlplane import Endpoint
 from kanri.postgres.api.v1alpha1 import PostgresBackup, PostgresCluster
 from kanri.postgres.api.v1alpha1.backup import S3Repository
+from kanri.postgres.api.v1alpha1.postgres_pooler import PostgresPooler
 from kanri.postgres.backup.archiving import utc_now
 from kanri.postgres.cluster.instances import HttpInstanceClient
 from kanri.postgres.operator import OperatorOptions, build_manager
@@ -24,12 +25,12 @@ from tests.support import eventually
 
 
 async def install_postgres_crd(client: Client) -> None:
-    """Apply the PostgresCluster and PostgresBackup CRDs and wait until the API server serves them."""
-    for resource in (PostgresCluster, PostgresBackup):
+    """Apply the PostgresCluster, PostgresBackup and PostgresPooler CRDs and wait until the API server serves them."""
+    for resource in (PostgresCluster, PostgresBackup, PostgresPooler):
         await client.apply(CRD, crd_for(resource), field_manager="kanri-tests")
 
     async def established() -> bool:
-        for resource in (PostgresCluster, PostgresBackup):
+        for resource in (PostgresCluster, PostgresBackup, PostgresPooler):
             crd = await client.get(CRD, resource.resource.crd_name)
             found = get_condition((crd.get("status") or {}).get("conditions"), "Established")
             if found is None or found["status"] != "True":
@@ -66,7 +67,10 @@ class Operator:
         allowed_backup_endpoints: tuple[str, ...] = (),
         allowed_priority_classes: tuple[str, ...] = (),
         versions: VersionedRelease | None = None,
+        poolers: bool = False,
     ) -> None:
+        self.poolers = poolers
+        """Run the PostgresPooler controller too (its CRD comes with install_postgres_crd)."""
         self.versions = versions
         """The release's API versions served through a conversion webhook (issue 28); None: v1alpha1 alone."""
         self.allowed_priority_classes = allowed_priority_classes
@@ -94,7 +98,8 @@ class Operator:
                                       default_backup_repository=self.default_backup_repository,
                                       backup_now=self.backup_now or utc_now, namespaces=self.also_watch,
                                       allowed_backup_endpoints=self.allowed_backup_endpoints,
-                                      allowed_priority_classes=self.allowed_priority_classes)  # fmt: skip
+                                      allowed_priority_classes=self.allowed_priority_classes,
+                                      poolers=self.poolers)  # fmt: skip
             if self.versions is not None:
                 options = dataclasses.replace(options, webhook=self.versions.webhook, versions=self.versions.versions,
                                               upgrade_crds=True)  # fmt: skip

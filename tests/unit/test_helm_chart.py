@@ -12,7 +12,7 @@ from kanri.images.catalog import BuiltImage
 from kanri.images.chart import package_chart
 from kanri.postgres.backup.archiving import load_repository
 from kanri.postgres.children.images import PostgresImages
-from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
+from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER, POSTGRES_POOLER
 from kanri.postgres.operator import UPGRADE_CRDS_ENV, operator_crds
 from kanri.runtime import Kind
 from kanri.runtime import kinds as builtin_kinds
@@ -26,7 +26,7 @@ FIX_MANIFEST = "run `make manifests` and commit deploy/operator/operator.yaml (e
 
 # Whether each (API group, resource) the chart's rules name is namespaced: kanri's built-in kinds and its CRD.
 _KINDS: list[Kind] = [k for k in vars(builtin_kinds).values() if isinstance(k, Kind)]
-_KINDS += [POSTGRES_CLUSTER, POSTGRES_BACKUP]
+_KINDS += [POSTGRES_CLUSTER, POSTGRES_BACKUP, POSTGRES_POOLER]
 NAMESPACED = {(k.group, k.plural): k.namespaced for k in _KINDS} | {("events.k8s.io", "events"): True}
 
 Grant = tuple[str, str, str]
@@ -249,7 +249,7 @@ def test_monitoring_toggles() -> None:
     }  # fmt: skip
 
 
-KANRI_KINDS = ["postgresclusters", "postgresbackups"]
+KANRI_KINDS = ["postgresclusters", "postgresbackups", "postgrespoolers"]
 ALL_VERBS = {"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
 AGGREGATE = "rbac.authorization.k8s.io/aggregate-to-"
 

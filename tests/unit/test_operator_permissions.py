@@ -15,7 +15,7 @@ from kanri.postgres import kinds as postgres_kinds
 from kanri.postgres.operator import CRD_UPGRADE, LEADER_ELECTION, WRITES, permissions
 from kanri.runtime import Kind
 from kanri.runtime import kinds as builtin_kinds
-from tests.helm_support import CLIENT_VERBS, ROOT, Needed, as_grants, of_kind, rule_grants, template
+from tests.helm_support import CHILDREN_VERBS, CLIENT_VERBS, ROOT, Needed, as_grants, of_kind, rule_grants, template
 
 POSTGRES_SRC = ROOT / "src" / "kanri" / "postgres"
 KIND_CONSTANTS: dict[str, Kind] = {
@@ -33,6 +33,9 @@ RUNTIME_WRITES = {
     (postgres_kinds.POSTGRES_CLUSTER, ""): frozenset({"get"}),
     (postgres_kinds.POSTGRES_CLUSTER, "finalizers"): frozenset({"update"}),
     (builtin_kinds.EVENT, ""): frozenset({"create", "patch"}),
+    # the PostgresPooler's pass (kit.ObjectPass): its StatusLedger patches status, re-reading the object on a conflict
+    (postgres_kinds.POSTGRES_POOLER, ""): frozenset({"get"}),
+    (postgres_kinds.POSTGRES_POOLER, "status"): frozenset({"patch"}),
 }
 
 
@@ -41,6 +44,11 @@ def _is_client(node: ast.expr) -> bool:
     return (isinstance(node, ast.Name) and node.id == "client") or (
         isinstance(node, ast.Attribute) and node.attr in ("client", "_client")
     )
+
+
+def _is_children(node: ast.expr) -> bool:
+    # ctx.children.x: kit's child writer
+    return isinstance(node, ast.Attribute) and node.attr == "children"
 
 
 def _kind_of(arg: ast.expr) -> Kind | None:
@@ -66,6 +74,8 @@ def writes_in_code() -> tuple[Needed, list[str]]:
                 # The pass's own ``self.apply(KIND, desired)`` (``step.apply`` in a concern's step written against
                 # the pass's Protocol): sync.ensure, a server-side apply.
                 verbs = CLIENT_VERBS["apply"] if func.value.id in ("self", "step") else None
+            elif isinstance(func, ast.Attribute) and func.attr in CHILDREN_VERBS and _is_children(func.value):
+                verbs = ("", CHILDREN_VERBS[func.attr])  # kit's child writer (the PostgresPooler's pass)
             elif isinstance(func, ast.Name) and func.id in HELPER_VERBS and len(node.args) > 1:
                 verbs, kind_arg = HELPER_VERBS[func.id], node.args[1]
             if verbs is None:

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 
 from kanri.postgres.api.conversion import POSTGRES, POSTGRES_BACKUPS, POSTGRES_CLUSTERS
 from kanri.postgres.api.served import SERVED, SERVED_BACKUPS, SERVED_CLUSTERS, STORAGE_VERSION, served_crds
+from kanri.postgres.api.v1alpha1.postgres_pooler import PostgresPooler
 from kanri.postgres.operator import (
     CONVERSION,
     OperatorOptions,
@@ -88,9 +89,10 @@ def test_the_webhook_is_configured_from_the_pod_environment() -> None:
 
 
 def test_without_a_webhook_the_operator_keeps_its_single_version_crds() -> None:
-    assert [len(crd["spec"]["versions"]) for crd in operator_crds()] == [1, 1]
+    assert [len(crd["spec"]["versions"]) for crd in operator_crds()] == [1, 1, 1]  # the pooler's too
     assert all("conversion" not in crd["spec"] for crd in operator_crds())
-    assert operator_crds(WEBHOOK) == served_crds(WEBHOOK.client_config())
+    # the PostgresPooler is served in v1alpha1 alone, outside the conversion (docs/pooler.md)
+    assert operator_crds(WEBHOOK) == [*served_crds(WEBHOOK.client_config()), crd_for(PostgresPooler)]
     assert _versions(operator_crds(WEBHOOK, POSTGRES)[0])["v1beta1"]["storage"] is True
 
 
@@ -116,8 +118,8 @@ async def test_the_operator_with_a_webhook_brings_the_two_version_crds_and_is_un
         options = OperatorOptions(webhook=WEBHOOK, upgrade_crds=True, health_port=None, leader_election=False)
         manager = build_manager(client, options)
         assert isinstance(manager, _CrdUpgradingManager)
-        assert manager.crds == served_crds(WEBHOOK.client_config())
+        assert manager.crds == [*served_crds(WEBHOOK.client_config()), crd_for(PostgresPooler)]
         assert not manager.ready()
         plain = build_manager(client, OperatorOptions(upgrade_crds=True, health_port=None, webhook=None))
         assert isinstance(plain, _CrdUpgradingManager)
-        assert [len(crd["spec"]["versions"]) for crd in plain.crds] == [1, 1]
+        assert [len(crd["spec"]["versions"]) for crd in plain.crds] == [1, 1, 1]

@@ -71,6 +71,7 @@ def run(
         allowed_backup_endpoints=tuple(e.strip() for e in allowed_backup_endpoint or () if e.strip()),
         allowed_priority_classes=tuple(c.strip() for c in allowed_priority_class or () if c.strip()),
         node_monitor_grace=node_monitor_grace,
+        poolers=True,
     )
     try:
         asyncio.run(_run(str(kubeconfig) if kubeconfig else None, options))

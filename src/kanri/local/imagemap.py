@@ -11,7 +11,8 @@
   ICU, so an ICU collation made there could not be carried to 16.
 - ``kanri.dev/operator:*``: the operator, ``kanri run``; the image's user is uid/gid 65532 (as distroless images).
 - ``kanri.dev/pgbouncer:1.18`` (when ``make system`` installed Debian's pgbouncer): the PostgresPooler's pods,
-  ``/usr/sbin/pgbouncer`` with the pod's pgbouncer.ini; the image's user is ``pgbouncer`` (uid/gid 70).
+  ``python -m kanri.postgres.pooler.agent`` running ``/usr/sbin/pgbouncer`` with the pod's pgbouncer.ini and serving
+  its metrics; the image's user is ``pgbouncer`` (uid/gid 70).
 - ``kanri.dev/seaweedfs:4.48`` (when ``make backup-tools`` installed ``weed``): the local object store,
   :mod:`kanri.local.s3server`; the image's user is ``seaweed`` (uid/gid 10001).
 
@@ -155,7 +156,7 @@ def default_image_map(python: Path = SYSTEM_PYTHON) -> list[dict[str, Any]]:
     entries += seaweedfs_entries(interpreter, base_env)
     entries += valkey_entries(interpreter, base_env)  # cache operator (issue 31)
     entries += kafka_entries(interpreter, base_env)  # kafka operator (issue 30)
-    entries += pgbouncer_entries()  # connection pooler (issue 29 item 6)
+    entries += pgbouncer_entries(interpreter, base_env)  # connection pooler (issue 29 item 6)
     return entries + registry_aliases(entries)
 
 
@@ -238,17 +239,19 @@ def kafka_entries(interpreter: str, base_env: dict[str, str]) -> list[dict[str, 
     ]
 
 
-def pgbouncer_entries(binary: Path = Path("/usr/sbin/pgbouncer")) -> list[dict[str, Any]]:
-    """``kanri.dev/pgbouncer:1.18`` (PostgresPooler, docs/pooler.md): Debian's pgbouncer (``make system`` installs
-    it; under ``/usr``, which every container sees), the container's args naming its pgbouncer.ini, as the image's
-    ``pgbouncer`` user (uid/gid 70). None without the binary (its pods fail ImageNotMapped)."""
+def pgbouncer_entries(interpreter: str, base_env: dict[str, str],
+                      binary: Path = Path("/usr/sbin/pgbouncer")) -> list[dict[str, Any]]:  # fmt: skip
+    """``kanri.dev/pgbouncer:1.18`` (PostgresPooler, docs/pooler.md): the pods' agent (``python -m
+    kanri.postgres.pooler.agent``: PgBouncer as its child, its metrics on port 9127) with Debian's pgbouncer (``make
+    system`` installs it; under ``/usr``, which every container sees), the container's args naming its pgbouncer.ini,
+    as the image's ``pgbouncer`` user (uid/gid 70). None without the binary (its pods fail ImageNotMapped)."""
     if not binary.exists():
         return []
     return [
         {
             "image": f"{PGBOUNCER_IMAGE}:1.18",
-            "command": [str(binary)],
-            "env": {"PATH": _PATH, "HOME": "/tmp"},
+            "command": [interpreter, "-m", "kanri.postgres.pooler.agent"],
+            "env": base_env | {"PATH": _PATH, "HOME": "/tmp", "KANRI_PGBOUNCER": str(binary)},
             "users": [{"name": "pgbouncer", "uid": PGBOUNCER_UID, "gid": PGBOUNCER_UID, "home": "/tmp"}],
         }
     ]

@@ -20,6 +20,7 @@ from kanri.kit import Permission, grant
 from kanri.postgres.api import CUSTOM_RESOURCES
 from kanri.postgres.api.served import SERVED  # issue 28: the versions this release serves
 from kanri.postgres.api.v1alpha1.backup import S3Repository
+from kanri.postgres.api.v1alpha1.postgres_pooler import PostgresPooler
 from kanri.postgres.backup.archiving import BackupMetrics, BackupSettings, identities_for, utc_now
 from kanri.postgres.backup.controller import BackupClient, PostgresBackupReconciler
 from kanri.postgres.children.images import PostgresImages
@@ -29,6 +30,8 @@ from kanri.postgres.ha.position import NODE_GRACE
 from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
 from kanri.postgres.labels import CLUSTER, foreign
 from kanri.postgres.metrics import PostgresMetrics
+from kanri.postgres.pooler.controller import POSTGRES_POOLER, PostgresPoolerReconciler, pooler_controller
+from kanri.postgres.pooler.steps import PoolerRoleClient
 from kanri.postgres.versions import (  # issue 28
     check_single_version,
     serve_versions,
@@ -55,6 +58,7 @@ from kanri.runtime import (
 from kanri.runtime.kinds import (
     CONFIG_MAP,
     CRD,
+    DEPLOYMENT,
     ENDPOINT_SLICE,
     EVENT,
     LEASE,
@@ -125,6 +129,11 @@ WRITES: tuple[Permission, ...] = (
     grant(POSTGRES_BACKUP, "patch", subresource="status"),  # the backup's state machine
     # a read, not a write: is the primary's Node cordoned? Then a planned switchover first (ha/maintenance.py)
     grant(NODE, "get"),
+    # PostgresPooler (pooler/): its status, and PgBouncer's Deployment (applied; Services, ConfigMaps and Secrets
+    # are granted above)
+    grant(POSTGRES_POOLER, "get"),  # kit's status ledger re-reads it after a conflict
+    grant(POSTGRES_POOLER, "patch", subresource="status"),
+    grant(DEPLOYMENT, "create", "patch"),
 )
 # Reads beyond the informers' list + watch: -rw's EndpointSlices, listed while Ready waits until -rw routes to the
 # primary (cluster/routed.py).
@@ -153,7 +162,7 @@ def permissions() -> dict[tuple[Kind, str], frozenset[str]]:
     """Everything the operator needs outside leader election: list + watch on what it watches, plus WRITES, READS
     and CRD_UPGRADE."""
     needed: dict[tuple[Kind, str], frozenset[str]] = {}
-    for kind in (POSTGRES_CLUSTER, POSTGRES_BACKUP, *OWNED, *LABELLED, *CLUSTER_WIDE):
+    for kind in (POSTGRES_CLUSTER, POSTGRES_BACKUP, POSTGRES_POOLER, DEPLOYMENT, *OWNED, *LABELLED, *CLUSTER_WIDE):
         needed[(kind, "")] = frozenset({"list", "watch"})
     for permission in (*WRITES, *READS, *CRD_UPGRADE):
         key = (permission.kind, permission.subresource)
@@ -219,6 +228,9 @@ class OperatorOptions:
     leader's storage migration rewrites every object). Only used with ``webhook``."""
     storage_migration_rate: float = 20.0
     """Objects the storage migration rewrites per second at most."""
+    poolers: bool = False
+    """Run the PostgresPooler controller (``kanri run`` does; docs/pooler.md). Its CRD must be installed: every
+    controller waits for every informer's first list, so an unserved kind would hold the whole operator."""
 
 
 def _by_cluster_label(obj: Obj) -> list[Request]:
@@ -305,14 +317,20 @@ def build_manager(
     manager.add_runnable("postgres-background", reconciler.own_background)
     if isinstance(reconciler.instances, BackupClient):  # a test's stand-in without the backup endpoints: none
         manager.add(_backup_controller(manager, client, reconciler, options))
+    if options.poolers and isinstance(reconciler.instances, PoolerRoleClient):
+        poolers = PostgresPoolerReconciler(manager.cache, client, instances=reconciler.instances,
+                                           events=reconciler.events)  # fmt: skip
+        manager.add(
+            pooler_controller(manager.cache, poolers, max_concurrent_reconciles=options.max_concurrent_reconciles)
+        )
     return manager
 
 
 def operator_crds(webhook: WebhookOptions | None = None, versions: Conversions = SERVED) -> list[Obj]:
     """The CRDs this operator serves: without a webhook v1alpha1 alone, as deploy/crds/ holds them; with one,
     every version of ``versions`` converted by it."""
-    if webhook is not None:
-        return versioned_crds(versions, webhook)
+    if webhook is not None:  # the pooler's kind is served in v1alpha1 alone, without conversion
+        return [*versioned_crds(versions, webhook), crd_for(PostgresPooler)]
     return [crd_for(*kind_versions) for kind_versions in CUSTOM_RESOURCES]
 
 

@@ -71,9 +71,19 @@ there is no exec, no RBAC object, no node and no namespace among them.
 - apiGroups: ["kanri.dev"]
   resources: ["postgresbackups/status"]
   verbs: ["patch"]
+# PostgresPoolers (docs/pooler.md): read, their status written; PgBouncer's Deployment applied
+- apiGroups: ["kanri.dev"]
+  resources: ["postgrespoolers"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["kanri.dev"]
+  resources: ["postgrespoolers/status"]
+  verbs: ["patch"]
 - apiGroups: ["apps"]
   resources: ["statefulsets"]
   verbs: ["list", "watch", "create", "patch", "delete"]
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["list", "watch", "create", "patch"]
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
   verbs: ["list", "watch", "create", "patch", "delete"]
@@ -115,10 +125,10 @@ there is no exec, no RBAC object, no node and no namespace among them.
   resources: ["nodes"]
   verbs: ["get"]
 {{- if .Values.upgradeCRDs }}
-# Its own two CRDs, by name: replaced with the operator's at start (values `upgradeCRDs`; crds/ creates them).
+# Its own three CRDs, by name: replaced with the operator's at start (values `upgradeCRDs`; crds/ creates them).
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
-  resourceNames: ["postgresclusters.kanri.dev", "postgresbackups.kanri.dev"]
+  resourceNames: ["postgresclusters.kanri.dev", "postgresbackups.kanri.dev", "postgrespoolers.kanri.dev"]
   verbs: ["get", "update"]
 {{- end }}
 {{- end -}}

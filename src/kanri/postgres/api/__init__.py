@@ -9,6 +9,7 @@ stored, v1beta1 served), which an operator given a webhook serves (the chart's `
 from __future__ import annotations
 
 from kanri.postgres.api import v1alpha1, v1beta1
+from kanri.postgres.api.v1alpha1.postgres_pooler import PostgresPooler
 from kanri.runtime import CustomResource
 
 __all__ = ["CUSTOM_RESOURCES", "v1alpha1", "v1beta1"]
@@ -16,4 +17,5 @@ __all__ = ["CUSTOM_RESOURCES", "v1alpha1", "v1beta1"]
 CUSTOM_RESOURCES: tuple[tuple[type[CustomResource], ...], ...] = (
     (v1alpha1.PostgresCluster,),
     (v1alpha1.PostgresBackup,),
+    (PostgresPooler,),  # v1alpha1 only: not in the v1beta1 conversion (docs/pooler.md)
 )

@@ -1,0 +1,113 @@
+"""PgBouncer's ``SHOW POOLS`` and ``SHOW STATS`` as Prometheus samples, read at each scrape.
+
+The agent logs in to PgBouncer's admin console (database ``pgbouncer``) on 127.0.0.1 as the lookup role, which
+``stats_users`` names, with the password from the pod's auth file and TLS verified against the cluster's CA (the
+pooler's certificate carries 127.0.0.1). The console speaks the simple query protocol only (psycopg's
+``ClientCursor``). A failed read answers ``kanri_pgbouncer_up 0`` and no other sample.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from kanri.contract.pooler import POOLER_ROLE
+
+__all__ = ["PoolerCollector", "console_reader", "password_from_auth_file", "samples"]
+
+Row = Mapping[str, Any]
+POOL_GAUGES = {
+    "cl_active": ("clients_active", "Client connections linked to a server connection or idle"),
+    "cl_waiting": ("clients_waiting", "Client connections waiting for a server connection"),
+    "sv_active": ("servers_active", "Server connections linked to a client"),
+    "sv_idle": ("servers_idle", "Server connections idle and ready for a client"),
+    "sv_used": ("servers_used", "Server connections idle longer than server_check_delay"),
+    "sv_login": ("servers_login", "Server connections logging in"),
+}
+STATS_COUNTERS = {
+    "total_xact_count": ("transactions", "SQL transactions pooled", 1.0),
+    "total_query_count": ("queries", "SQL queries pooled", 1.0),
+    "total_wait_time": ("client_wait_seconds", "Time clients spent waiting for a server connection", 1e-6),
+    "total_received": ("received_bytes", "Bytes received from clients", 1.0),
+    "total_sent": ("sent_bytes", "Bytes sent to clients", 1.0),
+}
+
+
+def password_from_auth_file(path: Path, user: str = POOLER_ROLE) -> str | None:
+    """The password of ``user`` in a PgBouncer auth file (``"user" "password"`` lines, ``""`` escaping ``"``)."""
+    for line in path.read_text().splitlines():
+        parts, current, quoted, i = [], "", False, 0
+        while i < len(line):
+            char = line[i]
+            if char == '"' and quoted and line[i + 1 : i + 2] == '"':
+                current, i = current + '"', i + 2
+                continue
+            if char == '"':
+                quoted = not quoted
+                if not quoted:
+                    parts.append(current)
+                    current = ""
+            elif quoted:
+                current += char
+            i += 1
+        if len(parts) >= 2 and parts[0] == user:
+            return parts[1]
+    return None
+
+
+def samples(pools: Iterable[Row], stats: Iterable[Row]) -> list[Metric]:
+    """The metric families of one scrape (pure): a gauge per pool column, a counter per stats column."""
+    families: list[Metric] = [GaugeMetricFamily("kanri_pgbouncer_up", "PgBouncer's admin console answered", value=1)]
+    gauges = {column: GaugeMetricFamily(f"kanri_pgbouncer_{name}", text, labels=["database", "user"])
+              for column, (name, text) in POOL_GAUGES.items()}  # fmt: skip
+    wait = GaugeMetricFamily("kanri_pgbouncer_max_wait_seconds", "Longest wait of a client in the pool",
+                             labels=["database", "user"])  # fmt: skip
+    for row in pools:
+        labels = [str(row.get("database")), str(row.get("user"))]
+        for column, family in gauges.items():
+            family.add_metric(labels, float(row.get(column) or 0))
+        wait.add_metric(labels, float(row.get("maxwait") or 0) + float(row.get("maxwait_us") or 0) / 1e6)
+    counters = {column: CounterMetricFamily(f"kanri_pgbouncer_{name}", text, labels=["database"])
+                for column, (name, text, _) in STATS_COUNTERS.items()}  # fmt: skip
+    for row in stats:
+        for column, counter in counters.items():
+            counter.add_metric([str(row.get("database"))], float(row.get(column) or 0) * STATS_COUNTERS[column][2])
+    return [*families, *gauges.values(), wait, *counters.values()]
+
+
+def console_reader(port: int, auth_file: Path, ca_file: Path) -> Callable[[], tuple[list[Row], list[Row]]]:
+    """Reads ``SHOW POOLS`` and ``SHOW STATS`` from the local PgBouncer."""
+
+    def read() -> tuple[list[Row], list[Row]]:
+        password = password_from_auth_file(auth_file)
+        with psycopg.connect(host="127.0.0.1", port=port, dbname="pgbouncer", user=POOLER_ROLE, password=password,
+                             sslmode="verify-full", sslrootcert=str(ca_file), connect_timeout=3, autocommit=True,
+                             cursor_factory=psycopg.ClientCursor) as conn:  # fmt: skip
+            found: list[list[Row]] = []
+            for command in ("SHOW POOLS", "SHOW STATS"):
+                cursor = conn.execute(command)
+                names = [c.name for c in cursor.description or []]
+                found.append([dict(zip(names, row, strict=True)) for row in cursor.fetchall()])
+            return found[0], found[1]
+
+    return read
+
+
+class PoolerCollector(Collector):
+    """A collector that asks PgBouncer at each scrape."""
+
+    def __init__(self, read: Callable[[], tuple[list[Row], list[Row]]]) -> None:
+        self.read = read
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            pools, stats = self.read()
+        except (psycopg.Error, OSError):
+            yield GaugeMetricFamily("kanri_pgbouncer_up", "PgBouncer's admin console answered", value=0)
+            return
+        yield from samples(pools, stats)
