@@ -326,6 +326,16 @@ INVALID = [
         ("spec.replication.syncStandbys", "syncStandbys applies to mode Sync only"),
     ),
     Refused(
+        "data-durability-with-async",
+        {"replication": {"dataDurability": "preferred"}},
+        ("spec.replication.dataDurability", "dataDurability applies to mode Sync only"),
+    ),
+    Refused(
+        "data-durability-unknown",
+        {"replication": {"mode": "Sync", "dataDurability": "best-effort"}},
+        ('Unsupported value: "best-effort"',),
+    ),
+    Refused(
         "retention-days-zero",
         {"backup": {"retentionDays": 0, "repository": {"s3": S3}}},
         ("spec.backup.retentionDays", "greater than or equal to 1"),

@@ -40,6 +40,8 @@ def specs(draw: st.DrawFn, suffix: str, amounts: st.SearchStrategy[Any]) -> dict
                             "storage": {"size": draw(st.sampled_from(["1Gi", "10Gi", "500Mi"]))}}  # fmt: skip
     if replicas >= 2 and draw(st.booleans()):
         spec["replication"] = {"mode": "Sync", "syncStandbys": draw(st.integers(1, replicas - 1))}
+        if draw(st.booleans()):
+            spec["replication"]["dataDurability"] = draw(st.sampled_from(["required", "preferred"]))
     if draw(st.booleans()):
         spec.setdefault("replication", {})["maxReadLag" + suffix] = draw(amounts)
     if draw(st.booleans()):

@@ -37,12 +37,14 @@ def instance_config(
     archive: Obj | None = None,
     recovery: Obj | None = None,
     upgrade: Obj | None = None,
+    synchronous: int | None = None,
 ) -> str:
     """The JSON document at ``/etc/kanri/config/instance.json`` (keys sorted: same input, same bytes); ``archive``
     is where WAL goes (:func:`kanri.postgres.backup.archiving.archive_target`), absent without a repository;
     ``recovery`` the
     backups a new cluster restores (:func:`kanri.postgres.recovery.bootstrap.entry`), absent once restored or with
-    initdb."""
+    initdb. ``synchronous``: how many synchronous standbys now (``dataDurability: preferred`` may lower it:
+    :mod:`kanri.postgres.ha.durability`); None: the spec's number."""
     parameters = dict(spec.postgresql.parameters) if spec.postgresql else {}
     # constructed, not validated: the entries come already built by their own contract types (archiving's
     # ArchiveTarget, bootstrap's RecoveryPlan, the upgrade's UpgradeNote); what the instance would refuse is refused
@@ -50,7 +52,7 @@ def instance_config(
     config = ClusterConfig.model_construct(
         parameters=parameters,
         instances=tuple(instances),
-        synchronous_standbys=synchronous_standbys(spec),
+        synchronous_standbys=synchronous_standbys(spec) if synchronous is None else synchronous,
         system_identifier=system_identifier,
         archive=None if archive is None else ArchiveTarget.model_construct(**archive),
         recovery=None if recovery is None else _recovery_plan(recovery),
@@ -78,8 +80,9 @@ def config_map(
     recovery: Obj | None = None,
     *,
     upgrade: Obj | None = None,
+    synchronous: int | None = None,
 ) -> Obj:
     name = cluster["metadata"]["name"]
     meta = child_meta(cluster, names.config_map(name), cluster_labels(name))
-    document = instance_config(spec, instances, system_identifier, archive, recovery, upgrade)
+    document = instance_config(spec, instances, system_identifier, archive, recovery, upgrade, synchronous)
     return owned("v1", "ConfigMap", meta, data={CONFIG_KEY: document})

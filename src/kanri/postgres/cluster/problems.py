@@ -42,6 +42,9 @@ delete that pod |
 | ``VolumePending`` | the operator, from a claim: it stays unbound | fix the StorageClass or its provisioner |
 | ``VolumeResizeFailed`` | the operator, from a claim: its expansion failed or stays unfinished | see its message |
 | ``CrashLoopBackOff`` | the operator, from a pod: its container keeps exiting | see the log lines in the message |
+| ``DurabilityReduced`` | the operator, from the primary's ``pg_stat_replication``: with ``dataDurability: preferred``,
+fewer replicas stream than ``syncStandbys``, so commits wait for fewer (:mod:`kanri.postgres.ha.durability`) | bring
+the replicas back; nothing once they stream again |
 | ``ReadsWithheld`` | the operator, from the primary's ``pg_stat_replication``: a ready replica further behind in
 replay than ``replication.maxReadLagBytes``, or not streaming | nothing while it catches up; a frozen WAL receiver:
 restart that instance's pod |
@@ -112,6 +115,8 @@ SEVERITY = (
     "VolumeResizeFailed",
     "CrashLoopBackOff",
     "InstanceProblem",
+    # The cluster serves; commits wait for fewer standbys than syncStandbys (dataDurability preferred).
+    "DurabilityReduced",
     # The cluster serves; one replica's reads are routed elsewhere until it catches up (kanri.postgres.ha.reads).
     "ReadsWithheld",
 )

@@ -19,6 +19,7 @@ import structlog
 from pydantic import ValidationError
 
 from kanri.kit import ObjectMemory
+from kanri.postgres import names
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.backup import archiving as backup
 from kanri.postgres.backup import schedule as backup_schedule
@@ -55,6 +56,7 @@ from kanri.postgres.cluster.routed import unrouted
 from kanri.postgres.cluster.status import SWITCHOVER_SETTLE, Observation
 from kanri.postgres.cluster.sync import ensure
 from kanri.postgres.credentials import step as credentials_step
+from kanri.postgres.ha import durability as sync_durability
 from kanri.postgres.ha import primary_update
 from kanri.postgres.ha.failover import SUSPECT_INTERVAL
 from kanri.postgres.ha.failover_step import FailoverStep, StepResult
@@ -329,6 +331,8 @@ class ClusterPass:
         """Why ``-rw`` does not route to the primary yet (:mod:`kanri.postgres.cluster.routed`)."""
         self.reads = ReadLag(lag={}, withheld={})
         """The replicas' lag as the primary sees it, and those withheld from reads (:mod:`kanri.postgres.ha.reads`)."""
+        self.durability: sync_durability.Durability | None = None
+        """How many synchronous standbys commits wait for now (:mod:`kanri.postgres.ha.durability`)."""
 
     @property
     def cache(self) -> Cache:
@@ -381,6 +385,8 @@ class ClusterPass:
         archive = backup.archive_target(repository, backup.server_name(self.cluster))
         # bootstrap.recovery: where the source's backups are; no instance before that is known (it would initdb)
         restore = await recovery.prepare(self, self.r.backup, archive, initialised=data.system_identifier is not None)
+        # dataDurability preferred: as many synchronous standbys as replicas stream now (never more than asked)
+        self.durability = self.synchronous_standbys(seen, data.plan)
         await self.shared_children(data.plan, data.system_identifier, archive, restore.entry)
         # A failover in progress changes nothing else: no rollout, scale-down or restart.
         changes = await self.converge(seen, data, restore, failing_over=step.active)
@@ -439,6 +445,14 @@ class ClusterPass:
         plan, removal_waiting = gate_removals(plan, seen.reports)  # a replica goes only once proven a replica
         return Data(plan=plan, major=major, system_identifier=system_identifier, removal_waiting=removal_waiting)
 
+    def synchronous_standbys(self, seen: Seen, plan: InstancePlan) -> sync_durability.Durability:
+        """The number for ``synchronous_standby_names``, from the primary's report and the ConfigMap's number."""
+        primary = plan.primary
+        streaming = None if primary is None else sync_durability.streaming_standbys(
+            seen.reports.get(primary), primary, plan.instances)  # fmt: skip
+        current = self.cache.get(CONFIG_MAP, names.config_map(self.name), self.namespace)
+        return sync_durability.decide(self.spec, streaming, sync_durability.in_force(current))
+
     async def converge(self, seen: Seen, data: Data, restore: Restore, *, failing_over: bool) -> Changes:
         """Scale, roll out the instances, budgets, volumes, role labels, restarts and the primary's update."""
         changes = Changes()
@@ -480,6 +494,8 @@ class ClusterPass:
         if (lagging := withheld_problem(self.reads.withheld, seen.reports, memory.withheld)) is not None:
             self.problems.append(lagging)
         memory.withheld = frozenset(self.reads.withheld)
+        if self.durability is not None and (reduced := sync_durability.problem(self.durability)) is not None:
+            self.problems.append(reduced)
         known = {p.subject for p in self.problems if p.subject is not None}
         self.problems.extend(report_problems(seen.reports, known=known))
         self.problems.extend(pod_problems(seen.pods, seen.claims, datetime.now(UTC), storage_classes={
@@ -598,7 +614,8 @@ class ClusterPass:
         """The ConfigMap (parameters, instance list, system identifier, archive target, recovery source), the
         instances' ServiceAccount, the three Services and the NetworkPolicy."""
         document = config_map(self.cluster, self.spec, plan.instances, system_identifier, archive, restore,
-                              upgrade=upgrade_step.config_note(self.status))  # fmt: skip
+                              upgrade=upgrade_step.config_note(self.status),
+                              synchronous=None if self.durability is None else self.durability.count)  # fmt: skip
         await self.apply(CONFIG_MAP, document)
         await self.apply(SERVICE_ACCOUNT, service_account(self.cluster))  # and no Role: children/rbac.py says why
         # by app name too once no pod relies on the older selectors (docs/postgres-operator.md, "Labels and selectors")

@@ -18,9 +18,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from kanri.postgres import names
+from kanri.postgres.children.config import synchronous_standbys
 from kanri.postgres.cluster.problems import Problem
 from kanri.postgres.cluster.recorded import LAST_PRIMARY, TIMELINE
-from kanri.postgres.ha import loss
+from kanri.postgres.ha import durability, loss
 from kanri.postgres.ha import switchover as switchovers
 from kanri.postgres.ha.announce import announce_missed, finished_event, mark_announced
 from kanri.postgres.ha.context import FailoverContext, Operator, iso, log, parse_time, status_progress
@@ -47,7 +49,7 @@ from kanri.postgres.ha.rejoin import rejoin_former_primaries
 from kanri.postgres.labels import FENCED, PRIMARY
 from kanri.postgres.metrics import lsn_bytes
 from kanri.runtime import ApiError
-from kanri.runtime.kinds import NODE
+from kanri.runtime.kinds import CONFIG_MAP, NODE
 
 __all__ = ["FailoverStep", "Operator", "StepResult"]
 
@@ -267,15 +269,16 @@ class FailoverStep(FailoverContext):
         return found
 
     def decide(self, progress: Obj, candidates: list[Candidate]) -> Decision:
-        replication = self.spec.replication
-        sync = replication.mode == "Sync"
+        sync = self.spec.replication.mode == "Sync"
+        # dataDurability preferred may have lowered the number commits waited for: count on the one in force
+        in_force = durability.in_force(self.r.cache.get(CONFIG_MAP, names.config_map(self.name), self.namespace))
         return guard(
             candidates,
             primary_lsn=progress.get("primaryLSN"),
             policy=self.spec.failover.policy,
             max_data_loss_bytes=self.spec.failover.max_data_loss_bytes,
             sync_mode=sync,
-            sync_standbys=(replication.sync_standbys or 1) if sync else 0,
+            sync_standbys=durability.guarded_standbys(synchronous_standbys(self.spec), in_force),
             standbys=len(self.instances) - 1,
             approved=self.annotations.get(APPROVE),
             evidence=str(progress.get("primaryLSNEvidence") or ""),

@@ -28,6 +28,7 @@ from kanri.postgres.api.v1alpha1.postgresql import OPERATOR_OWNED_PARAMETERS, SU
 from kanri.postgres.api.v1alpha1.replication import (
     DEFAULT_MAX_DATA_LOSS_BYTES,
     DEFAULT_MAX_READ_LAG_BYTES,
+    DataDurability,
     Failover,
     FailoverPolicy,
     Replication,
@@ -72,6 +73,7 @@ __all__ = [
     "BackupStatus",
     "Bootstrap",
     "Cron",
+    "DataDurability",
     "DeletionPolicy",
     "Failover",
     "FailoverCandidate",

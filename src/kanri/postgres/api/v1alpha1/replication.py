@@ -12,6 +12,7 @@ from kanri.runtime import cel
 __all__ = [
     "DEFAULT_MAX_DATA_LOSS_BYTES",
     "DEFAULT_MAX_READ_LAG_BYTES",
+    "DataDurability",
     "Failover",
     "FailoverPolicy",
     "Replication",
@@ -20,6 +21,7 @@ __all__ = [
 
 ReplicationMode = Literal["Async", "Sync"]
 FailoverPolicy = Literal["Automatic", "Manual"]
+DataDurability = Literal["required", "preferred"]
 
 DEFAULT_MAX_DATA_LOSS_BYTES = 16 * 1024 * 1024
 """One WAL segment: an automatic failover that could lose more than this waits for approval."""
@@ -36,6 +38,11 @@ class Replication(
             "self.mode == 'Sync' || !has(self.syncStandbys)",
             "syncStandbys applies to mode Sync only: remove it or set mode: Sync",
             field_path=".syncStandbys",
+        ),
+        cel(
+            "self.mode == 'Sync' || !has(self.dataDurability)",
+            "dataDurability applies to mode Sync only: remove it or set mode: Sync",
+            field_path=".dataDurability",
         ),
     ],
 ):
@@ -55,11 +62,23 @@ class Replication(
     Must be less than replicas (the primary is not its own standby), unless the cluster is hibernated
     (replicas 0). Only allowed with mode Sync."""
 
+    data_durability: DataDurability | None = None
+    """With mode Sync: what a commit does while fewer than syncStandbys replicas are streaming. required (default):
+    it waits for them, so an acknowledged commit is always on syncStandbys replicas, and writes stop while too few
+    are connected. preferred: the operator lowers the number of synchronous standbys to the replicas streaming now
+    (down to none), so writes go on with reduced durability; the Degraded condition and a Warning Event say so
+    (reason DurabilityReduced), and the number goes back up as replicas stream again. Only allowed with mode Sync."""
+
     max_read_lag_bytes: Annotated[int, Field(ge=0)] | None = None
     """How far behind the primary a replica may have replayed, in bytes of WAL, and still serve reads. Default
     16777216 (16 MiB, one WAL segment). A replica further behind, or one the primary no longer lists as streaming
     (its lag is then unknown), leaves the -ro and -r Services until it has caught up; the Degraded condition says
     which (reason ReadsWithheld). Unset: the default."""
+
+    @property
+    def durability(self) -> DataDurability:
+        """dataDurability, or its default (required)."""
+        return self.data_durability or "required"
 
     @property
     def read_lag_bound(self) -> int:

@@ -9,7 +9,7 @@ from pydantic import AfterValidator, Field
 from kanri.postgres.api import v1alpha1
 from kanri.postgres.api.v1alpha1 import DEFAULT_MAX_DATA_LOSS_BYTES, FailoverPolicy
 from kanri.postgres.api.v1alpha1._base import ApiModel
-from kanri.postgres.api.v1alpha1.replication import DEFAULT_MAX_READ_LAG_BYTES, ReplicationMode
+from kanri.postgres.api.v1alpha1.replication import DEFAULT_MAX_READ_LAG_BYTES, DataDurability, ReplicationMode
 from kanri.runtime import Quantity, cel, parse_quantity
 
 __all__ = ["DEFAULT_MAX_DATA_LOSS", "MAX_BYTES", "Failover", "Replication", "byte_count", "byte_quantity"]
@@ -63,17 +63,23 @@ _MODE = str(_ALPHA["mode"].description).replace("maxDataLossBytes", "maxDataLoss
 class Replication(ApiModel, validations=v1alpha1.Replication.__kanri_validations__):
     """How replicas follow the primary (streaming replication)."""
 
-    # mode and syncStandbys are v1alpha1's fields, declared with its types, defaults and descriptions.
+    # mode, syncStandbys and dataDurability are v1alpha1's fields, declared with its types, defaults and descriptions.
     mode: Annotated[ReplicationMode, Field(description=_MODE)] = "Async"
     sync_standbys: Annotated[
         Annotated[int, Field(ge=1, le=8)] | None, Field(description=_ALPHA["sync_standbys"].description)
     ] = None
+    data_durability: Annotated[DataDurability | None, Field(description=_ALPHA["data_durability"].description)] = None
 
     max_read_lag: ByteQuantity | None = None
     """How far behind the primary a replica may have replayed, as an amount of WAL such as 16Mi (v1alpha1:
     maxReadLagBytes, a byte count), and still serve reads. Default 16Mi (one WAL segment). A replica further behind,
     or one the primary no longer lists as streaming (its lag is then unknown), leaves the -ro and -r Services until
     it has caught up; the Degraded condition says which (reason ReadsWithheld). Unset: the default."""
+
+    @property
+    def durability(self) -> DataDurability:
+        """dataDurability, or its default (required)."""
+        return self.data_durability or "required"
 
     @property
     def read_lag_bound(self) -> int:
