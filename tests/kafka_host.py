@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,12 +74,18 @@ def host_broker(workdir: Path, libs: Path = DIST_LIBS, timeout: float = 60.0) ->
 
 @contextlib.contextmanager
 def host_cluster(
-    workdir: Path, nodes: int, libs: Path = DIST_LIBS, timeout: float = 60.0, voters: int | None = None
+    workdir: Path,
+    nodes: int,
+    libs: Path = DIST_LIBS,
+    timeout: float = 60.0,
+    voters: int | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[list[HostBroker]]:
     """Start ``nodes`` nodes of one quorum — the first ``voters`` (default: all) combined broker+controller, the
     rest brokers only — node N on 127.0.0.(N+1) (all of 127/8 is this machine's loopback, so the nodes share one
     pair of ports: the voter list names hosts, not ports), data under ``workdir/nodeN``; stop them after the block
-    (with any node :func:`add_node` started into the list)."""
+    (with any node :func:`add_node` started into the list). ``env``: more of the launcher's settings for every node
+    (a TLS listener, say)."""
     if not (libs / "kafka-clients-4.4.0.jar").exists():
         raise FileNotFoundError(f"no Kafka jars in {libs}: run `make kafka-dist`")
     port, controller_port = free_port(), free_port()
@@ -90,18 +96,22 @@ def host_cluster(
         for node in range(nodes):
             host = f"127.0.0.{node + 1}"
             data = workdir if nodes == 1 else workdir / f"node{node}"
-            env = os.environ | {
-                "KAFKA_CLUSTER_ID": cluster_id,
-                "KAFKA_VOTERS": voter_list,
-                "KAFKA_NODE_ID": str(node),
-                "KAFKA_HOST": host,
-                "KAFKA_BIND": host,
-                "KAFKA_PORT": str(port),
-                "KAFKA_CONTROLLER_PORT": str(controller_port),
-                "KAFKA_DATA_DIR": str(data),
-                "KAFKA_LIBS": str(libs),
-            }
-            brokers.append(_start(data, env, f"{host}:{port}"))
+            node_env = (
+                os.environ
+                | dict(env or {})
+                | {
+                    "KAFKA_CLUSTER_ID": cluster_id,
+                    "KAFKA_VOTERS": voter_list,
+                    "KAFKA_NODE_ID": str(node),
+                    "KAFKA_HOST": host,
+                    "KAFKA_BIND": host,
+                    "KAFKA_PORT": str(port),
+                    "KAFKA_CONTROLLER_PORT": str(controller_port),
+                    "KAFKA_DATA_DIR": str(data),
+                    "KAFKA_LIBS": str(libs),
+                }
+            )
+            brokers.append(_start(data, node_env, f"{host}:{port}"))
         for broker in brokers:
             _wait_ready(broker, timeout)
         yield brokers

@@ -1,31 +1,36 @@
 """The Kafka operator end to end on a local node: a 3-broker KRaft cluster of real pods (kanri.dev/kafka:4.4.0, the
 launcher and the kafka-dist jars) and a topic grown from 6 to 12 partitions in checked steps while a keyed
-``acks=all`` producer runs and one broker's pod is deleted (made again on its volume) mid-growth. Every
+``acks=all`` producer runs and one broker's pod is deleted (made again on its volume) mid-growth; then, still under
+the producer, a fourth (broker-only) node is added and the replicas spread onto it, and it is drained and removed. Every
 acknowledged message is in the ledger; afterwards every one is consumed exactly as acknowledged (same partition,
 same offset): none lost. Per-key order is measured and asserted within a partition."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import threading
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 import pytest_asyncio
 from confluent_kafka import Consumer, Producer
 
-from kanri.kafka.api import CLUSTER_KIND, TOPIC_KIND, KafkaCluster, KafkaTopic
+from kanri.kafka.api import CLUSTER_KIND, DRAIN_BROKERS, TOPIC_KIND, KafkaCluster, KafkaTopic
 from kanri.kafka.cluster.reconciler import controller as cluster_controller
+from kanri.kafka.topics.admin import TopicAdmin
 from kanri.kafka.topics.reconciler import controller as topic_controller
+from kanri.kit import tls
 from kanri.local import Endpoint
 from kanri.local.node import LocalNode
 from kanri.runtime import Client, Manager, ManagerOptions, install_crd
-from kanri.runtime.kinds import POD
+from kanri.runtime.kinds import POD, SECRET
 from tests.support import eventually
 
 pytestmark = [pytest.mark.timeout(420)]
@@ -139,6 +144,26 @@ async def healthy(client: Client, namespace: str, old_uid: str) -> Obj | None:
     return cluster if cluster is not None and cluster["status"]["readyBrokers"] == 3 else None
 
 
+async def settled(client: Client, namespace: str, brokers: int) -> Obj | None:
+    """The cluster once it runs ``brokers`` nodes, every one ready, no rebalance left and nothing under-replicated."""
+    cluster = await phase(client, CLUSTER_KIND, namespace, "events", "Ready")
+    if cluster is None:
+        return None
+    status = cluster["status"]
+    done = status.get("replicas") == status.get("readyBrokers") == brokers and "rebalance" not in status
+    return cluster if done and status.get("underReplicatedPartitions") == 0 else None
+
+
+async def replicas_on(bootstrap: str, broker: int) -> tuple[int, int]:
+    """Partition replicas (every topic, internal ones included) broker ``broker`` holds now, and in the cluster."""
+    admin = TopicAdmin(bootstrap)
+    try:
+        rows = (await admin.partition_map())[1]
+    finally:
+        admin.close()
+    return sum(1 for row in rows if broker in row[3]), sum(len(row[3]) for row in rows)
+
+
 async def phase(client: Client, kind: Any, namespace: str, name: str, wanted: str) -> Obj | None:
     obj = await client.get(kind, name, namespace)
     status = obj.get("status") or {}
@@ -173,10 +198,23 @@ async def test_a_topic_grows_6_to_12_in_steps_under_a_keyed_acks_all_producer_an
         growth_seconds = time.monotonic() - started
         # the restarted broker is back: the cluster is Ready again (3 brokers, nothing under-replicated)
         healed = await eventually(lambda: healthy(client, namespace, restarted), timeout=180)
+        # still under the producer: a fourth broker (broker only) added, replicas spread onto it, then drained off
+        # again and removed
+        await client.patch(CLUSTER_KIND, "events", {"spec": {"replicas": 4}}, namespace)
+        spread = await eventually(lambda: settled(client, namespace, 4), timeout=240)
+        on_broker_3, replicas = await replicas_on(bootstrap, 3)
+        await client.patch(CLUSTER_KIND, "events", {"spec": {"replicas": 3}, "metadata": {"annotations": {
+            DRAIN_BROKERS: "3"}}}, namespace)  # fmt: skip
+        await eventually(lambda: settled(client, namespace, 3), timeout=240)
+        left_on_3, _ = await replicas_on(bootstrap, 3)
         await asyncio.sleep(3)  # the producer sees the new partitions (metadata every second) and writes to them
     finally:
         await asyncio.to_thread(producer.close)
     assert healed["status"]["underReplicatedPartitions"] == 0
+    assert spread["status"]["controllers"] == 3
+    # its share: no broker holds more than one replica above another after the rebalance
+    assert on_broker_3 >= replicas // 4, f"broker 3 got {on_broker_3} of {replicas} replicas after the scale-up"
+    assert left_on_3 == 0, f"broker 3 still holds {left_on_3} replicas after its drain"
     steps = [(s["fromPartitions"], s["toPartitions"]) for s in grown["status"]["steps"]]
     assert steps == [(6, 8), (8, 10), (10, 12)]
     assert grown["status"]["partitions"] == 12
@@ -202,3 +240,82 @@ async def test_a_topic_grows_6_to_12_in_steps_under_a_keyed_acks_all_producer_an
         f"{keys_moved} of {KEYS} keys moved partition during the growth"
     )
     assert keys_moved > 0  # the producer did use the new partitions
+
+
+TLS_CLIENT = """
+import sys
+from confluent_kafka import Consumer, Producer, TopicPartition
+conf = {"bootstrap.servers": sys.argv[1], "security.protocol": "SSL", "ssl.ca.location": sys.argv[2],
+        "ssl.endpoint.identification.algorithm": "https"}
+acked = []
+producer = Producer(conf | {"acks": "all", "message.timeout.ms": 20000})
+for i in range(20):
+    producer.produce("secure", value=b"m%d" % i, on_delivery=lambda error, _m: acked.append(error is None))
+producer.flush(40)
+if acked.count(True) != 20:
+    print("acknowledged", acked.count(True), "of 20", flush=True)
+    sys.exit(1)
+consumer = Consumer(conf | {"group.id": "tls-pod", "auto.offset.reset": "earliest"})
+consumer.assign([TopicPartition("secure", 0, 0)])
+seen = 0
+for _ in range(240):
+    message = consumer.poll(0.5)
+    seen += message is not None and message.error() is None
+    if seen >= 20:
+        break
+consumer.close()
+sys.exit(0 if seen >= 20 else 2)
+"""
+
+
+def tls_client_pod(name: str, bootstrap: str, secret: str) -> Obj:
+    """A client in the pod network: Python's confluent-kafka over TLS to ``bootstrap``, trusting only the ``ca.crt``
+    of ``secret`` and checking the broker's name; it exits 0 once 20 messages went in and came back out."""
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532},
+            "containers": [{"name": "client", "image": "kanri.dev/operator:test",
+                            "command": ["python3", "-c", TLS_CLIENT, bootstrap, "/ca/ca.crt"],
+                            "volumeMounts": [{"name": "ca", "mountPath": "/ca", "readOnly": True}]}],
+            "volumes": [{"name": "ca", "secret": {"secretName": secret}}],
+        },
+    }  # fmt: skip
+
+
+async def pod_ended(client: Client, namespace: str, name: str) -> Obj | None:
+    """The pod's status once it ended (phase Succeeded or Failed: its container's exit code says why)."""
+    status = (await client.get(POD, name, namespace)).get("status") or {}
+    return status if status.get("phase") in ("Succeeded", "Failed") else None
+
+
+async def test_tls_clients_trusting_the_clusters_ca_produce_and_consume_and_others_are_refused(
+    operator: Client, namespace: str
+) -> None:
+    client = operator
+    spec = {"replicas": 1, "storage": {"size": "256Mi"}, "tls": {"enabled": True}}
+    await client.create(CLUSTER_KIND, {"metadata": {"name": "secure", "namespace": namespace}, "spec": spec})
+    cluster = await eventually(lambda: phase(client, CLUSTER_KIND, namespace, "secure", "Ready"), timeout=240)
+    tls_status = cluster["status"]["tls"]
+    assert tls_status["bootstrap"] == f"secure-bootstrap.{namespace}.svc:9094"
+    assert tls_status["caSecret"] == "secure-ca"
+    ca = await client.get(SECRET, "secure-ca", namespace)
+    assert set(ca["data"]) == {"ca.crt"}  # what clients read holds no key
+    topic = {"cluster": "secure", "partitions": 1, "replicationFactor": 1}
+    await client.create(TOPIC_KIND, {"metadata": {"name": "secure", "namespace": namespace}, "spec": topic})
+    await eventually(lambda: phase(client, TOPIC_KIND, namespace, "secure", "Ready"), timeout=60)
+
+    other = tls.build_ca("another CA", datetime.now(UTC))
+    await client.create(SECRET, {"metadata": {"name": "other-ca", "namespace": namespace},
+                                 "data": {"ca.crt": base64.b64encode(other.cert).decode()}})  # fmt: skip
+    await client.create(POD, tls_client_pod("trusting", tls_status["bootstrap"], "secure-ca") | {
+        "metadata": {"name": "trusting", "namespace": namespace}})  # fmt: skip
+    await client.create(POD, tls_client_pod("stranger", tls_status["bootstrap"], "other-ca") | {
+        "metadata": {"name": "stranger", "namespace": namespace}})  # fmt: skip
+    trusting = await eventually(lambda: pod_ended(client, namespace, "trusting"), timeout=180)
+    assert trusting["phase"] == "Succeeded", trusting
+    stranger = await eventually(lambda: pod_ended(client, namespace, "stranger"), timeout=180)
+    assert stranger["phase"] == "Failed", stranger
+    # refused at the handshake (exit 1: nothing acknowledged), not a client that could not start
+    assert stranger["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 1, stranger

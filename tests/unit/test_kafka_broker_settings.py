@@ -70,3 +70,19 @@ def test_cluster_ids_are_22_url_safe_characters_and_differ() -> None:
     assert len(first) == 22
     assert first != second
     assert set(first) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+
+
+def test_a_tls_listener_is_advertised_by_the_pods_name_with_a_pem_keystore() -> None:
+    env = {"HOSTNAME": "events-1", "KAFKA_VOTERS": "0=a,1=b,2=c", "KAFKA_DATA_DIR": "/var/lib/kafka",
+           "KAFKA_HOST": "10.0.0.2", "KAFKA_TLS_DIR": "/etc/kafka/tls", "KAFKA_TLS_PORT": "9094",
+           "KAFKA_TLS_HOST_SUFFIX": ".events-brokers.shop.svc.cluster.local"}  # fmt: skip
+    props = settings_from(env).properties()
+    assert props["listeners"] == "PLAINTEXT://:9092,CONTROLLER://:9093,TLS://:9094"
+    assert props["advertised.listeners"] == \
+        "PLAINTEXT://10.0.0.2:9092,TLS://events-1.events-brokers.shop.svc.cluster.local:9094"  # fmt: skip
+    assert props["listener.security.protocol.map"].endswith(",TLS:SSL")
+    assert props["listener.name.tls.ssl.keystore.type"] == "PEM"
+    assert props["listener.name.tls.ssl.keystore.location"] == "/var/lib/kafka/config/tls-keystore.pem"
+    plain = settings_from({k: v for k, v in env.items() if not k.startswith("KAFKA_TLS")}).properties()
+    assert "TLS" not in plain["listeners"]
+    assert not [k for k in plain if k.startswith("listener.name.tls")]

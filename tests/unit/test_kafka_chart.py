@@ -146,9 +146,12 @@ def test_the_write_table_is_exactly_the_writes_the_code_sends() -> None:
     assert not unused, f"writes WRITES lists that no code sends: {as_grants(unused)}"
 
 
-def test_the_operator_holds_no_right_to_secrets_rbac_or_into_pods() -> None:
+def test_the_operator_holds_no_right_to_rbac_or_into_pods_and_of_secrets_only_what_tls_needs() -> None:
     granted = as_grants(permissions())
-    assert not {r for _, r, _ in granted if r in ("secrets", "roles", "rolebindings", "clusterroles",
+    # TLS: the cluster's CA (created once, read back) and the brokers' certificate; never delete, update or list
+    # beyond the informer's list + watch
+    assert {v for _, r, v in granted if r == "secrets"} == {"get", "list", "watch", "create", "patch"}
+    assert not {r for _, r, _ in granted if r in ("roles", "rolebindings", "clusterroles",
                                                   "pods/exec", "pods/attach", "pods/portforward", "nodes",
                                                   "namespaces", "serviceaccounts/token")}  # fmt: skip
     assert not {v for *_, v in granted if v in ("bind", "escalate", "impersonate", "*")}

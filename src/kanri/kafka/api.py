@@ -29,12 +29,14 @@ __all__ = [
     "KafkaCluster",
     "KafkaClusterSpec",
     "KafkaClusterStatus",
+    "KafkaTls",
     "KafkaTopic",
     "KafkaTopicSpec",
     "KafkaTopicStatus",
     "PartitionGrowth",
     "Rebalance",
     "ReplicasChange",
+    "TlsStatus",
 ]
 
 MAX_NAME_LENGTH = 40
@@ -87,6 +89,15 @@ BrokerConfig = Annotated[
 ]
 
 
+class KafkaTls(KubeModel):
+    """TLS between clients and brokers."""
+
+    enabled: bool = False
+    """A TLS listener on port 9094 of every broker, advertised by the pod's stable DNS name
+    (``<name>-N.<name>-brokers.<namespace>.svc.cluster.local``); its certificate is signed by the cluster's own CA,
+    published for clients in the Secret ``<name>-ca`` (``ca.crt``) and renewed from it before it expires."""
+
+
 class KafkaClusterSpec(
     KubeModel,
     validations=[
@@ -116,6 +127,21 @@ class KafkaClusterSpec(
     """Broker settings (``server.properties`` keys), e.g. ``num.partitions``. The operator's keys are refused."""
     deletion_policy: Literal["Retain", "Delete"] = "Retain"
     """What deleting the cluster does to its volumes: Retain keeps them for a new cluster of the same name."""
+    tls: KafkaTls = Field(default_factory=KafkaTls)
+    """TLS for clients (the brokers and the operator talk over the pod network's plain listener)."""
+
+
+class TlsStatus(KubeModel):
+    """The cluster's TLS listener as the operator last issued it."""
+
+    bootstrap: str
+    """``host:port`` for TLS clients: the bootstrap Service's name (the certificate names it)."""
+    ca_secret: str
+    """The Secret whose ``ca.crt`` clients trust."""
+    ca_expires: datetime | None = None
+    server_expires: datetime | None = None
+    """The brokers' certificate; reissued from the same CA once a third of its lifetime is left (a rolling restart
+    loads it)."""
 
 
 class BrokerStatus(KubeModel):
@@ -194,6 +220,8 @@ class KafkaClusterStatus(kit.KitStatus):
     condition says why)."""
     controllers: int | None = None
     """The KRaft controller voters: nodes 0..controllers-1 (fixed when the cluster was made)."""
+    tls: TlsStatus | None = None
+    """The TLS listener (unset: TLS off)."""
     rebalance: Rebalance | None = None
     """Partition replicas being moved between brokers: onto new brokers after a scale-up, off the brokers a
     scale-down removes (a drain). Cleared when done."""

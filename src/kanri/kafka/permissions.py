@@ -11,14 +11,14 @@ from __future__ import annotations
 from kanri import runtime as kr
 from kanri.kafka.api import CLUSTER_KIND, TOPIC_KIND
 from kanri.kit import Permission, grant, needed
-from kanri.runtime.kinds import CONFIG_MAP, EVENT, LEASE, POD, PVC, SERVICE, STATEFUL_SET
+from kanri.runtime.kinds import CONFIG_MAP, EVENT, LEASE, POD, PVC, SECRET, SERVICE, STATEFUL_SET
 
 __all__ = ["LEADER_ELECTION", "WATCHED", "WRITES", "Permission", "permissions"]
 
 
 # What the two controllers watch, each needing list + watch for its informer: the clusters and topics, the children
 # a cluster owns, and the broker pods and volumes it maps back by label.
-WATCHED: tuple[kr.Kind, ...] = (CLUSTER_KIND, TOPIC_KIND, STATEFUL_SET, SERVICE, CONFIG_MAP, POD, PVC)
+WATCHED: tuple[kr.Kind, ...] = (CLUSTER_KIND, TOPIC_KIND, STATEFUL_SET, SERVICE, CONFIG_MAP, SECRET, POD, PVC)
 # Every write the operator sends, per kind. Server-side apply is a PATCH that creates a missing object (kit's
 # children.apply patches again when the apply dropped a field), so an applied kind needs create and patch.
 WRITES: tuple[Permission, ...] = (
@@ -32,6 +32,7 @@ WRITES: tuple[Permission, ...] = (
     # applied; the KRaft cluster id's ConfigMap is created once, and released or deleted with the volumes
     grant(CONFIG_MAP, "create", "patch", "delete"),
     grant(SERVICE, "create", "patch"),
+    grant(SECRET, "get", "create", "patch"),  # TLS on: the cluster's CA (created once, read back) and certificate
     grant(STATEFUL_SET, "create", "patch"),
     grant(PVC, "patch", "delete"),  # the brokers' volumes: released or deleted at the cluster's deletion
     grant(POD, "delete"),  # a rolling restart deletes one broker's pod at a time

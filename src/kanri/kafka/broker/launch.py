@@ -9,6 +9,10 @@ The environment (set by the KafkaCluster's StatefulSet, or by the tests for a ho
 - ``KAFKA_HOST`` — the name this node is advertised by; when absent, ``HOSTNAME`` + ``KAFKA_HOST_SUFFIX``.
 - ``KAFKA_DATA_DIR`` — the volume: partitions under ``log/``, the written config under ``config/``.
 - ``KAFKA_PORT`` / ``KAFKA_CONTROLLER_PORT`` (9092 / 9093), ``KAFKA_BIND`` (listen address, default every one).
+- ``KAFKA_TLS_DIR`` — when set, a TLS listener for clients: the folder holds ``tls.crt`` (the chain) and ``tls.key``
+  (PKCS#8), written together into one PEM keystore on the volume at start; ``KAFKA_TLS_PORT`` (9094) and the name
+  it is advertised by, ``KAFKA_TLS_HOST`` or ``HOSTNAME`` + ``KAFKA_TLS_HOST_SUFFIX`` (the pod's stable DNS name,
+  which the certificate names).
 - ``KAFKA_CONFIG_FILE`` — the user's broker config (``key=value``; the operator's keys refused).
 - ``KAFKA_LIBS`` — the folder of the broker's jars (``make kafka-dist``: ``.build/kafka/libs``), ``KAFKA_JAVA`` the
   java binary (default: ``java`` on PATH), ``KAFKA_HEAP_OPTS`` the JVM's memory flags.
@@ -57,6 +61,7 @@ def settings_from(env: Mapping[str, str]) -> NodeSettings:
     if config_file := env.get("KAFKA_CONFIG_FILE"):
         path = Path(config_file)
         extra = parse_properties(path.read_text()) if path.exists() else {}
+    tls = bool(env.get("KAFKA_TLS_DIR"))
     return NodeSettings(
         node_id=int(node),
         host=env.get("KAFKA_HOST") or hostname + env.get("KAFKA_HOST_SUFFIX", ""),
@@ -66,6 +71,9 @@ def settings_from(env: Mapping[str, str]) -> NodeSettings:
         controller_port=int(env.get("KAFKA_CONTROLLER_PORT", "9093")),
         bind=env.get("KAFKA_BIND", ""),
         extra=extra,
+        tls_port=int(env.get("KAFKA_TLS_PORT", "9094")) if tls else None,
+        tls_host=(env.get("KAFKA_TLS_HOST") or hostname + env.get("KAFKA_TLS_HOST_SUFFIX", "")) if tls else "",
+        tls_keystore=str(Path(env["KAFKA_DATA_DIR"]) / "config" / "tls-keystore.pem") if tls else "",
     )
 
 
@@ -93,6 +101,12 @@ def prepare(env: Mapping[str, str]) -> Path:
     config = Path(env["KAFKA_DATA_DIR"]) / "config"
     config.mkdir(parents=True, exist_ok=True)
     (config / "log4j2.properties").write_text(LOG4J2)
+    if settings.tls_keystore:
+        # Kafka's PEM keystore is one file: the private key, then the certificate chain (the Secret keeps them apart)
+        tls = Path(env["KAFKA_TLS_DIR"])
+        keystore = Path(settings.tls_keystore)
+        keystore.touch(mode=0o600)
+        keystore.write_bytes((tls / "tls.key").read_bytes() + (tls / "tls.crt").read_bytes())
     server = config / "server.properties"
     server.write_text(settings.render())
     if not (Path(settings.data_dir) / "meta.properties").exists():

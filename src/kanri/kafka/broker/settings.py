@@ -51,6 +51,12 @@ class NodeSettings:
     """The address listeners bind to: "" is every interface."""
     extra: Mapping[str, str] = field(default_factory=dict)
     """The user's broker config (never an owned key)."""
+    tls_port: int | None = None
+    """A TLS listener for clients on this port (None: none)."""
+    tls_host: str = ""
+    """The name the TLS listener is advertised by: one the server certificate names (clients verify it)."""
+    tls_keystore: str = ""
+    """A PEM file holding the listener's private key and certificate chain."""
 
     @property
     def controller(self) -> bool:
@@ -63,8 +69,20 @@ class NodeSettings:
         # internal topics must fit the cluster: a one-node quorum cannot hold three replicas of __consumer_offsets
         internal_rf = str(min(3, replicas))
         listeners = f"PLAINTEXT://{self.bind}:{self.port}"
+        advertised = f"PLAINTEXT://{self.host}:{self.port}"
+        protocols = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
         if self.controller:
             listeners += f",CONTROLLER://{self.bind}:{self.controller_port}"
+        tls: dict[str, str] = {}
+        if self.tls_port is not None:
+            if not self.tls_host or not self.tls_keystore:
+                raise ValueError("a TLS listener needs the name it is advertised by and its keystore")
+            listeners += f",TLS://{self.bind}:{self.tls_port}"
+            advertised += f",TLS://{self.tls_host}:{self.tls_port}"
+            protocols += ",TLS:SSL"
+            tls = {"listener.name.tls.ssl.keystore.type": "PEM",
+                   "listener.name.tls.ssl.keystore.location": self.tls_keystore,
+                   "listener.name.tls.ssl.client.auth": "none"}  # fmt: skip
         props = {
             "process.roles": "broker,controller" if self.controller else "broker",
             "node.id": str(self.node_id),
@@ -72,8 +90,8 @@ class NodeSettings:
                 f"{nid}@{host}:{self.controller_port}" for nid, host in sorted(self.voters.items())
             ),
             "listeners": listeners,
-            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "advertised.listeners": advertised,
+            "listener.security.protocol.map": protocols,
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "log.dirs": self.data_dir,
@@ -88,7 +106,7 @@ class NodeSettings:
         refused = sorted(set(self.extra) & OWNED_KEYS)
         if refused:
             raise ValueError(f"broker config may not set {', '.join(refused)}: the operator owns them")
-        return props | dict(self.extra)
+        return props | tls | dict(self.extra)
 
     def render(self) -> str:
         return "".join(f"{key}={value}\n" for key, value in self.properties().items())

@@ -31,6 +31,9 @@ name)."""
 KAFKA_UID = 1001
 CLIENT_PORT = 9092
 CONTROLLER_PORT = 9093
+TLS_PORT = 9094
+TLS_DIR = "/etc/kafka/tls"
+TLS_HASH = LABELS.key("tls-hash")
 DATA_DIR = "/var/lib/kafka"
 CONFIG_DIR = "/etc/kafka/user"
 CLUSTER_ID_KEY = "clusterId"
@@ -52,6 +55,34 @@ def bootstrap_name(cluster: str) -> str:
 
 def config_name(cluster: str) -> str:
     return child_name(cluster, "config")
+
+
+def ca_name(cluster: str) -> str:
+    """The CA certificate clients trust (``ca.crt``)."""
+    return child_name(cluster, "ca")
+
+
+def ca_key_name(cluster: str) -> str:
+    """The CA's certificate and key: read by the operator only."""
+    return child_name(cluster, "ca-key")
+
+
+def tls_name(cluster: str) -> str:
+    """The brokers' certificate and key (``tls.crt``, ``tls.key``, ``ca.crt``), mounted in every broker pod."""
+    return child_name(cluster, "tls")
+
+
+def tls_dns_names(cluster: str, namespace: str) -> list[str]:
+    """What the brokers' certificate names: every pod under the headless Service (a wildcard: the names clients
+    are sent to by the metadata), and the bootstrap Service in every form a client may use."""
+    headless, bootstrap = headless_name(cluster), bootstrap_name(cluster)
+    return [f"*.{headless}.{namespace}.svc.cluster.local", f"*.{headless}.{namespace}.svc",
+            f"{bootstrap}.{namespace}.svc.cluster.local", f"{bootstrap}.{namespace}.svc",
+            f"{bootstrap}.{namespace}", bootstrap]  # fmt: skip
+
+
+def tls_bootstrap(cluster: str, namespace: str) -> str:
+    return f"{bootstrap_name(cluster)}.{namespace}.svc:{TLS_PORT}"
 
 
 def default_controllers(spec: KafkaClusterSpec) -> int:
@@ -92,18 +123,20 @@ def config_hash(spec: KafkaClusterSpec) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _service(cluster: str, name: str, **extra: Any) -> Obj:
+def _service(cluster: str, name: str, tls: bool = False, **extra: Any) -> Obj:
     ports = [{"name": "kafka", "port": CLIENT_PORT, "targetPort": CLIENT_PORT}]
+    if tls:
+        ports.append({"name": "kafka-tls", "port": TLS_PORT, "targetPort": TLS_PORT})
     if extra.get("clusterIP") == "None":
         ports.append({"name": "controller", "port": CONTROLLER_PORT, "targetPort": CONTROLLER_PORT})
     return {"metadata": {"name": name, "labels": LABELS.labels(cluster)},
             "spec": {"selector": LABELS.selector(cluster), "ports": ports, **extra}}  # fmt: skip
 
 
-def services(cluster: str) -> list[Obj]:
+def services(cluster: str, tls: bool = False) -> list[Obj]:
     return [
-        _service(cluster, headless_name(cluster), clusterIP="None", publishNotReadyAddresses=True),
-        _service(cluster, bootstrap_name(cluster)),
+        _service(cluster, headless_name(cluster), tls, clusterIP="None", publishNotReadyAddresses=True),
+        _service(cluster, bootstrap_name(cluster), tls),
     ]
 
 
@@ -118,8 +151,17 @@ def _env(cluster: str, namespace: str, controllers: int) -> list[Obj]:
     ]  # fmt: skip
 
 
-def statefulset(cluster: str, namespace: str, spec: KafkaClusterSpec, controllers: int | None = None) -> Obj:
-    """``controllers``: the voters on record (:func:`default_controllers` for a new cluster when None)."""
+def _tls_env(cluster: str, namespace: str) -> list[Obj]:
+    suffix = f".{headless_name(cluster)}.{namespace}.svc.cluster.local"
+    return [{"name": "KAFKA_TLS_DIR", "value": TLS_DIR}, {"name": "KAFKA_TLS_PORT", "value": str(TLS_PORT)},
+            {"name": "KAFKA_TLS_HOST_SUFFIX", "value": suffix}]  # fmt: skip
+
+
+def statefulset(
+    cluster: str, namespace: str, spec: KafkaClusterSpec, controllers: int | None = None, tls_hash: str | None = None
+) -> Obj:
+    """``controllers``: the voters on record (:func:`default_controllers` for a new cluster when None);
+    ``tls_hash``: a hash of the brokers' certificate when TLS is on (a renewal is a new revision, rolled)."""
     claim_spec: Obj = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": spec.storage.size}}}
     if spec.storage.storage_class_name:
         claim_spec["storageClassName"] = spec.storage.storage_class_name
@@ -135,6 +177,12 @@ def statefulset(cluster: str, namespace: str, spec: KafkaClusterSpec, controller
         "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True,
                             "capabilities": {"drop": ["ALL"]}},
     }  # fmt: skip
+    annotations = {CONFIG_HASH: config_hash(spec)}
+    if spec.tls.enabled:
+        container["env"] += _tls_env(cluster, namespace)
+        container["ports"].append({"name": "kafka-tls", "containerPort": TLS_PORT})
+        container["volumeMounts"].append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
+        annotations[TLS_HASH] = tls_hash or ""
     pod_spec: Obj = {
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
@@ -144,6 +192,8 @@ def statefulset(cluster: str, namespace: str, spec: KafkaClusterSpec, controller
         "containers": [container],
         "volumes": [{"name": "config", "configMap": {"name": config_name(cluster)}}],
     }  # fmt: skip
+    if spec.tls.enabled:
+        pod_spec["volumes"].append({"name": "tls", "secret": {"secretName": tls_name(cluster), "defaultMode": 0o440}})
     return {
         "metadata": {"name": cluster, "labels": LABELS.labels(cluster)},
         "spec": {
@@ -152,8 +202,8 @@ def statefulset(cluster: str, namespace: str, spec: KafkaClusterSpec, controller
             "podManagementPolicy": "Parallel",  # a quorum needs a majority of voters up before any is ready
             "selector": {"matchLabels": LABELS.selector(cluster)},
             # the config's hash in the template: a config change is a new revision, rolled by the operator
-            "template": {"metadata": {"labels": LABELS.labels(cluster),
-                                      "annotations": {CONFIG_HASH: config_hash(spec)}}, "spec": pod_spec},
+            "template": {"metadata": {"labels": LABELS.labels(cluster), "annotations": annotations},
+                         "spec": pod_spec},
             # OnDelete: the StatefulSet controller never restarts a broker; the operator does, one at a time, only
             # when no partition would fall under min.insync.replicas (cluster/rolling.py)
             "updateStrategy": {"type": "OnDelete"},

@@ -14,7 +14,7 @@ from kanri.runtime import Cache, Client, EventRecorder, Result
 
 DRAIN_IMPOSSIBLE = "DrainImpossible"
 #: Problem reasons, most serious first (the Degraded condition names the first).
-SEVERITY = (SCALE_DOWN_REFUSED, DRAIN_IMPOSSIBLE, VOTER_LIST_FIXED)
+SEVERITY = (SCALE_DOWN_REFUSED, DRAIN_IMPOSSIBLE, "InvalidCASecret", VOTER_LIST_FIXED)
 
 
 class ClusterContext(kit.PassContext, Protocol):
@@ -25,6 +25,8 @@ class ClusterContext(kit.PassContext, Protocol):
     """What Kafka reported this pass (None: no broker ready, or Kafka did not answer)."""
     scale: ScaleDecision | None
     """This pass's decision on ``replicas`` (None until the children step made it)."""
+    tls_hash: str | None
+    """A hash of the brokers' certificate (None: TLS off, or not issued this pass)."""
 
 
 ClusterStep = Callable[[ClusterContext], Awaitable[Result | None]]
@@ -39,6 +41,7 @@ class ClusterPass(kit.ObjectPass):
         self._spec = KafkaClusterSpec.model_validate(self.obj.get("spec") or {})
         self.kafka: KafkaView | None = None
         self.scale: ScaleDecision | None = None
+        self.tls_hash: str | None = None
 
     @property
     def spec(self) -> KafkaClusterSpec:

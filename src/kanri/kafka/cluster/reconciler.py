@@ -11,13 +11,13 @@ from prometheus_client import CollectorRegistry
 from kanri import kit
 from kanri import runtime as kr
 from kanri.kafka.api import CLUSTER_FINALIZER, CLUSTER_KIND, FIELD_MANAGER, LABELS
-from kanri.kafka.cluster import rebalance_step, steps
+from kanri.kafka.cluster import rebalance_step, steps, tls_step
 from kanri.kafka.cluster.children import CLIENT_PORT
 from kanri.kafka.cluster.context import ClusterPass, ClusterStep
 from kanri.kafka.cluster.metrics import ClusterMetrics
 from kanri.kafka.cluster.roll_step import roll
 from kanri.kafka.topics.context import Admins
-from kanri.runtime.kinds import CONFIG_MAP, POD, PVC, SERVICE, STATEFUL_SET
+from kanri.runtime.kinds import CONFIG_MAP, POD, PVC, SECRET, SERVICE, STATEFUL_SET
 
 
 class ClusterReconciler:
@@ -35,6 +35,7 @@ class ClusterReconciler:
         self.metrics = ClusterMetrics(registry if registry is not None else manager.registry)
         self.steps: list[ClusterStep] = [
             steps.observe(self.admins, client_port),  # first: a change of replicas is decided from what Kafka holds
+            tls_step.step,  # the CA and the brokers' certificate, whose hash the StatefulSet carries
             steps.write_children,
             roll(self.admins, steps.applied_replicas),  # one broker at a time, min.isr gated
             rebalance_step.step(self.admins),  # replicas onto added brokers, off drained ones: throttled
@@ -79,5 +80,5 @@ def controller(
     cluster metrics go (the manager's, served at /metrics, when None)."""
     reconciler = ClusterReconciler(manager, admins=admins, client_port=client_port, registry=registry)
     built = kr.Controller("kafkacluster", reconciler, for_kind=CLUSTER_KIND)
-    built = built.owns(STATEFUL_SET).owns(SERVICE).owns(CONFIG_MAP)
+    built = built.owns(STATEFUL_SET).owns(SERVICE).owns(CONFIG_MAP).owns(SECRET)
     return built.watches(POD, LABELS.owner_requests).watches(PVC, LABELS.owner_requests)

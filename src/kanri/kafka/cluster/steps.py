@@ -96,9 +96,12 @@ async def write_children(ctx: ClusterContext) -> kr.Result | None:
         await ctx.client.patch(CONFIG_MAP, children.kraft_name(ctx.name), patch, ctx.namespace)
     await rebalance_step.record_start(ctx, current, decision)
     await ctx.children.apply(CONFIG_MAP, children.config_map(ctx.name, spec))
-    for service in children.services(ctx.name):
+    for service in children.services(ctx.name, ctx.spec.tls.enabled):
         await ctx.children.apply(SERVICE, service)
-    await ctx.children.apply(STATEFUL_SET, children.statefulset(ctx.name, ctx.namespace, spec, controllers))
+    if ctx.spec.tls.enabled and ctx.tls_hash is None:
+        return None  # no certificate to mount yet (the CA Secret is unusable: Degraded says why)
+    body = children.statefulset(ctx.name, ctx.namespace, spec, controllers, ctx.tls_hash)
+    await ctx.children.apply(STATEFUL_SET, body)
     if found is not None:
         ctx.ledger.stage("clusterId", (found.get("data") or {}).get(children.CLUSTER_ID_KEY))
     return None

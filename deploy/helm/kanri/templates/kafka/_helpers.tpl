@@ -17,7 +17,8 @@ app.kubernetes.io/name: kanri-kafka-operator
 Exactly what the operator's code uses (kanri.kafka.permissions.permissions(), checked by
 tests/unit/test_kafka_chart.py): list + watch on what its two controllers watch, and only the writes they send.
 Server-side apply creates a missing object, hence create + patch on applied kinds; nothing is replaced (no update),
-no exec, no node, no namespace, no Secret. The brokers themselves are reached over the Kafka protocol.
+no exec, no node, no namespace. Secrets only for TLS (the cluster's CA and the brokers' certificate). The brokers
+themselves are reached over the Kafka protocol.
 */}}
 {{- define "kanri.kafka.rules" -}}
 - apiGroups: ["kanri.dev"]
@@ -40,6 +41,10 @@ no exec, no node, no namespace, no Secret. The brokers themselves are reached ov
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["list", "watch", "create", "patch", "delete"]
+# TLS (spec.tls.enabled): the cluster's CA (created once, read back) and the brokers' certificate
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 # the brokers' volumes: released or deleted at the cluster's deletion (deletionPolicy)
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]

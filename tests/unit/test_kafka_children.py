@@ -1,0 +1,55 @@
+"""What the operator writes for a KafkaCluster (kanri.kafka.cluster.children): the voters on record in the
+StatefulSet and the kraft ConfigMap, and the TLS listener's pieces when ``spec.tls.enabled``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kanri.kafka.api import KafkaClusterSpec
+from kanri.kafka.cluster import children
+
+
+def _spec(**extra: Any) -> KafkaClusterSpec:
+    return KafkaClusterSpec.model_validate({"storage": {"size": "1Gi"}} | extra)
+
+
+def _env(body: dict[str, Any]) -> dict[str, Any]:
+    container = body["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e.get("value") for e in container["env"]}
+
+
+def test_new_clusters_get_three_voters_from_three_nodes_and_one_below() -> None:
+    assert [children.default_controllers(_spec(replicas=n)) for n in (1, 2, 3, 5, 9)] == [1, 1, 3, 3, 3]
+    assert children.default_controllers(_spec(replicas=5, controllers=5)) == 5
+    env = _env(children.statefulset("events", "shop", _spec(replicas=5)))
+    assert env["KAFKA_VOTERS"].count("=") == 3
+    assert env["KAFKA_VOTERS"].startswith("0=events-0.events-brokers.shop.svc.cluster.local,")
+    # the voters on record win over the spec's default: a cluster made with every node a voter keeps them
+    assert (
+        _env(children.statefulset("events", "shop", _spec(replicas=5), controllers=5))["KAFKA_VOTERS"].count("=") == 5
+    )
+    assert children.voter_count(env["KAFKA_VOTERS"]) == 3
+    assert children.kraft_config_map("events", 3)["data"]["controllers"] == "3"
+
+
+def test_tls_mounts_the_certificate_opens_9094_and_rolls_on_a_new_certificate() -> None:
+    plain = children.statefulset("events", "shop", _spec())
+    assert "KAFKA_TLS_DIR" not in _env(plain)
+    assert all(p["port"] != children.TLS_PORT for s in children.services("events") for p in s["spec"]["ports"])
+    one = children.statefulset("events", "shop", _spec(tls={"enabled": True}), tls_hash="aaaa")
+    two = children.statefulset("events", "shop", _spec(tls={"enabled": True}), tls_hash="bbbb")
+    env = _env(one)
+    assert env["KAFKA_TLS_DIR"] == children.TLS_DIR
+    assert env["KAFKA_TLS_HOST_SUFFIX"] == ".events-brokers.shop.svc.cluster.local"
+    pod = one["spec"]["template"]["spec"]
+    assert {"name": "tls", "secret": {"secretName": "events-tls", "defaultMode": 0o440}} in pod["volumes"]
+    annotations = one["spec"]["template"]["metadata"]["annotations"]
+    assert annotations[children.TLS_HASH] == "aaaa"
+    assert two["spec"]["template"]["metadata"]["annotations"][children.TLS_HASH] == "bbbb"
+    assert all(
+        any(p["port"] == children.TLS_PORT for p in s["spec"]["ports"]) for s in children.services("events", True)
+    )
+    names = children.tls_dns_names("events", "shop")
+    # every advertised name (pod-N under the headless Service) matches the wildcard; the bootstrap in every form
+    assert "*.events-brokers.shop.svc.cluster.local" in names
+    assert children.tls_bootstrap("events", "shop").rpartition(":")[0] in names
