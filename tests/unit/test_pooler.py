@@ -13,6 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 from kanri.contract.pooler import AUTH_QUERY, POOLER_ROLE, SCRAM_VERIFIER_PATTERN, PoolerRoleRequest
+from kanri.contract.scram import verifier, verifies
 from kanri.postgres.api.v1alpha1.postgres_pooler import (
     OPERATOR_OWNED,
     USER_PARAMETERS,
@@ -21,7 +22,6 @@ from kanri.postgres.api.v1alpha1.postgres_pooler import (
 )
 from kanri.postgres.pooler import children, config, names, readiness
 from kanri.postgres.pooler.agent import metrics as agent_metrics
-from kanri.postgres.pooler.scram import verifier
 from kanri.runtime import crd_for
 
 
@@ -113,6 +113,12 @@ def test_verifier_is_postgresqls_scram_format_and_matches_a_hand_derivation() ->
     stored = hashlib.sha256(hmac.new(salted, b"Client Key", "sha256").digest()).digest()
     assert made.split("$")[2].split(":")[0] == base64.b64encode(stored).decode()
     assert verifier("pencil") != verifier("pencil")  # a fresh salt each time
+    assert verifies(made, "pencil")
+    assert verifies(verifier("pencil"), "pencil")
+    assert not verifies(made, "pencil2")
+    assert not verifies("md5abc", "pencil")
+    assert not verifies(None, "pencil")
+    assert not verifies("SCRAM-SHA-256$4096:not base64!$x:y", "pencil")
     assert PoolerRoleRequest(verifier=made, databases=["app"]).as_json() == {"verifier": made, "databases": ["app"]}
     with pytest.raises(ValidationError):
         PoolerRoleRequest(verifier="plaintext", databases=["app"])

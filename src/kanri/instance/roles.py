@@ -3,7 +3,9 @@
 Passwords go to the server as SCRAM verifiers computed client-side (libpq's PQencryptPasswordConn), inside a session
 that neither logs its statements nor shows them in ``pg_stat_activity``: the plaintext never leaves the manager, the
 verifier never reaches a log or another session's view (a blocked ``ALTER ROLE`` once showed the superuser's
-verifier there). ALTER ROLE takes no bind parameters, hence ``sql.Literal`` for the verifier.
+verifier there). A stored verifier that already verifies the password is kept (same salt: a pooler's SCRAM
+pass-through keys stay valid across restarts and failovers). ALTER ROLE takes no bind parameters, hence
+``sql.Literal`` for the verifier.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from psycopg import sql
 from psycopg.rows import DictRow
 
 from kanri.contract.roles import REPLICATION_USER, reserved_role
+from kanri.contract.scram import verifies
 from kanri.instance.config import SUPERUSER, Credentials, Settings
 
 log = structlog.get_logger("kanri.instance.roles")
@@ -31,6 +34,13 @@ QUIET = (
 
 
 async def _set_password(conn: psycopg.AsyncConnection[DictRow], role: str, password: str) -> None:
+    """A new verifier only when the stored one does not verify ``password``: the same password under a new salt
+    would break the keys a connection pooler derived from the old verifier (docs/pooler.md), and it writes the
+    catalog for nothing."""
+    cursor = await conn.execute("SELECT rolpassword FROM pg_catalog.pg_authid WHERE rolname = %s", (role,))
+    row = await cursor.fetchone()
+    if row is not None and verifies(row["rolpassword"], password):
+        return
     verifier = conn.pgconn.encrypt_password(password.encode(), role.encode(), b"scram-sha-256").decode()
     await conn.execute(sql.SQL("ALTER ROLE {} WITH PASSWORD {}").format(sql.Identifier(role), sql.Literal(verifier)))
 

@@ -11,6 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 import structlog
 
 from kanri.contract.pooler import PoolerRoleRequest
+from kanri.contract.scram import verifier
 from kanri.kit import PassContext
 from kanri.postgres import names as pg_names
 from kanri.postgres.api.v1alpha1.postgres_pooler import PostgresPoolerSpec
@@ -19,7 +20,6 @@ from kanri.postgres.credentials.secrets import secret_value
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.pooler import children, names
 from kanri.postgres.pooler.config import AUTH_FILE, CONFIG_FILE, auth_file, config_hash, render
-from kanri.postgres.pooler.scram import verifier
 from kanri.postgres.tls import certificates as tls
 from kanri.runtime import get_condition
 from kanri.runtime.kinds import CONFIG_MAP, DEPLOYMENT, SECRET, SERVICE
