@@ -317,12 +317,8 @@ def build_manager(
     manager.add_runnable("postgres-background", reconciler.own_background)
     if isinstance(reconciler.instances, BackupClient):  # a test's stand-in without the backup endpoints: none
         manager.add(_backup_controller(manager, client, reconciler, options))
-    if options.poolers and isinstance(reconciler.instances, PoolerRoleClient):
-        poolers = PostgresPoolerReconciler(manager.cache, client, instances=reconciler.instances,
-                                           events=reconciler.events)  # fmt: skip
-        manager.add(
-            pooler_controller(manager.cache, poolers, max_concurrent_reconciles=options.max_concurrent_reconciles)
-        )
+    if options.poolers:
+        manager.add(_pooler_controller(manager, client, reconciler, options))
     return manager
 
 
@@ -405,3 +401,12 @@ def _backup_controller(manager: Manager, client: Client, reconciler: PostgresClu
     backup_controller.watches(POSTGRES_CLUSTER, _backups_of(manager.cache))
     backup_controller.watches(POSTGRES_BACKUP, _backups_of(manager.cache))
     return backup_controller
+
+
+def _pooler_controller(manager: Manager, client: Client, reconciler: PostgresClusterReconciler,
+                       options: OperatorOptions) -> Controller:  # fmt: skip
+    """The PostgresPooler controller (docs/pooler.md), sharing the cluster reconciler's instance client (which asks
+    the primary for the pooler's lookup role) and Events."""
+    assert isinstance(reconciler.instances, PoolerRoleClient), "the instance client has no pooler action"
+    poolers = PostgresPoolerReconciler(manager.cache, client, instances=reconciler.instances, events=reconciler.events)
+    return pooler_controller(manager.cache, poolers, max_concurrent_reconciles=options.max_concurrent_reconciles)
