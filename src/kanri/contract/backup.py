@@ -1,7 +1,8 @@
 """What the operator and the instance manager agree on about backups: the file names of the repository's key pair
 in the Secret the operator copies for the instances (``<cluster>-backup-credentials``, mounted at
 ``/etc/kanri/backup``), and the bodies of the backup endpoints (``POST /backups`` and ``GET /backups/{id}`` answer a
-:class:`BackupRecord`, ``POST /backups/expire`` an :class:`Expired`, ``POST /wal/switch`` a :class:`WalSwitched`).
+:class:`BackupRecord`, ``POST /backups/expire`` an :class:`Expired`, ``POST /backups/catalogue`` a
+:class:`Catalogue`, ``POST /wal/switch`` a :class:`WalSwitched`).
 
 Every field of these answers is always sent, in the order declared (the order instances have always sent). The
 operator reads them with ``read``: None for a body that is not one, each value defensively
@@ -16,7 +17,16 @@ from pydantic import ConfigDict, ValidationError
 
 from kanri.contract.wire import UNTRUSTED, Count, Name, Text, Wire, reading
 
-__all__ = ["ACCESS_KEY_FILE", "SECRET_KEY_FILE", "BackupRecord", "Expired", "Phase", "WalSwitched"]
+__all__ = [
+    "ACCESS_KEY_FILE",
+    "SECRET_KEY_FILE",
+    "BackupRecord",
+    "Catalogue",
+    "CatalogueEntry",
+    "Expired",
+    "Phase",
+    "WalSwitched",
+]
 
 ACCESS_KEY_FILE = "ACCESS_KEY_ID"
 SECRET_KEY_FILE = "ACCESS_SECRET_KEY"
@@ -83,6 +93,34 @@ class Expired(Wire):
             deleted=[i for i in deleted if isinstance(i, str)] if isinstance(deleted, list) else [],
             failed={str(k): str(v) for k, v in failed.items()} if isinstance(failed, dict) else {},
         )
+
+
+class CatalogueEntry(Wire):
+    """One backup of the repository as Barman Cloud's catalogue lists it (``barman-cloud-backup-list``)."""
+
+    backup_id: Name = None
+    """Barman's id (``YYYYMMDDThhmmss``)."""
+    status: Name = None
+    """Barman's status: ``DONE`` for a complete backup (also ``FAILED``, ``STARTED``, ...)."""
+    end_time: Name = None
+    """When it ended, ISO 8601 with its offset (barman's ``end_time_iso``); None for one that never ended."""
+    name: Name = None
+    """Barman's ``--name`` of it (the operator names its backups after the PostgresBackup's uid)."""
+
+
+class Catalogue(Wire):
+    """``POST /backups/catalogue {"serverName"?}``: every backup of one system in the repository, whether or not an
+    operator recorded it."""
+
+    backups: list[CatalogueEntry]
+
+    @classmethod
+    def read(cls, body: object) -> Catalogue | None:
+        """The catalogue in a body from the network; entries that are not one are left out."""
+        if not isinstance(body, dict) or not isinstance(body.get("backups"), list):
+            return None
+        entries = [_read(CatalogueEntry, item) for item in body["backups"] if isinstance(item, dict)]
+        return cls(backups=[e for e in entries if e is not None])
 
 
 class WalSwitched(Wire):

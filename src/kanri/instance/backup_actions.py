@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from kanri.contract.actions import BackupRequest
 from kanri.contract.backup import WalSwitched
+from kanri.instance.archive import ArchiveTarget
 from kanri.instance.base_backup import BackupError, BaseBackups, state_dir
 from kanri.instance.core import Core
 from kanri.instance.db import connect, fetch_one
@@ -62,13 +63,9 @@ class BackupActions:
             raise ActionError(404, f"no backup {backup} on this instance")
         return record.as_json()
 
-    async def expire_backups(self, body: dict[str, Any]) -> dict[str, Any]:
-        """``POST /backups/expire {"ids", "serverName"?}``: delete these barman backup ids (and the WAL only they
-        needed) — of this system, or of the earlier one ``serverName`` names (a major upgrade's predecessor, which
-        archived under another server name in the same repository)."""
-        ids = body.get("ids")
+    def _target(self, server: object) -> ArchiveTarget | None:
+        """The archive target of this system, or of the earlier system of this cluster ``server`` names."""
         target = self.core.config.archive
-        server = body.get("serverName")
         if target is not None and server is not None and server != target.server_name:
             try:  # only a system of this same cluster, never another cluster's folder
                 target = target.system(str(server))
@@ -76,8 +73,25 @@ class BackupActions:
                 raise ActionError(
                     400, "serverName must name a system of this cluster (<cluster>[.pg<major>])"
                 ) from None
+        return target
+
+    async def expire_backups(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``POST /backups/expire {"ids", "serverName"?}``: delete these barman backup ids (and the WAL only they
+        needed) — of this system, or of the earlier one ``serverName`` names (a major upgrade's predecessor, which
+        archived under another server name in the same repository)."""
+        ids = body.get("ids")
+        target = self._target(body.get("serverName"))
         try:
             return await self.backups.expire(ids if isinstance(ids, list) else [], target)
+        except BackupError as exc:
+            raise ActionError(exc.status, exc.reason) from None
+
+    async def backup_catalogue(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``POST /backups/catalogue {"serverName"?}``: every backup in the repository of this system, or of the
+        earlier one of this cluster ``serverName`` names, as Barman Cloud's catalogue lists it."""
+        target = self._target(body.get("serverName"))
+        try:
+            return await self.backups.catalogue(target)
         except BackupError as exc:
             raise ActionError(exc.status, exc.reason) from None
 

@@ -13,7 +13,9 @@ reaches barman in its environment only (:func:`kanri.instance.archive.credential
 barman's last lines, from which anything looking like a key is never taken (barman does not print keys).
 
 ``POST /backups/expire {"ids": [...]}`` deletes barman backup ids with ``barman-cloud-backup-delete --backup-id``,
-which also removes the WAL no remaining backup needs (WAL older than the oldest backup kept).
+which also removes the WAL no remaining backup needs (WAL older than the oldest backup kept). ``POST
+/backups/catalogue`` lists every backup of the system in the repository (``barman-cloud-backup-list --format json``),
+those no operator recorded too (made by hand, or whose PostgresBackup was deleted), so retention can count them.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Any
 
 import structlog
 
-from kanri.contract.backup import BackupRecord, Expired
+from kanri.contract.backup import BackupRecord, Catalogue, CatalogueEntry, Expired
 from kanri.instance.archive import (
     DEFAULT_CREDENTIALS_DIR,
     ArchiveTarget,
@@ -48,8 +50,10 @@ __all__ = [
     "BackupRecord",
     "BaseBackups",
     "backup_argv",
+    "catalogue_entries",
     "compression_flag",
     "delete_argv",
+    "list_argv",
     "show_argv",
     "state_dir",
 ]
@@ -64,6 +68,8 @@ MAX_ERROR = 300
 BACKUP_TIMEOUT = 6 * 3600.0
 """A backup that runs longer than this is stopped and reported Failed (a hung object store)."""
 DELETE_TIMEOUT = 300.0
+LIST_TIMEOUT = 120.0
+"""``barman-cloud-backup-list`` reads each backup's ``backup.info``: a few seconds for hundreds of backups."""
 
 
 class BackupError(Exception):
@@ -126,6 +132,40 @@ def show_argv(target: ArchiveTarget, backup: str, env: Mapping[str, str] | None 
         target.server_name,
         backup,
     ]
+
+
+def list_argv(target: ArchiveTarget, env: Mapping[str, str] | None = None) -> list[str]:
+    """``barman-cloud-backup-list`` of the system's backups as JSON (barman's catalogue, read from the store)."""
+    return [
+        barman_program("barman-cloud-backup-list", env),
+        *cloud_options(target),
+        "--format",
+        "json",
+        target.destination,
+        target.server_name,
+    ]
+
+
+def catalogue_entries(output: str) -> list[CatalogueEntry]:
+    """The entries of ``barman-cloud-backup-list --format json``'s output; ValueError when it is not that."""
+    try:
+        listed = json.loads(output)["backups_list"]
+    except (ValueError, KeyError, TypeError):
+        raise ValueError("barman-cloud-backup-list did not print its JSON catalogue") from None
+    if not isinstance(listed, list):
+        raise ValueError("barman-cloud-backup-list did not print a list of backups")
+    entries: list[CatalogueEntry] = []
+    for item in listed:
+        if not isinstance(item, dict) or not isinstance(item.get("backup_id"), str):
+            continue
+        entries.append(CatalogueEntry(backup_id=item["backup_id"], status=_text(item.get("status")),
+                                      end_time=_iso(item.get("end_time_iso") or item.get("end_time")),
+                                      name=_text(item.get("backup_name"))))  # fmt: skip
+    return entries
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def delete_argv(target: ArchiveTarget, backup_id: str, env: Mapping[str, str] | None = None) -> list[str]:
@@ -323,6 +363,29 @@ class BaseBackups:
                 failed[backup_id] = _short(output)
         log.info("base backups expired", deleted=deleted, failed=sorted(failed))
         return Expired(deleted=deleted, failed=failed).as_json()
+
+    async def catalogue(self, target: ArchiveTarget | None) -> dict[str, Any]:
+        """Every backup of ``target``'s system in the repository, as barman's catalogue lists it."""
+        if target is None:
+            raise BackupError(409, "no backup repository is configured for this cluster")
+        env = {**self.env, **self._secrets(target)}
+        process = await asyncio.create_subprocess_exec(*list_argv(target, self.env), env=env,
+                                                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                                       stderr=subprocess.PIPE)  # fmt: skip
+        try:
+            async with asyncio.timeout(LIST_TIMEOUT):
+                output, errors = await process.communicate()
+        except (TimeoutError, asyncio.CancelledError):
+            process.kill()
+            await process.wait()
+            raise
+        if process.returncode:
+            raise BackupError(502, f"barman-cloud-backup-list failed: {_short(errors.decode(errors='replace'))}")
+        try:
+            entries = catalogue_entries(output.decode(errors="replace"))
+        except ValueError as exc:
+            raise BackupError(502, str(exc)) from None
+        return Catalogue(backups=entries).as_json()
 
     async def close(self) -> None:
         """Stop a running backup (the manager is shutting down); its record says Failed."""

@@ -7,7 +7,8 @@ the backup repository's path: no secret, but more than health) and every ``POST`
 ``Authorization: Bearer <token>`` with the token from ``KANRI_API_TOKEN_FILE`` (read on every request, so a rotated
 Secret takes effect without a restart). Base backups (:mod:`kanri.instance.base_backup`), all authenticated:
 ``POST /backups {"id"}`` (202 started, 200 known id), ``GET /backups/{id}``, ``POST /backups/expire {"ids"}``,
-``POST /wal/switch`` (a primary closes its current WAL segment, so a backup's last one is archived now).
+``POST /backups/catalogue`` (every backup of the system in the repository), ``POST /wal/switch`` (a primary
+closes its current WAL segment, so a backup's last one is archived now).
 ``POST /pooler/role {"verifier", "databases"}``: the connection pooler's lookup role
 (:mod:`kanri.instance.pooler_role`).
 An action's body is empty or a JSON object (``/fence`` reads
@@ -77,6 +78,8 @@ class BackupBackend(Protocol):
     async def backup_record(self, backup: str) -> dict[str, Any]: ...
 
     async def expire_backups(self, body: dict[str, Any]) -> dict[str, Any]: ...
+
+    async def backup_catalogue(self, body: dict[str, Any]) -> dict[str, Any]: ...
 
     async def switch_wal(self, body: dict[str, Any]) -> dict[str, Any]: ...
 
@@ -152,6 +155,7 @@ def _add_backup_routes(app: web.Application, backend: Backend, backups: BackupBa
 
     app.router.add_post("/backups", _action(backend, backups.start_backup, "backup"))
     app.router.add_post("/backups/expire", _action(backend, backups.expire_backups, "expire backups"))
+    app.router.add_post("/backups/catalogue", _action(backend, backups.backup_catalogue, "list backups"))
     app.router.add_get("/backups/{id}", backup_record)
     app.router.add_post("/wal/switch", _action(backend, backups.switch_wal, "switch WAL"))
 

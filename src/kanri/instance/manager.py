@@ -199,6 +199,9 @@ class InstanceManager:
     async def expire_backups(self, body: dict[str, Any]) -> dict[str, Any]:
         return await self.backups.expire_backups(body)
 
+    async def backup_catalogue(self, body: dict[str, Any]) -> dict[str, Any]:
+        return await self.backups.backup_catalogue(body)
+
     async def switch_wal(self, body: dict[str, Any]) -> dict[str, Any]:
         return await self.backups.switch_wal(body)
 

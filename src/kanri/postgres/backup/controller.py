@@ -15,8 +15,10 @@ The state machine lives in ``status`` (so a restarted operator resumes it; nothi
   last allowed attempt, is ``Failed``.
 - ``Completed`` / ``Failed``: terminal; the instance's record (barman's id, WAL range, LSNs, size) is copied. After a
   completed backup, the primary is asked to switch WAL (``POST /wal/switch``: the backup's last segment is archived
-  at once, so the backup is restorable now rather than at the next archive_timeout), then retention runs (``POST
-  /backups/expire`` on the primary, then the expired objects are deleted).
+  at once, so the backup is restorable now rather than at the next archive_timeout), then retention runs over the
+  recorded backups and those of the repository's catalogue that no PostgresBackup records (``POST
+  /backups/catalogue``; :mod:`kanri.postgres.backup.catalogue`), never one a restore under way needs: ``POST
+  /backups/expire`` on the primary, then the expired objects are deleted.
 
 The instance is reached as every other operator→instance call
 (:class:`kanri.postgres.cluster.instances.HttpInstanceClient`:
@@ -34,17 +36,18 @@ from typing import Any, Protocol, runtime_checkable
 import structlog
 from pydantic import ValidationError
 
-from kanri.contract.backup import BackupRecord, Expired, WalSwitched
+from kanri.contract.backup import BackupRecord, Catalogue, Expired, WalSwitched
 from kanri.postgres.api.v1alpha1 import PostgresClusterSpec
 from kanri.postgres.backup import plan as backup_plan
 from kanri.postgres.backup import retry as backup_retry
 from kanri.postgres.backup.archiving import BackupSettings, Repository, resolve, server_name
+from kanri.postgres.backup.catalogue import needed_by_restores, unrecorded
 from kanri.postgres.cluster.instances import BackupAnswer, instance_endpoint
 from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
 from kanri.postgres.metrics import PostgresMetrics
 from kanri.runtime import ApiError, Cache, Client, EventRecorder, Request, Result
 
-__all__ = ["WAIT", "BackupClient", "PostgresBackupReconciler", "Wait", "gate", "siblings"]
+__all__ = ["WAIT", "BackupClient", "CatalogueClient", "PostgresBackupReconciler", "Wait", "gate", "siblings"]
 
 log = structlog.get_logger("kanri.postgres.backup.controller")
 Obj = dict[str, Any]
@@ -72,6 +75,14 @@ class BackupClient(Protocol):
     ) -> BackupAnswer: ...
 
     async def switch_wal(self, address: str, token: str) -> BackupAnswer: ...
+
+
+@runtime_checkable
+class CatalogueClient(Protocol):
+    """The instance API's catalogue of the repository (a test's stand-in without it: retention sees recorded
+    backups only)."""
+
+    async def backup_catalogue(self, address: str, token: str, server: str | None = None) -> BackupAnswer: ...
 
 
 @dataclass(frozen=True)
@@ -340,16 +351,21 @@ class PostgresBackupReconciler:
         namespace, name = meta["namespace"], meta["name"]
         mine = {b["metadata"]["name"]: b for b in siblings(self.cache, namespace, name)}
         mine[done["metadata"]["name"]] = done  # the cache may not have its new status yet
-        old = backup_plan.expired(backup_plan.completed(mine.values(), name), spec.backup.retention_days, self.now())
+        recorded = backup_plan.completed(mine.values(), name)
+        address, token = self.primary_address(cluster)
+        current = server_name(cluster)
+        # the repository's own catalogue: backups made by hand, or whose PostgresBackup was deleted, count too
+        candidates = [*recorded, *await self.unrecorded(cluster, address, token, current, recorded)]
+        needed = needed_by_restores(self.cache.list(POSTGRES_CLUSTER, namespace), name, candidates)
+        old = [d for d in backup_plan.expired(candidates, spec.backup.retention_days, self.now())
+               if d.backup_id not in needed]  # fmt: skip
         if not old:
             return
-        address, token = self.primary_address(cluster)
         if not address or token is None:
             await self.events.warning(cluster, "RetentionFailed", "cannot expire old backups: no primary to ask")
             return
         # Each PostgreSQL system's backups live under its own server name (a major upgrade makes a new system):
         # one request per server name, the current system's without one.
-        current = server_name(cluster)
         deleted: set[str] = set()
         failed: dict[str, str] = {}
         errors: list[str] = []
@@ -363,13 +379,13 @@ class PostgresBackupReconciler:
             elif answer.error:
                 errors.append(answer.error)
         for item in old:
-            if f"{item.server}/{item.backup_id}" in deleted:
+            if item.name and f"{item.server}/{item.backup_id}" in deleted:
                 try:
                     await self.client.delete(POSTGRES_BACKUP, item.name, namespace)
                 except ApiError as exc:
                     if not exc.not_found:
                         raise
-        gone = [d.name for d in old if f"{d.server}/{d.backup_id}" in deleted]
+        gone = [d.name or f"{d.backup_id} (no PostgresBackup)" for d in old if f"{d.server}/{d.backup_id}" in deleted]
         if gone:
             log.info("base backups expired", cluster=name, namespace=namespace, backups=gone)
             window = f"{spec.backup.retention_days}-day recovery window"
@@ -378,6 +394,22 @@ class PostgresBackupReconciler:
         if len(gone) < len(old):
             why = "; ".join(f"{k}: {v}" for k, v in failed.items()) or "; ".join(errors) or "no reason given"
             await self.events.warning(cluster, "RetentionFailed", f"could not expire every old backup: {why}"[:1000])
+
+    async def unrecorded(
+        self, cluster: Obj, address: str | None, token: str | None, server: str, recorded: list[backup_plan.Done]
+    ) -> list[backup_plan.Done]:
+        """The complete backups of the current system in the repository that no PostgresBackup records, from the
+        primary's ``POST /backups/catalogue``; none (and a Warning Event) when it cannot be read."""
+        if not address or token is None or not isinstance(self.instances, CatalogueClient):
+            return []
+        answer = await self.instances.backup_catalogue(address, token)
+        catalogue = Catalogue.read(answer.body) if answer.status == 200 else None
+        if catalogue is None:
+            why = answer.error or f"status {answer.status}"
+            await self.events.warning(cluster, "RetentionFailed", "cannot read the repository's catalogue, so backups "
+                                      f"no PostgresBackup records are not counted this time: {why}"[:1000])  # fmt: skip
+            return []
+        return unrecorded(catalogue.backups, server, recorded)
 
     async def write(self, backup: Obj, fields: Obj, *, guard: bool = False) -> Obj:
         """Merge ``fields`` into the backup's status when they change something; the backup as written. ``guard``:

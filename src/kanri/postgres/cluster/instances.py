@@ -302,6 +302,13 @@ class HttpInstanceClient:
         return await self._backup_request("POST", address, "/backups/expire", token, body,
                                           timeout=EXPIRE_TIMEOUT)  # fmt: skip
 
+    async def backup_catalogue(self, address: str, token: str, server: str | None = None) -> BackupAnswer:
+        """``POST /backups/catalogue {"serverName"?}``: every backup of the system in the repository (Barman Cloud's
+        catalogue), whether or not a PostgresBackup records it."""
+        body: dict[str, Any] = {} if server is None else {"serverName": server}
+        return await self._backup_request("POST", address, "/backups/catalogue", token, body,
+                                          timeout=EXPIRE_TIMEOUT)  # fmt: skip
+
     async def switch_wal(self, address: str, token: str) -> BackupAnswer:
         """``POST /wal/switch`` on the primary: its current WAL segment closed, so it is archived now."""
         return await self._backup_request("POST", address, "/wal/switch", token, {})
