@@ -68,7 +68,10 @@ class Operator:
         allowed_priority_classes: tuple[str, ...] = (),
         versions: VersionedRelease | None = None,
         poolers: bool = False,
+        finalizer_timeout: float | None = None,
     ) -> None:
+        self.finalizer_timeout = finalizer_timeout
+        """The deleted cluster's wait for its backups' deletion (None: the operator's default)."""
         self.poolers = poolers
         """Run the PostgresPooler controller too (its CRD comes with install_postgres_crd)."""
         self.versions = versions
@@ -100,6 +103,8 @@ class Operator:
                                       allowed_backup_endpoints=self.allowed_backup_endpoints,
                                       allowed_priority_classes=self.allowed_priority_classes,
                                       poolers=self.poolers)  # fmt: skip
+            if self.finalizer_timeout is not None:
+                options = dataclasses.replace(options, finalizer_timeout=self.finalizer_timeout)
             if self.versions is not None:
                 options = dataclasses.replace(options, webhook=self.versions.webhook, versions=self.versions.versions,
                                               upgrade_crds=True)  # fmt: skip

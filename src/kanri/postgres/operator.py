@@ -22,6 +22,7 @@ from kanri.postgres.api.served import SERVED  # issue 28: the versions this rele
 from kanri.postgres.api.v1alpha1.backup import S3Repository
 from kanri.postgres.api.v1alpha1.postgres_pooler import PostgresPooler
 from kanri.postgres.backup.archiving import BackupMetrics, BackupSettings, identities_for, utc_now
+from kanri.postgres.backup.cleanup import FINALIZER_TIMEOUT
 from kanri.postgres.backup.controller import BackupClient, PostgresBackupReconciler
 from kanri.postgres.children.images import PostgresImages
 from kanri.postgres.cluster.instances import HttpInstanceClient, InstanceClient
@@ -228,6 +229,9 @@ class OperatorOptions:
     leader's storage migration rewrites every object). Only used with ``webhook``."""
     storage_migration_rate: float = 20.0
     """Objects the storage migration rewrites per second at most."""
+    finalizer_timeout: float = FINALIZER_TIMEOUT
+    """Seconds a deleted cluster's finalizer waits for its backups' deletion (deletionPolicy Delete) before it goes
+    anyway, naming what was left (kanri.postgres.backup.cleanup)."""
     poolers: bool = False
     """Run the PostgresPooler controller (``kanri run`` does; docs/pooler.md). Its CRD must be installed: every
     controller waits for every informer's first list, so an unserved kind would hold the whole operator."""
@@ -302,6 +306,7 @@ def build_manager(
     reconciler.allowed_priority_classes = options.allowed_priority_classes
     reconciler.node_monitor_grace = options.node_monitor_grace
     reconciler.images = options.postgres_images
+    reconciler.backup_cleanup.timeout = options.finalizer_timeout
     reconciler.backup = BackupSettings(
         options.default_backup_repository,
         own_namespace,

@@ -14,6 +14,11 @@
   backoff (2 s doubling up to 5 min), never in a hot loop. The manual escape of the finalizer
   (docs/postgres-operator.md) leaves the backups where they are, as ``Retain`` does. A repository whose endpoint the
   operator's allow-list refuses is never called: Event ``BackupsNotDeleted``, and the finalizer goes.
+- **The finalizer's deadline**: waiting here is the only wait of the deletion (the rest only asks for deletes), and it
+  can last forever — a pod held on a lost node, a store that stays down. Once the cluster has been deleted for longer
+  than ``timeout`` (:data:`FINALIZER_TIMEOUT` by default; :func:`timed_out` decides), the operator stops waiting:
+  condition ``BackupsDeleted=False`` reason ``TimedOut`` and a Warning Event ``BackupsNotDeleted`` name what is left
+  (the prefix in the store, why it was not deleted) and how to remove it by hand; then the finalizer goes.
 
 Only the cluster's own prefix is touched, with a trailing ``/``: ``orders`` never deletes ``orders2``'s objects.
 A cluster without ``spec.backup``, or whose repository cannot be resolved, has nothing to delete.
@@ -25,6 +30,7 @@ import copy
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import structlog
@@ -43,15 +49,41 @@ from kanri.postgres.backup.repository_work import RepositoryWork, backoff
 from kanri.postgres.backup.s3 import S3Client, S3Keys
 from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
 from kanri.postgres.labels import of_cluster
-from kanri.runtime import ApiError, Cache, Client, EventRecorder, Result, get_condition, set_condition
+from kanri.runtime import (
+    ApiError,
+    Cache,
+    Client,
+    EventRecorder,
+    Result,
+    deletion_time,
+    get_condition,
+    set_condition,
+)
 from kanri.runtime.kinds import POD
 
-__all__ = ["CONDITION", "BackupCleanup", "backoff", "prefix"]
+__all__ = ["CONDITION", "FINALIZER_TIMEOUT", "BackupCleanup", "backoff", "left_behind", "prefix", "timed_out"]
 
 log = structlog.get_logger("kanri.postgres.backup.cleanup")
 Obj = dict[str, Any]
 CONDITION = "BackupsDeleted"
 WAIT_FOR_PODS = 2.0
+FINALIZER_TIMEOUT = 1800.0
+"""Seconds a deleted cluster waits for its backups' deletion before the finalizer goes anyway (30 min: a deletion
+job is cancelled after 15, so it had at least one full attempt and its retries)."""
+
+
+def timed_out(deleted_at: datetime | None, now: datetime, timeout: float) -> bool:
+    """Whether a cluster deleted at ``deleted_at`` has waited for its cleanup longer than ``timeout`` seconds."""
+    return deleted_at is not None and now - deleted_at > timedelta(seconds=timeout)
+
+
+def left_behind(where: str, bucket: str, why: str, pods: list[str]) -> str:
+    """What a timed-out finalizer leaves, and how to clean it by hand (names and paths only, never a key)."""
+    still = f"; pods still there: {', '.join(sorted(pods))}" if pods else ""
+    return (f"gave up waiting for the backups under {where} to be deleted ({why}{still}); they are left in the "
+            f"store: delete the objects under that prefix with the store's own tools (e.g. aws s3 rm --recursive "
+            f"{where}) and the cluster's PostgresBackups (kubectl delete postgresbackup -l kanri.dev/cluster=<name>, "
+            f"or by spec.cluster) by hand; bucket {bucket}")  # fmt: skip
 
 
 def prefix(repository: Repository, cluster: str) -> str:
@@ -75,6 +107,9 @@ class BackupCleanup:
 
     settings: Callable[[], BackupSettings]
     work: RepositoryWork = field(default_factory=RepositoryWork)
+    timeout: float = FINALIZER_TIMEOUT
+    """Seconds after the deletion the finalizer stops waiting (:func:`timed_out`)."""
+    now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
 
     async def run(self, client: Client, cache: Cache, events: EventRecorder, cluster: Obj) -> Result | None:
         """Carry out the backups' part of ``deletionPolicy``; None when done (the finalizer may go), else when to
@@ -96,10 +131,14 @@ class BackupCleanup:
         if spec.deletion_policy != "Delete":
             await events.normal(cluster, "BackupsRetained", f"deletionPolicy Retain: kept the backups under {where}")
             return None
-        if pods := [p["metadata"]["name"] for p in of_cluster(cache, POD, namespace, name)]:
+        pods = [p["metadata"]["name"] for p in of_cluster(cache, POD, namespace, name)]
+        if timed_out(deletion_time(cluster), self.now(), self.timeout):
+            await self._give_up(client, events, cluster, where, repository.s3.bucket, pods)
+            return None
+        if pods:
             await self._waiting(client, cluster, "WaitingForPods", f"deletes the backups under {where} once the "
                                 f"pods are gone (still there: {', '.join(sorted(pods))})")  # fmt: skip
-            return Result(requeue_after=WAIT_FOR_PODS)
+            return Result(requeue_after=self._before_deadline(cluster, WAIT_FOR_PODS))
         step = self.work.step(uid, namespace)
         memory = self.work.memory.get(uid)
         failures = memory.failures if memory is not None else 0
@@ -110,26 +149,49 @@ class BackupCleanup:
             case "start":
                 self.work.start(uid, namespace, name, lambda: _delete_all(client, cache, repository, name))
                 await self._waiting(client, cluster, reason, f"deleting the backups under {where}{last}")
-                return Result(requeue_after=step.after or 2.0)
+                return Result(requeue_after=self._before_deadline(cluster, step.after or 2.0))
             case "wait" if step.blocker is not None:
                 queued = f"once those of {step.blocker} are deleted (one deletion at a time per namespace)"
                 await self._waiting(client, cluster, reason, f"deletes the backups under {where} {queued}{last}")
-                return Result(requeue_after=step.after)
+                return Result(requeue_after=self._before_deadline(cluster, step.after))
             case "wait":
-                return Result(requeue_after=step.after)
+                return Result(requeue_after=self._before_deadline(cluster, step.after))
             case "failed":
                 error = self.work.claim(uid).error
                 failures = self.work.memory[uid].failures
                 delay = backoff(failures)
                 await self._waiting(client, cluster, "DeleteFailing", f"cannot delete the backups under {where} "
                                     f"(attempt {failures}, next in {delay:.0f}s): {error}")  # fmt: skip
-                return Result(requeue_after=delay)
+                return Result(requeue_after=self._before_deadline(cluster, delay))
         # done: the store holds nothing of the cluster any more; the records of its backups go too
         await _delete_backup_objects(client, cache, namespace, name)
         deleted = self.work.claim(uid).deleted
         await events.normal(cluster, "BackupsDeleted", f"deletionPolicy Delete: deleted {deleted} objects under "
                             f"{where} and the cluster's PostgresBackups")  # fmt: skip
         return None
+
+    def _before_deadline(self, cluster: Obj, after: float) -> float:
+        """``after``, but never past the finalizer's deadline (a retry's backoff reaches 5 min)."""
+        deleted = deletion_time(cluster)
+        if deleted is None:
+            return after
+        left = self.timeout - (self.now() - deleted).total_seconds()
+        return max(0.5, min(after, left + 0.5))
+
+    async def _give_up(self, client: Client, events: EventRecorder, cluster: Obj, where: str, bucket: str,
+                       pods: list[str]) -> None:  # fmt: skip
+        """The deadline passed: say what is left and how to remove it (condition and Warning Event); the caller
+        then lets the finalizer go. A job still running goes on by itself (deleting is idempotent)."""
+        uid = cluster["metadata"].get("uid", "")
+        memory = self.work.memory.get(uid)
+        current = get_condition(((cluster.get("status") or {}).get("conditions")) or [], CONDITION) or {}
+        why = (memory.last_error if memory is not None and memory.last_error else None) or str(
+            current.get("message") or "the deletion did not finish")  # fmt: skip
+        message = left_behind(where, bucket, f"waited {self.timeout:g} s: {why}", pods)[:1000]
+        await self._waiting(client, cluster, "TimedOut", message)
+        await events.warning(cluster, "BackupsNotDeleted", message)
+        log.warning("finalizer deadline passed: backups left in the store", cluster=cluster["metadata"]["name"],
+                    namespace=cluster["metadata"]["namespace"], where=where)  # fmt: skip
 
     async def _waiting(self, client: Client, cluster: Obj, reason: str, message: str) -> None:
         """Condition ``BackupsDeleted=False`` with the reason (re-reading the cluster first: a merge patch replaces
