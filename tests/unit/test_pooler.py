@@ -55,7 +55,7 @@ def test_user_parameters_override_defaults_but_never_owned_settings() -> None:
     assert settings["default_pool_size"] == "7"
     assert settings["listen_port"] == "5432"  # the API refuses it; the renderer drops it anyway
     assert settings["pool_mode"] == "session"
-    assert settings["server_login_retry"] == "1"  # a default of ours, not PgBouncer's 15 s
+    assert settings["server_login_retry"] == "0.25"  # a default of ours, not PgBouncer's 15 s
 
 
 def test_the_schema_allows_only_user_parameters_and_names_operator_owned_ones() -> None:
