@@ -18,6 +18,7 @@ from kanri.postgres.api.v1alpha1.postgres_pooler import PostgresPooler
 from kanri.postgres.backup.archiving import utc_now
 from kanri.postgres.cluster.instances import HttpInstanceClient
 from kanri.postgres.operator import OperatorOptions, build_manager
+from kanri.postgres.tls.rotation import TlsSettings
 from kanri.runtime import Client, ClientMetrics, Conversions, Manager, WebhookOptions, crd_for, get_condition
 from kanri.runtime._crd_upgrade import DIGEST_ANNOTATION, VERSION_ANNOTATION
 from kanri.runtime.kinds import CRD
@@ -69,7 +70,10 @@ class Operator:
         versions: VersionedRelease | None = None,
         poolers: bool = False,
         finalizer_timeout: float | None = None,
+        tls: TlsSettings | None = None,
     ) -> None:
+        self.tls = tls
+        """The CA's lifetime and the pace of its rotation (None: the operator's defaults)."""
         self.finalizer_timeout = finalizer_timeout
         """The deleted cluster's wait for its backups' deletion (None: the operator's default)."""
         self.poolers = poolers
@@ -103,6 +107,8 @@ class Operator:
                                       allowed_backup_endpoints=self.allowed_backup_endpoints,
                                       allowed_priority_classes=self.allowed_priority_classes,
                                       poolers=self.poolers)  # fmt: skip
+            if self.tls is not None:
+                options = dataclasses.replace(options, tls=self.tls)
             if self.finalizer_timeout is not None:
                 options = dataclasses.replace(options, finalizer_timeout=self.finalizer_timeout)
             if self.versions is not None:

@@ -33,6 +33,7 @@ from kanri.postgres.labels import CLUSTER, foreign
 from kanri.postgres.metrics import PostgresMetrics
 from kanri.postgres.pooler.controller import POSTGRES_POOLER, PostgresPoolerReconciler, pooler_controller
 from kanri.postgres.pooler.steps import PoolerRoleClient
+from kanri.postgres.tls.rotation import TlsSettings
 from kanri.postgres.versions import (  # issue 28
     check_single_version,
     serve_versions,
@@ -229,6 +230,8 @@ class OperatorOptions:
     leader's storage migration rewrites every object). Only used with ``webhook``."""
     storage_migration_rate: float = 20.0
     """Objects the storage migration rewrites per second at most."""
+    tls: TlsSettings = field(default_factory=TlsSettings)
+    """The CA's lifetime and how long each phase of its rotation lasts (kanri.postgres.tls.rotation)."""
     finalizer_timeout: float = FINALIZER_TIMEOUT
     """Seconds a deleted cluster's finalizer waits for its backups' deletion (deletionPolicy Delete) before it goes
     anyway, naming what was left (kanri.postgres.backup.cleanup)."""
@@ -307,6 +310,7 @@ def build_manager(
     reconciler.node_monitor_grace = options.node_monitor_grace
     reconciler.images = options.postgres_images
     reconciler.backup_cleanup.timeout = options.finalizer_timeout
+    reconciler.tls = options.tls
     reconciler.backup = BackupSettings(
         options.default_backup_repository,
         own_namespace,

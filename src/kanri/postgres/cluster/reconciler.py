@@ -85,6 +85,7 @@ from kanri.postgres.pods import policy as pod_policy
 from kanri.postgres.recovery import bootstrap as recovery
 from kanri.postgres.recovery import rehearsal as restore_test
 from kanri.postgres.recovery.bootstrap import Restore
+from kanri.postgres.tls.rotation import TlsSettings
 from kanri.postgres.tls.step import ensure_tls
 from kanri.postgres.topology import rollout
 from kanri.postgres.topology import step as topology_step
@@ -216,6 +217,8 @@ class PostgresClusterReconciler:
         """The priority classes a pod template may name (``kanri run --allowed-priority-class``; empty: any)."""
         self.node_monitor_grace = NODE_GRACE
         """The node lifecycle controller's grace before it marks a silent node (``kanri run --node-monitor-grace``)."""
+        self.tls = TlsSettings()
+        """The CA's lifetime and the pace of its rotation (:mod:`kanri.postgres.tls.rotation`)."""
         self.images = DEFAULT_IMAGES
         """The PostgreSQL images per major (the platform's configuration, :mod:`kanri.postgres.children.images`)."""
         self.cache = cache
@@ -362,6 +365,10 @@ class ClusterPass:
     def backup_settings(self) -> BackupSettings:
         return self.r.backup
 
+    async def announce(self, reason: str, message: str) -> None:
+        """A Normal Event on the cluster (the TLS step's CA rotation)."""
+        await self.events.normal(self.cluster, reason, message)
+
     def adopt_status(self, updated: Obj) -> None:
         """A concern's step wrote status: later steps of this pass read what it returned, not the cache's copy."""
         self.status = updated.get("status") or {}
@@ -370,7 +377,8 @@ class ClusterPass:
     async def run(self) -> Result:
         await credentials_step.ensure(self)  # before any pod that mounts them
         # CA, server certificate; a TLS Secret that is wrong is named (InvalidServerSecret), never trusted
-        self.problems.extend(await ensure_tls(self, self.spec.replicas, self.r.instances, self.r.metrics))
+        self.problems.extend(await ensure_tls(self, self.spec.replicas, self.r.instances, self.r.metrics,
+                                              settings=self.r.tls, announce=self.announce))  # fmt: skip
         # Where WAL goes (the cluster's repository or the platform's), its key pair copied before pods mount it.
         repository = backup.resolve(self.spec, self.namespace, self.r.backup)
         credentials_problem = await backup.ensure_credentials(self, repository)

@@ -168,14 +168,18 @@ def expiry(cert_pem: bytes) -> dt.datetime:
 
 def needs_renewal(cert_pem: bytes, ca_pem: bytes, dns: list[str], now: dt.datetime) -> str | None:
     """Why a managed server certificate must be reissued now, or None: unreadable, less than a third of its
-    lifetime left, a wanted name missing, or not issued by this CA."""
+    lifetime left (unless it already ends with the CA that signed it), a wanted name missing, or not issued by this
+    CA."""
     try:
         cert = x509.load_pem_x509_certificate(cert_pem)
         ca = x509.load_pem_x509_certificate(ca_pem)
     except ValueError:
         return "the certificate does not parse"
     start, end = cert.not_valid_before_utc, cert.not_valid_after_utc
-    if end - now < (end - start) * RENEW_FRACTION:
+    # one that already lasts as long as its CA cannot get longer from it: the CA's rotation renews it
+    # (kanri.postgres.tls.rotation); reissuing it every pass would not
+    with_its_ca = end >= ca.not_valid_after_utc - dt.timedelta(minutes=1)
+    if end - now < (end - start) * RENEW_FRACTION and not (with_its_ca and end > now):
         return f"it expires at {end.isoformat()}"
     try:
         present = set(

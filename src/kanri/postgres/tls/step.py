@@ -21,7 +21,7 @@ import base64
 import binascii
 import datetime as dt
 import ssl
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -34,6 +34,8 @@ from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.labels import of_cluster
 from kanri.postgres.metrics import PostgresMetrics
 from kanri.postgres.tls import certificates as tls
+from kanri.postgres.tls import rotation
+from kanri.postgres.tls.rotation import TlsSettings
 from kanri.runtime import ApiError, Cache, Client
 from kanri.runtime.kinds import POD, SECRET
 
@@ -44,6 +46,10 @@ INVALID_SERVER = "InvalidServerSecret"
 """``<cluster>-server`` cannot be served or verified: the key and what is wrong (never a value)."""
 INVALID_CA = "InvalidCASecret"
 """``<cluster>-ca`` (published) or ``<cluster>-ca-key`` (signs) is unusable."""
+_TIME = "%Y-%m-%dT%H:%M:%SZ"
+
+Announce = Callable[[str, str], Awaitable[None]]
+"""Posts a Normal Event on the cluster: (reason, message)."""
 
 
 class Pass(Protocol):
@@ -150,40 +156,120 @@ def _members(step: Pass, replicas: int) -> list[str]:
 
 
 async def _keep_managed(step: Pass, dns: list[str], server: Obj | None, server_faults: list[SecretProblem],
-                        now: dt.datetime) -> _Kept | None:  # fmt: skip
-    """The operator's own CA (generated once) and server certificate (issued when missing or due); None when another
+                        now: dt.datetime, settings: TlsSettings, announce: Announce | None,
+                        ) -> _Kept | None:  # fmt: skip
+    """The operator's own CA (generated once, rotated before it expires: :mod:`kanri.postgres.tls.rotation`) and
+    server certificate (issued when missing or due, by the CA the rotation's phase signs with); None when another
     CA appeared meanwhile (the next pass signs with it, once the cache has it)."""
     cache, client, cluster, ns = step.cache, step.client, step.name, step.namespace
     found: list[Problem] = []
     key_name = names.ca_key_secret(cluster)
     key_secret = cache.get(SECRET, key_name, ns)
     ca: tls.Issued | None = None
+    trusted: bytes | None = None
     if key_secret is None:
-        ca = tls.build_ca(cluster, ns, now)
+        ca = tls.build_ca(cluster, ns, now, settings.ca_lifetime)
         if not await _write(client, tls.ca_key_secret(cluster, ns, ca), None):
             return None
         log.info("generated the cluster's CA", cluster=cluster, namespace=ns)
+        trusted = ca.cert
     elif key_faults := tls.ca_key_problems(_data(key_secret)):
         found += _problems(INVALID_CA, key_name, key_faults)  # nothing to sign with: the server Secret stays
     else:
-        ca = tls.Issued(_value(key_secret, "ca.crt") or b"", _value(key_secret, "ca.key") or b"")
-    ca_cert = ca.cert if ca is not None else None
+        held = tls.Issued(_value(key_secret, "ca.crt") or b"", _value(key_secret, "ca.key") or b"")
+        rotated = await _rotate(step, key_secret, held, now, settings, announce)
+        if rotated is None:
+            return None  # the key Secret changed meanwhile: the next pass reads it again
+        ca, trusted = rotated
+    ca_cert = trusted
     current = _value(server, "tls.crt") if server is not None else None
     why = "missing" if current is None else None
     if ca is not None and current is not None:
         why = tls.needs_renewal(current, ca.cert, dns, now) or next(
             (f"key {p.key} {p.message}" for p in server_faults), None
         )
-    if ca is not None and why is not None:
-        issued = tls.build_server(ca, names.read_write_service(cluster), dns, now)
-        if await _write(client, tls.server_secret(cluster, ns, issued, ca.cert), server):
+    if ca is not None and trusted is not None and why is not None:
+        lifetime = min(tls.SERVER_LIFETIME, tls.expiry(ca.cert) - now)  # never outliving the CA that signs it
+        issued = tls.build_server(ca, names.read_write_service(cluster), dns, now, lifetime)
+        if await _write(client, tls.server_secret(cluster, ns, issued, trusted), server):
             log.info("issued the server certificate", cluster=cluster, namespace=ns, why=why,
                      expires=tls.expiry(issued.cert).isoformat())  # fmt: skip
             server = {"data": {"tls.crt": base64.b64encode(issued.cert).decode()}}
             server_faults = []
+    elif ca is not None and trusted is not None and server is not None and _value(server, "ca.crt") != trusted:
+        # the trust bundle changed (a CA rotation): the pods' ca.crt follows, the certificate stays
+        kept = tls.Issued(current or b"", _value(server, "tls.key") or b"")
+        if await _write(client, tls.server_secret(cluster, ns, kept, trusted), server):
+            log.info("updated the instances' trusted CAs", cluster=cluster, namespace=ns)
     if ca is None and server is not None and not server_faults:
         ca_cert = _value(server, "ca.crt")  # the CA key pair is unusable: keep verifying with the served CA
     return _Kept(ca_cert, server, found)
+
+
+async def _rotate(step: Pass, key_secret: Obj, held: tls.Issued, now: dt.datetime, settings: TlsSettings,
+                  announce: Announce | None) -> tuple[tls.Issued, bytes] | None:  # fmt: skip
+    """Carry the CA rotation one phase on when it is time (:func:`kanri.postgres.tls.rotation.next_step`); the CA
+    that signs server certificates now and the trust bundle. None when the key Secret could not be written."""
+    cluster, ns = step.name, step.namespace
+    annotations = key_secret["metadata"].get("annotations") or {}
+    previous = tls.Issued(_value(key_secret, rotation.PREVIOUS_CERT) or b"", _value(key_secret, rotation.PREVIOUS_KEY)
+                          or b"")  # fmt: skip
+    raw_phase = annotations.get(rotation.PHASE)
+    phase: rotation.Phase = raw_phase if raw_phase in ("trusting", "reissued") and previous.cert else "steady"
+    since = _parse_time(annotations.get(rotation.SINCE))
+    if phase != "steady" and since is None:  # a phase without its time: it counts from now
+        return await _record(step, key_secret, held, previous, phase, now)
+    match rotation.next_step(phase, since, rotation.due(held.cert, now), now, settings.rotation_settle):
+        case "start":
+            new = tls.build_ca(cluster, ns, now, settings.ca_lifetime)
+            if await _record(step, key_secret, new, held, "trusting", now) is None:
+                return None
+            log.info("CA rotation started: clients and instances now trust the old and the new CA", cluster=cluster,
+                     namespace=ns, old_expires=tls.expiry(held.cert).isoformat())  # fmt: skip
+            if announce is not None:
+                await announce("CARotationStarted", f"the cluster's CA expires at {tls.expiry(held.cert).isoformat()}: "
+                               "a new CA is trusted beside it (ca.crt of the -ca and -server Secrets holds both); the "
+                               f"server certificate moves to it in {settings.rotation_settle.total_seconds():g} s",
+                               )  # fmt: skip
+            return held, rotation.bundle(new.cert, held.cert)  # the old CA signs until the phase ends
+        case "reissue":
+            return await _record(step, key_secret, held, previous, "reissued", now)
+        case "finish":
+            if await _record(step, key_secret, held, None, "steady", now) is None:
+                return None
+            log.info("CA rotation finished: the old CA is no longer trusted", cluster=cluster, namespace=ns)
+            if announce is not None:
+                await announce("CARotated", "the server certificate is signed by the new CA, which alone is trusted "
+                               f"now; it expires at {tls.expiry(held.cert).isoformat()}")  # fmt: skip
+            return held, held.cert
+    if phase == "trusting":
+        return previous, rotation.bundle(held.cert, previous.cert)
+    return held, rotation.bundle(held.cert, previous.cert if phase == "reissued" else None)
+
+
+async def _record(step: Pass, key_secret: Obj, ca: tls.Issued, previous: tls.Issued | None, phase: rotation.Phase,
+                  now: dt.datetime) -> tuple[tls.Issued, bytes] | None:  # fmt: skip
+    """Write ``<cluster>-ca-key`` with ``ca``, the ``previous`` CA kept beside it, and the phase with its time; the
+    signing CA and trust bundle of that phase, or None when the write lost a race."""
+    secret = tls.ca_key_secret(step.name, step.namespace, ca)
+    if previous is not None and phase != "steady":
+        secret["data"][rotation.PREVIOUS_CERT] = base64.b64encode(previous.cert).decode()
+        secret["data"][rotation.PREVIOUS_KEY] = base64.b64encode(previous.key).decode()
+        secret["metadata"]["annotations"] |= {rotation.PHASE: phase, rotation.SINCE: now.strftime(_TIME)}
+    if not await _write(step.client, secret, key_secret):
+        return None
+    if phase == "trusting" and previous is not None:
+        return previous, rotation.bundle(ca.cert, previous.cert)
+    return ca, rotation.bundle(ca.cert, previous.cert if previous is not None and phase != "steady" else None)
+
+
+def _parse_time(raw: object) -> dt.datetime | None:
+    if not isinstance(raw, str):
+        return None
+    try:
+        return dt.datetime.strptime(raw, _TIME).replace(tzinfo=dt.UTC)
+    except ValueError:
+        return None
 
 
 def _trust(step: Pass, instances: object, ca_cert: bytes | None) -> list[Problem]:
@@ -205,11 +291,14 @@ async def ensure_tls(
     instances: object = None,
     metrics: PostgresMetrics | None = None,
     now: dt.datetime | None = None,
+    settings: TlsSettings | None = None,
+    announce: Announce | None = None,
 ) -> list[Problem]:
     """The step: CA, server certificate (renewed when due), published CA certificate, ``status.tls``. The
     certificate names the instances that exist and the ``replicas`` the spec asks for (a scale-up's new pod is
     covered before it starts). ``instances`` (the instance client) learns which pods to verify with the CA;
-    ``metrics`` gets the certificate's expiry. Returns what is wrong with the TLS Secrets it read
+    ``metrics`` gets the certificate's expiry; ``settings`` the CA's lifetime and the rotation's pace; ``announce``
+    posts the rotation's Events. Returns what is wrong with the TLS Secrets it read
     (``InvalidServerSecret``, ``InvalidCASecret``): an unusable Secret is named, never trusted, never a crash."""
     now = now or dt.datetime.now(dt.UTC)
     cluster, ns = step.name, step.namespace
@@ -224,7 +313,7 @@ async def ensure_tls(
         ca_cert = None if any(p.key == "ca.crt" for p in server_faults) else _value(server, "ca.crt")
     else:
         dns = tls.dns_names(cluster, ns, _members(step, replicas))
-        kept = await _keep_managed(step, dns, server, server_faults, now)
+        kept = await _keep_managed(step, dns, server, server_faults, now, settings or TlsSettings(), announce)
         if kept is None:
             return found  # another CA is there already: sign with it, once the cache has it
         ca_cert, server = kept.ca_cert, kept.server
