@@ -20,7 +20,7 @@ from kanri.postgres.api.v1alpha1.postgres_pooler import (
     PostgresPooler,
     PostgresPoolerSpec,
 )
-from kanri.postgres.pooler import children, config, names, readiness
+from kanri.postgres.pooler import children, config, names, readiness, steps
 from kanri.postgres.pooler.agent import metrics as agent_metrics
 from kanri.runtime import crd_for
 
@@ -183,3 +183,12 @@ def test_the_agent_reads_the_lookup_roles_password_from_the_auth_file(tmp_path: 
     auth.write_text(config.auth_file('se"cret') + '"other" "x"\n')
     assert agent_metrics.password_from_auth_file(auth) == 'se"cret'
     assert agent_metrics.password_from_auth_file(auth, "nobody") is None
+
+
+def test_the_role_is_confirmed_per_auth_secret_version_and_per_cluster() -> None:
+    secret = {"metadata": {"uid": "s1", "resourceVersion": "7"}}
+    cluster = {"metadata": {"uid": "c1"}}
+    assert steps.role_version(secret, cluster) == "s1/7@c1"
+    assert steps.role_version({"metadata": {"uid": "s1", "resourceVersion": "8"}}, cluster) != "s1/7@c1"
+    assert steps.role_version(secret, {"metadata": {"uid": "c2"}}) != "s1/7@c1"  # the same name made again
+    assert steps.role_version(None, cluster) is None

@@ -54,12 +54,14 @@ class PostgresPoolerReconciler:
         status = obj.get("status") or {}
         cluster = self.cache.get(POSTGRES_CLUSTER, spec.cluster, ctx.namespace)
         confirmed = status.get("authSecretVersion")
+        wanted: str | None = None
         cert: bytes | None = None
         digest = status.get("configHash")
         deployment: Obj | None = None
         if cluster is not None:
             # the lookup role's password first: the pods' auth file and the primary's role both come from it
             secret = await steps.ensure_auth_secret(ctx)
+            wanted = steps.role_version(secret, cluster)
             # the certificate clients verify, from the cluster's CA
             cert = await steps.ensure_tls(ctx, spec.cluster, self.now())
             # the role PgBouncer logs in as, on the primary, whenever the Secret is new or changed
@@ -70,9 +72,10 @@ class PostgresPoolerReconciler:
                 digest = await steps.ensure_children(ctx, spec, cert, steps.auth_version(secret) or "")
             deployment = ctx.cache.get(DEPLOYMENT, names.deployment(ctx.name), ctx.namespace)
         ready = int(((deployment or {}).get("status") or {}).get("readyReplicas") or 0)
+        confirmed_now = wanted is not None and confirmed == wanted
         seen = readiness.Observed(cluster=spec.cluster, cluster_exists=cluster is not None,
                                   cluster_ready=steps.cluster_ready(cluster), ca_available=cert is not None,
-                                  auth_confirmed=confirmed is not None, wanted=spec.instances, ready=ready)  # fmt: skip
+                                  auth_confirmed=confirmed_now, wanted=spec.instances, ready=ready)  # fmt: skip
         verdict = readiness.decide(seen)
         ctx.ledger.condition("Ready", verdict.ready, verdict.reason, verdict.message)
         ctx.ledger.stage("instances", spec.instances)

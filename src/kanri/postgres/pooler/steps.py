@@ -24,7 +24,15 @@ from kanri.postgres.tls import certificates as tls
 from kanri.runtime import get_condition
 from kanri.runtime.kinds import CONFIG_MAP, DEPLOYMENT, SECRET, SERVICE
 
-__all__ = ["PoolerRoleClient", "auth_version", "ensure_auth_secret", "ensure_children", "ensure_role", "ensure_tls"]
+__all__ = [
+    "PoolerRoleClient",
+    "auth_version",
+    "ensure_auth_secret",
+    "ensure_children",
+    "ensure_role",
+    "ensure_tls",
+    "role_version",
+]
 
 Obj = dict[str, Any]
 log = structlog.get_logger("kanri.postgres.pooler")
@@ -43,6 +51,13 @@ def auth_version(secret: Obj | None) -> str | None:
         return None
     meta = secret["metadata"]
     return f"{meta.get('uid')}/{meta.get('resourceVersion')}"
+
+
+def role_version(secret: Obj | None, cluster: Obj) -> str | None:
+    """What the primary confirms: the auth Secret's version on this cluster (a cluster deleted and made again under
+    the same name, from a backup say, has a new uid and is asked again)."""
+    version = auth_version(secret)
+    return None if version is None else f"{version}@{cluster['metadata'].get('uid')}"
 
 
 async def ensure_auth_secret(ctx: PassContext) -> Obj | None:
@@ -92,9 +107,9 @@ def cluster_ready(cluster: Obj | None) -> bool:
 
 async def ensure_role(ctx: PassContext, instances: PoolerRoleClient, cluster: Obj, secret: Obj | None,
                       confirmed: str | None, database: str) -> str | None:  # fmt: skip
-    """Ask the primary for the lookup role when the auth Secret changed since it was last confirmed; the version
-    confirmed now (unchanged when there is nothing to do or the primary did not answer: asked again soon)."""
-    version = auth_version(secret)
+    """Ask the primary for the lookup role when the auth Secret (or the cluster) changed since it was last confirmed;
+    the version confirmed now (unchanged when there is nothing to do or the primary did not answer: asked again)."""
+    version = role_version(secret, cluster)
     password = secret_value(secret, "password")
     if version is None or password is None or version == confirmed:
         return confirmed

@@ -127,7 +127,8 @@ class PostgresPoolerStatus(ApiModel):
     service: Annotated[str, Field(max_length=63)] | None = None
     """The Service clients connect to (port 5432, TLS required)."""
     auth_secret_version: Annotated[str, Field(max_length=128)] | None = None
-    """The version of the pooler's auth Secret whose role the primary last confirmed (uid/resourceVersion)."""
+    """The version of the pooler's auth Secret whose role the primary last confirmed, on which cluster
+    (<Secret uid>/<resourceVersion>@<cluster uid>)."""
     config_hash: Annotated[str, Field(max_length=64)] | None = None
     """The hash of pgbouncer.ini the pods run with (the pod template's annotation)."""
     observed_generation: Annotated[int, Field(ge=0)] | None = None
