@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 from pydantic import ValidationError
 
 from kanri.contract.pooler import AUTH_QUERY, POOLER_ROLE, SCRAM_VERIFIER_PATTERN, PoolerRoleRequest
@@ -192,3 +193,10 @@ def test_the_role_is_confirmed_per_auth_secret_version_and_per_cluster() -> None
     assert steps.role_version({"metadata": {"uid": "s1", "resourceVersion": "8"}}, cluster) != "s1/7@c1"
     assert steps.role_version(secret, {"metadata": {"uid": "c2"}}) != "s1/7@c1"  # the same name made again
     assert steps.role_version(None, cluster) is None
+
+
+def test_the_example_is_a_valid_pooler() -> None:
+    document = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "pooler.yaml").read_text())
+    assert document["kind"] == "PostgresPooler"
+    spec = PostgresPoolerSpec.model_validate(document["spec"])
+    assert set(spec.parameters) <= set(USER_PARAMETERS)
