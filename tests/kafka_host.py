@@ -80,19 +80,32 @@ def host_cluster(
     timeout: float = 60.0,
     voters: int | None = None,
     env: Mapping[str, str] | None = None,
+    dedicated: int = 0,
 ) -> Iterator[list[HostBroker]]:
     """Start ``nodes`` nodes of one quorum — the first ``voters`` (default: all) combined broker+controller, the
     rest brokers only — node N on 127.0.0.(N+1) (all of 127/8 is this machine's loopback, so the nodes share one
     pair of ports: the voter list names hosts, not ports), data under ``workdir/nodeN``; stop them after the block
     (with any node :func:`add_node` started into the list). ``env``: more of the launcher's settings for every node
-    (a TLS listener, say)."""
+    (a TLS listener, say). ``dedicated``: that many dedicated controllers instead (ids 1000+, on 127.0.1.N, no
+    broker; not in the list), every node then a broker only."""
     if not (libs / "kafka-clients-4.4.0.jar").exists():
         raise FileNotFoundError(f"no Kafka jars in {libs}: run `make kafka-dist`")
     port, controller_port = free_port(), free_port()
     cluster_id = new_cluster_id()
     voter_list = ",".join(f"{n}=127.0.0.{n + 1}" for n in range(nodes if voters is None else voters))
+    if dedicated:
+        voter_list = ",".join(f"{1000 + n}=127.0.1.{n + 1}" for n in range(dedicated))
     brokers: list[HostBroker] = []
+    controllers: list[HostBroker] = []
     try:
+        for n in range(dedicated):  # controllers: no client listener to wait for; the brokers' readiness waits on them
+            host, data = f"127.0.1.{n + 1}", workdir / f"controller{n}"
+            controller_env = os.environ | {
+                "KAFKA_CLUSTER_ID": cluster_id, "KAFKA_VOTERS": voter_list, "KAFKA_NODE_ID": str(1000 + n),
+                "KAFKA_PROCESS_ROLES": "controller", "KAFKA_HOST": host, "KAFKA_BIND": host,
+                "KAFKA_CONTROLLER_PORT": str(controller_port), "KAFKA_DATA_DIR": str(data), "KAFKA_LIBS": str(libs),
+            }  # fmt: skip
+            controllers.append(_start(data, controller_env, f"{host}:{controller_port}"))
         for node in range(nodes):
             host = f"127.0.0.{node + 1}"
             data = workdir if nodes == 1 else workdir / f"node{node}"
@@ -116,10 +129,10 @@ def host_cluster(
             _wait_ready(broker, timeout)
         yield brokers
     finally:
-        for broker in brokers:  # all at once: a node waiting for its quorum to shut down cleanly waits long
+        for broker in brokers + controllers:  # all at once: a node waiting for its quorum to stop cleanly waits long
             if broker.process.poll() is None:
                 broker.process.terminate()
-        for broker in brokers:
+        for broker in brokers + controllers:
             broker.stop()
 
 

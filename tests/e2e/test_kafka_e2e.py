@@ -244,6 +244,7 @@ async def test_a_topic_grows_6_to_12_in_steps_under_a_keyed_acks_all_producer_an
 
 TLS_CLIENT = """
 import sys
+print("client for", sys.argv[1], flush=True)
 from confluent_kafka import Consumer, Producer, TopicPartition
 conf = {"bootstrap.servers": sys.argv[1], "security.protocol": "SSL", "ssl.ca.location": sys.argv[2],
         "ssl.endpoint.identification.algorithm": "https"}
@@ -290,19 +291,28 @@ async def pod_ended(client: Client, namespace: str, name: str) -> Obj | None:
     return status if status.get("phase") in ("Succeeded", "Failed") else None
 
 
-async def test_tls_clients_trusting_the_clusters_ca_produce_and_consume_and_others_are_refused(
+async def test_dedicated_controllers_and_tls_clients_trusting_the_clusters_ca_and_others_refused(
     operator: Client, namespace: str
 ) -> None:
+    """Three broker-only pods beside one dedicated controller pod (the quorum's only voter, node 1000), with the TLS
+    listener: a client pod trusting ``<name>-ca`` writes and reads through the bootstrap Service's name, one trusting
+    another CA is refused at the handshake."""
     client = operator
-    spec = {"replicas": 1, "storage": {"size": "256Mi"}, "tls": {"enabled": True}}
+    spec = {"replicas": 3, "storage": {"size": "256Mi"}, "tls": {"enabled": True}, "controllers": 1,
+            "dedicatedControllers": True}  # fmt: skip
     await client.create(CLUSTER_KIND, {"metadata": {"name": "secure", "namespace": namespace}, "spec": spec})
     cluster = await eventually(lambda: phase(client, CLUSTER_KIND, namespace, "secure", "Ready"), timeout=240)
-    tls_status = cluster["status"]["tls"]
+    status = cluster["status"]
+    assert (status["controllers"], status["dedicatedControllers"], status["readyBrokers"]) == (1, True, 3), status
+    assert [v["nodeId"] for v in status["quorum"]["voters"]] == [1000], status["quorum"]
+    assert [b["nodeId"] for b in status["brokers"]] == [0, 1, 2]  # the controller's pod is not counted a broker
+    assert (await client.get(POD, "secure-controller-0", namespace))["status"]["phase"] == "Running"
+    tls_status = status["tls"]
     assert tls_status["bootstrap"] == f"secure-bootstrap.{namespace}.svc:9094"
     assert tls_status["caSecret"] == "secure-ca"
     ca = await client.get(SECRET, "secure-ca", namespace)
     assert set(ca["data"]) == {"ca.crt"}  # what clients read holds no key
-    topic = {"cluster": "secure", "partitions": 1, "replicationFactor": 1}
+    topic = {"cluster": "secure", "partitions": 1, "replicationFactor": 3}
     await client.create(TOPIC_KIND, {"metadata": {"name": "secure", "namespace": namespace}, "spec": topic})
     await eventually(lambda: phase(client, TOPIC_KIND, namespace, "secure", "Ready"), timeout=60)
 
@@ -314,7 +324,7 @@ async def test_tls_clients_trusting_the_clusters_ca_produce_and_consume_and_othe
     await client.create(POD, tls_client_pod("stranger", tls_status["bootstrap"], "other-ca") | {
         "metadata": {"name": "stranger", "namespace": namespace}})  # fmt: skip
     trusting = await eventually(lambda: pod_ended(client, namespace, "trusting"), timeout=180)
-    assert trusting["phase"] == "Succeeded", trusting
+    assert trusting["phase"] == "Succeeded", trusting.get("containerStatuses")
     stranger = await eventually(lambda: pod_ended(client, namespace, "stranger"), timeout=180)
     assert stranger["phase"] == "Failed", stranger
     # refused at the handshake (exit 1: nothing acknowledged), not a client that could not start

@@ -107,3 +107,9 @@ async def test_the_controller_voters_are_fixed_and_never_more_than_the_nodes(cli
     assert "controllers" not in unset["spec"]
     message = await refused(client.patch(CLUSTER_KIND, "later", {"spec": {"controllers": 3}}, namespace))
     assert "controllers is fixed" in message
+    message = await refused(client.patch(CLUSTER_KIND, "later", {"spec": {"dedicatedControllers": True}}, namespace))
+    assert "dedicatedControllers is fixed" in message
+    message = await refused(client.create(CLUSTER_KIND, cluster("small", replicas=2, dedicatedControllers=True)))
+    assert "with dedicatedControllers, replicas (the brokers) is at least 3" in message
+    # dedicated: the voters are pods of their own, so fewer brokers than controllers is no contradiction
+    await client.create(CLUSTER_KIND, cluster("apart", replicas=3, controllers=5, dedicatedControllers=True))

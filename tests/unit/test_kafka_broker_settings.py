@@ -86,3 +86,20 @@ def test_a_tls_listener_is_advertised_by_the_pods_name_with_a_pem_keystore() -> 
     plain = settings_from({k: v for k, v in env.items() if not k.startswith("KAFKA_TLS")}).properties()
     assert "TLS" not in plain["listeners"]
     assert not [k for k in plain if k.startswith("listener.name.tls")]
+
+
+def test_a_dedicated_controller_listens_for_the_quorum_only_and_takes_its_id_from_the_base() -> None:
+    env = {"HOSTNAME": "events-controller-2", "KAFKA_NODE_ID_BASE": "1000", "KAFKA_PROCESS_ROLES": "controller",
+           "KAFKA_VOTERS": "1000=c0,1001=c1,1002=c2", "KAFKA_DATA_DIR": "/var/lib/kafka", "KAFKA_HOST": "10.0.0.9",
+           "KAFKA_TLS_DIR": "/etc/kafka/tls"}  # fmt: skip
+    settings = settings_from(env)
+    assert settings.node_id == 1002
+    props = settings.properties()
+    assert props["process.roles"] == "controller"
+    assert props["listeners"] == "CONTROLLER://:9093"
+    assert "advertised.listeners" not in props  # nothing for clients, TLS or not
+    assert "offsets.topic.replication.factor" not in props
+    with pytest.raises(ValueError, match="not one of the voters"):
+        settings_from(env | {"HOSTNAME": "events-controller-7"}).properties()
+    with pytest.raises(ValueError, match="KAFKA_PROCESS_ROLES"):
+        settings_from(env | {"KAFKA_PROCESS_ROLES": "broker"})

@@ -53,3 +53,25 @@ def test_tls_mounts_the_certificate_opens_9094_and_rolls_on_a_new_certificate() 
     # every advertised name (pod-N under the headless Service) matches the wildcard; the bootstrap in every form
     assert "*.events-brokers.shop.svc.cluster.local" in names
     assert children.tls_bootstrap("events", "shop").rpartition(":")[0] in names
+
+
+def test_dedicated_controllers_get_a_statefulset_of_their_own_that_no_broker_selector_matches() -> None:
+    spec = _spec(replicas=3, dedicatedControllers=True)
+    assert children.default_controllers(spec) == 3
+    controllers = children.controller_statefulset("events", "shop", spec, 3)
+    env = _env(controllers)
+    assert (controllers["metadata"]["name"], controllers["spec"]["replicas"]) == ("events-controller", 3)
+    assert env["KAFKA_PROCESS_ROLES"] == "controller"
+    assert env["KAFKA_NODE_ID_BASE"] == "1000"
+    assert env["KAFKA_VOTERS"].split(",")[0] == "1000=events-controller-0.events-controllers.shop.svc.cluster.local"
+    brokers = children.statefulset("events", "shop", spec, 3, dedicated=True)
+    assert _env(brokers)["KAFKA_VOTERS"] == env["KAFKA_VOTERS"]  # every broker is a broker only
+    pod_labels = controllers["spec"]["template"]["metadata"]["labels"]
+    bootstrap = children.services("events")[1]["spec"]["selector"]
+    assert not all(pod_labels.get(k) == v for k, v in bootstrap.items())  # clients are never sent to a controller
+    # the controllers' volumes carry the brokers' labels: deletionPolicy finds every volume of the cluster
+    claim = controllers["spec"]["volumeClaimTemplates"][0]["metadata"]["labels"]
+    assert claim == brokers["spec"]["volumeClaimTemplates"][0]["metadata"]["labels"]
+    service = children.controllers_service("events")
+    assert service["spec"]["selector"] == controllers["spec"]["selector"]["matchLabels"]
+    assert children.kraft_config_map("events", 3, True)["data"]["dedicatedControllers"] == "true"

@@ -18,6 +18,7 @@ from kanri.runtime import CustomResource, KubeModel, PrinterColumn, cel
 
 __all__ = [
     "CLUSTER_KIND",
+    "CONTROLLER_LABELS",
     "CUSTOM_RESOURCES",
     "FIELD_MANAGER",
     "LABELS",
@@ -101,9 +102,15 @@ class KafkaTls(KubeModel):
 class KafkaClusterSpec(
     KubeModel,
     validations=[
-        cel("!has(self.controllers) || self.replicas >= self.controllers",
+        cel("!has(self.controllers) || self.dedicatedControllers || self.replicas >= self.controllers",
             "replicas may not be fewer than controllers: the first nodes are the KRaft controller voters",
             reason="FieldValueInvalid"),
+        cel("!self.dedicatedControllers || self.replicas >= 3",
+            "with dedicatedControllers, replicas (the brokers) is at least 3: the internal topics keep 3 replicas",
+            reason="FieldValueInvalid"),
+        cel("self.dedicatedControllers == oldSelf.dedicatedControllers",
+            "dedicatedControllers is fixed: the KRaft voter list is written into the nodes when the cluster is made",
+            reason="FieldValueForbidden"),
         cel("has(self.controllers) == has(oldSelf.controllers) && (!has(self.controllers) || "
             "self.controllers == oldSelf.controllers)",
             "controllers is fixed: the KRaft voter list is written into the nodes when the cluster is made",
@@ -117,8 +124,13 @@ class KafkaClusterSpec(
     """Nodes of the cluster (brokers). Grows by broker-only nodes and a throttled rebalance onto them; shrinks only
     by nodes that hold no partition replica (drained first when the drain annotation names them)."""
     controllers: Literal[1, 3, 5] | None = None
-    """How many of the nodes (the first ones, ids 0..controllers-1) are KRaft controller voters as well as
-    brokers. Fixed once the cluster is made; unset: ``min(replicas, 3)`` at creation (1 for 1 or 2 nodes)."""
+    """How many KRaft controller voters the cluster has: the first nodes (ids 0..controllers-1), which are brokers
+    too, or with ``dedicatedControllers`` nodes of their own. Fixed once the cluster is made; unset: 3 from three
+    nodes on, 1 below (always 3 with dedicated controllers)."""
+    dedicated_controllers: bool = False
+    """The controller voters run in pods of their own (StatefulSet ``<name>-controller``, node ids 1000+), apart
+    from the brokers, which are then all brokers only: a broker's load never slows the quorum, and every broker
+    can be scaled away. Fixed once the cluster is made."""
     version: Literal["4.4.0"] = "4.4.0"
     """Kafka version (the jars of the broker image)."""
     storage: Storage
@@ -219,7 +231,10 @@ class KafkaClusterStatus(kit.KitStatus):
     """Nodes the StatefulSet runs: ``spec.replicas`` unless a change is refused or waits for a drain (the Degraded
     condition says why)."""
     controllers: int | None = None
-    """The KRaft controller voters: nodes 0..controllers-1 (fixed when the cluster was made)."""
+    """The KRaft controller voters: nodes 0..controllers-1, or dedicated controllers (fixed when the cluster was
+    made)."""
+    dedicated_controllers: bool | None = None
+    """The voters run in pods of their own (``<name>-controller-N``, node ids 1000+)."""
     tls: TlsStatus | None = None
     """The TLS listener (unset: TLS off)."""
     rebalance: Rebalance | None = None
@@ -426,6 +441,9 @@ CUSTOM_RESOURCES: tuple[tuple[type[CustomResource], ...], ...] = ((KafkaCluster,
 CLUSTER_KIND = KafkaCluster.resource.api_kind
 TOPIC_KIND = KafkaTopic.resource.api_kind
 LABELS = kit.LabelSet("kafka.kanri.dev", "kafka", owner_key="cluster")
+CONTROLLER_LABELS = kit.LabelSet("kafka.kanri.dev", "kafka-controller", owner_key="cluster")
+"""The dedicated controllers' pods: another ``app.kubernetes.io/name``, so the brokers' selectors (the bootstrap
+Service, the broker pods the operator reads) never match them."""
 FIELD_MANAGER = "kafka-operator"
 TOPIC_FINALIZER = LABELS.key("topic")
 CLUSTER_FINALIZER = LABELS.key("cleanup")

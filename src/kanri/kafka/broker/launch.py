@@ -5,7 +5,10 @@ The environment (set by the KafkaCluster's StatefulSet, or by the tests for a ho
 
 - ``KAFKA_CLUSTER_ID`` — the quorum's cluster id (the same on every node; formatting writes it into the storage).
 - ``KAFKA_VOTERS`` — ``<node id>=<host>,…`` of every controller.
-- ``KAFKA_NODE_ID`` — this node's id; when absent, the ordinal of ``HOSTNAME`` (``orders-2`` is node 2).
+- ``KAFKA_NODE_ID`` — this node's id; when absent, ``KAFKA_NODE_ID_BASE`` (0) plus the ordinal of ``HOSTNAME``
+  (``orders-2`` is node 2, ``orders-controller-1`` with base 1000 is node 1001).
+- ``KAFKA_PROCESS_ROLES`` — ``controller`` for a dedicated controller (no broker); otherwise the node is a broker,
+  and a controller too when it is one of the voters.
 - ``KAFKA_HOST`` — the name this node is advertised by; when absent, ``HOSTNAME`` + ``KAFKA_HOST_SUFFIX``.
 - ``KAFKA_DATA_DIR`` — the volume: partitions under ``log/``, the written config under ``config/``.
 - ``KAFKA_PORT`` / ``KAFKA_CONTROLLER_PORT`` (9092 / 9093), ``KAFKA_BIND`` (listen address, default every one).
@@ -54,9 +57,14 @@ logger.request.level = warn
 def settings_from(env: Mapping[str, str]) -> NodeSettings:
     """The node's settings from its environment (the module docstring); a missing or bad value raises ValueError."""
     hostname = env.get("HOSTNAME", "")
-    node = env.get("KAFKA_NODE_ID") or hostname.rpartition("-")[2]
+    ordinal = hostname.rpartition("-")[2]
+    node = env.get("KAFKA_NODE_ID") or (str(int(env.get("KAFKA_NODE_ID_BASE", "0")) + int(ordinal))
+                                        if ordinal.isdigit() else "")  # fmt: skip
     if not node.isdigit():
         raise ValueError(f"KAFKA_NODE_ID is not set and HOSTNAME {hostname!r} ends in no ordinal")
+    roles = env.get("KAFKA_PROCESS_ROLES", "")
+    if roles not in ("", "controller"):
+        raise ValueError(f"KAFKA_PROCESS_ROLES is 'controller' or unset, not {roles!r}")
     extra = {}
     if config_file := env.get("KAFKA_CONFIG_FILE"):
         path = Path(config_file)
@@ -70,7 +78,8 @@ def settings_from(env: Mapping[str, str]) -> NodeSettings:
         port=int(env.get("KAFKA_PORT", "9092")),
         controller_port=int(env.get("KAFKA_CONTROLLER_PORT", "9093")),
         bind=env.get("KAFKA_BIND", ""),
-        extra=extra,
+        extra={} if roles == "controller" else extra,
+        controller_only=roles == "controller",
         tls_port=int(env.get("KAFKA_TLS_PORT", "9094")) if tls else None,
         tls_host=(env.get("KAFKA_TLS_HOST") or hostname + env.get("KAFKA_TLS_HOST_SUFFIX", "")) if tls else "",
         tls_keystore=str(Path(env["KAFKA_DATA_DIR"]) / "config" / "tls-keystore.pem") if tls else "",

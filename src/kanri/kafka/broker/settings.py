@@ -51,6 +51,8 @@ class NodeSettings:
     """The address listeners bind to: "" is every interface."""
     extra: Mapping[str, str] = field(default_factory=dict)
     """The user's broker config (never an owned key)."""
+    controller_only: bool = False
+    """A dedicated controller: a voter of the quorum and no broker (no client listener, no partitions)."""
     tls_port: int | None = None
     """A TLS listener for clients on this port (None: none)."""
     tls_host: str = ""
@@ -65,6 +67,8 @@ class NodeSettings:
 
     def properties(self) -> dict[str, str]:
         """Every key of ``server.properties``: the owned ones, defaults sized to the quorum, then the user's."""
+        if self.controller_only:
+            return self._controller_properties()
         replicas = len(self.voters)
         # internal topics must fit the cluster: a one-node quorum cannot hold three replicas of __consumer_offsets
         internal_rf = str(min(3, replicas))
@@ -86,9 +90,7 @@ class NodeSettings:
         props = {
             "process.roles": "broker,controller" if self.controller else "broker",
             "node.id": str(self.node_id),
-            "controller.quorum.voters": ",".join(
-                f"{nid}@{host}:{self.controller_port}" for nid, host in sorted(self.voters.items())
-            ),
+            "controller.quorum.voters": self._voters(),
             "listeners": listeners,
             "advertised.listeners": advertised,
             "listener.security.protocol.map": protocols,
@@ -107,6 +109,23 @@ class NodeSettings:
         if refused:
             raise ValueError(f"broker config may not set {', '.join(refused)}: the operator owns them")
         return props | tls | dict(self.extra)
+
+    def _voters(self) -> str:
+        return ",".join(f"{nid}@{host}:{self.controller_port}" for nid, host in sorted(self.voters.items()))
+
+    def _controller_properties(self) -> dict[str, str]:
+        """A dedicated controller's: the quorum's listener alone; the broker config is not its."""
+        if not self.controller:
+            raise ValueError(f"node {self.node_id} is a dedicated controller but not one of the voters")
+        return {
+            "process.roles": "controller",
+            "node.id": str(self.node_id),
+            "controller.quorum.voters": self._voters(),
+            "listeners": f"CONTROLLER://{self.bind}:{self.controller_port}",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT",
+            "controller.listener.names": "CONTROLLER",
+            "log.dirs": self.data_dir,
+        }
 
     def render(self) -> str:
         return "".join(f"{key}={value}\n" for key, value in self.properties().items())

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from kanri.kafka.api import LABELS, KafkaClusterSpec
+from kanri.kafka.api import CONTROLLER_LABELS, LABELS, KafkaClusterSpec
 from kanri.kafka.broker.settings import new_cluster_id
 from kanri.kit import image_for
 from kanri.runtime import child_name
@@ -38,6 +38,9 @@ DATA_DIR = "/var/lib/kafka"
 CONFIG_DIR = "/etc/kafka/user"
 CLUSTER_ID_KEY = "clusterId"
 CONTROLLERS_KEY = "controllers"
+DEDICATED_KEY = "dedicatedControllers"
+CONTROLLER_ID_BASE = 1000
+"""Dedicated controllers' node ids start here (brokers keep 0..replicas-1)."""
 CONFIG_HASH = LABELS.key("config-hash")
 
 
@@ -88,12 +91,26 @@ def tls_bootstrap(cluster: str, namespace: str) -> str:
 def default_controllers(spec: KafkaClusterSpec) -> int:
     """The voters a new cluster gets: ``spec.controllers``, else 3 from three nodes on and 1 below (two voters
     would stop the quorum when either fails: no better than one)."""
-    return spec.controllers or (3 if spec.replicas >= 3 else 1)
+    return spec.controllers or (3 if spec.replicas >= 3 or spec.dedicated_controllers else 1)
 
 
-def voters(cluster: str, namespace: str, controllers: int) -> str:
-    """``KAFKA_VOTERS``: the controller voters (nodes ``0..controllers-1``) by their stable names under the headless
-    Service."""
+def controller_set_name(cluster: str) -> str:
+    """The dedicated controllers' StatefulSet (pods ``<name>-controller-N``)."""
+    return child_name(cluster, "controller")
+
+
+def controllers_service_name(cluster: str) -> str:
+    """The dedicated controllers' headless Service: their stable names."""
+    return child_name(cluster, "controllers")
+
+
+def voters(cluster: str, namespace: str, controllers: int, dedicated: bool = False) -> str:
+    """``KAFKA_VOTERS``: the controller voters by their stable names — nodes ``0..controllers-1`` under the brokers'
+    headless Service, or the dedicated controllers (ids from :data:`CONTROLLER_ID_BASE`) under theirs."""
+    if dedicated:
+        suffix = f"{controllers_service_name(cluster)}.{namespace}.svc.cluster.local"
+        return ",".join(f"{CONTROLLER_ID_BASE + i}={controller_set_name(cluster)}-{i}.{suffix}"
+                        for i in range(controllers))  # fmt: skip
     suffix = f"{headless_name(cluster)}.{namespace}.svc.cluster.local"
     return ",".join(f"{i}={cluster}-{i}.{suffix}" for i in range(controllers))
 
@@ -103,11 +120,12 @@ def voter_count(env_value: str) -> int:
     return len([item for item in env_value.split(",") if item.strip()])
 
 
-def kraft_config_map(cluster: str, controllers: int) -> Obj:
+def kraft_config_map(cluster: str, controllers: int, dedicated: bool = False) -> Obj:
     """Created once (create-once): a second write would give the nodes another id or voter list than their storage
     and metadata log hold."""
     return {"metadata": {"name": kraft_name(cluster), "labels": LABELS.labels(cluster)},
-            "data": {CLUSTER_ID_KEY: new_cluster_id(), CONTROLLERS_KEY: str(controllers)}}  # fmt: skip
+            "data": {CLUSTER_ID_KEY: new_cluster_id(), CONTROLLERS_KEY: str(controllers),
+                     DEDICATED_KEY: str(dedicated).lower()}}  # fmt: skip
 
 
 def config_map(cluster: str, spec: KafkaClusterSpec) -> Obj:
@@ -140,11 +158,11 @@ def services(cluster: str, tls: bool = False) -> list[Obj]:
     ]
 
 
-def _env(cluster: str, namespace: str, controllers: int) -> list[Obj]:
+def _env(cluster: str, namespace: str, controllers: int, dedicated: bool = False) -> list[Obj]:
     return [
         {"name": "KAFKA_CLUSTER_ID",
          "valueFrom": {"configMapKeyRef": {"name": kraft_name(cluster), "key": CLUSTER_ID_KEY}}},
-        {"name": "KAFKA_VOTERS", "value": voters(cluster, namespace, controllers)},
+        {"name": "KAFKA_VOTERS", "value": voters(cluster, namespace, controllers, dedicated)},
         {"name": "KAFKA_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": "KAFKA_DATA_DIR", "value": DATA_DIR},
         {"name": "KAFKA_CONFIG_FILE", "value": f"{CONFIG_DIR}/broker.properties"},
@@ -158,17 +176,23 @@ def _tls_env(cluster: str, namespace: str) -> list[Obj]:
 
 
 def statefulset(
-    cluster: str, namespace: str, spec: KafkaClusterSpec, controllers: int | None = None, tls_hash: str | None = None
+    cluster: str,
+    namespace: str,
+    spec: KafkaClusterSpec,
+    controllers: int | None = None,
+    tls_hash: str | None = None,
+    dedicated: bool | None = None,
 ) -> Obj:
-    """``controllers``: the voters on record (:func:`default_controllers` for a new cluster when None);
-    ``tls_hash``: a hash of the brokers' certificate when TLS is on (a renewal is a new revision, rolled)."""
+    """``controllers``/``dedicated``: the voters on record (the spec's for a new cluster when None); ``tls_hash``: a
+    hash of the brokers' certificate when TLS is on (a renewal is a new revision, rolled)."""
+    dedicated = spec.dedicated_controllers if dedicated is None else dedicated
     claim_spec: Obj = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": spec.storage.size}}}
     if spec.storage.storage_class_name:
         claim_spec["storageClassName"] = spec.storage.storage_class_name
     container: Obj = {
         "name": "kafka",
         "image": image_for(IMAGES_ENV, IMAGE, spec.version),
-        "env": _env(cluster, namespace, controllers or default_controllers(spec)),
+        "env": _env(cluster, namespace, controllers or default_controllers(spec), dedicated),
         "ports": [{"name": "kafka", "containerPort": CLIENT_PORT},
                   {"name": "controller", "containerPort": CONTROLLER_PORT}],
         "volumeMounts": [{"name": "data", "mountPath": DATA_DIR},
@@ -209,6 +233,66 @@ def statefulset(
             "updateStrategy": {"type": "OnDelete"},
             # Retain: the volumes stay when the StatefulSet goes; deletionPolicy decides (kit.carry_out)
             "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},
+            "volumeClaimTemplates": [{"metadata": {"name": "data", "labels": LABELS.labels(cluster)},
+                                      "spec": claim_spec}],
+        },
+    }  # fmt: skip
+
+
+def controllers_service(cluster: str) -> Obj:
+    """Headless, every dedicated controller's stable name, ready or not (the voters find each other by it)."""
+    port = {"name": "controller", "port": CONTROLLER_PORT, "targetPort": CONTROLLER_PORT}
+    return {"metadata": {"name": controllers_service_name(cluster), "labels": CONTROLLER_LABELS.labels(cluster)},
+            "spec": {"selector": CONTROLLER_LABELS.selector(cluster), "clusterIP": "None",
+                     "publishNotReadyAddresses": True, "ports": [port]}}  # fmt: skip
+
+
+def controller_statefulset(cluster: str, namespace: str, spec: KafkaClusterSpec, controllers: int) -> Obj:
+    """The dedicated controllers: ``controllers`` voters and no broker, started together (a quorum needs a majority
+    up), each with its volume (the metadata log). Rolled by the StatefulSet controller one pod at a time, each
+    waiting for the last to listen again: no partition lives on them, so no min.insync.replicas gate applies."""
+    claim_spec: Obj = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": spec.storage.size}}}
+    if spec.storage.storage_class_name:
+        claim_spec["storageClassName"] = spec.storage.storage_class_name
+    env = [
+        {"name": "KAFKA_CLUSTER_ID",
+         "valueFrom": {"configMapKeyRef": {"name": kraft_name(cluster), "key": CLUSTER_ID_KEY}}},
+        {"name": "KAFKA_VOTERS", "value": voters(cluster, namespace, controllers, dedicated=True)},
+        {"name": "KAFKA_NODE_ID_BASE", "value": str(CONTROLLER_ID_BASE)},
+        {"name": "KAFKA_PROCESS_ROLES", "value": "controller"},
+        {"name": "KAFKA_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "KAFKA_DATA_DIR", "value": DATA_DIR},
+        {"name": "KAFKA_HEAP_OPTS", "value": "-Xms32m -Xmx192m -XX:+UseSerialGC -XX:TieredStopAtLevel=1"},
+    ]  # fmt: skip
+    container: Obj = {
+        "name": "controller",
+        "image": image_for(IMAGES_ENV, IMAGE, spec.version),
+        "env": env,
+        "ports": [{"name": "controller", "containerPort": CONTROLLER_PORT}],
+        "volumeMounts": [{"name": "data", "mountPath": DATA_DIR}],
+        "readinessProbe": {"tcpSocket": {"port": CONTROLLER_PORT}, "periodSeconds": 2},
+        "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True,
+                            "capabilities": {"drop": ["ALL"]}},
+    }  # fmt: skip
+    pod_spec: Obj = {
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": 30,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": KAFKA_UID, "runAsGroup": KAFKA_UID,
+                            "fsGroup": KAFKA_UID, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [container],
+    }  # fmt: skip
+    return {
+        "metadata": {"name": controller_set_name(cluster), "labels": CONTROLLER_LABELS.labels(cluster)},
+        "spec": {
+            "serviceName": controllers_service_name(cluster),
+            "replicas": controllers,
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": CONTROLLER_LABELS.selector(cluster)},
+            "template": {"metadata": {"labels": CONTROLLER_LABELS.labels(cluster)}, "spec": pod_spec},
+            "updateStrategy": {"type": "RollingUpdate"},
+            "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},
+            # the claims carry the brokers' labels: deletionPolicy finds every volume of the cluster by them
             "volumeClaimTemplates": [{"metadata": {"name": "data", "labels": LABELS.labels(cluster)},
                                       "spec": claim_spec}],
         },

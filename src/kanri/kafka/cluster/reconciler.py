@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from kanri import kit
 from kanri import runtime as kr
-from kanri.kafka.api import CLUSTER_FINALIZER, CLUSTER_KIND, FIELD_MANAGER, LABELS
+from kanri.kafka.api import CLUSTER_FINALIZER, CLUSTER_KIND, CONTROLLER_LABELS, FIELD_MANAGER, LABELS
 from kanri.kafka.cluster import rebalance_step, steps, tls_step
 from kanri.kafka.cluster.children import CLIENT_PORT
 from kanri.kafka.cluster.context import ClusterPass, ClusterStep
@@ -81,4 +81,9 @@ def controller(
     reconciler = ClusterReconciler(manager, admins=admins, client_port=client_port, registry=registry)
     built = kr.Controller("kafkacluster", reconciler, for_kind=CLUSTER_KIND)
     built = built.owns(STATEFUL_SET).owns(SERVICE).owns(CONFIG_MAP).owns(SECRET)
-    return built.watches(POD, LABELS.owner_requests).watches(PVC, LABELS.owner_requests)
+    return built.watches(POD, _pod_owner).watches(PVC, LABELS.owner_requests)
+
+
+def _pod_owner(obj: dict[str, Any]) -> list[kr.Request]:
+    """A broker's or a dedicated controller's pod -> its KafkaCluster."""
+    return LABELS.owner_requests(obj) + CONTROLLER_LABELS.owner_requests(obj)

@@ -33,20 +33,23 @@ def applied_replicas(ctx: kit.PassContext) -> int:
     return int((statefulset.get("spec") or {}).get("replicas", spec_of(ctx).replicas))
 
 
-def controllers_of(ctx: kit.PassContext) -> int:
-    """The controller voters on record: the ``<name>-kraft`` ConfigMap's, else (a cluster made before the record)
-    the StatefulSet's voter list, else what a new cluster gets."""
+def voters_of(ctx: kit.PassContext) -> tuple[int, bool]:
+    """The controller voters on record — how many, and whether they are dedicated controllers: the
+    ``<name>-kraft`` ConfigMap's, else (a cluster made before the record) the StatefulSet's voter list, else what a
+    new cluster gets."""
     kraft = ctx.cache.get(CONFIG_MAP, children.kraft_name(ctx.name), ctx.namespace)
-    value = str(((kraft or {}).get("data") or {}).get(children.CONTROLLERS_KEY, ""))
+    data = (kraft or {}).get("data") or {}
+    value = str(data.get(children.CONTROLLERS_KEY, ""))
     if value.isdigit():
-        return int(value)
+        return int(value), data.get(children.DEDICATED_KEY) == "true"
     statefulset = ctx.cache.get(STATEFUL_SET, ctx.name, ctx.namespace)
     for container in (((statefulset or {}).get("spec") or {}).get("template") or {}).get("spec", {}).get(
             "containers") or []:  # fmt: skip
         for env in container.get("env") or []:
             if env.get("name") == "KAFKA_VOTERS" and env.get("value"):
-                return children.voter_count(env["value"])
-    return children.default_controllers(spec_of(ctx))
+                return children.voter_count(env["value"]), False
+    spec = spec_of(ctx)
+    return children.default_controllers(spec), spec.dedicated_controllers
 
 
 def _current(ctx: kit.PassContext) -> int | None:
@@ -55,44 +58,48 @@ def _current(ctx: kit.PassContext) -> int | None:
     return None if statefulset is None else applied_replicas(ctx)
 
 
-def _scale(ctx: ClusterContext, current: int | None, controllers: int) -> scale.ScaleDecision:
-    """The node count the StatefulSet gets now; a refused change adds its Degraded reason (and Warning Event)."""
+def _scale(ctx: ClusterContext, current: int | None, controllers: int, dedicated: bool) -> scale.ScaleDecision:
+    """The node count the StatefulSet gets now; a refused change adds its Degraded reason (and Warning Event), and
+    so does a spec that asks for other voters than the cluster was made with."""
     held = None
     if ctx.kafka is not None and current is not None:
         held = health.replicas_on(ctx.kafka.partitions, range(ctx.spec.replicas, current))
     drain = scale.parse_drain((ctx.obj["metadata"].get("annotations") or {}).get(DRAIN_BROKERS))
-    decision = scale.decide(current, ctx.spec.replicas, held, controllers, drain)
+    # with dedicated controllers no broker is a voter: every one may go
+    decision = scale.decide(current, ctx.spec.replicas, held, 0 if dedicated else controllers, drain)
     if decision.problem is not None:
         ctx.problems.add(decision.problem)
+    made = f"(ConfigMap {children.kraft_name(ctx.name)}), and the voter list cannot change"
+    if ctx.spec.dedicated_controllers != dedicated:
+        asked = str(ctx.spec.dedicated_controllers).lower()
+        message = f"spec.dedicatedControllers {asked} is not applied: the cluster was made " \
+            f"{'with' if dedicated else 'without'} dedicated controllers {made}"  # fmt: skip
+        ctx.problems.add(kit.Problem(scale.VOTER_LIST_FIXED, message))
     if ctx.spec.controllers is not None and ctx.spec.controllers != controllers:
-        ctx.problems.add(
-            kit.Problem(
-                scale.VOTER_LIST_FIXED,
-                f"spec.controllers {ctx.spec.controllers} is not "
-                f"applied: the cluster was made with {controllers} controller voters (ConfigMap "
-                f"{children.kraft_name(ctx.name)}), and the static voter list cannot change",
-            )
-        )
+        message = f"spec.controllers {ctx.spec.controllers} is not applied: the cluster was made with " \
+            f"{controllers} controller voters {made}"  # fmt: skip
+        ctx.problems.add(kit.Problem(scale.VOTER_LIST_FIXED, message))
     ctx.scale = decision
     ctx.ledger.stage("replicas", decision.replicas)
-    ctx.ledger.stage("controllers", controllers)
     return decision
 
 
 async def write_children(ctx: ClusterContext) -> kr.Result | None:
     """The cluster id and voter count (created once, not owned), the broker config, the Services and the
     StatefulSet; a scale-up or a drain on record (``status.rebalance``) before the StatefulSet changes."""
-    controllers, current = controllers_of(ctx), _current(ctx)
-    decision = _scale(ctx, current, controllers)
+    (controllers, dedicated), current = voters_of(ctx), _current(ctx)
+    ctx.ledger.stage("controllers", controllers)
+    ctx.ledger.stage("dedicatedControllers", dedicated)
+    decision = _scale(ctx, current, controllers, dedicated)
     spec = ctx.spec.model_copy(update={"replicas": decision.replicas})
-    kraft = children.kraft_config_map(ctx.name, controllers)
+    kraft = children.kraft_config_map(ctx.name, controllers, dedicated)
     if await ctx.children.create_once(CONFIG_MAP, kraft, owned=False) == "created":
         await ctx.events.normal(ctx.obj, "ClusterIdCreated", f"KRaft cluster id in {children.kraft_name(ctx.name)}, "
-                                f"{controllers} controller voters")  # fmt: skip
+                                f"{controllers} controller voters{' (dedicated)' if dedicated else ''}")  # fmt: skip
     found = ctx.cache.get(CONFIG_MAP, children.kraft_name(ctx.name), ctx.namespace)
-    if found is not None and children.CONTROLLERS_KEY not in (found.get("data") or {}):
-        # a cluster made before the voter count was recorded: record what its StatefulSet runs
-        patch = {"data": {children.CONTROLLERS_KEY: str(controllers)}}
+    if found is not None and children.DEDICATED_KEY not in (found.get("data") or {}):
+        # a cluster made before the voters were recorded: record what its StatefulSet runs
+        patch = {"data": {children.CONTROLLERS_KEY: str(controllers), children.DEDICATED_KEY: str(dedicated).lower()}}
         await ctx.client.patch(CONFIG_MAP, children.kraft_name(ctx.name), patch, ctx.namespace)
     await rebalance_step.record_start(ctx, current, decision)
     await ctx.children.apply(CONFIG_MAP, children.config_map(ctx.name, spec))
@@ -100,7 +107,11 @@ async def write_children(ctx: ClusterContext) -> kr.Result | None:
         await ctx.children.apply(SERVICE, service)
     if ctx.spec.tls.enabled and ctx.tls_hash is None:
         return None  # no certificate to mount yet (the CA Secret is unusable: Degraded says why)
-    body = children.statefulset(ctx.name, ctx.namespace, spec, controllers, ctx.tls_hash)
+    if dedicated:
+        await ctx.children.apply(SERVICE, children.controllers_service(ctx.name))
+        body = children.controller_statefulset(ctx.name, ctx.namespace, ctx.spec, controllers)
+        await ctx.children.apply(STATEFUL_SET, body)
+    body = children.statefulset(ctx.name, ctx.namespace, spec, controllers, ctx.tls_hash, dedicated)
     await ctx.children.apply(STATEFUL_SET, body)
     if found is not None:
         ctx.ledger.stage("clusterId", (found.get("data") or {}).get(children.CLUSTER_ID_KEY))

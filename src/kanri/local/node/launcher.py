@@ -371,6 +371,8 @@ def main(argv: list[str]) -> int:
         code = 128
         try:
             code = container(spec, go_read)
+        except BaseException as exc:  # said in the container's log: a silent 128 tells nobody why
+            print(f"kanri-local: cannot start container: {exc!r}", file=sys.stderr, flush=True)
         finally:
             os._exit(code)
     os.close(go_read)
