@@ -175,6 +175,30 @@ def _tls_env(cluster: str, namespace: str) -> list[Obj]:
             {"name": "KAFKA_TLS_HOST_SUFFIX", "value": suffix}]  # fmt: skip
 
 
+def _claims(cluster: str, spec: KafkaClusterSpec) -> list[Obj]:
+    """One volume per node, labelled like the brokers' (deletionPolicy finds every volume of the cluster by them)."""
+    claim_spec: Obj = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": spec.storage.size}}}
+    if spec.storage.storage_class_name:
+        claim_spec["storageClassName"] = spec.storage.storage_class_name
+    return [{"metadata": {"name": "data", "labels": LABELS.labels(cluster)}, "spec": claim_spec}]
+
+
+#: Every Kafka container: no privilege, no capability; the pod runs as the image's kafka user with seccomp.
+_CONTAINER_SECURITY: Obj = {"allowPrivilegeEscalation": False, "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}}
+
+
+def _pod_spec(containers: list[Obj], volumes: list[Obj]) -> Obj:
+    return {
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": 30,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": KAFKA_UID, "runAsGroup": KAFKA_UID,
+                            "fsGroup": KAFKA_UID, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": containers,
+        "volumes": volumes,
+    }  # fmt: skip
+
+
 def statefulset(
     cluster: str,
     namespace: str,
@@ -186,9 +210,6 @@ def statefulset(
     """``controllers``/``dedicated``: the voters on record (the spec's for a new cluster when None); ``tls_hash``: a
     hash of the brokers' certificate when TLS is on (a renewal is a new revision, rolled)."""
     dedicated = spec.dedicated_controllers if dedicated is None else dedicated
-    claim_spec: Obj = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": spec.storage.size}}}
-    if spec.storage.storage_class_name:
-        claim_spec["storageClassName"] = spec.storage.storage_class_name
     container: Obj = {
         "name": "kafka",
         "image": image_for(IMAGES_ENV, IMAGE, spec.version),
@@ -198,26 +219,16 @@ def statefulset(
         "volumeMounts": [{"name": "data", "mountPath": DATA_DIR},
                          {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
         "readinessProbe": {"tcpSocket": {"port": CLIENT_PORT}, "periodSeconds": 2},
-        "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True,
-                            "capabilities": {"drop": ["ALL"]}},
+        "securityContext": _CONTAINER_SECURITY,
     }  # fmt: skip
+    volumes: list[Obj] = [{"name": "config", "configMap": {"name": config_name(cluster)}}]
     annotations = {CONFIG_HASH: config_hash(spec)}
     if spec.tls.enabled:
         container["env"] += _tls_env(cluster, namespace)
         container["ports"].append({"name": "kafka-tls", "containerPort": TLS_PORT})
         container["volumeMounts"].append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
+        volumes.append({"name": "tls", "secret": {"secretName": tls_name(cluster), "defaultMode": 0o440}})
         annotations[TLS_HASH] = tls_hash or ""
-    pod_spec: Obj = {
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": 30,
-        "securityContext": {"runAsNonRoot": True, "runAsUser": KAFKA_UID, "runAsGroup": KAFKA_UID,
-                            "fsGroup": KAFKA_UID, "seccompProfile": {"type": "RuntimeDefault"}},
-        "containers": [container],
-        "volumes": [{"name": "config", "configMap": {"name": config_name(cluster)}}],
-    }  # fmt: skip
-    if spec.tls.enabled:
-        pod_spec["volumes"].append({"name": "tls", "secret": {"secretName": tls_name(cluster), "defaultMode": 0o440}})
     return {
         "metadata": {"name": cluster, "labels": LABELS.labels(cluster)},
         "spec": {
@@ -227,14 +238,13 @@ def statefulset(
             "selector": {"matchLabels": LABELS.selector(cluster)},
             # the config's hash in the template: a config change is a new revision, rolled by the operator
             "template": {"metadata": {"labels": LABELS.labels(cluster), "annotations": annotations},
-                         "spec": pod_spec},
+                         "spec": _pod_spec([container], volumes)},
             # OnDelete: the StatefulSet controller never restarts a broker; the operator does, one at a time, only
             # when no partition would fall under min.insync.replicas (cluster/rolling.py)
             "updateStrategy": {"type": "OnDelete"},
             # Retain: the volumes stay when the StatefulSet goes; deletionPolicy decides (kit.carry_out)
             "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},
-            "volumeClaimTemplates": [{"metadata": {"name": "data", "labels": LABELS.labels(cluster)},
-                                      "spec": claim_spec}],
+            "volumeClaimTemplates": _claims(cluster, spec),
         },
     }  # fmt: skip
 
@@ -251,9 +261,6 @@ def controller_statefulset(cluster: str, namespace: str, spec: KafkaClusterSpec,
     """The dedicated controllers: ``controllers`` voters and no broker, started together (a quorum needs a majority
     up), each with its volume (the metadata log). Rolled by the StatefulSet controller one pod at a time, each
     waiting for the last to listen again: no partition lives on them, so no min.insync.replicas gate applies."""
-    claim_spec: Obj = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": spec.storage.size}}}
-    if spec.storage.storage_class_name:
-        claim_spec["storageClassName"] = spec.storage.storage_class_name
     env = [
         {"name": "KAFKA_CLUSTER_ID",
          "valueFrom": {"configMapKeyRef": {"name": kraft_name(cluster), "key": CLUSTER_ID_KEY}}},
@@ -271,17 +278,8 @@ def controller_statefulset(cluster: str, namespace: str, spec: KafkaClusterSpec,
         "ports": [{"name": "controller", "containerPort": CONTROLLER_PORT}],
         "volumeMounts": [{"name": "data", "mountPath": DATA_DIR}],
         "readinessProbe": {"tcpSocket": {"port": CONTROLLER_PORT}, "periodSeconds": 2},
-        "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True,
-                            "capabilities": {"drop": ["ALL"]}},
-    }  # fmt: skip
-    pod_spec: Obj = {
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": 30,
-        "securityContext": {"runAsNonRoot": True, "runAsUser": KAFKA_UID, "runAsGroup": KAFKA_UID,
-                            "fsGroup": KAFKA_UID, "seccompProfile": {"type": "RuntimeDefault"}},
-        "containers": [container],
-    }  # fmt: skip
+        "securityContext": _CONTAINER_SECURITY,
+    }
     return {
         "metadata": {"name": controller_set_name(cluster), "labels": CONTROLLER_LABELS.labels(cluster)},
         "spec": {
@@ -289,11 +287,10 @@ def controller_statefulset(cluster: str, namespace: str, spec: KafkaClusterSpec,
             "replicas": controllers,
             "podManagementPolicy": "Parallel",
             "selector": {"matchLabels": CONTROLLER_LABELS.selector(cluster)},
-            "template": {"metadata": {"labels": CONTROLLER_LABELS.labels(cluster)}, "spec": pod_spec},
+            "template": {"metadata": {"labels": CONTROLLER_LABELS.labels(cluster)},
+                         "spec": _pod_spec([container], [])},
             "updateStrategy": {"type": "RollingUpdate"},
             "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},
-            # the claims carry the brokers' labels: deletionPolicy finds every volume of the cluster by them
-            "volumeClaimTemplates": [{"metadata": {"name": "data", "labels": LABELS.labels(cluster)},
-                                      "spec": claim_spec}],
+            "volumeClaimTemplates": _claims(cluster, spec),
         },
     }  # fmt: skip

@@ -34,6 +34,10 @@ import signal
 import stat
 import sys
 
+# os.execvpe imports it to search PATH for a command given without a path (`python3`) — after the root has changed,
+# where this interpreter's own library may not be: loaded now, so a container's relative command starts
+import warnings  # noqa: F401
+
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
