@@ -24,6 +24,7 @@ HOST_WIDE_MODULES = frozenset(
         "test_local_nodes",
         "test_local_services",
         "test_real_cluster",
+        "test_real_kafka",
         "test_real_local_up",
         "test_real_node",
         "test_real_node_addons",
