@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from kanri.local.node import LocalNode
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.runtime import Client, get_condition
@@ -98,6 +100,7 @@ async def test_a_lie_in_status_never_removes_the_primary_on_scale_down(
         await eventually(lambda: every_instance_has(client, namespace, "shelf", [1]), timeout=60, interval=1)
 
 
+@pytest.mark.faults  # the lost primary volume is a fault: it fails over (issue 29 item 5)
 async def test_a_lost_replica_volume_is_recloned_and_a_lost_primary_volume_is_never_reinitialised(
     client: Client, node: LocalNode, operator: Operator, namespace: str
 ) -> None:
@@ -122,23 +125,36 @@ async def test_a_lost_replica_volume_is_recloned_and_a_lost_primary_volume_is_ne
         await eventually(lambda: ready(client, namespace, "vault", 2), timeout=180, interval=1)
         await eventually(lambda: every_instance_has(client, namespace, "vault", [1]), timeout=60, interval=1)
 
-        # The primary's volume: never an empty database served as if nothing happened — a condition and an Event.
+        # The primary's volume: never an empty database served as if nothing happened — a Warning Event names it
+        # (the Degraded condition too, for the seconds it lasts); and (issue 29 item 5) the surviving replica is
+        # promoted at once, the old primary cloned again from it.
         await client.delete(PVC, primary, namespace)
         await client.delete(POD, f"{primary}-0", namespace)
-        lost = await eventually(
-            lambda: any_condition_with(client, namespace, "vault", "DataDirectoryLost"), timeout=120, interval=1
-        )
-        assert primary in lost["message"]
-        events = await warning_events(client, namespace, "vault")
-        assert any(primary in (e.get("message") or "") and e.get("reason") in ("DataDirectoryLost", "VolumeLost")
-                   for e in events)  # fmt: skip
-        assert await ready(client, namespace, "vault", 2) is None
-        # Nothing was initialised on the new volume: the replica still has the rows, and no instance serves a
-        # database without them.
-        await asyncio.sleep(5)
-        assert await every_instance_has(client, namespace, "vault", [1]) or not await _serves_empty(
-            client, namespace, "vault"
-        )
+        lost_at = asyncio.get_running_loop().time()
+
+        async def told() -> list[Obj]:
+            reasons = ("DataDirectoryLost", "VolumeLost")
+            events = await warning_events(client, namespace, "vault")
+            return [e for e in events if primary in (e.get("message") or "") and e.get("reason") in reasons]
+
+        await eventually(told, timeout=120, interval=1)
+        # Nothing was initialised on the new volume: no instance serves a database without the rows, meanwhile or
+        # after.
+        assert not await _serves_empty(client, namespace, "vault")
+
+        async def failed_over() -> Obj | None:
+            status = (await client.get(POSTGRES_CLUSTER, "vault", namespace)).get("status") or {}
+            record = status.get("lastFailover") or {}
+            done = record.get("from") == primary and status.get("currentPrimary") == replica
+            return dict(record) if done and not status.get("failover") else None
+
+        record = await eventually(failed_over, timeout=60, interval=0.5)
+        took = asyncio.get_running_loop().time() - lost_at
+        print(f"\nlost primary volume: {replica} promoted {took:.1f} s after the claim and pod were deleted: {record}")
+        assert "PrimaryDataLost" in str(record.get("reason")), record  # at once, not after the 30 s not-running window
+        assert not await _serves_empty(client, namespace, "vault")
+        await eventually(lambda: ready(client, namespace, "vault", 2), timeout=180, interval=1)
+        await eventually(lambda: every_instance_has(client, namespace, "vault", [1]), timeout=60, interval=1)
 
 
 async def _serves_empty(client: Client, namespace: str, name: str) -> bool:

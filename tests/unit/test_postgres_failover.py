@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from kanri.contract.status import Problem
 from kanri.postgres.cluster.instances import InstanceReport
 from kanri.postgres.ha.failover import (
     LATE_PROBES,
@@ -61,6 +62,19 @@ def test_an_answering_manager_whose_postgres_is_down_or_in_recovery_is_not_runni
     assert failure_of(report(running=False, ready=False), pod()) == "PrimaryNotRunning"
     assert failure_of(report(ready=False), pod()) == "PrimaryNotRunning"
     assert failure_of(report("replica"), pod()) == "PrimaryNotRunning"
+
+
+def test_a_primary_whose_data_directory_is_lost_is_failed_at_once() -> None:
+    # Issue 29 item 5: its volume came back empty; it reports DataDirectoryLost and waits (it never runs initdb).
+    # No restart in place brings the data back, so no 30 s window: only the spec's delay.
+    lost = InstanceReport(name="pg-1", role="unknown", ready=False, running=False,
+                          problems=(Problem("DataDirectoryLost", "the data directory is empty"),))  # fmt: skip
+    assert failure_of(lost, pod()) == "PrimaryDataLost"
+    assert window("PrimaryDataLost", 0) == 0
+    assert window("PrimaryDataLost", 15) == 15
+    other = InstanceReport(name="pg-1", role="primary", ready=False, running=False,
+                           problems=(Problem("InvalidParameter", "work_mem"),))  # fmt: skip
+    assert failure_of(other, pod()) == "PrimaryNotRunning"
 
 
 def test_the_highest_received_lsn_wins_then_replayed_then_the_lowest_number() -> None:

@@ -13,7 +13,8 @@ spec allows | approve (``kanri.dev/approve-failover``, docs/postgres-operator.md
 | ``Fenced`` | an instance: it holds a fence marker and keeps PostgreSQL stopped | see SplitBrain |
 | ``RejoinFailed`` | a former primary could neither rewind nor re-clone | see its log; delete its claim to re-clone |
 | ``DataDirectoryLost`` | an instance: its volume is empty, the cluster has data | replica: nothing (it re-clones);
-a lone primary: restore a backup into a new cluster |
+a primary with replicas: nothing (failed over at once, then re-cloned); a lone primary: restore a backup into a new
+cluster |
 | ``SystemIdentifierMismatch`` | an instance: its data belongs to another cluster | replace the volume |
 | ``DataVersionMismatch`` | an instance: its binaries cannot open its data | nothing (the image is reverted) |
 | ``VolumeLost`` | the operator: a running instance's claim was deleted | see DataDirectoryLost |
@@ -195,8 +196,9 @@ def secret_problems(cluster: str, secrets: Mapping[str, Obj | None], owner: str)
 
 
 _LOST_HELP = (
-    "a replica clones again from the primary by itself; if it was the only copy (a lone primary), restore a backup "
-    "into a new PostgresCluster (runbook DataDirectoryLost in docs/postgres-operator.md)"
+    "a replica clones again from the primary by itself; a primary with replicas is failed over at once and cloned "
+    "again; if it was the only copy (a lone primary), restore a backup into a new PostgresCluster (runbook "
+    "DataDirectoryLost in docs/postgres-operator.md)"
 )
 
 

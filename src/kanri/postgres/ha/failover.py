@@ -81,10 +81,13 @@ SUSPECT_INTERVAL = 1.0
 LATE_PROBES = 6
 """At most this many late probes (a ``/status`` with the whole window to answer) in flight per cluster: one a pass."""
 
-Failure = Literal["PrimaryUnreachable", "PrimaryNotRunning", "PrimaryRestarting"]
+Failure = Literal["PrimaryUnreachable", "PrimaryNotRunning", "PrimaryRestarting", "PrimaryDataLost"]
 BlockedReason = Literal["ManualPolicy", "DataLossAboveLimit", "DataLossUnknown", "NoSynchronousStandby",
                         "NoCandidate"]  # fmt: skip
 
+
+DATA_LOST = "DataDirectoryLost"
+"""The problem an instance reports when its volume is empty while the cluster has data (it never runs initdb)."""
 
 STARTING_GRACE = 20.0
 """Seconds after its container started during which a silent primary counts as restarting, not unreachable: its
@@ -128,12 +131,17 @@ def failure_of(report: InstanceReport | None, pod: Obj | None, now: datetime | N
     if report is not None:
         if report.role == "primary" and report.running and report.ready:
             return None
+        if any(p.reason == DATA_LOST for p in report.problems):
+            return "PrimaryDataLost"  # its volume came back empty: no restart in place can bring the data back
         return "PrimaryNotRunning"
     return "PrimaryUnreachable" if _running_pod(pod, now) else "PrimaryRestarting"
 
 
 def window(failure: Failure, delay_seconds: int) -> float:
-    """How long ``failure`` must last before the failover starts."""
+    """How long ``failure`` must last before the failover starts (a lost data directory: not at all, beyond the
+    spec's delay — waiting cannot bring the data back, and the replicas are the only copies left)."""
+    if failure == "PrimaryDataLost":
+        return float(delay_seconds)
     base = UNREACHABLE_WINDOW if failure == "PrimaryUnreachable" else NOT_RUNNING_WINDOW
     return base + delay_seconds
 

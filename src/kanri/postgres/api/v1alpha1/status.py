@@ -135,7 +135,8 @@ class FailoverProgress(ApiModel):
     from_: Name = Field(alias="from")
     """The primary that failed (or is handed over)."""
     reason: Annotated[str, Field(max_length=64)]
-    """PrimaryUnreachable, PrimaryNotRunning, PrimaryRestarting or Switchover."""
+    """PrimaryUnreachable, PrimaryNotRunning, PrimaryRestarting, PrimaryDataLost (its volume came back empty) or
+    Switchover."""
     started: datetime
     """When the failover started (the detection window had passed)."""
     primary_lsn: Lsn | None = Field(default=None, alias="primaryLSN")
