@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from kanri.kafka.api import KafkaClusterSpec
-from kanri.kafka.cluster import children
+from kanri.kafka.cluster import children, storage
 
 
 def _spec(**extra: Any) -> KafkaClusterSpec:
@@ -75,3 +75,20 @@ def test_dedicated_controllers_get_a_statefulset_of_their_own_that_no_broker_sel
     service = children.controllers_service("events")
     assert service["spec"]["selector"] == controllers["spec"]["selector"]["matchLabels"]
     assert children.kraft_config_map("events", 3, True)["data"]["dedicatedControllers"] == "true"
+
+
+def test_volumes_grow_on_the_claims_while_the_template_keeps_the_size_it_was_made_with() -> None:
+    made = children.statefulset("events", "shop", _spec())
+    assert storage.template_size(made) == "1Gi"
+    grown = children.statefulset("events", "shop", _spec(storage={"size": "4Gi"}), claim_size="1Gi")
+    # the API server refuses any change of a StatefulSet's claim template: the one applied is the one made
+    assert grown["spec"]["volumeClaimTemplates"] == made["spec"]["volumeClaimTemplates"]
+
+    def claim(name: str, request: str, phase: str = "Bound", capacity: str | None = None) -> dict[str, Any]:
+        status: dict[str, Any] = {"phase": phase} | ({"capacity": {"storage": capacity}} if capacity else {})
+        return {"metadata": {"name": name}, "spec": {"resources": {"requests": {"storage": request}}}, "status": status}
+
+    claims = [claim("data-events-0", "1Gi", capacity="1Gi"), claim("data-events-1", "4Gi", capacity="1Gi"),
+              claim("data-events-2", "1Gi", phase="Pending"), claim("data-events-3", "4096Mi", capacity="4Gi")]  # fmt: skip
+    assert storage.to_grow(claims, "4Gi") == ["data-events-0"]  # bound and below; a pending claim cannot change yet
+    assert storage.resizing(claims) == ["data-events-1"]

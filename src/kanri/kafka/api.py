@@ -237,6 +237,8 @@ class KafkaClusterStatus(kit.KitStatus):
     """The voters run in pods of their own (``<name>-controller-N``, node ids 1000+)."""
     tls: TlsStatus | None = None
     """The TLS listener (unset: TLS off)."""
+    resizing_volumes: list[str] | None = Field(default=None, max_length=20)
+    """Claims whose volume is still being grown to ``spec.storage.size`` (capacity below the request)."""
     rebalance: Rebalance | None = None
     """Partition replicas being moved between brokers: onto new brokers after a scale-up, off the brokers a
     scale-down removes (a drain). Cleared when done."""

@@ -175,9 +175,12 @@ def _tls_env(cluster: str, namespace: str) -> list[Obj]:
             {"name": "KAFKA_TLS_HOST_SUFFIX", "value": suffix}]  # fmt: skip
 
 
-def _claims(cluster: str, spec: KafkaClusterSpec) -> list[Obj]:
-    """One volume per node, labelled like the brokers' (deletionPolicy finds every volume of the cluster by them)."""
-    claim_spec: Obj = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": spec.storage.size}}}
+def _claims(cluster: str, spec: KafkaClusterSpec, size: str | None) -> list[Obj]:
+    """One volume per node, labelled like the brokers' (deletionPolicy finds every volume of the cluster by them).
+    ``size``: the template's size when the StatefulSet was made (a template cannot change; claims are grown
+    themselves, cluster/storage.py), else the spec's."""
+    request = size or spec.storage.size
+    claim_spec: Obj = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": request}}}
     if spec.storage.storage_class_name:
         claim_spec["storageClassName"] = spec.storage.storage_class_name
     return [{"metadata": {"name": "data", "labels": LABELS.labels(cluster)}, "spec": claim_spec}]
@@ -206,9 +209,11 @@ def statefulset(
     controllers: int | None = None,
     tls_hash: str | None = None,
     dedicated: bool | None = None,
+    claim_size: str | None = None,
 ) -> Obj:
     """``controllers``/``dedicated``: the voters on record (the spec's for a new cluster when None); ``tls_hash``: a
-    hash of the brokers' certificate when TLS is on (a renewal is a new revision, rolled)."""
+    hash of the brokers' certificate when TLS is on (a renewal is a new revision, rolled); ``claim_size``: the
+    existing StatefulSet's claim template size (it cannot change)."""
     dedicated = spec.dedicated_controllers if dedicated is None else dedicated
     container: Obj = {
         "name": "kafka",
@@ -244,7 +249,7 @@ def statefulset(
             "updateStrategy": {"type": "OnDelete"},
             # Retain: the volumes stay when the StatefulSet goes; deletionPolicy decides (kit.carry_out)
             "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},
-            "volumeClaimTemplates": _claims(cluster, spec),
+            "volumeClaimTemplates": _claims(cluster, spec, claim_size),
         },
     }  # fmt: skip
 
@@ -257,7 +262,9 @@ def controllers_service(cluster: str) -> Obj:
                      "publishNotReadyAddresses": True, "ports": [port]}}  # fmt: skip
 
 
-def controller_statefulset(cluster: str, namespace: str, spec: KafkaClusterSpec, controllers: int) -> Obj:
+def controller_statefulset(
+    cluster: str, namespace: str, spec: KafkaClusterSpec, controllers: int, claim_size: str | None = None
+) -> Obj:
     """The dedicated controllers: ``controllers`` voters and no broker, started together (a quorum needs a majority
     up), each with its volume (the metadata log). Rolled by the StatefulSet controller one pod at a time, each
     waiting for the last to listen again: no partition lives on them, so no min.insync.replicas gate applies."""
@@ -291,6 +298,6 @@ def controller_statefulset(cluster: str, namespace: str, spec: KafkaClusterSpec,
                          "spec": _pod_spec([container], [])},
             "updateStrategy": {"type": "RollingUpdate"},
             "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},
-            "volumeClaimTemplates": _claims(cluster, spec),
+            "volumeClaimTemplates": _claims(cluster, spec, claim_size),
         },
     }  # fmt: skip

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from kanri import kit
 from kanri.kafka.cluster import health
-from kanri.kafka.cluster.context import SEVERITY, ClusterPass
+from kanri.kafka.cluster.context import REPLICAS_REFUSED, ClusterPass
 
 _CLUSTER = {
     "desired_brokers": "Nodes asked for (spec.replicas).",
@@ -59,7 +59,7 @@ class ClusterMetrics:
         rolling = _now(ctx, "rollingRestart")
         self._set("rolling_restart", key, 1 if rolling else 0)
         self._set("rolling_restart_held", key, 1 if rolling and not str(rolling).startswith("restarted") else 0)
-        self._set("replicas_change_refused", key, 1 if set(ctx.problems.reasons()) & set(SEVERITY) else 0)
+        self._set("replicas_change_refused", key, 1 if set(ctx.problems.reasons()) & set(REPLICAS_REFUSED) else 0)
         self._set("controllers", key, _now(ctx, "controllers") or 0)
         record = _now(ctx, "rebalance") or {}
         self._set("rebalance", key, 1 if record else 0)

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 from kanri import kit
 from kanri import runtime as kr
 from kanri.kafka.api import CLUSTER_FINALIZER, CLUSTER_KIND, CONTROLLER_LABELS, FIELD_MANAGER, LABELS
-from kanri.kafka.cluster import rebalance_step, steps, tls_step
+from kanri.kafka.cluster import rebalance_step, steps, storage_step, tls_step
 from kanri.kafka.cluster.children import CLIENT_PORT
 from kanri.kafka.cluster.context import ClusterPass, ClusterStep
 from kanri.kafka.cluster.metrics import ClusterMetrics
@@ -37,6 +37,7 @@ class ClusterReconciler:
             steps.observe(self.admins, client_port),  # first: a change of replicas is decided from what Kafka holds
             tls_step.step,  # the CA and the brokers' certificate, whose hash the StatefulSet carries
             steps.write_children,
+            storage_step.grow,  # the claims themselves: a StatefulSet's claim template cannot change
             roll(self.admins, steps.applied_replicas),  # one broker at a time, min.isr gated
             rebalance_step.step(self.admins),  # replicas onto added brokers, off drained ones: throttled
         ]
