@@ -88,7 +88,11 @@ def test_volumes_grow_on_the_claims_while_the_template_keeps_the_size_it_was_mad
         status: dict[str, Any] = {"phase": phase} | ({"capacity": {"storage": capacity}} if capacity else {})
         return {"metadata": {"name": name}, "spec": {"resources": {"requests": {"storage": request}}}, "status": status}
 
-    claims = [claim("data-events-0", "1Gi", capacity="1Gi"), claim("data-events-1", "4Gi", capacity="1Gi"),
-              claim("data-events-2", "1Gi", phase="Pending"), claim("data-events-3", "4096Mi", capacity="4Gi")]  # fmt: skip
+    claims = [
+        claim("data-events-0", "1Gi", capacity="1Gi"),
+        claim("data-events-1", "4Gi", capacity="1Gi"),
+        claim("data-events-2", "1Gi", phase="Pending"),
+        claim("data-events-3", "4096Mi", capacity="4Gi"),
+    ]
     assert storage.to_grow(claims, "4Gi") == ["data-events-0"]  # bound and below; a pending claim cannot change yet
     assert storage.resizing(claims) == ["data-events-1"]
