@@ -18,7 +18,8 @@ from kanri.cache.operator import controller
 from kanri.cli.main import app
 from kanri.local.controlplane import Endpoint
 from kanri.runtime import ApiError, Client, Manager, ManagerOptions, get_condition, install_crd
-from kanri.runtime.kinds import CONFIG_MAP, SECRET, SERVICE, STATEFUL_SET
+from kanri.runtime.kinds import CONFIG_MAP, PERSISTENT_VOLUME, SECRET, SERVICE, STATEFUL_SET
+from tests.integration.test_kafka_volumes import claims_bound, grown, storage_class, volume_for
 from tests.support import eventually
 
 DURABLE: dict[str, Any] = {"dataPolicy": "Durable", "replicas": 3, "storage": {"size": "1Gi"}}
@@ -141,3 +142,35 @@ async def test_kanri_status_shows_the_cache(operator: Client, namespace: str, co
     missing = await asyncio.to_thread(CliRunner().invoke, app, [*args[:1], "cache/nope", *args[2:]])
     assert missing.exit_code == 1
     assert f"Cache {namespace}/nope not found" in missing.output
+
+
+async def test_a_bigger_volume_grows_the_claims_and_the_statefulset_stays_writable(
+    operator: Client, namespace: str
+) -> None:
+    """The claim template cannot change (the API server would refuse the whole StatefulSet): the claims are grown
+    and a change in the same edit (a fourth pod) still lands."""
+    client = operator
+    await storage_class(client, "kanri-test-expands", True)
+    names = [f"data-grow-{n}" for n in range(3)]
+    for name in names:
+        await volume_for(client, namespace, name, "kanri-test-expands")
+    spec = DURABLE | {"storage": {"size": "1Gi", "storageClassName": "kanri-test-expands"}}
+    await client.create(KIND, {"metadata": {"name": "grow", "namespace": namespace}, "spec": spec})
+    await eventually(lambda: claims_bound(client, namespace, names), timeout=60)
+    await client.patch(KIND, "grow", {"spec": {"replicas": 4, "storage": {"size": "2Gi"}}}, namespace)
+
+    async def four_pods() -> dict[str, Any] | None:
+        sts = await client.get(STATEFUL_SET, "grow", namespace)
+        return sts if sts["spec"]["replicas"] == 4 else None
+
+    sts = await eventually(four_pods, timeout=30)
+    assert sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] == "1Gi"
+    await eventually(lambda: grown(client, namespace, names, "2Gi"), timeout=30)
+
+    async def resizing() -> list[str] | None:
+        return ((await client.get(KIND, "grow", namespace)).get("status") or {}).get("resizingVolumes")
+
+    assert await eventually(resizing, timeout=30) == names
+    for name in names:
+        with contextlib.suppress(ApiError):
+            await client.delete(PERSISTENT_VOLUME, f"pv-{namespace}-{name}"[:63])

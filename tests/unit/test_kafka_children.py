@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from kanri import kit
 from kanri.kafka.api import KafkaClusterSpec
-from kanri.kafka.cluster import children, storage
+from kanri.kafka.cluster import children
 
 
 def _spec(**extra: Any) -> KafkaClusterSpec:
@@ -79,7 +80,7 @@ def test_dedicated_controllers_get_a_statefulset_of_their_own_that_no_broker_sel
 
 def test_volumes_grow_on_the_claims_while_the_template_keeps_the_size_it_was_made_with() -> None:
     made = children.statefulset("events", "shop", _spec())
-    assert storage.template_size(made) == "1Gi"
+    assert kit.claim_template_size(made) == "1Gi"
     grown = children.statefulset("events", "shop", _spec(storage={"size": "4Gi"}), claim_size="1Gi")
     # the API server refuses any change of a StatefulSet's claim template: the one applied is the one made
     assert grown["spec"]["volumeClaimTemplates"] == made["spec"]["volumeClaimTemplates"]
@@ -94,5 +95,5 @@ def test_volumes_grow_on_the_claims_while_the_template_keeps_the_size_it_was_mad
         claim("data-events-2", "1Gi", phase="Pending"),
         claim("data-events-3", "4096Mi", capacity="4Gi"),
     ]
-    assert storage.to_grow(claims, "4Gi") == ["data-events-0"]  # bound and below; a pending claim cannot change yet
-    assert storage.resizing(claims) == ["data-events-1"]
+    assert kit.claims_to_grow(claims, "4Gi") == ["data-events-0"]  # bound and below; a pending claim cannot change yet
+    assert kit.claims_resizing(claims) == ["data-events-1"]

@@ -146,6 +146,8 @@ class CacheStatus(kit.KitStatus):
     phase: Phase | None = None
     current_primary: str | None = None
     """The pod that is primary now (the one ``<name>-rw`` routes to)."""
+    resizing_volumes: list[str] | None = Field(default=None, max_length=20)
+    """Claims whose volume is still being grown to ``spec.storage.size`` (capacity below the request)."""
     writable_primaries: list[str] = Field(default_factory=list)
     """Every pod that reported itself a primary at the last look: more than one is never Ready."""
     ready_replicas: int | None = None

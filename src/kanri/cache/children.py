@@ -197,9 +197,10 @@ def _container(name: str, mode: str, cache: str, spec: CacheSpec, port: int) -> 
     return container
 
 
-def statefulset(cache: str, spec: CacheSpec, replicas: int | None = None) -> Obj:
+def statefulset(cache: str, spec: CacheSpec, replicas: int | None = None, claim_size: str | None = None) -> Obj:
     """``replicas``: the pod count when it must differ from ``spec.replicas`` (a scale-down keeps the primary's pod
-    until the primary has been switched over to a pod that stays)."""
+    until the primary has been switched over to a pod that stays); ``claim_size``: the existing StatefulSet's claim
+    template size (it cannot change: the claims themselves are grown, kanri.kit.grow_claims)."""
     volumes: list[Obj] = [
         {"name": "config", "configMap": {"name": config_name(cache)}},
         {"name": "password", "secret": {"secretName": password_name(cache)}},
@@ -211,7 +212,8 @@ def statefulset(cache: str, spec: CacheSpec, replicas: int | None = None) -> Obj
     if spec.storage is None:
         volumes.append({"name": "data", "emptyDir": {}})
     else:
-        claim_spec: Obj = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": spec.storage.size}}}
+        request = claim_size or spec.storage.size
+        claim_spec: Obj = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": request}}}
         if spec.storage.storage_class_name:
             claim_spec["storageClassName"] = spec.storage.storage_class_name
         claims.append({"metadata": {"name": "data", "labels": LABELS.labels(cache)}, "spec": claim_spec})

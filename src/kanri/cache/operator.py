@@ -31,7 +31,7 @@ from kanri.runtime.kinds import (
 
 __all__ = ["CacheReconciler", "controller", "main", "run"]
 
-SEVERITY = ("ChildConflict", "ChildRejected")
+SEVERITY = ("ChildConflict", "ChildRejected", kit.EXPANSION_REFUSED)
 
 
 class CacheReconciler:

@@ -51,7 +51,11 @@ async def write_children(ctx: kit.PassContext) -> kr.Result | None:
     await ctx.children.apply(SERVICE_ACCOUNT, children.agent_service_account(ctx.name))
     await ctx.children.apply(ROLE, children.agent_role(ctx.name, replicas))
     await ctx.children.apply(ROLE_BINDING, children.agent_role_binding(ctx.name))
-    await ctx.children.apply(STATEFUL_SET, children.statefulset(ctx.name, spec, replicas))
+    made = kit.claim_template_size(ctx.cache.get(STATEFUL_SET, ctx.name, ctx.namespace))
+    await ctx.children.apply(STATEFUL_SET, children.statefulset(ctx.name, spec, replicas, made))
+    if spec.storage is not None:  # a bigger size grows the claims themselves: the template cannot change
+        resizing = await kit.grow_claims(ctx, spec.storage.size, "docs/cache.md#volumes")
+        ctx.ledger.stage("resizingVolumes", resizing or None)
     return None
 
 

@@ -22,10 +22,12 @@ from kanri.kit._problems import Problem, Problems, child_conflict, child_rejecte
 from kanri.kit._process import manager_options, operator_parser
 from kanri.kit._requests import Acknowledgement, acknowledge, acknowledged, approved, pending
 from kanri.kit._status import KitStatus
+from kanri.kit._volumes import EXPANSION_REFUSED, claim_template_size, claims_resizing, claims_to_grow, grow_claims
 
 __all__ = [
     "APP_INSTANCE",
     "APP_NAME",
+    "EXPANSION_REFUSED",
     "MANAGED_BY",
     "Acknowledgement",
     "AgentAnswer",
@@ -53,11 +55,15 @@ __all__ = [
     "carry_out",
     "child_conflict",
     "child_rejected",
+    "claim_template_size",
+    "claims_resizing",
+    "claims_to_grow",
     "data_of",
     "deletion_policy",
     "finalize",
     "gather",
     "grant",
+    "grow_claims",
     "image_for",
     "image_table",
     "is_subset",

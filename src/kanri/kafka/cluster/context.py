@@ -14,7 +14,7 @@ from kanri.runtime import Cache, Client, EventRecorder, Result
 
 DRAIN_IMPOSSIBLE = "DrainImpossible"
 #: Problem reasons, most serious first (the Degraded condition names the first).
-SEVERITY = (SCALE_DOWN_REFUSED, DRAIN_IMPOSSIBLE, "InvalidCASecret", "VolumeExpansionRefused", VOTER_LIST_FIXED)
+SEVERITY = (SCALE_DOWN_REFUSED, DRAIN_IMPOSSIBLE, "InvalidCASecret", kit.EXPANSION_REFUSED, VOTER_LIST_FIXED)
 #: The reasons a change of ``replicas`` is not applied (the replicas_change_refused metric).
 REPLICAS_REFUSED = (SCALE_DOWN_REFUSED, DRAIN_IMPOSSIBLE, VOTER_LIST_FIXED)
 

@@ -10,7 +10,7 @@ from typing import Any
 from kanri import kit
 from kanri import runtime as kr
 from kanri.kafka.api import DRAIN_BROKERS, KafkaClusterSpec
-from kanri.kafka.cluster import children, health, quorum_wire, rebalance_step, scale, storage
+from kanri.kafka.cluster import children, health, quorum_wire, rebalance_step, scale
 from kanri.kafka.cluster.context import ClusterContext, ClusterStep
 from kanri.kafka.topics.admin import AdminError
 from kanri.kafka.topics.context import Admins
@@ -111,11 +111,11 @@ async def write_children(ctx: ClusterContext) -> kr.Result | None:
         await ctx.children.apply(SERVICE, children.controllers_service(ctx.name))
         made = ctx.cache.get(STATEFUL_SET, children.controller_set_name(ctx.name), ctx.namespace)
         body = children.controller_statefulset(ctx.name, ctx.namespace, ctx.spec, controllers,
-                                               storage.template_size(made))  # fmt: skip
+                                               kit.claim_template_size(made))  # fmt: skip
         await ctx.children.apply(STATEFUL_SET, body)
     made = ctx.cache.get(STATEFUL_SET, ctx.name, ctx.namespace)
     body = children.statefulset(ctx.name, ctx.namespace, spec, controllers, ctx.tls_hash, dedicated,
-                                storage.template_size(made))  # fmt: skip
+                                kit.claim_template_size(made))  # fmt: skip
     await ctx.children.apply(STATEFUL_SET, body)
     if found is not None:
         ctx.ledger.stage("clusterId", (found.get("data") or {}).get(children.CLUSTER_ID_KEY))
