@@ -10,7 +10,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client import CollectorRegistry
 
 from kanri import kit
 from kanri import runtime as kr
@@ -33,7 +33,7 @@ class TopicReconciler:
         *,
         admins: Admins | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-        registry: CollectorRegistry = REGISTRY,
+        registry: CollectorRegistry | None = None,
         timings: Timings = DEFAULT_TIMINGS,
     ) -> None:
         self.cache, self.client = manager.cache, manager.client
@@ -41,7 +41,7 @@ class TopicReconciler:
         self.admins = admins or Admins()
         self.clock = clock
         self.timings = timings
-        self.metrics = TopicMetrics(registry)
+        self.metrics = TopicMetrics(registry if registry is not None else manager.registry)
         self.apply_steps: list[steps.TopicStep] = [
             steps.ownership,  # a second KafkaTopic naming a topic only reports the conflict
             steps.unmanaged,  # managed: false lets go
@@ -85,12 +85,15 @@ def controller(
     *,
     admins: Admins | None = None,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-    registry: CollectorRegistry = REGISTRY,
+    registry: CollectorRegistry | None = None,
     timings: Timings = DEFAULT_TIMINGS,
 ) -> kr.Controller:
     """The KafkaTopic controller: a KafkaCluster's change looks at its topics again, and a KafkaTopic's change looks
     at the others naming the same topic (the younger takes over when the older goes). ``timings``: how often it
-    looks (:class:`.context.Timings`; tests shorten them)."""
+    looks (:class:`.context.Timings`; tests shorten them); ``registry``: where the topic metrics go (the manager's,
+    served at /metrics, when None — never the process-wide default, which two operators in one process would
+    share)."""
+    registry = registry if registry is not None else manager.registry
     reconciler = TopicReconciler(manager, admins=admins, clock=clock, registry=registry, timings=timings)
     cache = manager.cache
 
