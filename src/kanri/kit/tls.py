@@ -74,9 +74,11 @@ def build_server(
     now: dt.datetime,
     lifetime: dt.timedelta = SERVER_LIFETIME,
     ip_addresses: Sequence[str] = (),
+    common_name: str | None = None,
 ) -> Issued:
-    """A server certificate for ``dns_names`` (wildcards allowed) and ``ip_addresses``, signed by ``ca``; its common
-    name is the first name (TLS clients check the subject alternative names only)."""
+    """A server certificate for ``dns_names`` (wildcards allowed) and ``ip_addresses``, signed by ``ca`` and never
+    outliving it; its common name is ``common_name`` or the first name (TLS clients check the subject alternative
+    names only)."""
     if not dns_names and not ip_addresses:
         raise ValueError("a server certificate needs at least one DNS name or IP address")
     ca_cert = x509.load_pem_x509_certificate(ca.cert)
@@ -86,7 +88,8 @@ def build_server(
     key = _key()
     alt: list[x509.GeneralName] = [x509.DNSName(name) for name in dns_names]
     alt += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses]
-    common_name = str((list(dns_names) or list(ip_addresses))[0])[:64]
+    common_name = (common_name or str((list(dns_names) or list(ip_addresses))[0]))[:64]
+    end = min(now + lifetime, ca_cert.not_valid_after_utc)
     cert = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
@@ -94,7 +97,7 @@ def build_server(
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - _CLOCK_SKEW)
-        .not_valid_after(now + lifetime)
+        .not_valid_after(end)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.KeyUsage(True, False, True, False, False, False, False, False, False), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
@@ -111,7 +114,8 @@ def expiry(cert_pem: bytes) -> dt.datetime:
 
 
 def needs_renewal(cert_pem: bytes, ca_pem: bytes, dns_names: Sequence[str], now: dt.datetime) -> str | None:
-    """Why a server certificate must be reissued now, or None: unreadable, less than a third of its lifetime left,
+    """Why a server certificate must be reissued now, or None: unreadable, less than a third of its lifetime left
+    (unless it already ends with the CA that signed it: a new one could not last longer — renewing the CA renews it),
     a wanted name missing, or not signed by this CA."""
     try:
         cert = x509.load_pem_x509_certificate(cert_pem)
@@ -119,7 +123,8 @@ def needs_renewal(cert_pem: bytes, ca_pem: bytes, dns_names: Sequence[str], now:
     except ValueError:
         return "the certificate does not parse"
     start, end = cert.not_valid_before_utc, cert.not_valid_after_utc
-    if end - now < (end - start) * RENEW_FRACTION:
+    with_its_ca = end >= ca.not_valid_after_utc - dt.timedelta(minutes=1)
+    if end - now < (end - start) * RENEW_FRACTION and not (with_its_ca and end > now):
         return f"it expires at {end.isoformat()}"
     try:
         names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value

@@ -25,20 +25,18 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-import ipaddress
 import itertools
 import ssl
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from kanri.contract.secrets import SecretProblem
+from kanri.kit import tls
 from kanri.postgres import names
 from kanri.postgres.labels import cluster_labels
 
@@ -65,18 +63,12 @@ Obj = dict[str, Any]
 MANAGED = "kanri.dev/tls-managed"
 """Annotation on the TLS Secrets the operator generated (and so may replace); absent on adopted ones."""
 
-CA_LIFETIME = dt.timedelta(days=3650)
-SERVER_LIFETIME = dt.timedelta(days=365)
-RENEW_FRACTION = 1 / 3
+CA_LIFETIME = tls.CA_LIFETIME
+SERVER_LIFETIME = tls.SERVER_LIFETIME
+RENEW_FRACTION = tls.RENEW_FRACTION
 """A managed server certificate is reissued once less than this fraction of its lifetime remains."""
-
-
-@dataclass(frozen=True)
-class Issued:
-    """A certificate and its private key, both PEM."""
-
-    cert: bytes
-    key: bytes
+Issued = tls.Issued
+"""A certificate and its private key, both PEM (:class:`kanri.kit.tls.Issued`)."""
 
 
 def dns_names(cluster: str, namespace: str, instances: list[str]) -> list[str]:
@@ -97,103 +89,26 @@ def dns_names(cluster: str, namespace: str, instances: list[str]) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def _key() -> ec.EllipticCurvePrivateKey:
-    return ec.generate_private_key(ec.SECP256R1())
-
-
-def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-
-
 def build_ca(cluster: str, namespace: str, now: dt.datetime, lifetime: dt.timedelta = CA_LIFETIME) -> Issued:
-    """A self-signed CA for one cluster."""
-    key = _key()
+    """A self-signed CA for one cluster (:func:`kanri.kit.tls.build_ca`)."""
     # a common name holds at most 64 characters: the cluster's name (at most 40) fits, its namespace may not
-    common_name = f"{cluster}.{namespace}"[:55] + " kanri CA"
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))  # a node whose clock is a little behind still accepts it
-        .not_valid_after(now + lifetime)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True
-        )  # keyCertSign and cRLSign only
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    return Issued(cert.public_bytes(serialization.Encoding.PEM), _pem_key(key))
+    return tls.build_ca(f"{cluster}.{namespace}"[:55] + " kanri CA", now, lifetime)
 
 
 def build_server(
     ca: Issued, common_name: str, dns: list[str], now: dt.datetime, lifetime: dt.timedelta = SERVER_LIFETIME
 ) -> Issued:
-    """A server certificate for ``dns`` (and 127.0.0.1), signed by ``ca``."""
-    ca_cert = x509.load_pem_x509_certificate(ca.cert)
-    ca_key = serialization.load_pem_private_key(ca.key, password=None)
-    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
-        raise ValueError("the CA key is not an EC key")
-    common_name = common_name[:64]
-    key = _key()
-    alt: list[x509.GeneralName] = [x509.DNSName(n) for n in dns]
-    alt.append(x509.IPAddress(ipaddress.ip_address("127.0.0.1")))
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + lifetime)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(True, False, True, False, False, False, False, False, False), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName(alt), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    return Issued(cert.public_bytes(serialization.Encoding.PEM), _pem_key(key))
+    """A server certificate for ``dns`` (and 127.0.0.1, the instance's own health checks), signed by ``ca``."""
+    return tls.build_server(ca, dns, now, lifetime, ip_addresses=["127.0.0.1"], common_name=common_name)
 
 
-def expiry(cert_pem: bytes) -> dt.datetime:
-    """When the certificate expires (UTC)."""
-    return x509.load_pem_x509_certificate(cert_pem).not_valid_after_utc
+expiry = tls.expiry
 
 
 def needs_renewal(cert_pem: bytes, ca_pem: bytes, dns: list[str], now: dt.datetime) -> str | None:
-    """Why a managed server certificate must be reissued now, or None: unreadable, less than a third of its
-    lifetime left (unless it already ends with the CA that signed it), a wanted name missing, or not issued by this
-    CA."""
-    try:
-        cert = x509.load_pem_x509_certificate(cert_pem)
-        ca = x509.load_pem_x509_certificate(ca_pem)
-    except ValueError:
-        return "the certificate does not parse"
-    start, end = cert.not_valid_before_utc, cert.not_valid_after_utc
-    # one that already lasts as long as its CA cannot get longer from it: the CA's rotation renews it
-    # (kanri.postgres.tls.rotation); reissuing it every pass would not
-    with_its_ca = end >= ca.not_valid_after_utc - dt.timedelta(minutes=1)
-    if end - now < (end - start) * RENEW_FRACTION and not (with_its_ca and end > now):
-        return f"it expires at {end.isoformat()}"
-    try:
-        present = set(
-            cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
-        )
-    except x509.ExtensionNotFound:
-        present = set()
-    if missing := [n for n in dns if n not in present]:
-        return f"it does not name {missing[0]}"
-    try:
-        cert.verify_directly_issued_by(ca)
-    except (ValueError, TypeError, Exception):  # InvalidSignature is not a ValueError
-        return "it is not signed by the cluster's CA"
-    return None
+    """Why a managed server certificate must be reissued now, or None (:func:`kanri.kit.tls.needs_renewal`: one that
+    already ends with its CA is renewed by the CA's rotation, kanri.postgres.tls.rotation)."""
+    return tls.needs_renewal(cert_pem, ca_pem, dns, now)
 
 
 def _b64(data: bytes) -> str:
