@@ -23,7 +23,6 @@ moved at each step are printed (``-s``), measured and as the rule predicts.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import secrets
 import time
@@ -36,16 +35,15 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from kanri.kafka.api import CLUSTER_KIND, TOPIC_KIND, KafkaCluster, KafkaTopic
-from kanri.kafka.cluster.reconciler import controller as cluster_controller
+from kanri.kafka.api import CLUSTER_KIND, TOPIC_KIND
 from kanri.kafka.topics.admin import TopicAdmin
-from kanri.kafka.topics.reconciler import controller as topic_controller
 from kanri.local import Endpoint
 from kanri.local.imagemap import default_image_map
 from kanri.local.node import NodeHost, NodeOptions
-from kanri.runtime import Client, Manager, ManagerOptions, get_condition, install_crd
+from kanri.runtime import Client, get_condition
 from kanri.runtime.kinds import POD
 from tests.e2e.test_kafka_e2e import KEYS, KeyedProducer, Ledger, consume_all, steps_done
+from tests.kafka_operator import kafka_operator
 from tests.local_node_support import running_nodes, with_test_network
 from tests.support import NotYet, eventually
 
@@ -71,20 +69,8 @@ async def host(control_plane: Endpoint, tmp_path: Path) -> AsyncIterator[NodeHos
 async def operator(control_plane: Endpoint, namespace: str, host: NodeHost) -> AsyncIterator[Client]:
     """Both CRDs installed and both controllers running in this process, watching the test's namespace (stopped
     before the nodes are)."""
-    async with await Client.from_kubeconfig(str(control_plane.kubeconfig)) as client:
-        for kind in (KafkaCluster, KafkaTopic):
-            await install_crd(client, kind, field_manager="kanri-tests")
-        manager = Manager(client, ManagerOptions(name="kafka-operator", namespace=namespace, leader_election=False,
-                                                 health_port=None))  # fmt: skip
-        manager.add(cluster_controller(manager))
-        manager.add(topic_controller(manager))
-        task = asyncio.create_task(manager.run(handle_signals=False))
-        try:
-            yield client
-        finally:
-            manager.stop()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(task, 20)
+    async with kafka_operator(control_plane.kubeconfig, namespace) as client:
+        yield client
 
 
 async def until(read: Callable[[], Awaitable[Obj]], done: Callable[[Obj], bool], what: str, timeout: float) -> Obj:

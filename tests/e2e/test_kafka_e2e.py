@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import threading
 import time
 from collections import defaultdict
@@ -22,15 +21,14 @@ import pytest
 import pytest_asyncio
 from confluent_kafka import Consumer, Producer
 
-from kanri.kafka.api import CLUSTER_KIND, DRAIN_BROKERS, TOPIC_KIND, KafkaCluster, KafkaTopic
-from kanri.kafka.cluster.reconciler import controller as cluster_controller
+from kanri.kafka.api import CLUSTER_KIND, DRAIN_BROKERS, TOPIC_KIND
 from kanri.kafka.topics.admin import TopicAdmin
-from kanri.kafka.topics.reconciler import controller as topic_controller
 from kanri.kit import tls
 from kanri.local import Endpoint
 from kanri.local.node import LocalNode
-from kanri.runtime import Client, Manager, ManagerOptions, install_crd
+from kanri.runtime import Client
 from kanri.runtime.kinds import POD, SECRET
+from tests.kafka_operator import kafka_operator
 from tests.support import eventually
 
 pytestmark = [pytest.mark.timeout(420)]
@@ -41,20 +39,8 @@ KEYS = 40
 @pytest_asyncio.fixture(loop_scope="session")
 async def operator(control_plane: Endpoint, namespace: str, node: LocalNode) -> AsyncIterator[Client]:
     """Both CRDs installed and both controllers running in this process, watching the test's namespace."""
-    async with await Client.from_kubeconfig(str(control_plane.kubeconfig)) as client:
-        for kind in (KafkaCluster, KafkaTopic):
-            await install_crd(client, kind, field_manager="kanri-tests")
-        manager = Manager(client, ManagerOptions(name="kafka-operator", namespace=namespace, leader_election=False,
-                                                 health_port=None))  # fmt: skip
-        manager.add(cluster_controller(manager))
-        manager.add(topic_controller(manager))
-        task = asyncio.create_task(manager.run(handle_signals=False))
-        try:
-            yield client
-        finally:
-            manager.stop()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(task, 20)
+    async with kafka_operator(control_plane.kubeconfig, namespace) as client:
+        yield client
 
 
 @dataclass
