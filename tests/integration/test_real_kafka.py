@@ -68,7 +68,21 @@ def work_dir() -> Iterator[Path]:
     at most 107 bytes, deep inside a node's directory)."""
     work = Path(tempfile.mkdtemp(prefix="krk-"))
     yield work
-    shutil.rmtree(work, ignore_errors=True)
+    remove_tree(work)
+
+
+def remove_tree(path: Path, timeout: float = 30.0) -> None:
+    """Remove ``path``, asking again until a deadline: right after the nodes' stop a removal once left the module's
+    2 GB directory behind (ignored errors), which a later ``rm -rf`` removed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        shutil.rmtree(path, ignore_errors=True)
+        if not path.exists():
+            return
+        if time.monotonic() > deadline:
+            left = sorted(str(p) for p in path.rglob("*"))[:5]
+            raise AssertionError(f"{path} not removed in {timeout} s; still there: {left}")
+        time.sleep(0.5)
 
 
 @pytest.fixture(scope="module")
