@@ -99,7 +99,8 @@ def test_create_answers_creating_then_backing_up_then_available(client: Any, clo
 
 
 async def test_statuses_move_on_the_real_clock() -> None:
-    delays = Delays(creating=0.3, backing_up=0.3, modifying=0.3, storage_optimization=0.3, deleting=0.3)
+    # creating lasts long enough that the first look (right after the create returned) sees it on a loaded machine
+    delays = Delays(creating=5.0, backing_up=0.3, modifying=0.3, storage_optimization=0.3, deleting=0.3)
     with RdsEmulator(delays) as emulator:
         client = emulator.client()
         name = await asyncio.to_thread(_create, client)

@@ -26,9 +26,11 @@ QUIET = (
     "SET log_min_duration_statement = -1",
     "SET log_min_error_statement = 'panic'",  # a failed ALTER ROLE would otherwise echo its statement
     "SET track_activities = off",  # pg_stat_activity.query would show the verifier while a statement runs
-    # pg_stat_statements (a preloadable library) keeps utility statements' text, verifier included, on disk; a
-    # placeholder setting when the library is not loaded
+    # pg_stat_statements (a preloadable library) keeps utility statements' text, verifier included, on disk — and
+    # with track = none not even the catalog read of the stored verifier is recorded; placeholder settings when the
+    # library is not loaded
     "SET pg_stat_statements.track_utility = off",
+    "SET pg_stat_statements.track = 'none'",
 )
 """The session settings of every connection that sends a verifier."""
 
