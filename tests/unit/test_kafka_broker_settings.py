@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+import uuid
+from pathlib import Path
+
 import pytest
 
+from kanri.kafka.broker import launch, settings
 from kanri.kafka.broker.launch import settings_from
 from kanri.kafka.broker.settings import NodeSettings, new_cluster_id, parse_properties, parse_voters
 
@@ -103,3 +108,20 @@ def test_a_dedicated_controller_listens_for_the_quorum_only_and_takes_its_id_fro
         settings_from(env | {"HOSTNAME": "events-controller-7"}).properties()
     with pytest.raises(ValueError, match="KAFKA_PROCESS_ROLES"):
         settings_from(env | {"KAFKA_PROCESS_ROLES": "broker"})
+
+
+def test_a_new_cluster_id_never_starts_with_a_dash_and_the_format_command_takes_one_that_does(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # the first two draws encode to ids starting with '-' (0xf8... -> '-'); the third does not
+    draws = iter([b"\xf8" + bytes(15), b"\xfb" + bytes(15), b"\x01" + bytes(15)])
+    monkeypatch.setattr(uuid, "uuid4", lambda: uuid.UUID(bytes=next(draws)))
+    assert settings.new_cluster_id() == "AQAAAAAAAAAAAAAAAAAAAA"
+    # a cluster made before keeps its id (the ConfigMap): the format command must take it as one argument
+    ran: list[list[str]] = []
+    monkeypatch.setattr(subprocess, "run", lambda command, **_: ran.append(command))
+    env = {"KAFKA_CLUSTER_ID": "-gTDXW78TceqAZH7UYTF1A", "KAFKA_DATA_DIR": str(tmp_path), "KAFKA_LIBS": "/libs",
+           "KAFKA_VOTERS": "0=h", "KAFKA_NODE_ID": "0", "KAFKA_HOST": "h"}  # fmt: skip
+    launch.prepare(env)
+    assert "--cluster-id=-gTDXW78TceqAZH7UYTF1A" in ran[0]
+    assert "-t" not in ran[0]

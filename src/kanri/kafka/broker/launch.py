@@ -121,8 +121,9 @@ def prepare(env: Mapping[str, str]) -> Path:
     if not (Path(settings.data_dir) / "meta.properties").exists():
         # formatting twice would fail; --ignore-formatted also covers a crash between format and the check above
         format_storage = java_command(
+            # --cluster-id=ID, one argument: an id made before new_cluster_id avoided a leading '-' is not an option
             env, "kafka.tools.StorageTool", "format", "--ignore-formatted",
-            "-t", env["KAFKA_CLUSTER_ID"], "-c", str(server),
+            f"--cluster-id={env['KAFKA_CLUSTER_ID']}", "-c", str(server),
         )  # fmt: skip
         subprocess.run(format_storage, check=True, stdout=sys.stdout, stderr=sys.stderr)
     return server

@@ -30,8 +30,12 @@ OWNED_KEYS = frozenset(
 
 def new_cluster_id() -> str:
     """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding (what ``kafka-storage random-uuid``
-    prints)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    prints) — never one that starts with ``-``, which a command line reads as an option (Kafka's own ids avoid it
+    too; one in 64 did, and ``kafka-storage format -t -gTD…`` failed on every start of every node)."""
+    while True:
+        found = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not found.startswith("-"):
+            return found
 
 
 @dataclass(frozen=True)
