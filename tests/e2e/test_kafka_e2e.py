@@ -109,6 +109,22 @@ def consume_all(bootstrap: str, topic: str, expected: int) -> list[tuple[str, in
     return seen
 
 
+def assert_ledger_kept(ledger: Ledger, seen: list[tuple[str, int, int, int]], held: int) -> None:
+    """Everything in the topic was consumed, every acknowledged message at the partition and offset it was
+    acknowledged at, and within a partition each key's messages in sequence order."""
+    assert len(seen) == held, f"{len(seen)} of the {held} messages in the topic consumed"
+    consumed = {(key, seq): (partition, offset) for key, seq, partition, offset in seen}
+    lost = [entry for entry in ledger.acked if entry not in consumed]
+    assert not lost, f"{len(lost)} of {len(ledger.acked)} acknowledged messages lost, e.g. {lost[:5]}"
+    moved = [k for k, v in consumed.items() if ledger.acked[k] != v]
+    assert not moved, f"{len(moved)} messages consumed at another partition/offset than acknowledged: {moved[:5]}"
+    per_partition: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for key, seq, partition, _ in sorted(seen, key=lambda m: (m[2], m[3])):
+        per_partition[(key, partition)].append(seq)
+    unordered = [kp for kp, seqs in per_partition.items() if seqs != sorted(seqs)]
+    assert not unordered, f"a key's messages out of order within a partition: {unordered[:5]}"
+
+
 async def steps_done(client: Client, namespace: str, count: int) -> bool:
     status = (await client.get(TOPIC_KIND, "orders", namespace)).get("status") or {}
     return len(status.get("steps") or []) >= count

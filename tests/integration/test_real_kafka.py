@@ -21,14 +21,12 @@ the machine's pod networks: ``flock /tmp/kanri-e2e.lock .venv/bin/pytest tests/i
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import shutil
 import subprocess
 import tempfile
 import time
-from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -36,21 +34,20 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from kanri.kafka.api import CLUSTER_KIND, TOPIC_KIND, KafkaCluster, KafkaTopic
+from kanri.kafka.api import CLUSTER_KIND, TOPIC_KIND
 from kanri.kafka.cluster.children import IMAGES_ENV, KAFKA_UID
-from kanri.kafka.cluster.reconciler import controller as cluster_controller
-from kanri.kafka.topics.reconciler import controller as topic_controller
 from kanri.local.controlplane import Endpoint
 from kanri.local.realnode import RealCluster, RealNode
 from kanri.local.realnode.addons import ClusterDNS, cluster_dns_ip, coredns_image, install_coredns
 from kanri.local.realnode.addons.coredns import NAMESPACE as DNS_NAMESPACE
 from kanri.local.realnode.addons.localpath import STORAGE_CLASS, LocalPathProvisioner
 from kanri.local.realnode.node import node_bin_dir
-from kanri.runtime import Client, Manager, ManagerOptions, install_crd
+from kanri.runtime import Client
 from kanri.runtime.kinds import POD
 from tests.e2e.test_kafka_chaos_e2e import current, degraded, leader_of, messages_in, ready, until
-from tests.e2e.test_kafka_e2e import KeyedProducer, Ledger, consume_all, steps_done
+from tests.e2e.test_kafka_e2e import KeyedProducer, Ledger, assert_ledger_kept, consume_all, steps_done
 from tests.integration.realnode_support import kubectl
+from tests.kafka_operator import kafka_operator
 from tests.support import eventually
 
 pytestmark = [pytest.mark.timeout(480), pytest.mark.asyncio(loop_scope="session")]
@@ -156,20 +153,8 @@ async def operator(
 ) -> AsyncIterator[Client]:
     """Both CRDs installed and both controllers running in this process, watching the test's namespace (stopped
     before the nodes are)."""
-    async with await Client.from_kubeconfig(str(control_plane.kubeconfig)) as client:
-        for kind in (KafkaCluster, KafkaTopic):
-            await install_crd(client, kind, field_manager="kanri-tests")
-        manager = Manager(client, ManagerOptions(name="kafka-operator", namespace=namespace, leader_election=False,
-                                                 health_port=None))  # fmt: skip
-        manager.add(cluster_controller(manager))
-        manager.add(topic_controller(manager))
-        task = asyncio.create_task(manager.run(handle_signals=False))
-        try:
-            yield client
-        finally:
-            manager.stop()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(task, 20)
+    async with kafka_operator(control_plane.kubeconfig, namespace) as client:
+        yield client
 
 
 async def diagnose(kubeconfig: Path, namespace: str) -> str:
@@ -333,15 +318,5 @@ async def test_a_three_broker_cluster_on_real_nodes_keeps_every_acknowledged_mes
         f"kafka on real nodes: {producer.sent} sent, {len(ledger.acked)} acknowledged, {ledger.failed} failed (told "
         f"to the producer), {held} in the topic, {len(seen)} consumed; test {time.monotonic() - started:.0f} s"
     )
-    assert len(seen) == held, f"{len(seen)} of the {held} messages in the topic consumed"
-    consumed = {(key, seq): (partition, offset) for key, seq, partition, offset in seen}
-    lost = [entry for entry in ledger.acked if entry not in consumed]
-    assert not lost, f"{len(lost)} of {len(ledger.acked)} acknowledged messages lost, e.g. {lost[:5]}"
-    moved = [k for k, v in consumed.items() if ledger.acked[k] != v]
-    assert not moved, f"{len(moved)} messages consumed at another partition/offset than acknowledged: {moved[:5]}"
-    per_partition: dict[tuple[str, int], list[int]] = defaultdict(list)
-    for key, seq, partition, _ in sorted(seen, key=lambda m: (m[2], m[3])):
-        per_partition[(key, partition)].append(seq)
-    unordered = [kp for kp, seqs in per_partition.items() if seqs != sorted(seqs)]
-    assert not unordered, f"a key's messages out of order within a partition: {unordered[:5]}"
+    assert_ledger_kept(ledger, seen, held)
     assert {partition for _, _, partition, _ in seen} >= {6, 7, 8, 9}, "the producer used the new partitions"
