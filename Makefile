@@ -229,9 +229,10 @@ typecheck: $(VENV)/.installed
 	$(BIN)/mypy
 
 # Two pytest processes at once (hack/test.sh, tests/tiers.py): the e2e tier with the integration modules that use what
-# the machine has once, and beside it everything else. The slowest tests are printed, and every test's time is kept in
-# .build/test-report.xml and .build/test-report-beside.xml (JUnit): the suite has a 60-minute budget, and these say
-# where it goes.
+# the machine has once, and beside it everything else (the real-node modules that meet nothing of the home-made node
+# last). The slowest tests are printed, and every test's time is kept in .build/test-report.xml,
+# .build/test-report-beside.xml and .build/test-report-real.xml (JUnit): the suite has a 60-minute budget, and these
+# say where it goes.
 test: setup lint typecheck
 	hack/test.sh
 

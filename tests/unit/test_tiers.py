@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.tiers import HOST_WIDE_MODULES, uses_host_wide
+from tests.tiers import HOST_WIDE_MODULES, REAL_NODE_MODULES, meets_home_made_node, uses_host_wide
 
 INTEGRATION = Path(__file__).resolve().parents[1] / "integration"
 
@@ -14,14 +14,22 @@ INTEGRATION = Path(__file__).resolve().parents[1] / "integration"
 def test_every_integration_module_using_a_host_wide_thing_runs_with_the_e2e_tier() -> None:
     found = {path.stem for path in INTEGRATION.glob("test_*.py") if uses_host_wide(path)}
     assert found, "the pattern matches no module at all: it no longer says what it should"
-    assert found <= HOST_WIDE_MODULES, (
-        f"run beside the e2e tier but use what exists once: {sorted(found - HOST_WIDE_MODULES)}"
-    )
+    apart = HOST_WIDE_MODULES | REAL_NODE_MODULES
+    assert found <= apart, f"run beside the e2e tier but use what exists once: {sorted(found - apart)}"
+
+
+def test_the_real_node_modules_run_beside_the_e2e_tier_only_when_they_meet_nothing_of_the_home_made_node() -> None:
+    assert not HOST_WIDE_MODULES & REAL_NODE_MODULES, "a module is in both lists"
+    meeting = sorted(m for m in REAL_NODE_MODULES if meets_home_made_node(INTEGRATION / f"{m}.py"))
+    assert not meeting, f"would meet the e2e tier's home-made node (route, up/down): {meeting}"
+    assert meets_home_made_node(INTEGRATION / "test_real_postgres.py"), "the pattern no longer sees the route"
+    assert meets_home_made_node(INTEGRATION / "test_real_local_up.py"), "the pattern no longer sees `kanri up`"
 
 
 def test_the_list_names_only_modules_that_exist() -> None:
     existing = {path.stem for path in INTEGRATION.glob("test_*.py")}
-    assert existing >= HOST_WIDE_MODULES, sorted(HOST_WIDE_MODULES - existing)
+    listed = HOST_WIDE_MODULES | REAL_NODE_MODULES
+    assert existing >= listed, sorted(listed - existing)
 
 
 def test_a_module_starting_a_node_is_recognised(tmp_path: Path) -> None:
