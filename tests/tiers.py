@@ -7,15 +7,17 @@ its registry) — and, beside it, the unit tier and every other integration modu
 plane; the tests in the second one only start processes on free ports of the loopback addresses (Kafka's host
 brokers use 127.0.0.1-3, each on a free port) and temporary directories of their own.
 
-The real-node modules that neither route the Service range from the host nor check the machine for what a local
-cluster leaves (marker ``real_nodes``, :data:`REAL_NODE_MODULES`) run in the second process's wake instead: after the
-unit tier and the other integration modules, one at a time, while the e2e tier goes on. They share nothing with the
-home-made node: their nodes sit on their own bridge (``kanri-rn0``, 10.250.0.0/24), their pods on 10.251.0.0/16 in
-the nodes' own network namespaces, their kube-proxies in those namespaces. Measured beside the e2e tier's failover,
-Kafka and Cache chaos modules (2026-12-07): all passed on both sides. The two that conflict stay with the e2e tier:
-``test_real_postgres`` and ``test_real_local_up`` route 10.96.0.0/16 (the Service range every local control plane
-uses) from the host to a real node, which the home-made node's host-wide kube-proxy serves for its own cluster, and
-``kanri down`` fails on the home-made node's namespaces and kube-proxy tables, which it counts as its own leftovers.
+The real-node modules that do not check the machine for what a local cluster leaves (marker ``real_nodes``,
+:data:`REAL_NODE_MODULES`) run in the second process's wake instead: after the unit tier and the other integration
+modules, one at a time, while the e2e tier goes on. They share nothing with the home-made node: their nodes sit on
+their own bridge (``kanri-rn0``, 10.250.0.0/24), their pods on 10.251.0.0/16 in the nodes' own network namespaces,
+their kube-proxies in those namespaces, and their control plane's Service range is :data:`REAL_NODE_SERVICE_CIDR`
+(``KANRI_SERVICE_CIDR``, set by hack/test.sh): the host routes it to a real node, while 10.96.0.0/16, every other
+local control plane's range, is served on the host by the home-made node's kube-proxy for its own cluster (run with
+10.96.0.0/16 beside it, test_real_postgres's S3 client timed out on a ClusterIP). Measured beside the e2e tier's
+failover, Kafka, Cache chaos, PostgreSQL and backup modules (2026-12-07): all passed on both sides.
+``test_real_local_up`` stays with the e2e tier: ``kanri up`` routes the default range, and ``kanri down`` counts the
+home-made node's namespaces and kube-proxy tables as leftovers of the cluster.
 """
 
 from __future__ import annotations
@@ -34,20 +36,24 @@ HOST_WIDE_MODULES = frozenset(
         "test_local_nodes",
         "test_local_services",
         "test_real_local_up",
-        "test_real_postgres",
     }
 )
 """The integration modules (file stems) that run only beside nothing but the e2e tier (marker ``host_wide``)."""
 
-REAL_NODE_MODULES = frozenset({"test_real_cluster", "test_real_kafka", "test_real_node", "test_real_node_addons"})
+REAL_NODE_MODULES = frozenset(
+    {"test_real_cluster", "test_real_kafka", "test_real_node", "test_real_node_addons", "test_real_postgres"}
+)
 """Integration modules on real nodes alone (marker ``real_nodes``): after the second process, beside the e2e tier."""
 
+REAL_NODE_SERVICE_CIDR = "10.97.0.0/16"
+"""The Service range of the ``real_nodes`` process's control plane: not the home-made node's 10.96.0.0/16."""
+
 REAL_NODE_CONFLICT = re.compile(
-    r"route_services|local_node_support|running_node|LocalNode\b|kanri\.local\.(node|registry|cluster)\b"
+    r"local_node_support|running_node|LocalNode\b|kanri\.local\.(node|registry|cluster)\b"
     r"|kanri\(\"(up|down|delete)\"|kanri local (up|down)|\"local\", \"(up|down)\""
 )
-"""What in a real-node module's source would meet the home-made node: the host route to the Service range, a home-made
-node, a local cluster's up/down (whose leftover check counts the home-made node's namespaces)."""
+"""What in a real-node module's source would meet the home-made node: a home-made node, a local cluster's up/down (the
+default Service range routed from the host; a leftover check that counts the home-made node's namespaces)."""
 
 HOST_WIDE_USE = re.compile(
     r"local_node_support|kanri\.local\.realnode|running_node|NodeHost|LocalNode\b"

@@ -6,7 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.tiers import HOST_WIDE_MODULES, REAL_NODE_MODULES, meets_home_made_node, uses_host_wide
+from tests.tiers import (
+    HOST_WIDE_MODULES,
+    REAL_NODE_MODULES,
+    REAL_NODE_SERVICE_CIDR,
+    meets_home_made_node,
+    uses_host_wide,
+)
 
 INTEGRATION = Path(__file__).resolve().parents[1] / "integration"
 
@@ -22,8 +28,16 @@ def test_the_real_node_modules_run_beside_the_e2e_tier_only_when_they_meet_nothi
     assert not HOST_WIDE_MODULES & REAL_NODE_MODULES, "a module is in both lists"
     meeting = sorted(m for m in REAL_NODE_MODULES if meets_home_made_node(INTEGRATION / f"{m}.py"))
     assert not meeting, f"would meet the e2e tier's home-made node (route, up/down): {meeting}"
-    assert meets_home_made_node(INTEGRATION / "test_real_postgres.py"), "the pattern no longer sees the route"
     assert meets_home_made_node(INTEGRATION / "test_real_local_up.py"), "the pattern no longer sees `kanri up`"
+
+
+def test_the_real_node_process_has_a_service_range_of_its_own() -> None:
+    """Its modules route their Service range from the host; the home-made node's kube-proxy serves 10.96.0.0/16."""
+    script = (INTEGRATION.parents[1] / "hack" / "test.sh").read_text()
+    real = [line for line in script.splitlines() if "-m real_nodes" in line]
+    assert len(real) == 1, real
+    assert f"KANRI_SERVICE_CIDR={REAL_NODE_SERVICE_CIDR}" in real[0], real[0]
+    assert REAL_NODE_SERVICE_CIDR != "10.96.0.0/16"
 
 
 def test_the_list_names_only_modules_that_exist() -> None:

@@ -78,9 +78,12 @@ class ControlPlane(DetachedProcess):
     what = "control plane"
     error = ControlPlaneError
 
-    def __init__(self, data_dir: Path, binary: Path | None = None) -> None:
+    def __init__(self, data_dir: Path, binary: Path | None = None, service_cidr: str | None = None) -> None:
+        """``service_cidr``: the Service range of a data dir's first start (the binary's default, 10.96.0.0/16, when
+        None); a data dir keeps the range it started with, so later starts need not say it."""
         super().__init__(data_dir, "controlplane")
         self._binary = binary
+        self._service_cidr = service_cidr
 
     @property
     def kubeconfig(self) -> Path:
@@ -118,6 +121,10 @@ class ControlPlane(DetachedProcess):
             return Endpoint(server=self._server_url(), kubeconfig=self.kubeconfig, pid=pid)
         binary = self._binary or controlplane_binary()
         admission = self.write_admission_config()
+        first = self.data_dir / "config.json"
+        if self._service_cidr is not None and not first.exists():
+            # the binary keeps what config.json says and fills in the rest (its ports) on this first start
+            first.write_text(json.dumps({"serviceCIDR": self._service_cidr}) + "\n")
         args = [str(binary), f"--data-dir={self.data_dir}", f"--admission-control-config-file={admission}"]
         if exit_with_parent:
             args.append(f"--parent-pid={os.getpid()}")
