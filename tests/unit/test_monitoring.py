@@ -47,6 +47,9 @@ KAFKA_RUNBOOKS = {path.stem for path in (ROOT / "docs" / "runbooks").glob("kafka
 # cache-helm (marked edit): docs/runbooks/cache-*.md are the runbooks of deploy/monitoring/cache-alerts.yaml, checked
 # (alert, sections, each page an alert's) by tests/unit/test_cache_alerts.py.
 CACHE_RUNBOOKS = {path.stem for path in (ROOT / "docs" / "runbooks").glob("cache-*.md")}
+# pooler-monitoring (marked edit): docs/runbooks/pooler-*.md are the runbooks of deploy/monitoring/pooler-alerts.yaml,
+# checked (alert, sections, each page an alert's, the index) by tests/unit/test_pooler_alerts.py.
+POOLER_RUNBOOKS = {path.stem for path in (ROOT / "docs" / "runbooks").glob("pooler-*.md")}
 
 # --- the PrometheusRule, generated from alerts.yaml ------------------------------------------------------------------
 
@@ -180,7 +183,7 @@ def test_no_runbook_without_an_alert_or_a_condition_reason() -> None:
     orphans = sorted(
         path.stem
         for path in RUNBOOKS.glob("*.md")
-        if path.stem not in names | {"README"} | KAFKA_RUNBOOKS | CACHE_RUNBOOKS
+        if path.stem not in names | {"README"} | KAFKA_RUNBOOKS | CACHE_RUNBOOKS | POOLER_RUNBOOKS
     )
     assert orphans == []
 
@@ -312,4 +315,5 @@ def test_the_runbook_index_lists_every_alert_with_its_severity_and_every_other_p
     expected = {rule["alert"]: rule["labels"]["severity"] for rule in alert_rules()}
     assert {name: listed.get(name) for name in expected} == expected
     pages = {path.stem for path in RUNBOOKS.glob("*.md")} - {"README"} - KAFKA_RUNBOOKS - CACHE_RUNBOOKS
+    pages -= POOLER_RUNBOOKS
     assert set(listed) == pages
