@@ -301,17 +301,32 @@ def services_routed(control_plane: Endpoint, pg_nodes: RealCluster) -> Iterator[
         unroute_services(cidr)
 
 
-async def test_a_stopped_primary_node_fails_over_in_sync_mode_without_losing_an_acknowledged_commit(
+FAULTS: dict[str, tuple[Callable[[RealNode], None], Callable[[RealNode], object]]] = {
+    "stop": (RealNode.stop, RealNode.start),
+    "freeze": (RealNode.freeze, RealNode.thaw),
+    "partition": (RealNode.partition, RealNode.heal),
+}
+"""How each fault hits the primary's real node, and how the node comes back."""
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+async def test_a_primary_node_stopped_frozen_or_cut_off_fails_over_in_sync_mode_without_losing_an_acknowledged_commit(
     control_plane: Endpoint,
     client: Client,
     operator: Operator,
     namespace: str,
     pg_nodes: RealCluster,
     services_routed: Callable[[RealNode], None],
+    fault: str,
 ) -> None:
-    """The primary's node loses power (kubelet, containerd, shims and PostgreSQL SIGKILLed at once; its volume stays)
-    under a ledger writing through ``-rw``: a replica is promoted, no acknowledged commit is missing, no two servers
-    acknowledged at once, and once the node is back the old primary rejoins the new timeline."""
+    """The primary's node fails under a ledger writing through ``-rw`` — it loses power (kubelet, containerd, shims
+    and PostgreSQL SIGKILLed at once; its volume stays), every process of it is frozen (its cgroup), or its network
+    is cut off the other nodes and the control plane (nftables in its namespace) while it runs on: a replica is
+    promoted, no acknowledged commit is missing, no two servers acknowledged at once, and once the node is back the
+    old primary rejoins the new timeline. Which part stops the old primary differs: the power loss itself, its
+    manager fencing itself at once when it finds it was frozen longer than its window, its manager fencing itself
+    after 4 s without the API server or a standby."""
+    inject, recover = FAULTS[fault]
     kubeconfig = control_plane.kubeconfig
     ha = on_local_path(FAILOVER_NAME, namespace, 3)
     ha["spec"] |= {"replication": {"mode": "Sync", "syncStandbys": 1}, "podTemplate": one_per_node()}
@@ -327,17 +342,21 @@ async def test_a_stopped_primary_node_fails_over_in_sync_mode_without_losing_an_
         async with workload(client, namespace, write_probe=True) as (ledger, watcher):
             await eventually(lambda: asyncio.sleep(0, len(ledger.acks) >= 20 or None), timeout=30)
             fault_at = time.monotonic()
-            victim.stop()
+            inject(victim)
             try:
                 record = await eventually(lambda: failed_over_from(client, namespace, old), timeout=90, interval=0.5)
                 first = await eventually(functools.partial(ack_elsewhere, ledger, fault_at, old_ip), timeout=30)
             except NotYet as exc:
                 raise AssertionError(f"{exc}\n{await diagnose(kubeconfig, namespace)}") from None
-            print(f"real node stop (Sync): first commit on the new primary {first.at - fault_at:.2f} s after the "
+            finally:
+                if fault != "stop":  # a stopped node is started below, after writes on the new timeline
+                    await asyncio.sleep(2)
+                    recover(victim)
+            print(f"real node {fault} (Sync): first commit on the new primary {first.at - fault_at:.2f} s after the "
                   f"fault; lastFailover {record}")  # fmt: skip
-            await asyncio.sleep(2)  # writes on the new timeline the old primary must not have
-            restarted = victim.start()
-            print(f"the stopped node is Ready again {restarted:.1f} s after its start")
+            if fault == "stop":
+                await asyncio.sleep(2)  # writes on the new timeline the old primary must not have
+                print(f"the stopped node is Ready again {recover(victim):.1f} s after its start")
             try:
                 await eventually(lambda: rejoined(client, namespace, old), timeout=180, interval=1)
             except NotYet as exc:
