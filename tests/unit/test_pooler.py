@@ -169,10 +169,21 @@ def test_metrics_from_show_pools_and_show_stats() -> None:
     assert found[("kanri_pgbouncer_max_wait_seconds", app)] == 1.5
     assert found[("kanri_pgbouncer_transactions_total", (("database", "app"),))] == 100
     assert found[("kanri_pgbouncer_client_wait_seconds_total", (("database", "app"),))] == 2.0
+    assert "kanri_pgbouncer_client_connections" not in {name for name, _ in found}, "not read: not exported"
+
+
+def test_client_connections_and_their_limit_from_show_lists_and_show_config() -> None:
+    lists = [{"list": "free_clients", "items": 73}, {"list": "used_clients", "items": 27}]
+    config = [{"key": "max_client_conn", "value": "1000", "default": "100", "changeable": "yes"},
+              {"key": "default_pool_size", "value": "20", "default": "20", "changeable": "yes"}]  # fmt: skip
+    families = agent_metrics.samples([], [], lists, config)
+    found = {s.name: s.value for f in families for s in f.samples if not s.labels}
+    assert found == {"kanri_pgbouncer_up": 1, "kanri_pgbouncer_client_connections": 27,
+                     "kanri_pgbouncer_max_client_connections": 1000}  # fmt: skip
 
 
 def test_a_console_that_does_not_answer_is_up_0_and_nothing_else() -> None:
-    def fail() -> tuple[list[agent_metrics.Row], list[agent_metrics.Row]]:
+    def fail() -> agent_metrics.Console:
         raise OSError("connection refused")
 
     families = list(agent_metrics.PoolerCollector(fail).collect())

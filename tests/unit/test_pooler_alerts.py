@@ -30,11 +30,13 @@ def rules() -> list[dict[str, Any]]:
 
 
 def exported() -> dict[str, set[str]]:
-    """Every series name the agent exports -> its label names (one scrape of a pool and its stats)."""
+    """Every series name the agent exports -> its label names (one scrape of a pool, its stats, lists and config)."""
     pool = {column: 1 for column in agent_metrics.POOL_GAUGES} | {"database": "app", "user": "app", "maxwait": 1}
     stats = {column: 1 for column in agent_metrics.STATS_COUNTERS} | {"database": "app"}
+    lists = [{"list": "used_clients", "items": 1}]
+    config = [{"key": "max_client_conn", "value": "1000"}]
     found: dict[str, set[str]] = {}
-    for family in agent_metrics.samples([pool], [stats]):
+    for family in agent_metrics.samples([pool], [stats], lists, config):
         for sample in family.samples:
             found.setdefault(sample.name, set()).update(sample.labels)
     return found
@@ -46,7 +48,7 @@ def test_promtool_accepts_the_rules_and_their_tests_pass() -> None:
 
 def test_every_alert_is_tested_firing_and_quiet() -> None:
     assert alert_rules.assert_every_alert_fires_and_stays_quiet(ALERTS, TESTS) == {
-        "PoolerDown", "PoolerNoServerConnections", "PoolerClientsWaiting"
+        "PoolerDown", "PoolerNoServerConnections", "PoolerClientsWaiting", "PoolerClientConnectionsNearLimit"
     }  # fmt: skip
 
 
@@ -57,8 +59,13 @@ def test_every_alert_is_tested_firing_and_quiet() -> None:
         ("for: 2m", "for: 5m", "PoolerNoServerConnections"),
         ("          unless on", "          or on", "PoolerNoServerConnections"),
         ('up{job="kanri-pgbouncer"} == 0 or ', "", "PoolerDown"),
+        (
+            "kanri_pgbouncer_max_client_connections\n          ) > 0.9",
+            "kanri_pgbouncer_max_client_connections\n          ) > 0.99",
+            "PoolerClientConnectionsNearLimit",
+        ),
     ],
-    ids=["wait-threshold", "duration", "servers-present", "not-scraped"],
+    ids=["wait-threshold", "duration", "servers-present", "not-scraped", "client-limit-share"],
 )
 def test_the_promtool_tests_fail_when_an_alert_changes(old: str, new: str, alert: str, tmp_path: Path) -> None:
     """The cases really compare: a moved threshold or a dropped clause makes them fail, naming the alert."""

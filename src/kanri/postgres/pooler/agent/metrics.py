@@ -1,4 +1,5 @@
-"""PgBouncer's ``SHOW POOLS`` and ``SHOW STATS`` as Prometheus samples, read at each scrape.
+"""PgBouncer's ``SHOW POOLS``, ``SHOW STATS``, ``SHOW LISTS`` and ``SHOW CONFIG`` as Prometheus samples, read at
+each scrape.
 
 The agent logs in to PgBouncer's admin console (database ``pgbouncer``) on 127.0.0.1 as the lookup role, which
 ``stats_users`` names, with the password from the pod's auth file and TLS verified against the cluster's CA (the
@@ -8,9 +9,9 @@ pooler's certificate carries 127.0.0.1). The console speaks the simple query pro
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -18,9 +19,20 @@ from prometheus_client.registry import Collector
 
 from kanri.contract.pooler import POOLER_ROLE
 
-__all__ = ["PoolerCollector", "console_reader", "password_from_auth_file", "samples"]
+__all__ = ["Console", "PoolerCollector", "console_reader", "password_from_auth_file", "samples"]
 
 Row = Mapping[str, Any]
+
+
+class Console(NamedTuple):
+    """What one scrape read from the admin console: a list of rows per ``SHOW`` command."""
+
+    pools: Sequence[Row]
+    stats: Sequence[Row]
+    lists: Sequence[Row] = ()
+    config: Sequence[Row] = ()
+
+
 POOL_GAUGES = {
     "cl_active": ("clients_active", "Client connections linked to a server connection or idle"),
     "cl_waiting": ("clients_waiting", "Client connections waiting for a server connection"),
@@ -36,6 +48,8 @@ STATS_COUNTERS = {
     "total_received": ("received_bytes", "Bytes received from clients", 1.0),
     "total_sent": ("sent_bytes", "Bytes sent to clients", 1.0),
 }
+CLIENTS = ("kanri_pgbouncer_client_connections", "Client connections PgBouncer holds (SHOW LISTS used_clients)")
+MAX_CLIENTS = ("kanri_pgbouncer_max_client_connections", "The max_client_conn setting PgBouncer runs with")
 
 
 def password_from_auth_file(path: Path, user: str = POOLER_ROLE) -> str | None:
@@ -60,8 +74,18 @@ def password_from_auth_file(path: Path, user: str = POOLER_ROLE) -> str | None:
     return None
 
 
-def samples(pools: Iterable[Row], stats: Iterable[Row]) -> list[Metric]:
-    """The metric families of one scrape (pure): a gauge per pool column, a counter per stats column."""
+def _setting(rows: Iterable[Row], key_column: str, key: str, value_column: str) -> float | None:
+    """The number in ``value_column`` of the row whose ``key_column`` is ``key`` (None when absent)."""
+    for row in rows:
+        if row.get(key_column) == key and row.get(value_column) is not None:
+            return float(row[value_column])
+    return None
+
+
+def samples(pools: Iterable[Row], stats: Iterable[Row], lists: Iterable[Row] = (),
+            config: Iterable[Row] = ()) -> list[Metric]:  # fmt: skip
+    """The metric families of one scrape (pure): a gauge per pool column, a counter per stats column, and the client
+    connections held against ``max_client_conn`` (each only when its row was read)."""
     families: list[Metric] = [GaugeMetricFamily("kanri_pgbouncer_up", "PgBouncer's admin console answered", value=1)]
     gauges = {column: GaugeMetricFamily(f"kanri_pgbouncer_{name}", text, labels=["database", "user"])
               for column, (name, text) in POOL_GAUGES.items()}  # fmt: skip
@@ -77,23 +101,27 @@ def samples(pools: Iterable[Row], stats: Iterable[Row]) -> list[Metric]:
     for row in stats:
         for column, counter in counters.items():
             counter.add_metric([str(row.get("database"))], float(row.get(column) or 0) * STATS_COUNTERS[column][2])
+    for (name, text), value in ((CLIENTS, _setting(lists, "list", "used_clients", "items")),
+                                (MAX_CLIENTS, _setting(config, "key", "max_client_conn", "value"))):  # fmt: skip
+        if value is not None:
+            families.append(GaugeMetricFamily(name, text, value=value))
     return [*families, *gauges.values(), wait, *counters.values()]
 
 
-def console_reader(port: int, auth_file: Path, ca_file: Path) -> Callable[[], tuple[list[Row], list[Row]]]:
-    """Reads ``SHOW POOLS`` and ``SHOW STATS`` from the local PgBouncer."""
+def console_reader(port: int, auth_file: Path, ca_file: Path) -> Callable[[], Console]:
+    """Reads the :class:`Console` commands from the local PgBouncer, in one session."""
 
-    def read() -> tuple[list[Row], list[Row]]:
+    def read() -> Console:
         password = password_from_auth_file(auth_file)
         with psycopg.connect(host="127.0.0.1", port=port, dbname="pgbouncer", user=POOLER_ROLE, password=password,
                              sslmode="verify-full", sslrootcert=str(ca_file), connect_timeout=3, autocommit=True,
                              cursor_factory=psycopg.ClientCursor) as conn:  # fmt: skip
             found: list[list[Row]] = []
-            for command in ("SHOW POOLS", "SHOW STATS"):
+            for command in ("SHOW POOLS", "SHOW STATS", "SHOW LISTS", "SHOW CONFIG"):
                 cursor = conn.execute(command)
                 names = [c.name for c in cursor.description or []]
                 found.append([dict(zip(names, row, strict=True)) for row in cursor.fetchall()])
-            return found[0], found[1]
+            return Console(*found)
 
     return read
 
@@ -101,13 +129,13 @@ def console_reader(port: int, auth_file: Path, ca_file: Path) -> Callable[[], tu
 class PoolerCollector(Collector):
     """A collector that asks PgBouncer at each scrape."""
 
-    def __init__(self, read: Callable[[], tuple[list[Row], list[Row]]]) -> None:
+    def __init__(self, read: Callable[[], Console]) -> None:
         self.read = read
 
     def collect(self) -> Iterator[Metric]:
         try:
-            pools, stats = self.read()
+            console = self.read()
         except (psycopg.Error, OSError):
             yield GaugeMetricFamily("kanri_pgbouncer_up", "PgBouncer's admin console answered", value=0)
             return
-        yield from samples(pools, stats)
+        yield from samples(*console)
