@@ -69,6 +69,12 @@ NEEDS_AN_EVENT = {
     "Downtime of the last major upgrade": "a major upgrade",
     "Leader": "leader election (off for the test's in-process operator)",
     "API requests by code": "the operator's REST client metrics (registered by kanri run, not the test's operator)",
+    "PgBouncer console answering (up)": "a PostgresPooler's PgBouncer pods (none in this test)",
+    "Pooler clients: active and waiting": "a PostgresPooler's PgBouncer pods (none in this test)",
+    "Pooler server connections by state": "a PostgresPooler's PgBouncer pods (none in this test)",
+    "Pooler longest client wait": "a PostgresPooler's PgBouncer pods (none in this test)",
+    "Pooler client connections / max_client_conn": "a PostgresPooler's PgBouncer pods (none in this test)",
+    "Pooler transactions and wait per transaction": "a PostgresPooler's PgBouncer pods (none in this test)",
 }
 """Dashboard panels whose series need something this test does not do; tests/integration/test_monitoring_prometheus.py
 proves their queries against series the operator's own metric classes set."""

@@ -32,6 +32,7 @@ from kanri.local.ports import free_port
 from kanri.postgres.backup.archiving import BackupMetrics
 from kanri.postgres.cluster.instances import InstanceReport
 from kanri.postgres.metrics import PostgresMetrics
+from kanri.postgres.pooler.agent.metrics import Console, PoolerCollector
 from kanri.runtime import Client, FakeClock, LeaderElector
 from kanri.runtime._client import ClientMetrics
 from kanri.runtime._connection import Connection
@@ -130,6 +131,15 @@ def fill(registry: CollectorRegistry) -> None:
         for name, (_, _, extra) in METRICS.items()
     })  # fmt: skip
     registry.register(exporter)
+    # A PgBouncer pod's agent, as it renders one scrape of a busy pool (kanri.postgres.pooler.agent.metrics).
+    pools = [{"database": "app", "user": "app", "cl_active": 30, "cl_waiting": 2, "sv_active": 20, "sv_idle": 0,
+              "sv_used": 0, "sv_login": 0, "maxwait": 1, "maxwait_us": 0}]  # fmt: skip
+    stats = [{"database": "app", "total_xact_count": 100, "total_query_count": 150, "total_wait_time": 500_000,
+              "total_received": 10_000, "total_sent": 20_000}]  # fmt: skip
+    console = Console(
+        pools, stats, [{"list": "used_clients", "items": 33}], [{"key": "max_client_conn", "value": "1000"}]
+    )
+    registry.register(PoolerCollector(lambda: console))
     # A standby: the gauge is 0 until it leads, so KanriOperatorNoLeader goes pending.
     LeaderElector(Client(Connection(host="http://127.0.0.1:1")), namespace="kanri-system", name="kanri-postgres",
                   identity="standby", registry=registry)  # fmt: skip

@@ -24,6 +24,7 @@ from kanri.instance import exporter
 from kanri.postgres.backup.archiving import BackupMetrics
 from kanri.postgres.cluster.problems import SEVERITY
 from kanri.postgres.metrics import PostgresMetrics
+from kanri.postgres.pooler.agent import metrics as pooler_agent
 from kanri.runtime import Client, LeaderElector
 from kanri.runtime._client import ClientMetrics
 from kanri.runtime._connection import Connection
@@ -215,7 +216,22 @@ def registered() -> dict[str, set[str]]:
                 names[family.name + suffix] = family_labels | extra
     for name, _, exported in exporter.described():  # the instance exporter renders snapshots: its table is the truth
         names[name] = set(exported)
+    names.update(pooler_agent_series())
     return names
+
+
+def pooler_agent_series() -> dict[str, set[str]]:
+    """Every series the PgBouncer pods' agent exports -> its label names (one scrape of a pool, its stats, lists
+    and config: kanri.postgres.pooler.agent.metrics.samples, which the agent renders at each scrape)."""
+    pool = {column: 1 for column in pooler_agent.POOL_GAUGES} | {"database": "app", "user": "app", "maxwait": 1}
+    stats = {column: 1 for column in pooler_agent.STATS_COUNTERS} | {"database": "app"}
+    lists = [{"list": "used_clients", "items": 1}]
+    config = [{"key": "max_client_conn", "value": "1000"}]
+    found: dict[str, set[str]] = {}
+    for family in pooler_agent.samples([pool], [stats], lists, config):
+        for sample in family.samples:
+            found.setdefault(sample.name, set()).update(sample.labels)
+    return found
 
 
 _STRING = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'")

@@ -12,9 +12,8 @@ from typing import Any
 
 import pytest
 
-from kanri.postgres.pooler.agent import metrics as agent_metrics
 from tests import alert_rules
-from tests.unit.test_monitoring import TARGET_LABELS, used_metrics
+from tests.unit.test_monitoring import TARGET_LABELS, pooler_agent_series, used_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 ALERTS = ROOT / "deploy" / "monitoring" / "pooler-alerts.yaml"
@@ -27,19 +26,6 @@ POD_MONITOR_LABELS = {"pooler"}
 
 def rules() -> list[dict[str, Any]]:
     return alert_rules.rules(ALERTS)
-
-
-def exported() -> dict[str, set[str]]:
-    """Every series name the agent exports -> its label names (one scrape of a pool, its stats, lists and config)."""
-    pool = {column: 1 for column in agent_metrics.POOL_GAUGES} | {"database": "app", "user": "app", "maxwait": 1}
-    stats = {column: 1 for column in agent_metrics.STATS_COUNTERS} | {"database": "app"}
-    lists = [{"list": "used_clients", "items": 1}]
-    config = [{"key": "max_client_conn", "value": "1000"}]
-    found: dict[str, set[str]] = {}
-    for family in agent_metrics.samples([pool], [stats], lists, config):
-        for sample in family.samples:
-            found.setdefault(sample.name, set()).update(sample.labels)
-    return found
 
 
 def test_promtool_accepts_the_rules_and_their_tests_pass() -> None:
@@ -105,7 +91,7 @@ def test_the_runbook_index_names_every_alert_and_links_its_runbook() -> None:
 
 
 def test_alerts_query_only_series_the_agent_exports_or_the_pooler_jobs_up() -> None:
-    known = exported() | {"up": set()}
+    known = pooler_agent_series() | {"up": set()}
     problems = []
     for rule in rules():
         for name, labels in used_metrics(rule["expr"]).items():
@@ -120,7 +106,17 @@ def test_alerts_query_only_series_the_agent_exports_or_the_pooler_jobs_up() -> N
 
 
 def test_the_metric_check_catches_a_misspelt_series() -> None:
-    known = exported()
+    known = pooler_agent_series()
     assert "kanri_pgbouncer_clients_waiting" in known
     assert "kanri_pgbouncer_client_waiting" not in known
     assert known["kanri_pgbouncer_clients_waiting"] == {"database", "user"}
+
+
+def test_docs_pooler_md_lists_every_series_the_agent_exports() -> None:
+    text = (ROOT / "docs" / "pooler.md").read_text()
+    table = text[text.index("| metric | labels | meaning |") : text.index("### Scraping")]
+    documented: set[str] = set()
+    for cell in re.findall(r"^\| ([^|]+) \|", table, flags=re.MULTILINE):
+        for name in re.findall(r"`(\w+)`", cell):
+            documented.add(name if name.startswith("kanri_") else f"kanri_pgbouncer{name}")
+    assert documented - {"metric"} == set(pooler_agent_series())
