@@ -5,9 +5,9 @@ unreachable, no cluster), with the target labels the chart's PodMonitor gives (j
 tests' job); the alerts fire from what PgBouncer really reports:
 
 - PoolerDown for a pod whose agent cannot read its console and for one that cannot be scraped, not for the live one;
-- PoolerNoServerConnections once applications' clients wait to log in while PgBouncer cannot reach PostgreSQL (they
-  queue in the lookup role's pool: ``user="kanri_pooler"``); PoolerClientsWaiting stays quiet (no server connection
-  at all is the other alert's case);
+- PoolerNoServerConnections once applications' clients, reconnecting when refused ("server login has been
+  failing"), wait to log in while PgBouncer cannot reach PostgreSQL (they queue in the lookup role's pool:
+  ``user="kanri_pooler"``); PoolerClientsWaiting stays quiet (no server connection at all is the other alert's case);
 - PoolerClientConnectionsNearLimit once the connections reach ``max_client_conn``.
 """
 
@@ -22,6 +22,7 @@ from contextlib import ExitStack
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 
+import psycopg
 import pytest
 import pytest_asyncio
 import yaml
@@ -145,17 +146,29 @@ async def test_pooler_down_fires_for_the_mute_and_the_unscraped_pod_only(prometh
     assert "PoolerClientConnectionsNearLimit" not in found
 
 
+async def keep_connecting(bouncer: Bouncer, refusals: list[str]) -> None:
+    """An application that reconnects: PgBouncer refuses a newcomer while its last server login failed ("server
+    login has been failing"), and queues one that arrives while it tries again."""
+    while True:
+        try:
+            await (await bouncer.client()).close()
+        except psycopg.OperationalError as exc:
+            refusals.append(str(exc))
+            await asyncio.sleep(0.2)  # an application's reconnect delay
+
+
 async def test_clients_waiting_to_log_in_without_postgresql_fire_no_server_connections(
     prometheus: str, bouncer: Bouncer
 ) -> None:
-    clients = [asyncio.create_task(bouncer.client()) for _ in range(2)]
+    refusals: list[str] = []
+    clients = [asyncio.create_task(keep_connecting(bouncer, refusals)) for _ in range(3)]
     try:
         found = await until_firing(prometheus, "PoolerNoServerConnections", bouncer)
         (alert,) = found["PoolerNoServerConnections"]
         assert alert == {"namespace": "shop", "pooler": "orders-pool", "pod": "orders-pool-live",
                          "database": "app", "user": "kanri_pooler"}  # fmt: skip
         assert "PoolerClientsWaiting" not in found, "no server connection at all is not a busy pool"
-        assert not any(task.done() for task in clients), "the clients still wait"
+        assert all("server login" in refusal for refusal in refusals), refusals[:3]
     finally:
         for task in clients:
             task.cancel()
