@@ -58,8 +58,10 @@ class Bouncer:
         return (self.directory / "pgbouncer.log").read_text()[-3000:]
 
 
-def write_files(directory: Path, port: int, parameters: dict[str, str]) -> Path:
-    """The operator's pgbouncer.ini (with ``parameters`` as spec.parameters), its auth file and certificates."""
+def write_files(directory: Path, port: int, parameters: dict[str, str], server_port: int | None = None) -> Path:
+    """The operator's pgbouncer.ini (with ``parameters`` as spec.parameters), its auth file and certificates. With
+    ``server_port``, PostgreSQL is there on 127.0.0.1, reached without TLS (a test instance serves none); without it,
+    a port nothing listens on."""
     now = dt.datetime.now(dt.UTC)
     ca = build_ca("orders", "shop", now)
     server = build_server(ca, "orders-pool.shop pooler", ["orders-pool"], now)  # carries 127.0.0.1, as the operator's
@@ -71,7 +73,9 @@ def write_files(directory: Path, port: int, parameters: dict[str, str]) -> Path:
     moved = {config.AUTH_DIR: str(directory), config.TLS_DIR: str(directory),
              f"listen_port = {config.PORT}": f"listen_port = {port}",
              "listen_addr = 0.0.0.0": "listen_addr = 127.0.0.1",
-             "host=orders-rw.shop.svc port=5432": f"host=127.0.0.1 port={free_port()}"}  # fmt: skip
+             "host=orders-rw.shop.svc port=5432": f"host=127.0.0.1 port={server_port or free_port()}"}  # fmt: skip
+    if server_port is not None:
+        moved["server_tls_sslmode = verify-full"] = "server_tls_sslmode = disable"
     for old, new in moved.items():
         assert old in ini, old
         ini = ini.replace(old, new)
@@ -83,10 +87,10 @@ def write_files(directory: Path, port: int, parameters: dict[str, str]) -> Path:
 
 
 @contextmanager
-def running(directory: Path, parameters: dict[str, str]) -> Iterator[Bouncer]:
+def running(directory: Path, parameters: dict[str, str], server_port: int | None = None) -> Iterator[Bouncer]:
     """PgBouncer started on the files of :func:`write_files`, stopped (and its directory removed) on exit."""
     port = free_port()
-    ini = write_files(directory, port, parameters)
+    ini = write_files(directory, port, parameters, server_port)
     as_user = ["-u", "nobody"] if os.geteuid() == 0 else []
     with (directory / "pgbouncer.log").open("wb") as log:
         process = subprocess.Popen([str(PGBOUNCER), *as_user, str(ini)], stdout=log, stderr=subprocess.STDOUT)

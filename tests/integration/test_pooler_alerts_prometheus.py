@@ -14,6 +14,7 @@ tests' job); the alerts fire from what PgBouncer really reports:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import shutil
 import threading
@@ -84,12 +85,12 @@ def shortened_rules(path: Path) -> Path:
     return path
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def prometheus(targets: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
+@contextlib.asynccontextmanager
+async def scraping(targets: dict[str, str], home: Path) -> AsyncIterator[str]:
+    """A Prometheus server with the shortened pooler rules, scraping ``targets`` (pod name -> address) every second
+    with the labels the PodMonitor and pod discovery give them; its base URL."""
     binary = shutil.which("prometheus")
     assert binary, "prometheus not found: run `make system` (Debian's prometheus package)"
-    home = tmp_path_factory.mktemp("prometheus")
-    # What the PodMonitor's relabelling and Prometheus' pod discovery give each target.
     static = [{"targets": [address], "labels": {"namespace": "shop", "pod": pod, "pooler": "orders-pool"}}
               for pod, address in targets.items()]  # fmt: skip
     config = {
@@ -108,6 +109,12 @@ async def prometheus(targets: dict[str, str], tmp_path_factory: pytest.TempPathF
         except TimeoutError:
             process.kill()
             await process.wait()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def prometheus(targets: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
+    async with scraping(targets, tmp_path_factory.mktemp("prometheus")) as url:
+        yield url
 
 
 async def firing(url: str) -> dict[str, list[Labels]]:
