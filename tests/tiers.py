@@ -7,17 +7,17 @@ its registry) — and, beside it, the unit tier and every other integration modu
 plane; the tests in the second one only start processes on free ports of the loopback addresses (Kafka's host
 brokers use 127.0.0.1-3, each on a free port) and temporary directories of their own.
 
-The real-node modules that do not check the machine for what a local cluster leaves (marker ``real_nodes``,
-:data:`REAL_NODE_MODULES`) run in the second process's wake instead: after the unit tier and the other integration
-modules, one at a time, while the e2e tier goes on. They share nothing with the home-made node: their nodes sit on
-their own bridge (``kanri-rn0``, 10.250.0.0/24), their pods on 10.251.0.0/16 in the nodes' own network namespaces,
-their kube-proxies in those namespaces, and their control plane's Service range is :data:`REAL_NODE_SERVICE_CIDR`
-(``KANRI_SERVICE_CIDR``, set by hack/test.sh): the host routes it to a real node, while 10.96.0.0/16, every other
-local control plane's range, is served on the host by the home-made node's kube-proxy for its own cluster (run with
-10.96.0.0/16 beside it, test_real_postgres's S3 client timed out on a ClusterIP). Measured beside the e2e tier's
-failover, Kafka, Cache chaos, PostgreSQL and backup modules (2026-12-07): all passed on both sides.
-``test_real_local_up`` stays with the e2e tier: ``kanri up`` routes the default range, and ``kanri down`` counts the
-home-made node's namespaces and kube-proxy tables as leftovers of the cluster.
+The real-node modules (marker ``real_nodes``, :data:`REAL_NODE_MODULES`) run in the second process's wake instead:
+after the unit tier and the other integration modules, one at a time, while the e2e tier goes on. They share nothing
+with the home-made node: their nodes sit on their own bridge (``kanri-rn0``, 10.250.0.0/24), their pods on
+10.251.0.0/16 in the nodes' own network namespaces, their kube-proxies in those namespaces, and their control
+planes' Service range is :data:`REAL_NODE_SERVICE_CIDR` (``KANRI_SERVICE_CIDR``, set by hack/test.sh, which every
+control plane takes on its first start): the host routes it to a real node, while 10.96.0.0/16 is served on the host
+by the home-made node's kube-proxy for its own cluster (run with 10.96.0.0/16 beside it, test_real_postgres's S3
+client timed out on a ClusterIP). ``kanri down`` checks only its own cluster's things while another node holds the
+machine's pod network (it used to count the e2e tier's namespaces and kube-proxy tables as its leftovers). Measured
+beside the e2e tier's failover, Kafka, Cache chaos, PostgreSQL and backup modules (2026-12-07): all passed on both
+sides.
 """
 
 from __future__ import annotations
@@ -35,13 +35,19 @@ HOST_WIDE_MODULES = frozenset(
         "test_local_node",
         "test_local_nodes",
         "test_local_services",
-        "test_real_local_up",
     }
 )
 """The integration modules (file stems) that run only beside nothing but the e2e tier (marker ``host_wide``)."""
 
 REAL_NODE_MODULES = frozenset(
-    {"test_real_cluster", "test_real_kafka", "test_real_node", "test_real_node_addons", "test_real_postgres"}
+    {
+        "test_real_cluster",
+        "test_real_kafka",
+        "test_real_local_up",
+        "test_real_node",
+        "test_real_node_addons",
+        "test_real_postgres",
+    }
 )
 """Integration modules on real nodes alone (marker ``real_nodes``): after the second process, beside the e2e tier."""
 
@@ -49,11 +55,11 @@ REAL_NODE_SERVICE_CIDR = "10.97.0.0/16"
 """The Service range of the ``real_nodes`` process's control plane: not the home-made node's 10.96.0.0/16."""
 
 REAL_NODE_CONFLICT = re.compile(
-    r"local_node_support|running_node|LocalNode\b|kanri\.local\.(node|registry|cluster)\b"
-    r"|kanri\(\"(up|down|delete)\"|kanri local (up|down)|\"local\", \"(up|down)\""
+    r"local_node_support|running_node|LocalNode\b|kanri\.local\.(node|registry|cluster)\b|\"local\", \"up\"\)"
 )
-"""What in a real-node module's source would meet the home-made node: a home-made node, a local cluster's up/down (the
-default Service range routed from the host; a leftover check that counts the home-made node's namespaces)."""
+"""What in a real-node module's source would meet the home-made node: a home-made node of its own, or a local cluster
+brought up without ``--real-nodes`` (``kanri local up`` starts one)."""
+
 
 HOST_WIDE_USE = re.compile(
     r"local_node_support|kanri\.local\.realnode|running_node|NodeHost|LocalNode\b"

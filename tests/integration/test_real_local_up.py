@@ -31,7 +31,7 @@ from kanri.cli.main import app
 from kanri.local import ControlPlane
 from kanri.local.realnode import ZONES, cgroups, network
 from kanri.local.realnode import local as realnode_local
-from kanri.local.realnode.addons import LocalPathProvisioner, NetworkPolicyAgent
+from kanri.local.realnode.addons import LocalPathProvisioner, NetworkPolicyAgent, cluster_dns_ip
 from kanri.local.realnode.addons.localpath import STORAGE_CLASS
 from kanri.local.realnode.spec import HOST_BRIDGE
 from tests.integration.realnode_support import http_get
@@ -73,7 +73,8 @@ def assert_addons_run(cluster_dir: Path) -> None:
     )
     assert deployment.stdout.strip() == "deployment.apps/coredns", deployment.stderr
     nodes = realnode_local.saved_nodes(cluster_dir)
-    assert {node.cluster_dns for node in nodes} == {"10.96.0.10"}
+    service_cidr = json.loads((cluster_dir / "config.json").read_text())["serviceCIDR"]  # make test: 10.97.0.0/16
+    assert {node.cluster_dns for node in nodes} == {cluster_dns_ip(service_cidr)}  # the range's tenth address
     assert all(NetworkPolicyAgent(node).listening() for node in nodes)
 
 

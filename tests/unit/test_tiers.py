@@ -28,7 +28,7 @@ def test_the_real_node_modules_run_beside_the_e2e_tier_only_when_they_meet_nothi
     assert not HOST_WIDE_MODULES & REAL_NODE_MODULES, "a module is in both lists"
     meeting = sorted(m for m in REAL_NODE_MODULES if meets_home_made_node(INTEGRATION / f"{m}.py"))
     assert not meeting, f"would meet the e2e tier's home-made node (route, up/down): {meeting}"
-    assert meets_home_made_node(INTEGRATION / "test_real_local_up.py"), "the pattern no longer sees `kanri up`"
+    assert meets_home_made_node(INTEGRATION / "test_local_cli.py"), "the pattern no longer sees a home-made node"
 
 
 def test_the_real_node_process_has_a_service_range_of_its_own() -> None:

@@ -29,6 +29,7 @@ from kanri.local.imagemap import write_default_image_map
 from kanri.local.leftovers import find_leftovers, undo_chaos
 from kanri.local.node import NodeOptions
 from kanri.local.node.control import ControlError, call
+from kanri.local.node.network import NodeLock
 from kanri.local.nodeprocess import NodeProcess
 from kanri.local.realnode import RealNodeError
 from kanri.local.realnode import chaos as realnode_chaos  # issue 27 (rn-cluster)
@@ -181,14 +182,28 @@ def up(
     err.print(f"  logs: {cp.log_file} (control plane), {nodes_log} (node)")
 
 
+def _runs_no_other_pod_network(own: int | None) -> bool:
+    """Whether the machine's home-made pod network (its namespaces, bridge, kube-proxy and partition tables) may be
+    this cluster's: nobody holds the machine's node lock, or this cluster's node (pid ``own``) did. While another
+    cluster's node or a test session's holds it, `down` leaves those alone and checks only what is its own."""
+    holder = NodeLock().holder()
+    if holder is None or (own is not None and holder == str(own)):
+        return True
+    err.print(f"another local node (pid {holder}) runs the machine's pod network: its namespaces and tables are "
+              "not this cluster's, only this cluster's own files and processes are checked")  # fmt: skip
+    return False
+
+
 @app.command()
 def down(name: ClusterOption = "default") -> None:
     """Stop the local node (containers get SIGTERM, then its namespaces, links and mountpoints are removed) and
     the control plane. Data stays: `up` brings every object and volume back. Exits 1 if anything was left.
     Stopped, frozen or partitioned nodes are undone (thawed, the partition tables removed) even after a crash."""
     try:
+        own = _node(name).running_pid()
         node_stopped = _node(name).stop()
-        undo_chaos(_node_options(name))
+        machine_wide = _runs_no_other_pod_network(own)
+        undo_chaos(_node_options(name), machine_wide)
         err.print("local node stopped" if node_stopped else "local node was not running")
         if LocalRegistry(paths.cluster_dir(name)).stop():
             err.print("image registry stopped")
@@ -198,7 +213,7 @@ def down(name: ClusterOption = "default") -> None:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(1) from exc
     err.print("control plane stopped" if stopped else "control plane was not running")
-    left = real_left + find_leftovers(_node_options(name))
+    left = real_left + find_leftovers(_node_options(name), machine_wide)
     if left:
         err.print("[red]left behind:[/red] " + ", ".join(left))
         raise typer.Exit(1)

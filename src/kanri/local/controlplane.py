@@ -72,6 +72,10 @@ class Endpoint:
     pid: int
 
 
+SERVICE_CIDR_ENV = "KANRI_SERVICE_CIDR"
+"""The Service range of a control plane's first start, when its caller names none (docs/local.md)."""
+
+
 class ControlPlane(DetachedProcess):
     """The control-plane process bound to ``data_dir``."""
 
@@ -79,11 +83,11 @@ class ControlPlane(DetachedProcess):
     error = ControlPlaneError
 
     def __init__(self, data_dir: Path, binary: Path | None = None, service_cidr: str | None = None) -> None:
-        """``service_cidr``: the Service range of a data dir's first start (the binary's default, 10.96.0.0/16, when
-        None); a data dir keeps the range it started with, so later starts need not say it."""
+        """``service_cidr``: the Service range of a data dir's first start (else ``KANRI_SERVICE_CIDR``, else the
+        binary's default, 10.96.0.0/16); a data dir keeps the range it started with, so later starts need not say it."""
         super().__init__(data_dir, "controlplane")
         self._binary = binary
-        self._service_cidr = service_cidr
+        self._service_cidr = service_cidr or os.environ.get(SERVICE_CIDR_ENV) or None
 
     @property
     def kubeconfig(self) -> Path:

@@ -12,6 +12,7 @@ partition tables — so that the kills land and the leftover check sees the trut
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -32,21 +33,27 @@ def _registry_dirs(data_dir: Path) -> list[Path]:
     return [data_dir, *children]
 
 
-def undo_chaos(options: NodeOptions) -> None:
-    """Thaw every frozen cgroup of the host's nodes and remove the partition tables."""
+def undo_chaos(options: NodeOptions, machine_wide: bool = True) -> None:
+    """Thaw every frozen cgroup of the host's nodes and remove the partition tables — those only when
+    ``machine_wide``: while another cluster's node runs the machine's pod network, they are its own."""
     for directory in _registry_dirs(options.data_dir):
         thaw_recorded(directory)
-    remove_tables(options.chaos_table)
+    if machine_wide:
+        remove_tables(options.chaos_table)
 
 
-def find_leftovers(options: NodeOptions) -> list[str]:
-    """Everything of the node host still there, described for a person; empty when it cleaned up completely."""
-    found = [f"network namespace {name}" for name in leftover_namespaces(options)]
-    for link in (options.bridge, options.service_link):
-        if _link_exists(link):
-            found.append(f"network link {link}")
-    found += [f"mount {point}" for point in _mounts_under(options.data_dir, options.netns_prefix)]
-    found += [f"nftables table {table}" for table in leftover_tables(options.chaos_table)]
+def find_leftovers(options: NodeOptions, machine_wide: bool = True) -> list[str]:
+    """Everything of the node host still there, described for a person; empty when it cleaned up completely.
+
+    Without ``machine_wide`` only what lies under the host's own data dir counts (its mounts, cgroups, container
+    processes): the pod network's namespaces, links, partition tables and kube-proxy tables are named the same for
+    every local node, and while another cluster's node runs (it holds :class:`NodeLock`) they are that node's."""
+    netns = options.netns_prefix if machine_wide else None
+    found = [f"mount {point}" for point in _mounts_under(options.data_dir, netns)]
+    if machine_wide:
+        found[:0] = [f"network namespace {name}" for name in leftover_namespaces(options)]
+        found += [f"network link {link}" for link in (options.bridge, options.service_link) if _link_exists(link)]
+        found += [f"nftables table {table}" for table in leftover_tables(options.chaos_table)]
     for directory in _registry_dirs(options.data_dir):
         registry = directory / "mountpoints"
         if registry.exists():
@@ -54,7 +61,8 @@ def find_leftovers(options: NodeOptions) -> list[str]:
         found += [f"frozen cgroup {path}" for path in frozen_cgroups(directory)]
         found += [f"cgroup {path}" for path in leftover_cgroups(directory)]
         found += [f"process {pid}" for pid in container_processes(directory)]
-    found += kubeproxy.leftovers(options)
+    if machine_wide:
+        found += kubeproxy.leftovers(options)
     return found
 
 
@@ -62,11 +70,14 @@ def _link_exists(name: str) -> bool:
     return subprocess.run(["ip", "link", "show", "dev", name], capture_output=True, check=False).returncode == 0
 
 
-def _mounts_under(data_dir: Path, netns_prefix: str) -> list[str]:
+def _mounts_under(data_dir: Path, netns_prefix: str | None) -> list[str]:
+    """Mount points under ``data_dir``, and, when ``netns_prefix`` is given, the namespaces' under ``/run/netns``
+    named exactly as a home-made node names them (``<prefix><8 hex digits>``: a real node's ``kanri-rn-…`` is not)."""
     points = []
     root = str(data_dir.resolve())
+    netns = re.compile("/run/netns/" + re.escape(netns_prefix) + "[0-9a-f]{8}") if netns_prefix is not None else None
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         point = line.split()[4]
-        if point.startswith(root + "/") or point.startswith(f"/run/netns/{netns_prefix}"):
+        if point.startswith(root + "/") or (netns is not None and netns.fullmatch(point)):
             points.append(point)
     return points

@@ -7,7 +7,6 @@ kubernetes_asyncio ``ApiClient`` for it; ``namespace`` gives each test a fresh n
 
 from __future__ import annotations
 
-import os
 import secrets
 from collections.abc import AsyncIterator, Iterator
 
@@ -23,7 +22,7 @@ from kanri.local.controlplane import ControlPlane, Endpoint
 def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
     """A running control plane for the whole session, on a data dir of its own; its Service range is
     ``KANRI_SERVICE_CIDR`` when set (a session beside another whose host serves 10.96.0.0/16, see tests/tiers.py)."""
-    cp = ControlPlane(tmp_path_factory.mktemp("controlplane"), service_cidr=os.environ.get("KANRI_SERVICE_CIDR"))
+    cp = ControlPlane(tmp_path_factory.mktemp("controlplane"))
     endpoint = cp.start(exit_with_parent=True)
     try:
         yield endpoint

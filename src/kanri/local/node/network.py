@@ -241,6 +241,21 @@ class NodeLock:
             os.close(self._fd)
             self._fd = None
 
+    def holder(self) -> str | None:
+        """Who runs the machine's pod network now (the pid the lock holds, ``unknown`` when unreadable), or None
+        when nobody does. Takes the lock for an instant to find out, and lets it go at once."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return os.read(fd, 64).decode().strip() or "unknown"
+        finally:
+            os.close(fd)  # also drops the shared lock, when it was had
+        return None
+
 
 async def link_exists(name: str) -> bool:
     process = await asyncio.create_subprocess_exec(
