@@ -41,6 +41,7 @@ HOST_WIDE_MODULES = frozenset(
 
 REAL_NODE_MODULES = frozenset(
     {
+        "test_real_cache",
         "test_real_cluster",
         "test_real_kafka",
         "test_real_local_up",
