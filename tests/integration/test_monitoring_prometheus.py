@@ -10,6 +10,7 @@ e2e's job (issue 15).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import shutil
@@ -180,6 +181,13 @@ async def prometheus(exporter: str, tmp_path_factory: pytest.TempPathFactory) ->
         ],
     }
     (home / "prometheus.yml").write_text(yaml.safe_dump(config))
+    async with running_prometheus(binary, home) as url:
+        yield url
+
+
+@contextlib.asynccontextmanager
+async def running_prometheus(binary: str, home: Path) -> AsyncIterator[str]:
+    """:func:`start_prometheus`, stopped (SIGTERM, then SIGKILL after 30 s) when the block ends; its URL."""
     process, url = await start_prometheus(binary, home)
     try:
         yield url

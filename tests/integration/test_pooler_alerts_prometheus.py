@@ -33,7 +33,7 @@ from prometheus_client.registry import Collector
 
 from kanri.local.ports import free_port
 from kanri.postgres.pooler.agent.metrics import PoolerCollector, console_reader
-from tests.integration.test_monitoring_prometheus import api, start_prometheus
+from tests.integration.test_monitoring_prometheus import api, running_prometheus
 from tests.pgbouncer_support import PGBOUNCER, Bouncer, running
 from tests.support import eventually
 from tests.unit.test_pooler_alerts import ALERTS, JOB
@@ -99,16 +99,8 @@ async def scraping(targets: dict[str, str], home: Path) -> AsyncIterator[str]:
         "scrape_configs": [{"job_name": JOB, "static_configs": static}],
     }
     (home / "prometheus.yml").write_text(yaml.safe_dump(config))
-    process, url = await start_prometheus(binary, home)
-    try:
+    async with running_prometheus(binary, home) as url:
         yield url
-    finally:
-        process.terminate()
-        try:
-            await asyncio.wait_for(process.wait(), timeout=30)
-        except TimeoutError:
-            process.kill()
-            await process.wait()
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
