@@ -257,6 +257,18 @@ ReadGuardian = Callable[[History | None], None]
 (:meth:`ReadGuard.offer <kanri.cache.agent.readable.ReadGuard.offer>`: a replica past the read bound leaves)."""
 
 
+async def source_and_peers(node: Node, address: str | None) -> tuple[History | None, list[History]]:
+    """``address``'s history (None: it does not answer, or no address) and the answering peers', asked at once.
+
+    A pod whose node lost power answers nothing — its packets are dropped, not refused — so every question to it
+    waits for the whole timeout; asked one after the other, the source (often that pod) and the peers cost a round
+    two timeouts, and on real nodes a replica Sentinel had just pointed at the new primary got its password (and
+    ``WAIT`` its first confirmation) seconds later than it could have."""
+    asked = await asyncio.gather(*(history(node, a) for a in ([address] if address else []) + list(node.peers)))
+    source = asked[0] if address else None
+    return source, [h for h in asked[1 if address else 0 :] if h is not None]
+
+
 @dataclass
 class SourceGuard:
     """Which source this pod's server may sync from (:mod:`kanri.cache.agent.sources`): the address whose password
@@ -282,8 +294,7 @@ async def guard_source(node: Node, guard: SourceGuard, me: History | None, *, ta
         if target is None:
             return None
     address = target or (None if me.primary_host == FENCED_PRIMARY.replace(" ", ":") else me.primary_host)
-    source = await history(node, address) if address else None
-    peers = [h for h in await asyncio.gather(*(history(node, p) for p in node.peers)) if h is not None]
+    source, peers = await source_and_peers(node, address)
     chosen, check = pick_source(me, source, peers, own=guard.own)
     if not check.allowed and source is not None and source.role == "primary":  # ask the Sentinels only then
         chosen, check = pick_source(me, source, peers, own=guard.own, named=await named_primary(node))
@@ -367,9 +378,11 @@ async def check_primary(node: Node, me: History, claims: list[tuple[str, int]], 
 async def check_replica(node: Node, me: History, guard: SourceGuard) -> Follow | None:
     """Catch up from the peer that holds the most when the primary is gone (:func:`decide_catch_up`)."""
     fenced = me.primary_host == FENCED_PRIMARY.replace(" ", ":")
-    if me.primary_host is None or fenced or await history(node, me.primary_host) is not None:
+    if me.primary_host is None or fenced:
         return None
-    peers = [h for h in await asyncio.gather(*(history(node, p) for p in node.peers)) if h is not None]
+    primary, peers = await source_and_peers(node, me.primary_host)
+    if primary is not None:
+        return None
     decision = decide_catch_up(me, None, peers)
     if decision is not None:
         fresh = await history(node, node.me)  # Sentinel may have promoted this pod meanwhile: never undo that
