@@ -1,16 +1,26 @@
-"""Helpers for the real-node tests: kubectl as a coroutine, pod manifests on a given node, and an OCI layout whose
-image runs as root (derived from a built one: every image kanri builds runs as a non-root user)."""
+"""Helpers for the real-node tests: kubectl as a coroutine, pod manifests on a given node, an OCI layout whose image
+runs as root (derived from a built one: every image kanri builds runs as a non-root user), and what a module running
+an operator's product needs: three nodes, CoreDNS, the local-path provisioner and the operator's image knob."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
 import shutil
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from kanri.local.controlplane import Endpoint
+from kanri.local.realnode import RealCluster
+from kanri.local.realnode.addons import ClusterDNS, cluster_dns_ip, coredns_image, install_coredns
+from kanri.local.realnode.addons.coredns import NAMESPACE as DNS_NAMESPACE
+from kanri.local.realnode.addons.localpath import LocalPathProvisioner
+from kanri.local.realnode.node import node_bin_dir
 from tests.support import eventually
 
 
@@ -105,3 +115,70 @@ async def http_get(port: int, path: str, timeout: float = 30) -> bytes:
         return response if b"200 OK" in response else None
 
     return await eventually(fetched, timeout=timeout)
+
+
+@contextlib.contextmanager
+def three_real_nodes(
+    control_plane: Endpoint, work_dir: Path, prefix: str, image: str, first_node_images: tuple[str, ...] = ()
+) -> Iterator[RealCluster]:
+    """Three real nodes in three zones on the session's control plane, holding ``image`` (also the provisioner's
+    helper: it has a shell) and CoreDNS's, their cluster DNS the Service range's tenth address; stopped,
+    deregistered and checked for leftovers at the end."""
+    config = json.loads((control_plane.kubeconfig.parent / "config.json").read_text())
+    nodes = RealCluster(
+        control_plane.kubeconfig.parent,
+        work_dir / "nodes",
+        prefix=prefix,
+        images=(image,),
+        first_node_images=first_node_images,
+        extra_layouts=(coredns_image(node_bin_dir(), work_dir / "coredns"),),
+        cluster_dns=cluster_dns_ip(config["serviceCIDR"]),
+    )
+    print(f"three real nodes: start -> Ready in {nodes.start()}")
+    try:
+        yield nodes
+    finally:
+        nodes.stop()
+        nodes.deregister()
+        assert nodes.leftovers() == []
+
+
+@contextlib.contextmanager
+def coredns_on(nodes: RealCluster) -> Iterator[ClusterDNS]:
+    """CoreDNS for the nodes, removed at the end: the session's control plane outlives the module, and later tests
+    (the home-made node's DNS) make their own kube-dns."""
+    first = nodes.nodes[0]
+    yield install_coredns(first.control_plane_dir, node_bin_dir())
+    for kind in ("deployment/coredns", "service/kube-dns", "configmap/coredns"):
+        subprocess.run(["kubectl", f"--kubeconfig={first.admin_kubeconfig}", "-n", DNS_NAMESPACE, "delete", kind],
+                       check=True, capture_output=True)  # fmt: skip
+
+
+@contextlib.contextmanager
+def local_path_on(nodes: RealCluster, work_dir: Path, helper_image: str) -> Iterator[LocalPathProvisioner]:
+    """The local-path provisioner for the nodes (volumes under ``work_dir/volumes/<node>``), its helper pods from
+    ``helper_image``; stopped at the end."""
+    first = nodes.nodes[0]
+    paths = {node.spec.name: str(work_dir / "volumes" / node.spec.name) for node in nodes.nodes}
+    local_path = LocalPathProvisioner(
+        first.control_plane_dir, work_dir / "provisioner", node_bin_dir(), paths, first.image(helper_image).ref
+    )
+    local_path.start()
+    try:
+        yield local_path
+    finally:
+        local_path.stop()
+
+
+@contextlib.contextmanager
+def environment(name: str, value: str) -> Iterator[None]:
+    """``os.environ[name] = value`` for the block (an operator's image knob), then as it was."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = before

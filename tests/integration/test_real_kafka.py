@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -38,15 +36,13 @@ from kanri.kafka.api import CLUSTER_KIND, TOPIC_KIND
 from kanri.kafka.cluster.children import IMAGES_ENV, KAFKA_UID
 from kanri.local.controlplane import Endpoint
 from kanri.local.realnode import RealCluster, RealNode
-from kanri.local.realnode.addons import ClusterDNS, cluster_dns_ip, coredns_image, install_coredns
-from kanri.local.realnode.addons.coredns import NAMESPACE as DNS_NAMESPACE
+from kanri.local.realnode.addons import ClusterDNS
 from kanri.local.realnode.addons.localpath import STORAGE_CLASS, LocalPathProvisioner
-from kanri.local.realnode.node import node_bin_dir
 from kanri.runtime import Client
 from kanri.runtime.kinds import POD
 from tests.e2e.test_kafka_chaos_e2e import current, degraded, leader_of, messages_in, ready, until
 from tests.e2e.test_kafka_e2e import KeyedProducer, Ledger, assert_ledger_kept, consume_all, steps_done
-from tests.integration.realnode_support import kubectl
+from tests.integration.realnode_support import coredns_on, environment, kubectl, local_path_on, three_real_nodes
 from tests.kafka_operator import kafka_operator
 from tests.support import eventually
 
@@ -84,63 +80,30 @@ def remove_tree(path: Path, timeout: float = 30.0) -> None:
 
 @pytest.fixture(scope="module")
 def kafka_nodes(control_plane: Endpoint, work_dir: Path) -> Iterator[RealCluster]:
-    """Three real nodes in three zones holding the broker image (also the provisioner's helper: it has a shell) and
-    CoreDNS's (the voters resolve each other by name)."""
-    config = json.loads((control_plane.kubeconfig.parent / "config.json").read_text())
-    nodes = RealCluster(
-        control_plane.kubeconfig.parent,
-        work_dir / "nodes",
-        prefix=PREFIX,
-        images=(IMAGE,),
-        extra_layouts=(coredns_image(node_bin_dir(), work_dir / "coredns"),),
-        cluster_dns=cluster_dns_ip(config["serviceCIDR"]),
-    )
-    print(f"three real nodes: start -> Ready in {nodes.start()}")
-    try:
+    """Three real nodes in three zones holding the broker image and CoreDNS's (the voters resolve each other by
+    name)."""
+    with three_real_nodes(control_plane, work_dir, PREFIX, IMAGE) as nodes:
         yield nodes
-    finally:
-        nodes.stop()
-        nodes.deregister()
-        assert nodes.leftovers() == []
 
 
 @pytest.fixture(scope="module")
 def cluster_dns(kafka_nodes: RealCluster) -> Iterator[ClusterDNS]:
-    first = kafka_nodes.nodes[0]
-    yield install_coredns(first.control_plane_dir, node_bin_dir())
-    # the session's control plane outlives the module: later tests (the home-made node's DNS) make their own kube-dns
-    for kind in ("deployment/coredns", "service/kube-dns", "configmap/coredns"):
-        subprocess.run(["kubectl", f"--kubeconfig={first.admin_kubeconfig}", "-n", DNS_NAMESPACE, "delete", kind],
-                       check=True, capture_output=True)  # fmt: skip
+    with coredns_on(kafka_nodes) as dns:
+        yield dns
 
 
 @pytest.fixture(scope="module")
 def provisioner(kafka_nodes: RealCluster, work_dir: Path) -> Iterator[LocalPathProvisioner]:
-    first = kafka_nodes.nodes[0]
-    paths = {node.spec.name: str(work_dir / "volumes" / node.spec.name) for node in kafka_nodes.nodes}
-    local_path = LocalPathProvisioner(
-        first.control_plane_dir, work_dir / "provisioner", node_bin_dir(), paths, first.image(IMAGE).ref
-    )
-    local_path.start()
-    try:
+    with local_path_on(kafka_nodes, work_dir, IMAGE) as local_path:
         yield local_path
-    finally:
-        local_path.stop()
 
 
 @pytest.fixture(scope="module")
 def images_env(kafka_nodes: RealCluster) -> Iterator[str]:
     """``KANRI_KAFKA_IMAGES`` naming the broker image as the nodes imported it (read when a StatefulSet is built)."""
     ref = kafka_nodes.nodes[0].image(IMAGE).ref
-    before = os.environ.get(IMAGES_ENV)
-    os.environ[IMAGES_ENV] = json.dumps({VERSION: ref})
-    try:
+    with environment(IMAGES_ENV, json.dumps({VERSION: ref})):
         yield ref
-    finally:
-        if before is None:
-            del os.environ[IMAGES_ENV]
-        else:
-            os.environ[IMAGES_ENV] = before
 
 
 @pytest_asyncio.fixture(loop_scope="session")

@@ -18,9 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import os
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -35,14 +33,9 @@ from kanri.local.realnode import RealCluster, RealNode
 from kanri.local.realnode.addons import (
     ClusterDNS,
     NetworkPolicyAgent,
-    cluster_dns_ip,
-    coredns_image,
-    install_coredns,
 )
-from kanri.local.realnode.addons.coredns import NAMESPACE as DNS_NAMESPACE
 from kanri.local.realnode.addons.localpath import STORAGE_CLASS, LocalPathProvisioner
 from kanri.local.realnode.network import route_services, unroute_services
-from kanri.local.realnode.node import node_bin_dir
 from kanri.postgres.children.images import ENV as POSTGRES_IMAGES_ENV
 from kanri.postgres.cluster.instances import HttpInstanceClient
 from kanri.postgres.ha.failover import SWITCHOVER as SWITCHOVER_TO
@@ -72,7 +65,14 @@ from tests.e2e.test_postgres_failover_e2e import (
     workload,
 )
 from tests.helm_support import template
-from tests.integration.realnode_support import kubectl, pod
+from tests.integration.realnode_support import (
+    coredns_on,
+    environment,
+    kubectl,
+    local_path_on,
+    pod,
+    three_real_nodes,
+)
 from tests.postgres_support import Operator, install_postgres_crd
 from tests.support import NotYet, eventually
 
@@ -96,64 +96,30 @@ def work_dir() -> Iterator[Path]:
 
 @pytest.fixture(scope="module")
 def pg_nodes(control_plane: Endpoint, work_dir: Path) -> Iterator[RealCluster]:
-    """Three real nodes in three zones holding the PostgreSQL image (also the provisioner's helper: it has a shell)
-    and CoreDNS's: a replica clones from and streams from ``<cluster>-rw`` by name."""
-    config = json.loads((control_plane.kubeconfig.parent / "config.json").read_text())
-    nodes = RealCluster(
-        control_plane.kubeconfig.parent,
-        work_dir / "nodes",
-        prefix=PREFIX,
-        images=(IMAGE,),
-        first_node_images=("kanri-operator", STORE_IMAGE),  # the chart's operator pod, the object store: node 0
-        extra_layouts=(coredns_image(node_bin_dir(), work_dir / "coredns"),),
-        cluster_dns=cluster_dns_ip(config["serviceCIDR"]),
-    )
-    print(f"three real nodes: start -> Ready in {nodes.start()}")
-    try:
+    """Three real nodes in three zones holding the PostgreSQL image and CoreDNS's (a replica clones from and streams
+    from ``<cluster>-rw`` by name); node 0 also the chart's operator image and the object store's."""
+    with three_real_nodes(control_plane, work_dir, PREFIX, IMAGE, ("kanri-operator", STORE_IMAGE)) as nodes:
         yield nodes
-    finally:
-        nodes.stop()
-        nodes.deregister()
-        assert nodes.leftovers() == []
 
 
 @pytest.fixture(scope="module")
 def cluster_dns(pg_nodes: RealCluster) -> Iterator[ClusterDNS]:
-    first = pg_nodes.nodes[0]
-    yield install_coredns(first.control_plane_dir, node_bin_dir())
-    # the session's control plane outlives the module: later tests (the home-made node's DNS) make their own kube-dns
-    for kind in ("deployment/coredns", "service/kube-dns", "configmap/coredns"):
-        subprocess.run(["kubectl", f"--kubeconfig={first.admin_kubeconfig}", "-n", DNS_NAMESPACE, "delete", kind],
-                       check=True, capture_output=True)  # fmt: skip
+    with coredns_on(pg_nodes) as dns:
+        yield dns
 
 
 @pytest.fixture(scope="module")
 def provisioner(pg_nodes: RealCluster, work_dir: Path) -> Iterator[LocalPathProvisioner]:
-    first = pg_nodes.nodes[0]
-    paths = {node.spec.name: str(work_dir / "volumes" / node.spec.name) for node in pg_nodes.nodes}
-    local_path = LocalPathProvisioner(
-        first.control_plane_dir, work_dir / "provisioner", node_bin_dir(), paths, first.image(IMAGE).ref
-    )
-    local_path.start()
-    try:
+    with local_path_on(pg_nodes, work_dir, IMAGE) as local_path:
         yield local_path
-    finally:
-        local_path.stop()
 
 
 @pytest.fixture(scope="module")
 def images_env(pg_nodes: RealCluster) -> Iterator[str]:
     """``KANRI_POSTGRES_IMAGES`` naming the image as the nodes imported it (the operator reads it when built)."""
     ref = pg_nodes.nodes[0].image(IMAGE).ref
-    before = os.environ.get(POSTGRES_IMAGES_ENV)
-    os.environ[POSTGRES_IMAGES_ENV] = json.dumps({"postgres": {str(MAJOR): ref}})
-    try:
+    with environment(POSTGRES_IMAGES_ENV, json.dumps({"postgres": {str(MAJOR): ref}})):
         yield ref
-    finally:
-        if before is None:
-            del os.environ[POSTGRES_IMAGES_ENV]
-        else:
-            os.environ[POSTGRES_IMAGES_ENV] = before
 
 
 @pytest_asyncio.fixture(loop_scope="session")
