@@ -22,9 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -38,15 +35,14 @@ from kanri.cache.api import KIND, Cache
 from kanri.cache.children import IMAGES_ENV, VALKEY_UID
 from kanri.local.controlplane import Endpoint
 from kanri.local.realnode import RealCluster, RealNode
-from kanri.local.realnode.addons import ClusterDNS, cluster_dns_ip, coredns_image, install_coredns
-from kanri.local.realnode.addons.coredns import NAMESPACE as DNS_NAMESPACE
+from kanri.local.realnode.addons import ClusterDNS
 from kanri.local.realnode.addons.localpath import STORAGE_CLASS, LocalPathProvisioner
-from kanri.local.realnode.node import node_bin_dir
 from kanri.runtime import Client, install_crd
 from kanri.runtime.kinds import POD, SERVICE
 from tests.e2e.test_cache_chaos_e2e import STORY, Operator, Workload, converged, run_fault
 from tests.e2e.test_cache_e2e import Pods, ready
-from tests.integration.realnode_support import kubectl
+from tests.integration.realnode_support import coredns_on, environment, kubectl, local_path_on, three_real_nodes
+from tests.integration.test_real_kafka import remove_tree
 from tests.support import NotYet, eventually
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.asyncio(loop_scope="session")]
@@ -71,73 +67,35 @@ def work_dir() -> Iterator[Path]:
     at most 107 bytes, deep inside a node's directory)."""
     work = Path(tempfile.mkdtemp(prefix="krc-"))
     yield work
-    deadline = time.monotonic() + 30
-    while work.exists() and time.monotonic() < deadline:  # right after the nodes' stop a removal can leave files
-        shutil.rmtree(work, ignore_errors=True)
-        if work.exists():
-            time.sleep(0.5)
-    assert not work.exists(), f"{work} not removed in 30 s"
+    remove_tree(work)
 
 
 @pytest.fixture(scope="module")
 def cache_nodes(control_plane: Endpoint, work_dir: Path) -> Iterator[RealCluster]:
-    """Three real nodes in three zones holding the Valkey image (also the provisioner's helper: it has a shell) and
-    CoreDNS's (the agents and Sentinels name each other by DNS)."""
-    config = json.loads((control_plane.kubeconfig.parent / "config.json").read_text())
-    nodes = RealCluster(
-        control_plane.kubeconfig.parent,
-        work_dir / "nodes",
-        prefix=PREFIX,
-        images=(IMAGE,),
-        extra_layouts=(coredns_image(node_bin_dir(), work_dir / "coredns"),),
-        cluster_dns=cluster_dns_ip(config["serviceCIDR"]),
-    )
-    print(f"three real nodes: start -> Ready in {nodes.start()}")
-    try:
+    """Three real nodes in three zones holding the Valkey image and CoreDNS's (the agents and Sentinels name each
+    other by DNS)."""
+    with three_real_nodes(control_plane, work_dir, PREFIX, IMAGE) as nodes:
         yield nodes
-    finally:
-        nodes.stop()
-        nodes.deregister()
-        assert nodes.leftovers() == []
 
 
 @pytest.fixture(scope="module")
 def cluster_dns(cache_nodes: RealCluster) -> Iterator[ClusterDNS]:
-    first = cache_nodes.nodes[0]
-    yield install_coredns(first.control_plane_dir, node_bin_dir())
-    # the session's control plane outlives the module: later tests (the home-made node's DNS) make their own kube-dns
-    for kind in ("deployment/coredns", "service/kube-dns", "configmap/coredns"):
-        subprocess.run(["kubectl", f"--kubeconfig={first.admin_kubeconfig}", "-n", DNS_NAMESPACE, "delete", kind],
-                       check=True, capture_output=True)  # fmt: skip
+    with coredns_on(cache_nodes) as dns:
+        yield dns
 
 
 @pytest.fixture(scope="module")
 def provisioner(cache_nodes: RealCluster, work_dir: Path) -> Iterator[LocalPathProvisioner]:
-    first = cache_nodes.nodes[0]
-    paths = {node.spec.name: str(work_dir / "volumes" / node.spec.name) for node in cache_nodes.nodes}
-    local_path = LocalPathProvisioner(
-        first.control_plane_dir, work_dir / "provisioner", node_bin_dir(), paths, first.image(IMAGE).ref
-    )
-    local_path.start()
-    try:
+    with local_path_on(cache_nodes, work_dir, IMAGE) as local_path:
         yield local_path
-    finally:
-        local_path.stop()
 
 
 @pytest.fixture(scope="module")
 def images_env(cache_nodes: RealCluster) -> Iterator[str]:
     """``KANRI_VALKEY_IMAGES`` naming the Valkey image as the nodes imported it (read when a StatefulSet is built)."""
     ref = cache_nodes.nodes[0].image(IMAGE).ref
-    before = os.environ.get(IMAGES_ENV)
-    os.environ[IMAGES_ENV] = json.dumps({VERSION: ref})
-    try:
+    with environment(IMAGES_ENV, json.dumps({VERSION: ref})):
         yield ref
-    finally:
-        if before is None:
-            del os.environ[IMAGES_ENV]
-        else:
-            os.environ[IMAGES_ENV] = before
 
 
 @pytest_asyncio.fixture(loop_scope="session")
