@@ -39,12 +39,14 @@ system:
 		{ apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing >/dev/null; }; \
 	fi
 
-# Reinstall only when the declared dependencies change. Every dependency (setuptools, the build backend, included)
-# comes from requirements/lock.txt and must match its sha256 hashes; kanri itself is installed without resolving
+# Reinstall only when the declared dependencies change. pip itself comes first from requirements/pip.lock.txt (the
+# Python's own may be too old for the lock); every dependency (setuptools, the build backend, included) comes from
+# requirements/lock.txt and must match its sha256 hashes; kanri itself is installed without resolving
 # anything further (--no-deps) and built by the locked setuptools (--no-build-isolation).
 PIP := $(BIN)/python -m pip --disable-pip-version-check
-$(VENV)/.installed: pyproject.toml requirements/lock.txt
+$(VENV)/.installed: pyproject.toml requirements/lock.txt requirements/pip.lock.txt
 	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --require-hashes --only-binary=:all: -r requirements/pip.lock.txt
 	$(PIP) install --quiet --require-hashes --only-binary=:all: -r requirements/lock.txt
 	$(PIP) install --quiet --no-deps --no-build-isolation -e .
 	touch $@
