@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,13 @@ def stand_in(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     process = subprocess.Popen(
         [argv0, "-c", code, "start", kubeconfig], executable=sys.executable, start_new_session=True
     )
+    # Popen returns once the child's exec closed its close-on-exec pipe, which the kernel does before it has set
+    # the new command line: /proc/<pid>/cmdline reads empty for a moment (5 in 100 right after Popen, measured)
+    cmdline = Path(f"/proc/{process.pid}/cmdline")
+    deadline = time.monotonic() + 10
+    while not cmdline.read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert cmdline.read_bytes(), f"the stand-in (pid {process.pid}) has no command line after 10 s"
     try:
         yield process
     finally:
