@@ -185,18 +185,6 @@ def test_wal_keep_size_defaults_to_512mb_for_pg_rewind_and_a_user_value_wins() -
     assert conf_lines(mine)["wal_keep_size"] == "'1GB'"
 
 
-def test_a_replica_whose_wal_receiver_failed_tries_again_after_1s_unless_the_user_says_otherwise() -> None:
-    settings = Settings.from_env(ENV)
-    replication = Credentials("streaming_replica", "pw")
-    default = render_postgresql_conf(settings, ClusterConfig(), {}, replica=True, replication=replication)
-    assert conf_lines(default)["wal_retrieve_retry_interval"] == "'1s'"
-    mine = render_postgresql_conf(
-        settings, ClusterConfig(), {"wal_retrieve_retry_interval": "5s"}, replica=True, replication=replication
-    )
-    assert mine.count("wal_retrieve_retry_interval") == 1
-    assert conf_lines(mine)["wal_retrieve_retry_interval"] == "'5s'"
-
-
 def test_archive_timeout_defaults_to_5min_so_a_quiet_clusters_commits_reach_the_archive_and_a_user_value_wins() -> None:
     settings = Settings.from_env(ENV)
     default = render_postgresql_conf(settings, ClusterConfig(), {}, replica=False, replication=None)

@@ -53,11 +53,6 @@ DEFAULTS: dict[str, str] = {
     # with the volume). This bounds it: a segment with any WAL in it is closed and archived after 5 minutes at most
     # (CloudNativePG's default too). Ignored while archive_mode is off.
     "archive_timeout": "5min",
-    # A WAL receiver that could not connect is started again after this; PostgreSQL's 5 s meant a replica resumed
-    # right after a failover, whose first try still met the old primary or a Service not yet moved, streamed again
-    # only 5 s later — and in mode Sync the new primary's first commit waits for it: measured on real nodes, fault ->
-    # first commit through -rw 13.4-15 s, of which the last 5 s were this wait
-    "wal_retrieve_retry_interval": "1s",
 }
 """Written before the user parameters: a user parameter of the same name comes later in the file and wins."""
 
@@ -122,7 +117,7 @@ def managed_parameters(
             # A connection to an address that no longer answers (the old primary's, on a stopped or cut-off node,
             # while -rw still routes to it: the retried SYNs keep the first one's conntrack entry) waited for TCP's
             # own retries: measured, a replica resumed just after a failover stayed unready for 60-135 s. The WAL
-            # receiver tries again 1 s later (wal_retrieve_retry_interval, DEFAULTS), then through the new -rw.
+            # receiver tries again every 5 s (wal_retrieve_retry_interval), by then through the new primary's -rw.
             tcp_user_timeout=PRIMARY_TCP_USER_TIMEOUT_MS,
             **(client_options(settings) if tls else {}),
         )
