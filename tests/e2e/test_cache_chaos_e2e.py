@@ -94,8 +94,9 @@ class Operator:
         self.manager = self.task = None
 
 
-@pytest_asyncio.fixture(loop_scope="session")
-async def operator(control_plane: Endpoint, namespace: str, host: NodeHost) -> AsyncIterator[Operator]:
+@contextlib.asynccontextmanager
+async def cache_operator(control_plane: Endpoint, namespace: str) -> AsyncIterator[Operator]:
+    """The Cache CRD installed and the controller running in this process, watching ``namespace``."""
     async with await Client.from_kubeconfig(str(control_plane.kubeconfig)) as client:
         await install_crd(client, Cache, field_manager="kanri-tests")
         running = Operator(client, namespace)
@@ -104,6 +105,12 @@ async def operator(control_plane: Endpoint, namespace: str, host: NodeHost) -> A
             yield running
         finally:
             await running.stop()
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def operator(control_plane: Endpoint, namespace: str, host: NodeHost) -> AsyncIterator[Operator]:
+    async with cache_operator(control_plane, namespace) as running:
+        yield running
 
 
 @dataclass

@@ -109,15 +109,20 @@ def consume_all(bootstrap: str, topic: str, expected: int) -> list[tuple[str, in
     return seen
 
 
-def assert_ledger_kept(ledger: Ledger, seen: list[tuple[str, int, int, int]], held: int) -> None:
-    """Everything in the topic was consumed, every acknowledged message at the partition and offset it was
-    acknowledged at, and within a partition each key's messages in sequence order."""
-    assert len(seen) == held, f"{len(seen)} of the {held} messages in the topic consumed"
+def assert_none_lost_or_moved(ledger: Ledger, seen: list[tuple[str, int, int, int]]) -> None:
+    """Every acknowledged message was consumed, at the partition and offset it was acknowledged at."""
     consumed = {(key, seq): (partition, offset) for key, seq, partition, offset in seen}
     lost = [entry for entry in ledger.acked if entry not in consumed]
     assert not lost, f"{len(lost)} of {len(ledger.acked)} acknowledged messages lost, e.g. {lost[:5]}"
     moved = [k for k, v in consumed.items() if ledger.acked[k] != v]
     assert not moved, f"{len(moved)} messages consumed at another partition/offset than acknowledged: {moved[:5]}"
+
+
+def assert_ledger_kept(ledger: Ledger, seen: list[tuple[str, int, int, int]], held: int) -> None:
+    """Everything in the topic was consumed, every acknowledged message at the partition and offset it was
+    acknowledged at, and within a partition each key's messages in sequence order."""
+    assert len(seen) == held, f"{len(seen)} of the {held} messages in the topic consumed"
+    assert_none_lost_or_moved(ledger, seen)
     per_partition: dict[tuple[str, int], list[int]] = defaultdict(list)
     for key, seq, partition, _ in sorted(seen, key=lambda m: (m[2], m[3])):
         per_partition[(key, partition)].append(seq)
@@ -223,11 +228,7 @@ async def test_a_topic_grows_6_to_12_in_steps_under_a_keyed_acks_all_producer_an
     assert ledger.failed == 0
 
     seen = await asyncio.to_thread(consume_all, bootstrap, "orders", len(ledger.acked))
-    consumed = {(key, seq): (partition, offset) for key, seq, partition, offset in seen}
-    lost = [entry for entry in ledger.acked if entry not in consumed]
-    assert not lost, f"{len(lost)} of {len(ledger.acked)} acknowledged messages lost, e.g. {lost[:5]}"
-    moved = [k for k, v in consumed.items() if ledger.acked[k] != v]
-    assert not moved, f"{len(moved)} messages consumed at another partition/offset than acknowledged: {moved[:5]}"
+    assert_none_lost_or_moved(ledger, seen)
     # per-key order: within one partition a key's messages are in sequence order; across a growth step a key may
     # move to another partition (that is what keyOrdered's approvals guard), measured here
     per_partition: dict[tuple[str, int], list[int]] = defaultdict(list)

@@ -31,15 +31,15 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from kanri.cache.api import KIND, Cache
+from kanri.cache.api import KIND
 from kanri.cache.children import IMAGES_ENV, VALKEY_UID
 from kanri.local.controlplane import Endpoint
 from kanri.local.realnode import RealCluster, RealNode
 from kanri.local.realnode.addons import ClusterDNS
 from kanri.local.realnode.addons.localpath import STORAGE_CLASS, LocalPathProvisioner
-from kanri.runtime import Client, install_crd
+from kanri.runtime import Client
 from kanri.runtime.kinds import POD, SERVICE
-from tests.e2e.test_cache_chaos_e2e import STORY, Operator, Workload, converged, run_fault
+from tests.e2e.test_cache_chaos_e2e import STORY, Operator, Workload, cache_operator, converged, run_fault
 from tests.e2e.test_cache_e2e import Pods, ready
 from tests.integration.realnode_support import coredns_on, environment, kubectl, local_path_on, three_real_nodes
 from tests.integration.test_real_kafka import remove_tree
@@ -108,14 +108,8 @@ async def operator(
 ) -> AsyncIterator[Operator]:
     """The Cache CRD installed and the controller running in this process, watching the test's namespace (stopped
     before the nodes are)."""
-    async with await Client.from_kubeconfig(str(control_plane.kubeconfig)) as client:
-        await install_crd(client, Cache, field_manager="kanri-tests")
-        running = Operator(client, namespace)
-        running.start()
-        try:
-            yield running
-        finally:
-            await running.stop()
+    async with cache_operator(control_plane, namespace) as running:
+        yield running
 
 
 async def diagnose(kubeconfig: Path, namespace: str) -> str:
