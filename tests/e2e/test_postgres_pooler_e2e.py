@@ -245,11 +245,12 @@ async def test_pooler_tls_auth_transaction_mode_config_roll_and_switchover(
 
             await eventually(switched, timeout=180, interval=1)
 
-            async def writing_again() -> bool:
+            async def writing_again() -> bool | str:  # through the pooler too: its agent renewed stale connections
                 moment = time.monotonic()
-                return all(w.acked and moment - w.acked[-1][1] < 1 for w in writers)
+                recent = all(w.acked and moment - w.acked[-1][1] < 1 for w in writers)
+                return recent or f"{[(w.source, len(w.acked), w.errors, w.last_error) for w in writers]}"
 
-            await eventually(writing_again, timeout=60, interval=0.5)
+            await until(writing_again, 60, "both writers acknowledged again after the switchover")
             await asyncio.sleep(2)
         finally:
             for w in writers:

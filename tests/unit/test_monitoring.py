@@ -25,6 +25,7 @@ from kanri.postgres.backup.archiving import BackupMetrics
 from kanri.postgres.cluster.problems import SEVERITY
 from kanri.postgres.metrics import PostgresMetrics
 from kanri.postgres.pooler.agent import metrics as pooler_agent
+from kanri.postgres.pooler.agent import primary_watch
 from kanri.runtime import Client, LeaderElector
 from kanri.runtime._client import ClientMetrics
 from kanri.runtime._connection import Connection
@@ -228,7 +229,7 @@ def pooler_agent_series() -> dict[str, set[str]]:
     lists = [{"list": "used_clients", "items": 1}]
     config = [{"key": "max_client_conn", "value": "1000"}]
     found: dict[str, set[str]] = {}
-    for family in pooler_agent.samples([pool], [stats], lists, config):
+    for family in [*pooler_agent.samples([pool], [stats], lists, config), *primary_watch.Renewals().collect()]:
         for sample in family.samples:
             found.setdefault(sample.name, set()).update(sample.labels)
     return found

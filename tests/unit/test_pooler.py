@@ -92,8 +92,15 @@ def test_deployment_shape() -> None:
     assert container["args"] == ["/etc/pgbouncer/config/pgbouncer.ini"]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert {v["name"] for v in pod["volumes"]} == {"config", "auth", "tls"}
-    # the password is in a mounted file, never in the pod's arguments or environment
-    assert "env" not in container
+    # the password is in a mounted file, never in the pod's arguments or environment: the environment has only
+    # where the agent follows the primary (the Service PgBouncer uses, the database the lookup role is made in)
+    assert container["env"] == [{"name": "KANRI_POOLER_PRIMARY_CHECK",
+                                 "value": "host=orders-rw.shop.svc port=5432 dbname=app"}]  # fmt: skip
+    reads = PostgresPoolerSpec.model_validate({"cluster": "orders", "type": "ro"})
+    assert "env" not in children.deployment("orders-pool", "shop", reads, "h")["spec"]["template"]["spec"][
+        "containers"][0], "an ro pooler has no primary to follow"  # fmt: skip
+    shop = children.deployment("orders-pool", "shop", spec, "h", database="shop")["spec"]["template"]["spec"]
+    assert shop["containers"][0]["env"][0]["value"].endswith("dbname=shop")
     assert container["resources"] == {"requests": children.DEFAULT_REQUESTS}  # never BestEffort
     sized = PostgresPoolerSpec.model_validate({"cluster": "orders", "resources": {"limits": {"memory": "128Mi"}}})
     resources = children.deployment("orders-pool", "shop", sized, "h")["spec"]["template"]["spec"]["containers"][0]

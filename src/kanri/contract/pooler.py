@@ -25,6 +25,7 @@ __all__ = [
     "LOOKUP_FUNCTION",
     "LOOKUP_SCHEMA",
     "POOLER_ROLE",
+    "PRIMARY_CHECK_ENV",
     "SCRAM_VERIFIER_PATTERN",
     "PoolerRoleEnsured",
     "PoolerRoleRequest",
@@ -39,6 +40,10 @@ LOOKUP_FUNCTION = f"{LOOKUP_SCHEMA}.user_lookup"
 
 AUTH_QUERY = f"SELECT usename, passwd FROM {LOOKUP_FUNCTION}($1)"
 """PgBouncer's ``auth_query``: run as :data:`POOLER_ROLE` in the database the client connects to."""
+
+PRIMARY_CHECK_ENV = "KANRI_POOLER_PRIMARY_CHECK"
+"""The pooler pods' environment variable with the libpq ``host= port= dbname=`` the agent looks through to follow
+the primary (set on ``rw`` poolers only; kanri.postgres.pooler.agent.primary_watch)."""
 
 SCRAM_VERIFIER_PATTERN = r"^SCRAM-SHA-256\$[0-9]{4,7}:[A-Za-z0-9+/=]{4,64}\$[A-Za-z0-9+/=]{44}:[A-Za-z0-9+/=]{44}$"
 """A SCRAM-SHA-256 verifier as PostgreSQL stores it (``SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>``)."""

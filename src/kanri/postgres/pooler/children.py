@@ -11,10 +11,11 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from kanri.contract.pooler import PRIMARY_CHECK_ENV
 from kanri.postgres.api.v1alpha1.postgres_pooler import PostgresPoolerSpec
 from kanri.postgres.api.v1alpha1.storage import Resources
 from kanri.postgres.pooler import names
-from kanri.postgres.pooler.config import AUTH_DIR, AUTH_FILE, CONFIG_DIR, CONFIG_FILE, PORT, TLS_DIR
+from kanri.postgres.pooler.config import AUTH_DIR, AUTH_FILE, CONFIG_DIR, CONFIG_FILE, PORT, TLS_DIR, target
 
 __all__ = [
     "IMAGE",
@@ -24,6 +25,7 @@ __all__ = [
     "config_map",
     "deployment",
     "dns_names",
+    "primary_check",
     "service",
     "tls_secret",
 ]
@@ -117,13 +119,24 @@ def _resources(resources: Resources | None) -> dict[str, dict[str, str]]:
     return {key: value for key, value in (("requests", requests), ("limits", limits)) if value}
 
 
-def _container(spec: PostgresPoolerSpec, image: str, mounts: list[Obj]) -> Obj:
+def primary_check(spec: PostgresPoolerSpec, namespace: str, database: str) -> str | None:
+    """What the agent looks through to follow the primary (``KANRI_POOLER_PRIMARY_CHECK``): the Service PgBouncer
+    uses and the database the lookup role is made in; None for an ``ro`` pooler (no primary to follow)."""
+    if spec.type != "rw":
+        return None
+    where = target(spec.cluster, namespace, spec.type)
+    return f"host={where.host} port={where.port} dbname={database}"
+
+
+def _container(spec: PostgresPoolerSpec, image: str, mounts: list[Obj], check: str | None) -> Obj:
     """PgBouncer with the pod's pgbouncer.ini; ready and alive while it accepts TCP connections."""
     probe = {"tcpSocket": {"port": "pgbouncer"}, "periodSeconds": 5, "timeoutSeconds": 2}
+    env = [] if check is None else [{"name": PRIMARY_CHECK_ENV, "value": check}]
     return {
         "name": "pgbouncer",
         "image": image,
         "args": [f"{CONFIG_DIR}/{CONFIG_FILE}"],
+        **({"env": env} if env else {}),
         "ports": [
             {"name": "pgbouncer", "containerPort": PORT, "protocol": "TCP"},
             {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
@@ -140,11 +153,13 @@ def _container(spec: PostgresPoolerSpec, image: str, mounts: list[Obj]) -> Obj:
     }
 
 
-def deployment(pooler: str, namespace: str, spec: PostgresPoolerSpec, config_hash: str, image: str = IMAGE) -> Obj:
-    """``spec.instances`` PgBouncer pods reading pgbouncer.ini, the auth file and the certificates from volumes."""
+def deployment(pooler: str, namespace: str, spec: PostgresPoolerSpec, config_hash: str, image: str = IMAGE,
+               database: str = "app") -> Obj:  # fmt: skip
+    """``spec.instances`` PgBouncer pods reading pgbouncer.ini, the auth file and the certificates from volumes;
+    ``database``: where the lookup role is made (the agent's primary check logs in there)."""
     selector = names.LABELS.selector(pooler)
     mounted = _mounted(pooler)
-    container = _container(spec, image, [mount for _, mount in mounted])
+    container = _container(spec, image, [mount for _, mount in mounted], primary_check(spec, namespace, database))
     spread = [{"maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": "ScheduleAnyway",
                "labelSelector": {"matchLabels": selector}} for key in SPREAD_KEYS]  # fmt: skip
     return {

@@ -78,7 +78,9 @@ def owned(mode: str) -> dict[str, str]:
         "auth_file": f"{AUTH_DIR}/{AUTH_FILE}",
         "auth_user": POOLER_ROLE,
         "auth_query": AUTH_QUERY,
-        "admin_users": "",
+        # the agent's RECONNECT after the primary moved (agent.primary_watch); the role's password is the
+        # operator's alone, and whoever has it can read verifiers through the lookup already
+        "admin_users": POOLER_ROLE,
         "stats_users": POOLER_ROLE,
         "client_tls_sslmode": "require",
         "client_tls_cert_file": f"{TLS_DIR}/tls.crt",

@@ -69,7 +69,8 @@ class PostgresPoolerReconciler:
                 confirmed = await steps.ensure_role(ctx, self.instances, cluster, secret, confirmed, _database(cluster))
             # PgBouncer's pods only once they can start: a certificate and an auth file to read
             if cert is not None and secret is not None:
-                digest = await steps.ensure_children(ctx, spec, cert, steps.auth_version(secret) or "")
+                digest = await steps.ensure_children(ctx, spec, cert, steps.auth_version(secret) or "",
+                                                     _database(cluster))  # fmt: skip
             deployment = ctx.cache.get(DEPLOYMENT, names.deployment(ctx.name), ctx.namespace)
         ready = int(((deployment or {}).get("status") or {}).get("readyReplicas") or 0)
         confirmed_now = wanted is not None and confirmed == wanted

@@ -127,14 +127,15 @@ async def ensure_role(ctx: PassContext, instances: PoolerRoleClient, cluster: Ob
     return version
 
 
-async def ensure_children(ctx: PassContext, spec: PostgresPoolerSpec, cert: bytes, auth: str) -> str:
+async def ensure_children(ctx: PassContext, spec: PostgresPoolerSpec, cert: bytes, auth: str,
+                          database: str = "app") -> str:  # fmt: skip
     """pgbouncer.ini, the Service and the Deployment whose pod template carries the hash of what the pods read (the
-    ini, the certificate, the auth Secret's version); that hash."""
+    ini, the certificate, the auth Secret's version); that hash. ``database``: where the lookup role is made."""
     ini = render(spec, ctx.namespace)
     digest = config_hash({CONFIG_FILE: ini.encode(), "tls.crt": cert, AUTH_FILE: auth.encode()})
     await ctx.children.apply(CONFIG_MAP, children.config_map(ctx.name, ctx.namespace, ini))
     await ctx.children.apply(SERVICE, children.service(ctx.name, ctx.namespace))
-    await ctx.children.apply(DEPLOYMENT, children.deployment(ctx.name, ctx.namespace, spec, digest))
+    await ctx.children.apply(DEPLOYMENT, children.deployment(ctx.name, ctx.namespace, spec, digest, database=database))
     return digest
 
 
