@@ -14,6 +14,7 @@ import yaml
 from pydantic import ValidationError
 
 from kanri.contract.pooler import AUTH_QUERY, POOLER_ROLE, SCRAM_VERIFIER_PATTERN, PoolerRoleRequest
+from kanri.contract.roles import reserved_role
 from kanri.contract.scram import verifier, verifies
 from kanri.postgres.api.v1alpha1.postgres_pooler import (
     OPERATOR_OWNED,
@@ -21,6 +22,7 @@ from kanri.postgres.api.v1alpha1.postgres_pooler import (
     PostgresPooler,
     PostgresPoolerSpec,
 )
+from kanri.postgres.api.v1alpha1.spec import PostgresClusterSpec
 from kanri.postgres.pooler import children, config, names, readiness, steps
 from kanri.postgres.pooler.agent import metrics as agent_metrics
 from kanri.runtime import crd_for
@@ -218,3 +220,14 @@ def test_the_example_is_a_valid_pooler() -> None:
     assert document["kind"] == "PostgresPooler"
     spec = PostgresPoolerSpec.model_validate(document["spec"])
     assert set(spec.parameters) <= set(USER_PARAMETERS)
+
+
+def test_the_lookup_role_is_reserved_for_applications() -> None:
+    # an application owner or -app Secret named kanri_pooler would take over the role PgBouncer looks users up with
+    assert reserved_role(POOLER_ROLE)
+    assert reserved_role("KANRI_POOLER ")
+    # the API server's rule (its refusal, against a real one: tests/integration/test_postgrescluster_api.py)
+    schema = PostgresClusterSpec.model_json_schema()
+    owner = schema["$defs"]["InitDB"]["properties"]["owner"]["x-kubernetes-validations"][0]
+    assert f"'{POOLER_ROLE}'" in owner["rule"]
+    assert f"{POOLER_ROLE} looks users up for the poolers" in owner["messageExpression"]

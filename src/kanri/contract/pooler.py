@@ -17,7 +17,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from kanri.contract.roles import IDENTIFIER_PATTERN
+from kanri.contract.roles import IDENTIFIER_PATTERN, POOLER_ROLE  # reserved there: no application role may take it
 from kanri.contract.wire import Flag, Name, Wire
 
 __all__ = [
@@ -31,8 +31,6 @@ __all__ = [
     "PoolerRoleRequest",
 ]
 
-POOLER_ROLE = "kanri_pooler"
-"""The login role every pooler of a cluster uses for ``auth_user`` (reserved: no application role may take it)."""
 
 LOOKUP_SCHEMA = "kanri_pooler"
 LOOKUP_FUNCTION = f"{LOOKUP_SCHEMA}.user_lookup"

@@ -1,16 +1,18 @@
 """Role and database names no Secret and no spec field may use.
 
 ``postgres`` is the only superuser (the instance manager connects as it); ``streaming_replica`` is the replication
-role; ``pg_`` names belong to PostgreSQL's predefined roles and catalogs; ``public``, ``none`` and the
-``current_*``/``session_user`` keywords are not role names at all in GRANT/ALTER ROLE. Letting an application role
-take one of them merges or demotes roles the cluster relies on (a ``<cluster>-app`` Secret with ``username:
-postgres`` once turned the only superuser into NOSUPERUSER).
+role; ``kanri_pooler`` is the role PgBouncer looks users up with (:mod:`kanri.contract.pooler`); ``pg_`` names
+belong to PostgreSQL's predefined roles and catalogs; ``public``, ``none`` and the ``current_*``/``session_user``
+keywords are not role names at all in GRANT/ALTER ROLE. Letting an application role take one of them merges or
+demotes roles the cluster relies on (a ``<cluster>-app`` Secret with ``username: postgres`` once turned the only
+superuser into NOSUPERUSER).
 """
 
 from __future__ import annotations
 
 __all__ = [
     "IDENTIFIER_PATTERN",
+    "POOLER_ROLE",
     "REPLICATION_USER",
     "RESERVED_DATABASES",
     "RESERVED_PREFIX",
@@ -22,6 +24,8 @@ __all__ = [
 
 SUPERUSER = "postgres"
 REPLICATION_USER = "streaming_replica"
+POOLER_ROLE = "kanri_pooler"
+"""The login role every pooler of a cluster uses for PgBouncer's ``auth_user`` (kanri.contract.pooler)."""
 
 RESERVED_PREFIX = "pg_"
 """PostgreSQL refuses to create roles with this prefix; catalogs and predefined roles use it."""
@@ -29,6 +33,7 @@ RESERVED_PREFIX = "pg_"
 RESERVED_ROLES: tuple[str, ...] = (
     SUPERUSER,
     REPLICATION_USER,
+    POOLER_ROLE,
     "public",
     "none",
     "current_user",

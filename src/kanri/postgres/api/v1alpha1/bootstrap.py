@@ -9,6 +9,7 @@ from pydantic import Field
 
 from kanri.contract.roles import (
     IDENTIFIER_PATTERN,
+    POOLER_ROLE,
     REPLICATION_USER,
     RESERVED_DATABASES,
     RESERVED_PREFIX,
@@ -28,11 +29,12 @@ _CLUSTER_NAME = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 # The identifier pattern requires lower case, so exact comparisons with the contract's lower-case lists suffice.
 _RESERVED_ROLE = f"self in {cel_list(RESERVED_ROLES)} || self.startsWith('{RESERVED_PREFIX}')"
 _RESERVED_DATABASE = f"self in {cel_list(RESERVED_DATABASES)} || self.startsWith('{RESERVED_PREFIX}')"
-_KEYWORDS = ", ".join(name for name in RESERVED_ROLES if name not in (SUPERUSER, REPLICATION_USER))
+_KEYWORDS = ", ".join(name for name in RESERVED_ROLES if name not in (SUPERUSER, REPLICATION_USER, POOLER_ROLE))
 _NOT_RESERVED_ROLE = cel(
     f"!({_RESERVED_ROLE})",
     message_expression=f'\'owner "%s" is reserved ({SUPERUSER} is the only superuser, {REPLICATION_USER} '
-    f"replicates, {_KEYWORDS} are keywords where a role name goes, and {RESERVED_PREFIX} names belong to "
+    f"replicates, {POOLER_ROLE} looks users up for the poolers, {_KEYWORDS} are keywords where a role name goes, "
+    f"and {RESERVED_PREFIX} names belong to "
     "PostgreSQL); choose another role name'.format([self])",
     reason="FieldValueForbidden",
 )
@@ -54,7 +56,8 @@ class InitDB(ApiModel):
 
     owner: Annotated[str, Field(max_length=63, pattern=IDENTIFIER_PATTERN), _NOT_RESERVED_ROLE] = "app"
     """Role that owns the application database (not a superuser). Default app. Not postgres, streaming_replica,
-    public, none, current_user, current_role, session_user or a pg_ name (the operator's or PostgreSQL's own)."""
+    kanri_pooler, public, none, current_user, current_role, session_user or a pg_ name (the operator's or
+    PostgreSQL's own)."""
 
 
 class Recovery(
