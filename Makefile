@@ -267,7 +267,9 @@ manifests: helm
 	$(BIN)/python -m tests.unit.test_cache_chart
 	$(BIN)/python -m tests.unit.test_kafka_chart
 
-# Regenerate deploy/monitoring/prometheusrule.yaml from alerts.yaml (tests/unit/test_monitoring.py fails when stale).
+# Regenerate deploy/monitoring/prometheusrule.yaml from alerts.yaml, and the Helm chart's copies of every rule file
+# (deploy/helm/kanri/files/prometheus-rules/); tests/unit/test_monitoring.py and test_chart_prometheus_rules.py fail
+# when one is stale.
 .PHONY: monitoring
 monitoring: $(VENV)/.installed
 	$(BIN)/python -m tests.unit.test_monitoring

@@ -313,9 +313,9 @@ def test_the_operators_pod_admits_only_the_named_scrapers() -> None:
 @pytest.mark.parametrize("path", sorted((CHART / "templates").glob("*.yaml")), ids=lambda p: Path(p).name)
 def test_every_template_renders_in_some_mode(path: Path) -> None:
     """No dead template: each one contributes an object with the defaults or with every toggle on."""
-    everything = template_text("monitoring.serviceMonitor.enabled=true", "createNamespace=true") + template_text(
-        "watchNamespaces={team-a}", *REPOSITORY
-    )
+    everything = template_text(
+        "monitoring.serviceMonitor.enabled=true", "monitoring.prometheusRules.enabled=true", "createNamespace=true"
+    ) + template_text("watchNamespaces={team-a}", *REPOSITORY)
     assert f"# Source: kanri/templates/{path.name}" in everything
 
 

@@ -2,7 +2,8 @@
 firing and not firing), the PrometheusRule is the same rules, every alert has a runbook, and every metric the alerts
 and the dashboard query is one kanri's code registers (with the labels it has).
 
-Regenerate the PrometheusRule after editing alerts.yaml: ``make monitoring`` (``python -m tests.unit.test_monitoring``).
+Regenerate the PrometheusRule after editing alerts.yaml: ``make monitoring`` (``python -m tests.unit.test_monitoring``),
+which also writes the Helm chart's copies of every rule file (tests/unit/test_chart_prometheus_rules.py).
 """
 
 from __future__ import annotations
@@ -321,8 +322,13 @@ def test_dashboard_panels_are_well_formed() -> None:
 
 
 if __name__ == "__main__":
+    from tests.unit.test_chart_prometheus_rules import write_chart_copies
+
     PROMETHEUS_RULE.write_text(render_prometheus_rule(ALERTS.read_text()))
     print(f"wrote {PROMETHEUS_RULE.relative_to(ROOT)}", file=sys.stderr)
+    # The Helm chart's copies of every rule file (its PrometheusRules; tests/unit/test_chart_prometheus_rules.py).
+    for path in write_chart_copies():
+        print(f"wrote {path.relative_to(ROOT)}", file=sys.stderr)
 
 
 def test_the_runbook_index_lists_every_alert_with_its_severity_and_every_other_page() -> None:
