@@ -166,6 +166,22 @@ def test_promtool_accepts_the_rendered_rules(name: str, tmp_path: Path) -> None:
     assert f"SUCCESS: {count} rules found" in result.stdout, result.stdout
 
 
+def test_the_operators_service_monitors_keep_the_labels_the_rules_group_by() -> None:
+    """The operators' series carry the watched object's ``namespace`` (the PostgreSQL ones also ``instance``), which
+    the rules group by: without honorLabels Prometheus renames them ``exported_*`` and gives every object the operator
+    pod's namespace. The PgBouncer agent's series have no such label, so its PodMonitor keeps the target's."""
+    objects = template("monitoring.serviceMonitor.enabled=true", *EVERY_OPERATOR)
+    monitors = {m["metadata"]["name"]: m["spec"]["endpoints"] for m in of_kind(objects, "ServiceMonitor")}
+    assert sorted(monitors) == ["kanri-cache-operator", "kanri-kafka-operator", "kanri-operator"]
+    assert {name: [e.get("honorLabels") for e in endpoints] for name, endpoints in monitors.items()} == {
+        name: [True] for name in monitors
+    }
+    (pod_monitor,) = of_kind(objects, "PodMonitor")
+    assert [e.get("honorLabels") for e in pod_monitor["spec"]["podMetricsEndpoints"]] == [None]
+    exprs = [r["expr"] for name in RULE_FILES for g in groups(name)["groups"] for r in g["rules"]]
+    assert any("by (namespace, cluster" in expr for expr in exprs)
+
+
 def test_chart_lints_with_every_prometheus_rule() -> None:
     result = helm("lint", "--strict", str(CHART), "--set", ON, *(a for v in EVERY_OPERATOR for a in ("--set", v)))
     assert "0 chart(s) failed" in result.stdout, result.stdout
