@@ -179,6 +179,31 @@ async def event_reasons(client: Client, namespace: str, name: str) -> list[str]:
     return [e["reason"] for e in items if e["involvedObject"]["name"] == name]
 
 
+@contextlib.asynccontextmanager
+async def role_labels(client: Client, namespace: str, pod: str) -> AsyncIterator[list[str | None]]:
+    """Every ``kanri.dev/role`` the pod's watch shows, in order (repeats dropped), while the block runs: a label
+    that flips for one pass is caught, where polling could miss it."""
+    items, version = await client.list(POD, namespace)
+    seen: list[str | None] = [next((p["metadata"].get("labels") or {}).get("kanri.dev/role")
+                                   for p in items if p["metadata"]["name"] == pod)]  # fmt: skip
+
+    async def record() -> None:
+        async for event in client.watch(POD, namespace, resource_version=version):
+            obj = event.get("object") or {}
+            if event.get("type") in ("ADDED", "MODIFIED") and obj.get("metadata", {}).get("name") == pod:
+                label = (obj["metadata"].get("labels") or {}).get("kanri.dev/role")
+                if label != seen[-1]:
+                    seen.append(label)
+
+    task = asyncio.create_task(record())
+    try:
+        yield seen
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 async def role_label(client: Client, namespace: str, instance: str) -> str | None:
     pod = await client.get(POD, f"{instance}-0", namespace)
     return (pod["metadata"].get("labels") or {}).get("kanri.dev/role")
@@ -285,34 +310,44 @@ async def test_a_switchover_demotes_the_primary_and_promotes_the_target_once_it_
         async with Operator(control_plane, namespace, instances=instances).running(refresh=0.5):
             await pods_running(client, namespace, fakes)
             await eventually(lambda: ready(client, namespace, "sw"), timeout=30)
-            await client.patch(POSTGRES_CLUSTER, "sw", {"metadata": {"annotations": {SWITCHOVER: "sw-3"}}}, namespace)
+            async with role_labels(client, namespace, "sw-1-0") as history:
+                asked = {"metadata": {"annotations": {SWITCHOVER: "sw-3"}}}
+                await client.patch(POSTGRES_CLUSTER, "sw", asked, namespace)
 
-            async def waiting_for_the_target() -> Obj | None:
-                progress = (await status_of(client, namespace, "sw")).get("failover") or {}
-                return progress if progress.get("phase") == "Promoting" else None
+                async def waiting_for_the_target() -> Obj | None:
+                    progress = (await status_of(client, namespace, "sw")).get("failover") or {}
+                    return progress if progress.get("phase") == "Promoting" else None
 
-            progress = await eventually(waiting_for_the_target, timeout=20)
-            assert "/demote" in fakes["sw-1"].asked
+                progress = await eventually(waiting_for_the_target, timeout=20)
+                assert "/demote" in fakes["sw-1"].asked
 
-            async def phase() -> str | None:  # a planned switchover is no failure (issue 29 item 13)
-                found = str((await status_of(client, namespace, "sw")).get("phase"))
-                assert found not in ("FailingOver", "Degraded"), found
-                return found if found == "SwitchingOver" else None
+                async def phase() -> str | None:  # a planned switchover is no failure (issue 29 item 13)
+                    found = str((await status_of(client, namespace, "sw")).get("phase"))
+                    assert found not in ("FailingOver", "Degraded"), found
+                    return found if found == "SwitchingOver" else None
 
-            await eventually(phase, timeout=10)
-            assert progress["checkpointLSN"] == "0/3000100"
-            # The target has not received the shutdown checkpoint yet: no promotion.
-            await asyncio.sleep(2)
-            assert "/promote" not in fakes["sw-3"].asked
-            fakes["sw-3"].report.update(receiveLsn="0/3000128", replayLsn="0/3000128")
+                await eventually(phase, timeout=10)
+                assert progress["checkpointLSN"] == "0/3000100"
+                # The target has not received the shutdown checkpoint yet: no promotion.
+                await asyncio.sleep(2)
+                assert "/promote" not in fakes["sw-3"].asked
+                fakes["sw-3"].report.update(receiveLsn="0/3000128", replayLsn="0/3000128")
 
-            async def switched() -> Obj | None:
-                return (await status_of(client, namespace, "sw")).get("lastFailover")
+                async def switched() -> Obj | None:
+                    return (await status_of(client, namespace, "sw")).get("lastFailover")
 
-            record = await eventually(switched, timeout=20)
-            assert record["from"] == "sw-1"
-            assert record["to"] == "sw-3"
-            assert record["reason"] == "Switchover"
+                record = await eventually(switched, timeout=20)
+                assert record["from"] == "sw-1"
+                assert record["to"] == "sw-3"
+                assert record["reason"] == "Switchover"
+
+                async def relabelled_replica() -> bool:  # the pass after the switchover follows its report again
+                    return history[-1] == "replica"
+
+                await eventually(relabelled_replica, timeout=20)
+            # -rw never went back to the demoted primary (a hot standby by then): the reports a pass reads before
+            # it demotes are not followed for the instances a switchover routes itself
+            assert history == ["primary", "fenced", "replica"], history
             assert record["lsnGapBytes"] == 0
             assert record["dataLossPossible"] is False
             old_claim = await client.get(PVC, "sw-1", namespace)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -66,7 +66,7 @@ from kanri.postgres.ha.position import NODE_GRACE
 from kanri.postgres.ha.primary import choose_primary, gate_removals
 from kanri.postgres.ha.reads import ReadLag, read_lag, withheld_problem
 from kanri.postgres.ha.rejoin import rejoining, withhold_rejoining
-from kanri.postgres.ha.routing import fence_rogues, label_pods
+from kanri.postgres.ha.routing import fence_rogues, held_by_failover, label_pods
 from kanri.postgres.ha.splitbrain import Verdict, decide, fenced_names, next_record, routed, split_brain_problem
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.labels import (
@@ -397,7 +397,9 @@ class ClusterPass:
         self.durability = self.synchronous_standbys(seen, data.plan)
         await self.shared_children(data.plan, data.system_identifier, archive, restore.entry)
         # A failover in progress changes nothing else: no rollout, scale-down or restart.
-        changes = await self.converge(seen, data, restore, failing_over=step.active)
+        # ...and the instances it is handing the primary role between are routed by it alone (reports read before)
+        held = held_by_failover(step.active, step.progress)
+        changes = await self.converge(seen, data, restore, failing_over=step.active, held=held)
         if self.switching is not None:  # the primary's update began a switchover: report it as one
             step = self.switching
             self.cluster, self.status = step.cluster, step.cluster.get("status") or {}
@@ -461,7 +463,8 @@ class ClusterPass:
         current = self.cache.get(CONFIG_MAP, names.config_map(self.name), self.namespace)
         return sync_durability.decide(self.spec, streaming, sync_durability.in_force(current))
 
-    async def converge(self, seen: Seen, data: Data, restore: Restore, *, failing_over: bool) -> Changes:
+    async def converge(self, seen: Seen, data: Data, restore: Restore, *, failing_over: bool,
+                       held: Collection[str] = ()) -> Changes:  # fmt: skip
         """Scale, roll out the instances, budgets, volumes, role labels, restarts and the primary's update."""
         changes = Changes()
         if not failing_over:
@@ -474,7 +477,7 @@ class ClusterPass:
         topology_step.check_storage_class(self, data.plan)
         fenced = fenced_names(seen.split_brain) | set(seen.marked)
         self.reads = read_lag(seen.reports, data.plan.primary, self.spec.replication.read_lag_bound)
-        await label_pods(self, data.plan, seen.reports, seen.pods, fenced, self.reads.withheld)
+        await label_pods(self, data.plan, seen.reports, seen.pods, fenced, self.reads.withheld, held)
         await pod_metadata.apply(self, seen.pods)  # podTemplate labels/annotations onto the pods, no restart
         if not failing_over:
             changes.restarting = await self.restart(data.plan, seen.reports)

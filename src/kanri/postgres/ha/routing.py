@@ -29,7 +29,7 @@ from kanri.postgres.topology.plan import InstancePlan
 from kanri.runtime import ApiError, Kind
 from kanri.runtime.kinds import POD
 
-__all__ = ["fence_rogues", "label_pods"]
+__all__ = ["fence_rogues", "held_by_failover", "label_pods"]
 
 Obj = dict[str, Any]
 log = structlog.get_logger("kanri.postgres")
@@ -51,8 +51,14 @@ async def label_pods(
     pods: dict[str, Obj],
     fenced: set[str],
     withheld: Collection[str] = (),
+    held: Collection[str] = (),
 ) -> None:
     """``kanri.dev/role`` on each pod, from the role its instance reports, so the Services route right.
+
+    ``held``: the instances a failover or switchover under way routes itself (the old primary it fenced, the target
+    it labels once promoted); their role label is left alone. Their reports were read at the start of the pass,
+    before the step demoted or promoted them: following those would route ``-rw`` back to a primary just demoted
+    (then a hot standby refusing every write) until a later pass, next to the new primary once it is labelled.
 
     Before an instance reports, a pod without the label gets its expected role (the primary the plan chose,
     replicas otherwise): replicas clone from ``-rw``, so the bootstrap primary must be behind it first. A label
@@ -76,7 +82,7 @@ async def label_pods(
             wanted = PRIMARY if instance == plan.primary else REPLICA
         # with the app labels a pod of a StatefulSet made before them lacks: the Services select by them too
         patch = missing_labels(pod, step.name, owned=True)
-        if labels.get(ROLE) != wanted:
+        if labels.get(ROLE) != wanted and instance not in held:
             patch[ROLE] = wanted
         reads = WITHHOLDS_READS if instance in withheld else SERVES_READS
         if labels.get(READS) != reads and (report is not None or READS not in labels):
@@ -89,6 +95,14 @@ async def label_pods(
         except ApiError as exc:
             if not exc.not_found:
                 step.rejected(POD, name, exc)
+
+
+def held_by_failover(active: bool, progress: Obj | None) -> set[str]:
+    """The instances whose role label a failover or switchover under way owns (its ``from`` and ``target``);
+    none when no step is active."""
+    if not active or not progress:
+        return set()
+    return {str(progress[key]) for key in ("from", "target") if progress.get(key)}
 
 
 async def fence_rogues(step: Pass, verdict: Verdict, pods: dict[str, Obj]) -> None:
