@@ -20,6 +20,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,9 +125,25 @@ class SecretScan:
         return found
 
 
+def _container_logs(log_root: Path) -> list[tuple[str, str]]:
+    """(where, text) of every container log (``…/pods/<pod>/<container>/<n>.log``) under ``log_root``. The node may
+    still be removing a volume or a pod's directory while this walks (a deleted cluster's data): what vanished
+    meanwhile is skipped (os.walk ignores a directory it can no longer list), never an error."""
+    texts: list[tuple[str, str]] = []
+    for directory, _, files in os.walk(log_root):
+        here = Path(directory)
+        if here.parent.parent.name != "pods":
+            continue
+        for name in files:
+            if name.endswith(".log"):
+                with contextlib.suppress(OSError):
+                    texts.append((str((here / name).relative_to(log_root)), (here / name).read_text(errors="replace")))
+    return texts
+
+
 def _files(log_root: Path) -> list[tuple[str, str]]:
     """(where, text) of every container log under ``log_root`` and every running process's argv."""
-    texts = [(str(p.relative_to(log_root)), p.read_text(errors="replace")) for p in log_root.rglob("pods/*/*/*.log")]
+    texts = _container_logs(log_root)
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         with contextlib.suppress(OSError):  # a process that ended meanwhile
             texts.append(
