@@ -25,6 +25,7 @@ import psycopg
 import pytest
 
 from kanri.local.ports import free_port
+from tests.forwarder import Forwarder
 from tests.integration.test_instance_manager import (
     BASE_PARAMETERS,
     CLUSTER,
@@ -44,51 +45,6 @@ pytestmark = [
 ]
 
 FIRST, SECOND = f"{CLUSTER}-1", f"{CLUSTER}-2"
-
-
-class Forwarder:
-    """A TCP forwarder on 127.0.0.1 standing in for the ``-rw`` Service: ``point()`` switches the target and cuts
-    the connections to the old one (as a Service's endpoint change leaves a dead peer behind)."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.target: int | None = None
-        self._server: asyncio.Server | None = None
-        self._open: set[asyncio.StreamWriter] = set()
-
-    async def start(self, target: int) -> None:
-        self.target = target
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
-
-    def point(self, target: int) -> None:
-        self.target = target
-        for writer in list(self._open):
-            writer.close()
-
-    async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        self.point(0)
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
-        except OSError:
-            writer.close()
-            return
-        self._open |= {writer, up_writer}
-
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            with contextlib.suppress(OSError):
-                while data := await src.read(65536):
-                    dst.write(data)
-                    await dst.drain()
-            dst.close()
-
-        try:
-            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
-        finally:
-            self._open -= {writer, up_writer}
 
 
 @pytest.fixture

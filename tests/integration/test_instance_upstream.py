@@ -15,7 +15,8 @@ import pytest
 
 from kanri.instance.upstream import CONNECT_TIMEOUT_ENV, CONNECTING
 from kanri.local.ports import free_port
-from tests.integration.test_instance_ha import Forwarder, forwarder, ids, insert, lsn, pair, workspace
+from tests.forwarder import Forwarder
+from tests.integration.test_instance_ha import forwarder, ids, insert, lsn, pair, workspace
 from tests.integration.test_instance_manager import PG_BIN, Workspace
 from tests.support import eventually
 

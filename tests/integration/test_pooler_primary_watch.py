@@ -1,7 +1,8 @@
 """The pooler agent follows the primary (kanri.postgres.pooler.agent.primary_watch) with a real PgBouncer (the
 operator's configuration, tests/pgbouncer_support.py), a real primary and a real hot standby
-(tests/integration/test_instance_manager.py's fixtures) and a TCP forwarder standing in for the ``-rw`` Service:
-its route changes for new connections only, as a proxy's rules do, while connections made before keep their server.
+(tests/integration/test_instance_manager.py's fixtures) and a TCP forwarder standing in for the ``-rw`` Service
+(tests/forwarder.py): its route changes for new connections only, as a proxy's rules do, while connections made
+before keep their server.
 
 What goes wrong without the agent, seen first: while the route points at the standby (a demoted primary the
 Service has not dropped yet) PgBouncer makes its server connection there; once the route points at the primary,
@@ -12,7 +13,6 @@ sent ``RECONNECT``). The e2e that found it: tests/e2e/test_postgres_pooler_e2e.p
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 
 import psycopg
@@ -21,8 +21,8 @@ import pytest_asyncio
 
 from kanri.contract.pooler import POOLER_ROLE
 from kanri.contract.scram import verifier
-from kanri.local.ports import free_port
 from kanri.postgres.pooler.agent import primary_watch
+from tests.forwarder import Forwarder
 from tests.integration.test_instance_manager import Instance, Workspace, primary, replica, workspace
 from tests.pgbouncer_support import PASSWORD, PGBOUNCER, Bouncer, running
 from tests.support import eventually
@@ -34,43 +34,6 @@ pytestmark = [
     pytest.mark.timeout(240),
     pytest.mark.asyncio(loop_scope="session"),
 ]
-
-
-class Route:
-    """A TCP forwarder on 127.0.0.1: each new connection goes to the port :attr:`to` names at that moment."""
-
-    def __init__(self, to: int) -> None:
-        self.to, self.port = to, free_port()
-        self.server: asyncio.Server | None = None
-
-    async def __aenter__(self) -> Route:
-        self.server = await asyncio.start_server(self._forward, "127.0.0.1", self.port)
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        assert self.server is not None
-        self.server.close()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.server.wait_closed(), 5)
-
-    async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.to)
-        except OSError:
-            writer.close()
-            return
-
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            try:
-                while data := await src.read(65536):
-                    dst.write(data)
-                    await dst.drain()
-            except (OSError, asyncio.CancelledError):
-                pass
-            finally:
-                dst.close()
-
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
 
 
 async def write_through(bouncer: Bouncer, workspace: Workspace, n: int) -> str | None:
@@ -88,7 +51,7 @@ async def write_through(bouncer: Bouncer, workspace: Workspace, n: int) -> str |
 
 
 @pytest_asyncio.fixture(loop_scope="session")
-async def route(primary: Instance, replica: Instance, workspace: Workspace) -> AsyncIterator[Route]:
+async def route(primary: Instance, replica: Instance, workspace: Workspace) -> AsyncIterator[Forwarder]:
     code, body = await primary.post_json("/pooler/role", workspace.token,
                                          {"verifier": verifier(PASSWORD), "databases": ["orders"]})  # fmt: skip
     assert code == 200, body
@@ -100,12 +63,20 @@ async def route(primary: Instance, replica: Instance, workspace: Workspace) -> A
         return bool(found and found[0][0])
 
     await eventually(replicated, timeout=30)
-    async with Route(to=replica.pg_port) as started:
-        yield started
+    forwarder = Forwarder()
+    await forwarder.start(replica.pg_port)
+    try:
+        yield forwarder
+    finally:
+        await forwarder.close()
 
 
 async def test_pgbouncer_keeps_a_standby_connection_until_the_agent_following_the_primary_renews_it(
-    route: Route, primary: Instance, replica: Instance, workspace: Workspace, tmp_path_factory: pytest.TempPathFactory
+    route: Forwarder,
+    primary: Instance,
+    replica: Instance,
+    workspace: Workspace,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     with running(tmp_path_factory.mktemp("pgbouncer"), {}, route.port) as bouncer:
         # the route still points at the demoted primary, now a standby: PgBouncer's server connection lands there
@@ -121,12 +92,12 @@ async def test_pgbouncer_keeps_a_standby_connection_until_the_agent_following_th
         except TimeoutError:
             raise AssertionError(f"wanted a read-only error, last {refused[-1:]}; log:\n{bouncer.log()}") from None
         # the route moves to the primary; without the agent PgBouncer goes on with the standby's connection
-        route.to = primary.pg_port
+        route.point(primary.pg_port, cut=False)
         stale = [await write_through(bouncer, workspace, n) for n in range(1, 4)]
         assert all(e is not None and "read-only" in e for e in stale), f"{stale}; PgBouncer's log:\n{bouncer.log()}"
 
         # the agent running from before the switchover on: it looks through the route while it is the standby's...
-        route.to = replica.pg_port
+        route.point(replica.pg_port, cut=False)
         decision = primary_watch.PrimaryWatch()
         renewed_before = renewals()
         stop = asyncio.Event()
@@ -142,7 +113,7 @@ async def test_pgbouncer_keeps_a_standby_connection_until_the_agent_following_th
             await eventually(saw_the_standby, timeout=30)
             assert renewals() == renewed_before
             # ...then the route moves to the primary: the agent sees it and PgBouncer renews its server connection
-            route.to = primary.pg_port
+            route.point(primary.pg_port, cut=False)
             last: list[str | None] = ["not tried"]
 
             async def writes_again() -> bool:
