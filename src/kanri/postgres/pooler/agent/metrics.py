@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 
 from kanri.contract.pooler import POOLER_ROLE
 
-__all__ = ["Console", "PoolerCollector", "console_reader", "password_from_auth_file", "samples"]
+__all__ = ["Console", "PoolerCollector", "console_reader", "console_session", "password_from_auth_file", "samples"]
 
 Row = Mapping[str, Any]
 
@@ -108,14 +108,20 @@ def samples(pools: Iterable[Row], stats: Iterable[Row], lists: Iterable[Row] = (
     return [*families, *gauges.values(), wait, *counters.values()]
 
 
+def console_session(port: int, auth_file: Path, ca_file: Path) -> psycopg.Connection[Any]:
+    """A session on the local PgBouncer's admin console as the lookup role (TLS verified against the cluster's CA;
+    the console speaks the simple query protocol only: ``ClientCursor``)."""
+    password = password_from_auth_file(auth_file)
+    return psycopg.connect(host="127.0.0.1", port=port, dbname="pgbouncer", user=POOLER_ROLE, password=password,
+                           sslmode="verify-full", sslrootcert=str(ca_file), connect_timeout=3, autocommit=True,
+                           cursor_factory=psycopg.ClientCursor)  # fmt: skip
+
+
 def console_reader(port: int, auth_file: Path, ca_file: Path) -> Callable[[], Console]:
     """Reads the :class:`Console` commands from the local PgBouncer, in one session."""
 
     def read() -> Console:
-        password = password_from_auth_file(auth_file)
-        with psycopg.connect(host="127.0.0.1", port=port, dbname="pgbouncer", user=POOLER_ROLE, password=password,
-                             sslmode="verify-full", sslrootcert=str(ca_file), connect_timeout=3, autocommit=True,
-                             cursor_factory=psycopg.ClientCursor) as conn:  # fmt: skip
+        with console_session(port, auth_file, ca_file) as conn:
             found: list[list[Row]] = []
             for command in ("SHOW POOLS", "SHOW STATS", "SHOW LISTS", "SHOW CONFIG"):
                 cursor = conn.execute(command)

@@ -29,7 +29,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from kanri.contract.pooler import POOLER_ROLE, PRIMARY_CHECK_ENV
-from kanri.postgres.pooler.agent.metrics import password_from_auth_file
+from kanri.postgres.pooler.agent.metrics import console_session, password_from_auth_file
 
 __all__ = [
     "CHECK",
@@ -117,10 +117,7 @@ def renewer(port: int, auth_file: Path, ca_file: Path) -> Callable[[], None]:
     """``RECONNECT`` on the local PgBouncer's admin console (the lookup role is an ``admin_users`` for it)."""
 
     def renew() -> None:
-        password = password_from_auth_file(auth_file)
-        with psycopg.connect(host="127.0.0.1", port=port, dbname="pgbouncer", user=POOLER_ROLE, password=password,
-                             sslmode="verify-full", sslrootcert=str(ca_file), connect_timeout=int(TIMEOUT),
-                             autocommit=True, cursor_factory=psycopg.ClientCursor) as conn:  # fmt: skip
+        with console_session(port, auth_file, ca_file) as conn:
             conn.execute("RECONNECT")
 
     return renew
