@@ -230,7 +230,11 @@ def pooler_agent_series() -> dict[str, set[str]]:
     lists = [{"list": "used_clients", "items": 1}]
     config = [{"key": "max_client_conn", "value": "1000"}]
     found: dict[str, set[str]] = {}
-    for family in [*pooler_agent.samples([pool], [stats], lists, config), *primary_watch.Renewals().collect()]:
+    for family in [
+        *pooler_agent.samples([pool], [stats], lists, config),
+        *primary_watch.Renewals().collect(),
+        *primary_watch.Ended().collect(),
+    ]:
         for sample in family.samples:
             found.setdefault(sample.name, set()).update(sample.labels)
     return found

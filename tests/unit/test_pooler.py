@@ -231,3 +231,12 @@ def test_the_lookup_role_is_reserved_for_applications() -> None:
     owner = schema["$defs"]["InitDB"]["properties"]["owner"]["x-kubernetes-validations"][0]
     assert f"'{POOLER_ROLE}'" in owner["rule"]
     assert f"{POOLER_ROLE} looks users up for the poolers" in owner["messageExpression"]
+
+
+def test_a_dead_server_fails_its_connections_within_seconds_and_a_slow_one_never() -> None:
+    settings = _settings(config.render(PostgresPoolerSpec(cluster="orders"), "shop"))
+    assert settings["tcp_keepalive"] == "1"
+    silent = int(settings["tcp_keepidle"]) + int(settings["tcp_keepintvl"]) * int(settings["tcp_keepcnt"])
+    assert silent <= 15, "probes unanswered: closed within seconds, not Linux's 2 h 11 min"
+    assert 0 < int(settings["tcp_user_timeout"]) <= 15_000, "data unacknowledged: closed within seconds"
+    assert settings.get("query_timeout", "0") == "0", "a long query on a healthy primary is never cut"

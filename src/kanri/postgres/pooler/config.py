@@ -47,6 +47,16 @@ DEFAULTS: dict[str, str] = {
     "server_login_retry": "0.25",
     "server_connect_timeout": "5",
     "query_wait_timeout": "120",
+    # a server (or client) that stops answering at the TCP level (its node down or cut off, its pod gone) is failed
+    # by the kernel within seconds, not after Linux's 2 h 11 min: a keepalive probe after 5 s of silence, then every
+    # 2 s, and the connection closed once data or probes stay unacknowledged for 10 s (TCP_USER_TIMEOUT also bounds
+    # keepalive). A healthy server's kernel acknowledges at once, however long its query runs. A server whose
+    # processes froze on a live kernel is the agent's to end (agent.stranded).
+    "tcp_keepalive": "1",
+    "tcp_keepidle": "5",
+    "tcp_keepintvl": "2",
+    "tcp_keepcnt": "3",
+    "tcp_user_timeout": "10000",
     # JDBC and others send it; PgBouncer would refuse the connection otherwise
     "ignore_startup_parameters": "extra_float_digits",
 }

@@ -1,7 +1,8 @@
 """``python -m kanri.postgres.pooler.agent <pgbouncer.ini>``: PgBouncer as a child, its metrics on
 ``KANRI_POOLER_METRICS_PORT`` (default 9127; 0 turns them off), SIGTERM and SIGINT passed on; exits with PgBouncer's
 exit code. With ``KANRI_POOLER_PRIMARY_CHECK`` (``rw`` poolers) it also follows the primary behind the Service and
-has PgBouncer renew its server connections when it changed (:mod:`kanri.postgres.pooler.agent.primary_watch`).
+has PgBouncer renew its server connections when it changed (:mod:`kanri.postgres.pooler.agent.primary_watch`), then
+end those left in use on the old primary (:mod:`kanri.postgres.pooler.agent.stranded`).
 ``KANRI_PGBOUNCER`` names the binary (default ``/usr/sbin/pgbouncer``). The contract with the operator's Deployment
 (kanri.postgres.pooler.children) is the argument, the environment and the mounts below."""
 
@@ -18,7 +19,7 @@ from types import FrameType
 
 from prometheus_client import CollectorRegistry, start_http_server
 
-from kanri.postgres.pooler.agent import primary_watch
+from kanri.postgres.pooler.agent import primary_watch, stranded
 from kanri.postgres.pooler.agent.metrics import PoolerCollector, console_reader
 
 AUTH_FILE = Path("/etc/pgbouncer/auth/userlist.txt")
@@ -45,10 +46,12 @@ def main() -> int:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(PoolerCollector(console_reader(5432, AUTH_FILE, CA_FILE)))
         registry.register(primary_watch.RENEWALS)
+        registry.register(primary_watch.ENDED)
         start_http_server(port, registry=registry)
     if conninfo := os.environ.get(primary_watch.PRIMARY_CHECK_ENV):
+        free = stranded.freer(5432, AUTH_FILE, CA_FILE, stranded.StrandedServers())
         follow = primary_watch.watch(primary_watch.checker(conninfo, AUTH_FILE, CA_FILE),
-                                     primary_watch.renewer(5432, AUTH_FILE, CA_FILE))  # fmt: skip
+                                     primary_watch.renewer(5432, AUTH_FILE, CA_FILE), free=free)  # fmt: skip
         threading.Thread(target=asyncio.run, args=(follow,), name="primary-watch", daemon=True).start()
     code = child.wait()
     return 0 if stopping else code  # PgBouncer's "fast exit" on SIGTERM is status 1: asked for, not a failure

@@ -33,8 +33,11 @@ from kanri.postgres.pooler.agent.metrics import console_session, password_from_a
 
 __all__ = [
     "CHECK",
+    "ENDED",
     "PRIMARY_CHECK_ENV",
     "RENEWALS",
+    "Ended",
+    "Free",
     "PrimaryWatch",
     "Renewals",
     "Seen",
@@ -98,6 +101,26 @@ RENEWALS = Renewals()
 """Registered by the agent's ``__main__`` in its own registry, beside PgBouncer's metrics."""
 
 
+class Ended(Collector):
+    """How many times the agent ended a database's clients because a server connection was left on the old
+    primary (:mod:`~kanri.postgres.pooler.agent.stranded`), as one counter family."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily("kanri_pgbouncer_stranded_kills", "Times the agent ended a database's clients "
+                                  "(KILL, RESUME) because a server connection stayed in use on a server that is no "
+                                  "longer the primary", value=self.count)  # fmt: skip
+
+
+ENDED = Ended()
+"""Registered beside :data:`RENEWALS`."""
+
+Free = Callable[[psycopg.AsyncConnection[Any], bool], Awaitable[set[str]]]
+"""The step that ends server connections left on the old primary (:func:`.stranded.freer`)."""
+
+
 def checker(conninfo: str, auth_file: Path, ca_file: Path, sslmode: str = "verify-full"
             ) -> Callable[[], Awaitable[psycopg.AsyncConnection[Any]]]:  # fmt: skip
     """Opens the agent's own connection through the Service PgBouncer uses: as the lookup role, TLS verified
@@ -124,20 +147,36 @@ def renewer(port: int, auth_file: Path, ca_file: Path) -> Callable[[], None]:
 
 
 async def look(connection: psycopg.AsyncConnection[Any]) -> Seen:
-    """The server behind ``connection`` and whether it is in recovery, within :data:`TIMEOUT`."""
-    cursor = await asyncio.wait_for(connection.execute(CHECK), TIMEOUT)
-    row = await cursor.fetchone()
-    if row is None:
-        raise psycopg.OperationalError("the check returned no row")
-    return Seen(f"{row[0]}:{row[1]}", bool(row[2]))
+    """The server behind ``connection`` and whether it is in recovery, within :data:`TIMEOUT`. Past it the
+    connection is abandoned (closed, then TimeoutError): cancelling the query would have psycopg ask the silent
+    server to cancel it and wait for that too, 5 s more (measured: 8 s a look instead of 3)."""
+
+    async def check() -> Seen:
+        cursor = await connection.execute(CHECK)
+        row = await cursor.fetchone()
+        if row is None:
+            raise psycopg.OperationalError("the check returned no row")
+        return Seen(f"{row[0]}:{row[1]}", bool(row[2]))
+
+    query = asyncio.ensure_future(check())
+    done, _ = await asyncio.wait({query}, timeout=TIMEOUT)
+    if not done:
+        connection.pgconn.finish()  # no longer ACTIVE: psycopg sends no cancel request when cancelled now
+        query.cancel()
+        with contextlib.suppress(asyncio.CancelledError, psycopg.Error, OSError):
+            await query
+        raise TimeoutError(f"no answer within {TIMEOUT} s")
+    return query.result()
 
 
 async def watch(connect: Callable[[], Awaitable[psycopg.AsyncConnection[Any]]], renew: Callable[[], None],
                 interval: float = INTERVAL, stop: asyncio.Event | None = None,
-                decision: PrimaryWatch | None = None) -> None:  # fmt: skip
+                decision: PrimaryWatch | None = None, free: Free | None = None) -> None:  # fmt: skip
     """Look every ``interval`` through one connection (``connect`` opens it through the Service) and call ``renew``
     (PgBouncer's ``RECONNECT``) when ``decision`` (a new :class:`PrimaryWatch`) says so, until ``stop`` is set.
-    After no answer or a standby the connection is dropped, so the next look goes through the Service afresh."""
+    After no answer or a standby the connection is dropped, so the next look goes through the Service afresh.
+    After each look that reached a writable primary, ``free`` (:func:`~kanri.postgres.pooler.agent.stranded.freer`)
+    ends what stayed in use on the old one, given that connection and whether PgBouncer renewed just now."""
     decision = decision or PrimaryWatch()
     connection: psycopg.AsyncConnection[Any] | None = None
     stop = stop or asyncio.Event()
@@ -152,6 +191,7 @@ async def watch(connect: Callable[[], Awaitable[psycopg.AsyncConnection[Any]]], 
         if (seen is None or seen.in_recovery) and connection is not None:
             await _close(connection)
             connection = None
+        renewed = False
         if decision.observe(seen):
             assert seen is not None
             try:
@@ -161,13 +201,30 @@ async def watch(connect: Callable[[], Awaitable[psycopg.AsyncConnection[Any]]], 
                 print(f"pooler agent: the primary is {seen.server}; RECONNECT failed: {type(exc).__name__}",
                       file=sys.stderr, flush=True)  # fmt: skip
             else:
+                renewed = True
                 RENEWALS.count += 1
                 print(f"pooler agent: the primary is {seen.server}; PgBouncer renews its server connections",
                       file=sys.stderr, flush=True)  # fmt: skip
+        if free is not None and connection is not None and seen is not None and not seen.in_recovery:
+            await _free(free, connection, renewed, seen)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), interval)
     if connection is not None:
         await _close(connection)
+
+
+async def _free(free: Free, connection: psycopg.AsyncConnection[Any], renewed: bool, seen: Seen) -> None:
+    try:
+        ended = await asyncio.wait_for(free(connection, renewed), TIMEOUT)
+    except (psycopg.Error, OSError, TimeoutError) as exc:
+        print(f"pooler agent: looking for server connections left on the old primary failed: {type(exc).__name__}",
+              file=sys.stderr, flush=True)  # fmt: skip
+        return
+    for database in sorted(ended):
+        ENDED.count += 1
+        print(f"pooler agent: the primary is {seen.server}; a server connection of database {database} stayed in "
+              "use on another server: PgBouncer ended the database's clients (KILL, RESUME)",
+              file=sys.stderr, flush=True)  # fmt: skip
 
 
 async def _close(connection: psycopg.AsyncConnection[Any]) -> None:
