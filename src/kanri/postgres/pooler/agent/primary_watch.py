@@ -44,6 +44,7 @@ __all__ = [
     "checker",
     "look",
     "renewer",
+    "rows_within",
     "watch",
 ]
 
@@ -151,22 +152,29 @@ async def look(connection: psycopg.AsyncConnection[Any]) -> Seen:
     connection is abandoned (closed, then TimeoutError): cancelling the query would have psycopg ask the silent
     server to cancel it and wait for that too, 5 s more (measured: 8 s a look instead of 3)."""
 
-    async def check() -> Seen:
-        cursor = await connection.execute(CHECK)
-        row = await cursor.fetchone()
-        if row is None:
-            raise psycopg.OperationalError("the check returned no row")
-        return Seen(f"{row[0]}:{row[1]}", bool(row[2]))
+    rows = await rows_within(connection, CHECK)
+    if not rows:
+        raise psycopg.OperationalError("the check returned no row")
+    return Seen(f"{rows[0][0]}:{rows[0][1]}", bool(rows[0][2]))
 
-    query = asyncio.ensure_future(check())
-    done, _ = await asyncio.wait({query}, timeout=TIMEOUT)
+
+async def rows_within(connection: psycopg.AsyncConnection[Any], query: str) -> list[tuple[Any, ...]]:
+    """``query``'s rows within :data:`TIMEOUT`; past it ``connection`` is closed and TimeoutError raised (see
+    :func:`look` for why it is not cancelled)."""
+
+    async def run() -> list[tuple[Any, ...]]:
+        cursor = await connection.execute(query)
+        return [tuple(row) for row in await cursor.fetchall()]
+
+    task = asyncio.ensure_future(run())
+    done, _ = await asyncio.wait({task}, timeout=TIMEOUT)
     if not done:
         connection.pgconn.finish()  # no longer ACTIVE: psycopg sends no cancel request when cancelled now
-        query.cancel()
+        task.cancel()
         with contextlib.suppress(asyncio.CancelledError, psycopg.Error, OSError):
-            await query
+            await task
         raise TimeoutError(f"no answer within {TIMEOUT} s")
-    return query.result()
+    return task.result()
 
 
 async def watch(connect: Callable[[], Awaitable[psycopg.AsyncConnection[Any]]], renew: Callable[[], None],

@@ -10,7 +10,8 @@ seconds; this covers the rest.
 After a renewal the agent reads ``SHOW SERVERS`` at each of its looks that reach the (new) primary. A server
 connection still in use (``active``) and marked ``close_needed`` was made before the renewal; if the backend it
 speaks to (``remote_pid``) is not among the primary's backends it is on another server. Seen so at two looks in a
-row, its database is ended with ``KILL <db>`` and at once ``RESUME <db>``: PgBouncer 1.18 has no command that ends
+row, its database is ended with ``KILL <db>`` and at once ``RESUME <db>`` (a RESUME that failed is tried again at
+the next looks: a killed database keeps new clients waiting until then): PgBouncer 1.18 has no command that ends
 one server or client connection (``KILL_CLIENT`` came later), and ``KILL`` drops every client of that database
 (never of another), the hung ones with an error and the others to reconnect. The server's address cannot tell: every
 server connection goes to the Service's one address. Once no such connection is left, the check stops until the
@@ -28,6 +29,7 @@ from typing import Any
 import psycopg
 
 from kanri.postgres.pooler.agent.metrics import console_session
+from kanri.postgres.pooler.agent.primary_watch import rows_within
 
 __all__ = ["BACKENDS", "Server", "StrandedServers", "freer", "server_of"]
 
@@ -104,13 +106,31 @@ def freer(port: int, auth_file: Path, ca_file: Path, decision: StrandedServers
             names = [c.name for c in cursor.description or ()]
             return [server_of(dict(zip(names, row, strict=True))) for row in cursor.fetchall()]
 
+    unresumed: set[str] = set()  # killed and not yet resumed: new clients of theirs would wait until RESUME
+
+    def resume(conn: psycopg.Connection[Any]) -> None:
+        for database in sorted(unresumed):
+            try:
+                conn.execute(f"RESUME {_quoted(database)}")
+            except psycopg.errors.ProtocolViolation as exc:  # resumed already, or gone (an automatic database)
+                if "is not paused" not in str(exc) and "no such database" not in str(exc):
+                    raise
+            unresumed.discard(database)
+
     def end(databases: set[str]) -> None:
+        unresumed.update(databases)  # from here on, a failure leaves RESUME to the next look
         with console_session(port, auth_file, ca_file) as conn:
             for database in sorted(databases):
                 conn.execute(f"KILL {_quoted(database)}")
-                conn.execute(f"RESUME {_quoted(database)}")
+            resume(conn)
+
+    def resume_left() -> None:
+        with console_session(port, auth_file, ca_file) as conn:
+            resume(conn)
 
     async def free(primary: psycopg.AsyncConnection[Any], renewed: bool) -> set[str]:
+        if unresumed:
+            await asyncio.to_thread(resume_left)
         if renewed:
             decision.arm()
         if not decision.armed:
@@ -118,8 +138,7 @@ def freer(port: int, auth_file: Path, ca_file: Path, decision: StrandedServers
         found = await asyncio.to_thread(servers)
         backends: frozenset[int] = frozenset()
         if decision.in_doubt(found):
-            cursor = await primary.execute(BACKENDS)
-            backends = frozenset(int(row[0]) for row in await cursor.fetchall())
+            backends = frozenset(int(row[0]) for row in await rows_within(primary, BACKENDS))
         databases = decision.observe(found, backends)
         if databases:
             await asyncio.to_thread(end, databases)
