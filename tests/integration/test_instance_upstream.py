@@ -105,3 +105,42 @@ async def test_a_wal_receiver_stuck_on_a_peer_that_never_answers_is_restarted_an
         frozen.close()
         for writer in held:
             writer.close()
+
+
+async def test_a_resumed_replica_tries_its_primary_again_every_second_not_at_wal_retrieve_retry_interval(
+    workspace: Workspace, forwarder: Forwarder
+) -> None:
+    """After a failover the operator resumes the surviving replica towards ``-rw`` before the Service has moved: its
+    first connection is refused, and PostgreSQL would wait ``wal_retrieve_retry_interval`` before the next (5 s by
+    default; 120 s here, so waiting it out cannot pass). The manager wakes the startup process once a second after
+    a resume: once ``-rw`` leads to the primary, the replica streams within seconds."""
+    from tests.integration.test_instance_ha import FIRST, SECOND
+    from tests.integration.test_instance_manager import BASE_PARAMETERS, chown_tree
+
+    workspace.write_config({**BASE_PARAMETERS, "wal_retrieve_retry_interval": "120s"}, [FIRST, SECOND])
+    chown_tree(workspace.root)
+    async with pair(workspace, forwarder) as (primary, replica):
+        primary_port = forwarder.target
+        assert primary_port is not None
+        code, paused = await replica.post_json("/replication/pause", workspace.token, {})
+        assert code == 200, paused
+        forwarder.point(free_port())  # -rw without an endpoint: the resumed receiver's connection is refused
+        code, resumed = await replica.post_json("/replication/resume", workspace.token, {})
+        assert (code, resumed["resumed"]) == (200, True), resumed
+
+        async def refused_once() -> bool:  # the receiver tried, failed and is gone: PostgreSQL's retry wait runs
+            log = "\n".join(p.read_text(errors="replace") for p in (replica.root / "out.log", replica.root / "err.log"))
+            return "could not connect to the primary server" in log and not await replica.query(
+                "SELECT 1 FROM pg_stat_wal_receiver"
+            )
+
+        await eventually(refused_once, timeout=30)
+        forwarder.point(primary_port)
+        await insert(primary, 7)
+
+        async def streams() -> dict[str, Any] | None:
+            status = await replica.status()
+            return status if status.get("streaming") else None
+
+        await eventually(streams, timeout=30)  # far below the 120 s PostgreSQL would wait on its own
+        assert 7 in await ids(replica)

@@ -4,7 +4,7 @@ contract."""
 from __future__ import annotations
 
 from kanri.contract.status import InstanceStatus, Upstream
-from kanri.instance.upstream import ConnectWatchdog, UpstreamMemory
+from kanri.instance.upstream import ConnectWatchdog, RetryNudge, UpstreamMemory
 
 
 def test_nothing_heard_reports_nothing() -> None:
@@ -70,3 +70,21 @@ def test_a_wal_receiver_waiting_too_long_for_its_primarys_answer_is_named_once()
     assert watchdog.stuck([], now=23.0) == []
     assert watchdog.stuck([202], now=24.0) == []
     assert watchdog.stuck([202], now=34.0) == [202]
+
+
+def test_a_resumed_replica_without_a_receiver_is_woken_once_a_second_for_the_window_only() -> None:
+    nudge = RetryNudge(every=1.0, window=30.0)
+    assert not nudge.due(None, 5.0, paused=False, receiver_running=False)  # never resumed: PostgreSQL's own pace
+    assert nudge.due(100.0, 100.2, paused=False, receiver_running=False)
+    assert not nudge.due(100.0, 100.9, paused=False, receiver_running=False)  # at most once a second
+    assert nudge.due(100.0, 101.3, paused=False, receiver_running=False)
+    assert not nudge.due(100.0, 102.5, paused=False, receiver_running=True)  # connecting or streaming: leave it
+    assert not nudge.due(100.0, 103.0, paused=True, receiver_running=False)  # paused again on purpose
+    assert nudge.due(100.0, 129.9, paused=False, receiver_running=False)
+    assert not nudge.due(100.0, 130.5, paused=False, receiver_running=False)  # the window is over
+
+
+def test_a_new_resume_is_woken_at_once_whatever_the_last_wake_of_the_one_before() -> None:
+    nudge = RetryNudge(every=1.0, window=30.0)
+    assert nudge.due(100.0, 100.5, paused=False, receiver_running=False)
+    assert nudge.due(100.8, 100.9, paused=False, receiver_running=False)

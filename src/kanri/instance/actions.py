@@ -221,6 +221,8 @@ class Actions:
             removed = clear_pause(core.pause_path)
             was = core.paused
             core.paused = False
+            if removed or was:
+                core.resumed_at = time.monotonic()  # the upstream watch hurries the receiver's first connections
             changed = await self.sync.write_files() if core.data_ready else False
             if changed and core.pg.running:
                 conn = await core.action_connection()

@@ -61,6 +61,7 @@ class Core:
         self.unfenced = asyncio.Event()  # set while no fence marker holds PostgreSQL stopped
         self.pause_path = pause_marker_path(settings.pgdata)
         self.paused = read_pause(self.pause_path) is not None  # memory decides the conf; the marker survives us
+        self.resumed_at: float | None = None  # monotonic: the last /replication/resume that lifted a pause
         self.tls_context: ssl.SSLContext | None = None  # the HTTP API's, reloaded with a renewed certificate
         self._config_raw: bytes | None = None
 

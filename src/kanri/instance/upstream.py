@@ -29,6 +29,7 @@ from psycopg.rows import DictRow
 
 from kanri.contract.status import Upstream
 from kanri.instance.core import Core
+from kanri.instance.db import fetch_one
 
 __all__ = ["CONNECT_TIMEOUT", "INTERVAL", "QUERY", "ConnectWatchdog", "UpstreamMemory", "UpstreamWatch"]
 
@@ -60,6 +61,41 @@ restarted receiver connects again (after ``wal_retrieve_retry_interval``) throug
 CONNECTING = (
     "SELECT pid FROM pg_stat_activity WHERE backend_type = 'walreceiver' AND wait_event = 'LibPQWalReceiverConnect'"
 )
+
+
+RETRY_WINDOW = 30.0
+"""Seconds after a resume during which a replica whose WAL receiver is not running is woken every
+:data:`RETRY_EVERY` instead of waiting out ``wal_retrieve_retry_interval``."""
+RETRY_EVERY = 1.0
+
+STARTUP = "SELECT pid FROM pg_stat_activity WHERE backend_type = 'startup'"
+RECEIVERS = "SELECT count(*) AS n FROM pg_stat_wal_receiver"
+
+
+@dataclass
+class RetryNudge:
+    """When to wake the startup process of a replica just resumed after a failover (pure).
+
+    The operator resumes the surviving replicas right after the promotion, towards ``-rw``; their first connection
+    often meets the Service before it has moved (no endpoint yet: refused, or the old primary's address), fails,
+    and PostgreSQL then waits ``wal_retrieve_retry_interval`` (5 s) before trying again — in mode Sync, 5 s during
+    which the new primary's commits wait for that standby. A SIGHUP ends the startup process's wait at once (its
+    handler sets the recovery latch the wait sleeps on), so while the receiver is not running the manager wakes it
+    once a second for :data:`RETRY_WINDOW` after a resume: a retry a second instead of every 5 s, only then (a
+    primary that stays away is still retried every 5 s, as PostgreSQL's own setting says)."""
+
+    every: float = RETRY_EVERY
+    window: float = RETRY_WINDOW
+    last: float | None = None
+
+    def due(self, resumed_at: float | None, now: float, *, paused: bool, receiver_running: bool) -> bool:
+        """Whether to wake the startup process now (and remember having done so)."""
+        if resumed_at is None or paused or receiver_running or now - resumed_at > self.window:
+            return False
+        if self.last is not None and self.last >= resumed_at and now - self.last < self.every:
+            return False
+        self.last = now
+        return True
 
 
 @dataclass
@@ -128,6 +164,7 @@ class UpstreamWatch:
         self.clock = clock
         self.memory = UpstreamMemory()
         self.watchdog = ConnectWatchdog(float(os.environ.get(CONNECT_TIMEOUT_ENV) or CONNECT_TIMEOUT))
+        self.nudge = RetryNudge()
         self._conn: psycopg.AsyncConnection[DictRow] | None = None
         self._failed: str | None = None
 
@@ -175,6 +212,23 @@ class UpstreamWatch:
                 os.kill(pid, signal.SIGTERM)  # PostgreSQL's own way to stop it; the startup process starts another
                 log.warning("WAL receiver restarted: its primary did not answer the connection",
                             waited_seconds=self.watchdog.limit)  # fmt: skip
+        if self._conn is not None:
+            try:
+                await self.hurry(self._conn, now)
+            except (psycopg.Error, OSError):
+                await self._close()
+
+    async def hurry(self, conn: psycopg.AsyncConnection[DictRow], now: float) -> None:
+        """Wake the startup process when :class:`RetryNudge` says so (a resumed replica with no WAL receiver)."""
+        core = self.core
+        if core.resumed_at is None or now - core.resumed_at > self.nudge.window:
+            return  # nothing to hurry: no extra queries
+        running = bool((await fetch_one(conn, RECEIVERS))["n"])
+        if not self.nudge.due(core.resumed_at, now, paused=core.paused, receiver_running=running):
+            return
+        for row in await (await conn.execute(STARTUP)).fetchall():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(row["pid"]), signal.SIGHUP)  # ends its wal_retrieve_retry_interval wait at once
 
     async def observe(self, conn: psycopg.AsyncConnection[DictRow]) -> None:
         """One look over the caller's connection (``GET /status`` on a replica)."""
