@@ -85,3 +85,24 @@ def test_cluster_wide_it_looks_in_every_namespace_and_namespaced_in_the_watched_
     assert pod_monitor(*ON)["spec"]["namespaceSelector"] == {"any": True}
     namespaced = pod_monitor(*ON, "watchNamespaces={team-a,team-b}")
     assert namespaced["spec"]["namespaceSelector"] == {"matchNames": ["team-a", "team-b"]}
+
+
+def _pgbouncer_image(*values: str) -> str:
+    (operator,) = [o for o in of_kind(template(*values), "Deployment") if o["metadata"]["name"] == "kanri-operator"]
+    (container,) = operator["spec"]["template"]["spec"]["containers"]
+    (env,) = [e for e in container["env"] if e["name"] == children.IMAGE_ENV]
+    value = env["value"]
+    assert isinstance(value, str)
+    return value
+
+
+def test_the_chart_names_the_built_pgbouncer_image_and_the_operator_uses_it() -> None:
+    assert _pgbouncer_image() == "kanri.dev/kanri-pgbouncer:1.18.0"
+    digest = "sha256:" + "ab" * 32
+    given = _pgbouncer_image("postgres.registry=registry.example:5000", f"postgres.pgbouncer.digest={digest}")
+    assert given == f"registry.example:5000/kanri-pgbouncer:1.18.0@{digest}"
+    spec = PostgresPoolerSpec.model_validate({"cluster": "pg", "type": "rw"})
+    pods = children.deployment("p", "ns", spec, "h", image=children.image({children.IMAGE_ENV: given}))
+    (container,) = pods["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == given
+    assert children.image({}) == children.image({children.IMAGE_ENV: " "}) == children.IMAGE

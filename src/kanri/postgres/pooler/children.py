@@ -1,6 +1,7 @@
 """The children of a PostgresPooler (pure builders): the Deployment, the Service, the ConfigMap and two Secrets.
 
-The pods run ``kanri.dev/pgbouncer:1.18`` (the local cluster maps it to Debian's pgbouncer; docs/images.md), as a
+The pods run :func:`image`: ``KANRI_PGBOUNCER_IMAGE`` (the chart's built ``kanri-pgbouncer``, by digest), else
+``kanri.dev/pgbouncer:1.18`` (the home-made node maps it to Debian's pgbouncer; docs/images.md), as a
 non-root user with a read-only root filesystem, no service account token and no capability. They are spread over
 zones and nodes (preferred, as the cluster's instances). The pod template carries :data:`names.CONFIG_HASH`: a new
 pgbouncer.ini, auth file or certificate rolls the pods one at a time, a new one ready before an old one goes.
@@ -9,6 +10,7 @@ pgbouncer.ini, auth file or certificate rolls the pods one at a time, a new one 
 from __future__ import annotations
 
 import base64
+from collections.abc import Mapping
 from typing import Any
 
 from kanri.contract.pooler import PRIMARY_CHECK_ENV
@@ -19,12 +21,14 @@ from kanri.postgres.pooler.config import AUTH_DIR, AUTH_FILE, CONFIG_DIR, CONFIG
 
 __all__ = [
     "IMAGE",
+    "IMAGE_ENV",
     "METRICS_PORT",
     "UID",
     "auth_secret",
     "config_map",
     "deployment",
     "dns_names",
+    "image",
     "primary_check",
     "service",
     "tls_secret",
@@ -32,6 +36,9 @@ __all__ = [
 
 Obj = dict[str, Any]
 IMAGE = "kanri.dev/pgbouncer:1.18"
+IMAGE_ENV = "KANRI_PGBOUNCER_IMAGE"
+"""The pods' image reference the chart sets on the operator (values ``postgres.pgbouncer``), so a real cluster pulls
+the built ``kanri-pgbouncer``; unset or empty: :data:`IMAGE` (the home-made node's name)."""
 UID = 70
 METRICS_PORT = 9127
 """The agent's Prometheus endpoint (``/metrics``: kanri.postgres.pooler.agent.metrics)."""
@@ -40,6 +47,11 @@ DEFAULT_REQUESTS = {"cpu": "50m", "memory": "64Mi"}
 """What a PgBouncer container requests for each resource ``spec.resources`` names neither a request nor a limit of
 (never BestEffort; PgBouncer is one small single-threaded process)."""
 SPREAD_KEYS = ("topology.kubernetes.io/zone", "kubernetes.io/hostname")
+
+
+def image(environ: Mapping[str, str]) -> str:
+    """The pods' image: ``environ[IMAGE_ENV]`` when set and not empty, else :data:`IMAGE`."""
+    return environ.get(IMAGE_ENV, "").strip() or IMAGE
 
 
 def _meta(name: str, pooler: str, namespace: str) -> Obj:

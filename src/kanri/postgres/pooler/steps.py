@@ -5,6 +5,7 @@ instance client, and hands back what the next step needs. The reconciler (:mod:`
 from __future__ import annotations
 
 import datetime as dt
+import os
 import secrets
 from typing import Any, Protocol, runtime_checkable
 
@@ -135,7 +136,9 @@ async def ensure_children(ctx: PassContext, spec: PostgresPoolerSpec, cert: byte
     digest = config_hash({CONFIG_FILE: ini.encode(), "tls.crt": cert, AUTH_FILE: auth.encode()})
     await ctx.children.apply(CONFIG_MAP, children.config_map(ctx.name, ctx.namespace, ini))
     await ctx.children.apply(SERVICE, children.service(ctx.name, ctx.namespace))
-    await ctx.children.apply(DEPLOYMENT, children.deployment(ctx.name, ctx.namespace, spec, digest, database=database))
+    pods = children.deployment(ctx.name, ctx.namespace, spec, digest, image=children.image(os.environ),
+                               database=database)  # fmt: skip
+    await ctx.children.apply(DEPLOYMENT, pods)
     return digest
 
 
