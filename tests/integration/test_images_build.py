@@ -253,5 +253,7 @@ def test_the_pgbouncer_image_holds_pgbouncer_and_every_library_it_links_without_
     needed = {line.split()[1] for line in done.stdout.splitlines() if line.strip().startswith("NEEDED")}
     assert {"libcares.so.2", "libevent-2.1.so.7", "libssl.so.3"} <= needed  # the check sees what it links
     assert sorted(needed - present) == []
+    # no layer holds a real folder where the base has a merged-/usr link (it would hide the dynamic loader)
+    assert sorted(n.split("/", 1)[0] for n in names if n.split("/", 1)[0] in layers.MERGED_DIRS and "/" in n) == []
     leaked = sorted(n for n in names if n.startswith(("usr/share/postgresql-common", "usr/share/perl", "usr/bin/perl")))
     assert leaked == []

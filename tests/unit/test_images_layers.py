@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kanri.images import debian
+from kanri.images import debian, layers
 from kanri.images.oci import LayerBuilder, put_blob, write_compressed_layer
 from kanri.images.signing import VerificationError, check_blobs
 
@@ -199,3 +199,19 @@ def test_links_scripts_made_and_generated_files_go_with_their_package_s_layer(tm
     assert moved <= layer_names
     assert {"./usr/bin/awk", "./etc/alternatives/awk", "./usr/bin/mawk"} <= base_names  # the base's own alternative
     assert "./usr/bin/awk" not in layer_names
+
+
+def test_a_package_s_top_level_lib_goes_under_usr_and_never_replaces_the_base_s_link(tmp_path: Path) -> None:
+    """pgbouncer's .deb ships /lib/systemd/system/: as a real lib/ folder in a layer it hid the base's ``lib ->
+    usr/lib`` link, and with it the dynamic loader (``exec /usr/bin/python3: no such file or directory``)."""
+    root = tmp_path / "root"
+    (root / "lib" / "systemd" / "system").mkdir(parents=True)
+    (root / "lib" / "systemd" / "system" / "x.service").write_text("unit\n")
+    (root / "usr" / "lib" / "x").mkdir(parents=True)
+    (root / "usr" / "sbin").mkdir(parents=True)
+    (root / "usr" / "sbin" / "prog").write_text("binary\n")
+    layers.merge_usr(root)
+    assert not (root / "lib").exists()
+    assert (root / "usr" / "lib" / "systemd" / "system" / "x.service").read_text() == "unit\n"
+    assert (root / "usr" / "lib" / "x").is_dir()
+    assert (root / "usr" / "sbin" / "prog").read_text() == "binary\n"

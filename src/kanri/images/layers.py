@@ -204,15 +204,31 @@ def kanri_layer(cache: LayerCache, package: Path, version: str, epoch: int) -> L
     return cache.get(f"kanri {version}", key, write)
 
 
+MERGED_DIRS = ("bin", "sbin", "lib", "lib64")
+"""The top-level folders that are links into ``/usr`` in the Debian base (merged /usr)."""
+
+
+def merge_usr(root: Path) -> None:
+    """Move an unpacked package's ``/bin``, ``/sbin``, ``/lib``, ``/lib64`` under ``/usr`` (as dpkg does on a merged
+    /usr system): a real ``lib/`` folder in a layer would replace the base's ``lib -> usr/lib`` link, and with it the
+    dynamic loader every program needs (pgbouncer's .deb ships ``/lib/systemd/system/``)."""
+    for name in MERGED_DIRS:
+        top = root / name
+        if top.is_dir() and not top.is_symlink():
+            shutil.copytree(top, root / "usr" / name, symlinks=True, dirs_exist_ok=True)
+            shutil.rmtree(top)
+
+
 def deb_layer(cache: LayerCache, deb: Path, sha256: str, epoch: int) -> Layer:
     """One Debian package unpacked (``dpkg-deb -x``, no maintainer scripts: a static binary needs none) with its
     control record in ``/var/lib/dpkg/status.d/`` (as distroless images: how scanners find it without dpkg)."""
-    key = _key("deb", sha256, str(epoch))
+    key = _key("deb", sha256, str(epoch), "merged-usr")
 
     def write(out: IO[bytes]) -> None:
         with tempfile.TemporaryDirectory(prefix="kanri-deb-") as scratch:
             root = Path(scratch) / "root"
             subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True)
+            merge_usr(root)
             control = subprocess.run(["dpkg-deb", "-f", str(deb)], capture_output=True, text=True, check=True)
             name = subprocess.run(
                 ["dpkg-deb", "-f", str(deb), "Package"], capture_output=True, text=True, check=True
