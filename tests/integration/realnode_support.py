@@ -119,17 +119,22 @@ async def http_get(port: int, path: str, timeout: float = 30) -> bytes:
 
 @contextlib.contextmanager
 def three_real_nodes(
-    control_plane: Endpoint, work_dir: Path, prefix: str, image: str, first_node_images: tuple[str, ...] = ()
+    control_plane: Endpoint,
+    work_dir: Path,
+    prefix: str,
+    image: str,
+    first_node_images: tuple[str, ...] = (),
+    every_node_images: tuple[str, ...] = (),
 ) -> Iterator[RealCluster]:
     """Three real nodes in three zones on the session's control plane, holding ``image`` (also the provisioner's
-    helper: it has a shell) and CoreDNS's, their cluster DNS the Service range's tenth address; stopped,
-    deregistered and checked for leftovers at the end."""
+    helper: it has a shell), ``every_node_images`` and CoreDNS's, their cluster DNS the Service range's tenth address;
+    stopped, deregistered and checked for leftovers at the end."""
     config = json.loads((control_plane.kubeconfig.parent / "config.json").read_text())
     nodes = RealCluster(
         control_plane.kubeconfig.parent,
         work_dir / "nodes",
         prefix=prefix,
-        images=(image,),
+        images=(image, *every_node_images),
         first_node_images=first_node_images,
         extra_layouts=(coredns_image(node_bin_dir(), work_dir / "coredns"),),
         cluster_dns=cluster_dns_ip(config["serviceCIDR"]),

@@ -39,10 +39,12 @@ from kanri.local.realnode.network import route_services, unroute_services
 from kanri.postgres.children.images import ENV as POSTGRES_IMAGES_ENV
 from kanri.postgres.cluster.instances import HttpInstanceClient
 from kanri.postgres.ha.failover import SWITCHOVER as SWITCHOVER_TO
-from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
+from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER, POSTGRES_POOLER
+from kanri.postgres.pooler import children as pooler_children
+from kanri.postgres.pooler import names as pooler_names
 from kanri.postgres.recovery.rehearsal import FIRST_BACKUP
 from kanri.runtime import Client, get_condition
-from kanri.runtime.kinds import SERVICE
+from kanri.runtime.kinds import POD, SERVICE
 from tests.e2e.postgres_helpers import (
     cluster,
     cluster_ip,
@@ -83,6 +85,7 @@ MAJOR = 17
 IMAGE = f"kanri-postgres-{MAJOR}"
 PSQL = f"/opt/postgresql/{MAJOR}/bin/psql"
 STORE_IMAGE = "kanri-seaweedfs"
+POOLER_IMAGE = "kanri-pgbouncer"
 
 
 @pytest.fixture(scope="module")
@@ -96,9 +99,10 @@ def work_dir() -> Iterator[Path]:
 
 @pytest.fixture(scope="module")
 def pg_nodes(control_plane: Endpoint, work_dir: Path) -> Iterator[RealCluster]:
-    """Three real nodes in three zones holding the PostgreSQL image and CoreDNS's (a replica clones from and streams
-    from ``<cluster>-rw`` by name); node 0 also the chart's operator image and the object store's."""
-    with three_real_nodes(control_plane, work_dir, PREFIX, IMAGE, ("kanri-operator", STORE_IMAGE)) as nodes:
+    """Three real nodes in three zones holding the PostgreSQL image, the pooler's and CoreDNS's (a replica clones from
+    and streams from ``<cluster>-rw`` by name); node 0 also the chart's operator image and the object store's."""
+    with three_real_nodes(control_plane, work_dir, PREFIX, IMAGE, ("kanri-operator", STORE_IMAGE),
+                          (POOLER_IMAGE,)) as nodes:  # fmt: skip
         yield nodes
 
 
@@ -116,9 +120,13 @@ def provisioner(pg_nodes: RealCluster, work_dir: Path) -> Iterator[LocalPathProv
 
 @pytest.fixture(scope="module")
 def images_env(pg_nodes: RealCluster) -> Iterator[str]:
-    """``KANRI_POSTGRES_IMAGES`` naming the image as the nodes imported it (the operator reads it when built)."""
+    """``KANRI_POSTGRES_IMAGES`` and ``KANRI_PGBOUNCER_IMAGE`` naming the images as the nodes imported them (the
+    operator reads them when built)."""
     ref = pg_nodes.nodes[0].image(IMAGE).ref
-    with environment(POSTGRES_IMAGES_ENV, json.dumps({"postgres": {str(MAJOR): ref}})):
+    with (
+        environment(POSTGRES_IMAGES_ENV, json.dumps({"postgres": {str(MAJOR): ref}})),
+        environment(pooler_children.IMAGE_ENV, pg_nodes.nodes[0].image(POOLER_IMAGE).ref),
+    ):
         yield ref
 
 
@@ -134,7 +142,7 @@ async def operator(
     await install_postgres_crd(client)
     instances = HttpInstanceClient()
     try:
-        yield Operator(control_plane, namespace, instances=instances)
+        yield Operator(control_plane, namespace, instances=instances, poolers=True)
     finally:
         await instances.close()
 
@@ -160,14 +168,14 @@ async def diagnose(kubeconfig: Path, namespace: str) -> str:
     return "\n".join(parts)
 
 
-async def psql(kubeconfig: Path, namespace: str, pod: str, host: str, sql: str) -> str:
+async def psql(kubeconfig: Path, namespace: str, pod: str, host: str, sql: str, sslmode: str = "prefer") -> str:
     """``sql`` run by psql in ``pod`` against ``host`` as the app user; the password is read inside the pod from the
     mounted Secret (never on a command line)."""
     script = (
-        f'PGPASSWORD="$(cat /etc/kanri/app/password)" {PSQL} -h "$1" -U "$(cat /etc/kanri/app/username)" '
-        '-d app -Atc "$2"'
+        f'PGSSLMODE="$3" PGPASSWORD="$(cat /etc/kanri/app/password)" {PSQL} -h "$1" '
+        '-U "$(cat /etc/kanri/app/username)" -d app -Atc "$2"'
     )
-    command = ["-n", namespace, "exec", pod, "-c", "postgres", "--", "bash", "-c", script, "psql", host, sql]
+    command = ["-n", namespace, "exec", pod, "-c", "postgres", "--", "bash", "-c", script, "psql", host, sql, sslmode]
 
     async def run() -> str | None:
         # kube-proxy programs a Service's endpoints a moment after the cluster says Ready: until then its rule
@@ -181,6 +189,45 @@ async def psql(kubeconfig: Path, namespace: str, pod: str, host: str, sql: str) 
         raise AssertionError(f"psql through {host}: {exc}") from None
     assert "command terminated with exit code" not in out, out  # psql failed (kubectl appended its stderr)
     return out
+
+
+async def pooler_ready(client: Client, namespace: str, name: str) -> dict[str, object] | None:
+    """The pooler's status once Ready, else None."""
+    status = (await client.get(POSTGRES_POOLER, name, namespace)).get("status") or {}
+    condition = get_condition(status.get("conditions"), "Ready")
+    return status if condition is not None and condition["status"] == "True" else None
+
+
+def pgbouncer_processes() -> list[dict[str, str]]:
+    """``/proc/PID/status`` of every process named pgbouncer on this machine (the real nodes' runc containers are
+    its processes), as a field -> value map: what the runtime really gave them."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv0 = (proc / "cmdline").read_bytes().split(b"\0")[0]
+            status = (proc / "status").read_text()
+        except OSError:
+            continue
+        if argv0.endswith(b"/pgbouncer"):
+            found.append({k: v.strip() for k, v in (line.split(":", 1) for line in status.splitlines() if ":" in line)})
+    return found
+
+
+async def assert_pgbouncer_confined(client: Client, namespace: str) -> None:
+    """The pooler pod's PgBouncer runs as the image's uid 70, without privileges: no new privileges, a seccomp filter,
+    no capability; the pod is Ready."""
+    selector = ",".join(f"{k}={v}" for k, v in pooler_names.LABELS.selector("orders-pool").items())
+    (pooler_pod,) = (await client.list(POD, namespace, label_selector=selector))[0]
+    conditions = {c["type"]: c["status"] for c in pooler_pod["status"].get("conditions", [])}
+    assert conditions.get("Ready") == "True", conditions
+    (process,) = [p for p in pgbouncer_processes() if p["Uid"].split()[0] == str(pooler_children.UID)]
+    assert process["Uid"].split() == [str(pooler_children.UID)] * 4, process["Uid"]
+    assert process["Gid"].split() == [str(pooler_children.UID)] * 4, process["Gid"]
+    assert process["NoNewPrivs"] == "1", process["NoNewPrivs"]
+    assert process["Seccomp"] == "2", f"seccomp mode {process['Seccomp']} (2: filter)"
+    assert int(process["CapEff"], 16) == 0, process["CapEff"]
 
 
 def on_local_path(name: str, namespace: str, replicas: int) -> dict[str, Any]:
@@ -213,6 +260,26 @@ async def test_one_instance_on_a_local_path_volume_becomes_ready_and_serves_thro
         out = await kubectl(kubeconfig, "-n", namespace, "exec", primary_pod, "-c", "postgres", "--",
                             "/opt/barman/bin/python3", "-c", staging, check=False)  # fmt: skip
         assert out.startswith("/run/kanri-tmp/barman-cloud-backup-"), out
+
+        # a PostgresPooler (rw, TLS both ways) from the built kanri-pgbouncer image, in front of the same cluster
+        started = time.monotonic()
+        await client.create(POSTGRES_POOLER, {
+            "apiVersion": POSTGRES_POOLER.api_version, "kind": "PostgresPooler",
+            "metadata": {"name": "orders-pool", "namespace": namespace},
+            "spec": {"cluster": "orders", "instances": 1, "type": "rw"}})  # fmt: skip
+        try:
+            await eventually(lambda: pooler_ready(client, namespace, "orders-pool"), timeout=120, interval=1)
+        except NotYet as exc:
+            raise AssertionError(f"{exc}\n{await diagnose(kubeconfig, namespace)}") from None
+        print(f"PostgresPooler create -> Ready on a real node in {time.monotonic() - started:.1f} s")
+        pooled = str((await client.get(SERVICE, "orders-pool", namespace))["spec"]["clusterIP"])
+        # a pooled write over TLS to PgBouncer (sslmode=require), and PgBouncer's own server connection is TLS
+        await psql(kubeconfig, namespace, primary_pod, pooled, "INSERT INTO t VALUES (43)", sslmode="require")
+        ssl = "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()"
+        assert (await psql(kubeconfig, namespace, primary_pod, pooled, ssl, sslmode="require")).split() == ["t"]
+        rows = await psql(kubeconfig, namespace, primary_pod, rw, "SELECT x FROM t ORDER BY x")
+        assert rows.split() == ["42", "43"]
+        await assert_pgbouncer_confined(client, namespace)
 
 
 async def test_three_instances_spread_over_the_nodes_replicate_and_switch_over(
