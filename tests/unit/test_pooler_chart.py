@@ -8,8 +8,11 @@ only."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
+from kanri.local import imagemap
+from kanri.local.node.images import ImageEntry, ImageMap
 from kanri.postgres.api.v1alpha1.postgres_pooler import PostgresPoolerSpec
 from kanri.postgres.labels import POSTGRES
 from kanri.postgres.pooler import children
@@ -106,3 +109,16 @@ def test_the_chart_names_the_built_pgbouncer_image_and_the_operator_uses_it() ->
     (container,) = pods["spec"]["template"]["spec"]["containers"]
     assert container["image"] == given
     assert children.image({}) == children.image({children.IMAGE_ENV: " "}) == children.IMAGE
+
+
+def test_the_home_made_node_runs_the_chart_s_built_pgbouncer_reference_and_the_local_name(tmp_path: Path) -> None:
+    """The e2e tier's home-made node maps both ``kanri.dev/pgbouncer:1.18`` (the operator's default) and what the
+    chart passes, ``<registry>/kanri-pgbouncer:1.18.0@sha256:…``, to the agent with the host's pgbouncer."""
+    binary = tmp_path / "pgbouncer"
+    binary.write_text("")
+    entries = imagemap.pgbouncer_entries("/usr/bin/python3", {}, binary)
+    images = ImageMap(ImageEntry.parse(e) for e in [*entries, *imagemap.registry_aliases(entries)])
+    for ref in (children.IMAGE, _pgbouncer_image(f"postgres.pgbouncer.digest=sha256:{'cd' * 32}")):
+        entry = images.resolve(ref)
+        assert entry is not None, ref
+        assert entry.command[-1] == "kanri.postgres.pooler.agent", ref

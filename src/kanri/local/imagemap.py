@@ -168,6 +168,7 @@ BUILT_REPOSITORIES = {
     SEAWEEDFS_IMAGE.rpartition(":")[0]: "kanri-seaweedfs",
     VALKEY_IMAGE: "kanri-valkey",  # cache operator (issue 31)
     KAFKA_IMAGE: "kanri-kafka",  # kafka operator (issue 30)
+    PGBOUNCER_IMAGE: "kanri-pgbouncer",  # connection pooler (issue 29 item 6)
 }
 
 
@@ -244,17 +245,17 @@ def pgbouncer_entries(interpreter: str, base_env: dict[str, str],
     """``kanri.dev/pgbouncer:1.18`` (PostgresPooler, docs/pooler.md): the pods' agent (``python -m
     kanri.postgres.pooler.agent``: PgBouncer as its child, its metrics on port 9127) with Debian's pgbouncer (``make
     system`` installs it; under ``/usr``, which every container sees), the container's args naming its pgbouncer.ini,
-    as the image's ``pgbouncer`` user (uid/gid 70). None without the binary (its pods fail ImageNotMapped)."""
+    as the image's ``pgbouncer`` user (uid/gid 70). Also under the built image's tag ``1.18.0`` (what the chart names,
+    ``<registry>/kanri-pgbouncer:1.18.0@sha256:…``, through :func:`registry_aliases`). None without the binary (its
+    pods fail ImageNotMapped)."""
     if not binary.exists():
         return []
-    return [
-        {
-            "image": f"{PGBOUNCER_IMAGE}:1.18",
-            "command": [interpreter, "-m", "kanri.postgres.pooler.agent"],
-            "env": base_env | {"PATH": _PATH, "HOME": "/tmp", "KANRI_PGBOUNCER": str(binary)},
-            "users": [{"name": "pgbouncer", "uid": PGBOUNCER_UID, "gid": PGBOUNCER_UID, "home": "/tmp"}],
-        }
-    ]
+    entry = {
+        "command": [interpreter, "-m", "kanri.postgres.pooler.agent"],
+        "env": base_env | {"PATH": _PATH, "HOME": "/tmp", "KANRI_PGBOUNCER": str(binary)},
+        "users": [{"name": "pgbouncer", "uid": PGBOUNCER_UID, "gid": PGBOUNCER_UID, "home": "/tmp"}],
+    }
+    return [{"image": f"{PGBOUNCER_IMAGE}:{tag}"} | entry for tag in ("1.18", "1.18.0")]
 
 
 def write_default_image_map(path: Path) -> Path:
