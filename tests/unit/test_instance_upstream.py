@@ -88,3 +88,12 @@ def test_a_new_resume_is_woken_at_once_whatever_the_last_wake_of_the_one_before(
     nudge = RetryNudge(every=1.0, window=30.0)
     assert nudge.due(100.0, 100.5, paused=False, receiver_running=False)
     assert nudge.due(100.8, 100.9, paused=False, receiver_running=False)
+
+
+def test_a_look_may_name_a_shorter_limit_than_the_watchdogs_own() -> None:
+    watchdog = ConnectWatchdog(limit=10.0)
+    assert watchdog.stuck([41], 0.0, limit=2.0) == []
+    assert watchdog.stuck([41], 1.9, limit=2.0) == []
+    assert watchdog.stuck([41], 2.0, limit=2.0) == [41]  # right after a resume: restarted after 2 s, not 10
+    assert watchdog.stuck([42], 3.0) == []
+    assert watchdog.stuck([42], 9.0) == []  # otherwise the watchdog's own 10 s

@@ -67,6 +67,12 @@ RETRY_WINDOW = 30.0
 """Seconds after a resume during which a replica whose WAL receiver is not running is woken every
 :data:`RETRY_EVERY` instead of waiting out ``wal_retrieve_retry_interval``."""
 RETRY_EVERY = 1.0
+RESUMED_CONNECT_LIMIT = 2.0
+"""During :data:`RETRY_WINDOW`, seconds a WAL receiver may wait for its primary's answer before it is restarted (a
+healthy primary answers in milliseconds; a connection begun while ``-rw`` still led to the failed primary's
+address waits on an address nobody answers — ARP, a frozen kernel's handshake — for seconds)."""
+HURRIED_INTERVAL = 0.25
+"""Seconds between looks during :data:`RETRY_WINDOW` (:data:`INTERVAL` otherwise)."""
 
 STARTUP = "SELECT pid FROM pg_stat_activity WHERE backend_type = 'startup'"
 RECEIVERS = "SELECT count(*) AS n FROM pg_stat_wal_receiver"
@@ -105,10 +111,12 @@ class ConnectWatchdog:
     limit: float = CONNECT_TIMEOUT
     since: dict[int, float] = field(default_factory=dict)
 
-    def stuck(self, connecting: list[int], now: float) -> list[int]:
-        """``connecting``: the receivers seen waiting in this look; the ones to restart (forgotten once named)."""
+    def stuck(self, connecting: list[int], now: float, limit: float | None = None) -> list[int]:
+        """``connecting``: the receivers seen waiting in this look; the ones to restart (forgotten once named);
+        ``limit``: this look's, instead of :attr:`limit` (shorter right after a resume)."""
         self.since = {pid: self.since.get(pid, now) for pid in connecting}
-        overdue = [pid for pid, since in self.since.items() if now - since >= self.limit]
+        wait = self.limit if limit is None else limit
+        overdue = [pid for pid, since in self.since.items() if now - since >= wait]
         for pid in overdue:
             del self.since[pid]
         return overdue
@@ -182,7 +190,7 @@ class UpstreamWatch:
                     await self._close()
                 else:
                     self._failed = None
-                await asyncio.sleep(INTERVAL)
+                await asyncio.sleep(HURRIED_INTERVAL if self.hurrying(self.clock()) else INTERVAL)
         finally:
             await self._close()
 
@@ -207,21 +215,27 @@ class UpstreamWatch:
             return
         now = self.clock()
         self.memory.observe(dict(row) if row is not None else None, now)
-        for pid in self.watchdog.stuck([] if core.paused else connecting, now):
+        limit = RESUMED_CONNECT_LIMIT if self.hurrying(now) else self.watchdog.limit
+        for pid in self.watchdog.stuck([] if core.paused else connecting, now, limit):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)  # PostgreSQL's own way to stop it; the startup process starts another
                 log.warning("WAL receiver restarted: its primary did not answer the connection",
-                            waited_seconds=self.watchdog.limit)  # fmt: skip
+                            waited_seconds=limit)  # fmt: skip
         if self._conn is not None:
             try:
                 await self.hurry(self._conn, now)
             except (psycopg.Error, OSError):
                 await self._close()
 
+    def hurrying(self, now: float) -> bool:
+        """Whether a resume happened less than the nudge's window ago."""
+        resumed = self.core.resumed_at
+        return resumed is not None and now - resumed <= self.nudge.window
+
     async def hurry(self, conn: psycopg.AsyncConnection[DictRow], now: float) -> None:
         """Wake the startup process when :class:`RetryNudge` says so (a resumed replica with no WAL receiver)."""
         core = self.core
-        if core.resumed_at is None or now - core.resumed_at > self.nudge.window:
+        if not self.hurrying(now):
             return  # nothing to hurry: no extra queries
         running = bool((await fetch_one(conn, RECEIVERS))["n"])
         if not self.nudge.due(core.resumed_at, now, paused=core.paused, receiver_running=running):
