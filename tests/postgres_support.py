@@ -147,9 +147,10 @@ class Operator:
 
 
 async def put_back_single_version_crds(client: Client) -> None:
-    """The PostgresCluster and PostgresBackup CRDs as the other modules of the session install them: v1alpha1 alone,
-    no conversion webhook in the way, no operator version stamp. The stored objects must be in v1alpha1 already."""
-    for model in (PostgresCluster, PostgresBackup):
+    """The PostgresCluster, PostgresBackup and PostgresPooler CRDs as the other modules of the session install them:
+    v1alpha1 alone, no conversion webhook in the way, no operator version stamp. The stored objects must be in
+    v1alpha1 already."""
+    for model in (PostgresCluster, PostgresBackup, PostgresPooler):
         crd = await client.get(CRD, model.resource.crd_name)
         crd["spec"] = crd_for(model)["spec"]
         annotations = crd["metadata"].get("annotations") or {}

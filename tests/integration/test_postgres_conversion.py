@@ -6,7 +6,7 @@ module (the tests share one control plane with every other module of the session
 put back to v1alpha1 alone at the end):
 
 1. this release (``served.SERVED``): v1alpha1 stored, v1beta1 served; objects created in either version read in
-   both;
+   both (PostgresClusters and PostgresPoolers);
 2. nobody serving: v1alpha1 still reads and writes, v1beta1 and the group's preferred version fail (namespace
    deletion stalls);
 3. the next release (``conversion.POSTGRES``, v1beta1 stored): the leader's migration rewrites every object and
@@ -36,6 +36,7 @@ from kanri.local.ports import free_port
 from kanri.postgres.api import v1alpha1
 from kanri.postgres.api.conversion import POSTGRES
 from kanri.postgres.api.served import SERVED
+from kanri.postgres.api.v1alpha1.postgres_pooler import PostgresPooler
 from kanri.postgres.operator import OperatorOptions, build_manager
 from kanri.runtime import ApiError, Client, Conversions, Kind, Manager, WebhookOptions
 from kanri.runtime._crd_upgrade import VERSION_ANNOTATION
@@ -46,7 +47,10 @@ from tests.support import NotYet, eventually
 OLD = v1alpha1.PostgresCluster.resource.api_kind
 NEW = Kind("kanri.dev/v1beta1", "PostgresCluster", "postgresclusters")
 CLUSTERS_CRD = v1alpha1.PostgresCluster.resource.crd_name
-CRDS = (v1alpha1.PostgresCluster, v1alpha1.PostgresBackup)
+OLD_POOLER = PostgresPooler.resource.api_kind
+NEW_POOLER = Kind("kanri.dev/v1beta1", "PostgresPooler", "postgrespoolers")
+POOLERS_CRD = PostgresPooler.resource.crd_name
+CRDS = (v1alpha1.PostgresCluster, v1alpha1.PostgresBackup, PostgresPooler)
 SPEC = {"version": 17, "storage": {"size": "1Gi"}}
 
 
@@ -59,6 +63,8 @@ class Api:
     webhook: WebhookOptions
     written: dict[str, str] = field(default_factory=dict)
     """name -> resourceVersion of each object while stored in v1alpha1."""
+    poolers: dict[str, str] = field(default_factory=dict)
+    """name -> resourceVersion of each PostgresPooler while stored in v1alpha1."""
     manager: Manager | None = None
     task: asyncio.Task[None] | None = None
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
@@ -123,7 +129,7 @@ async def _stored_versions(client: Client, expected: list[str], crd: str = CLUST
 
 
 async def _all_stored_in(client: Client, version: str) -> bool:
-    """Both CRDs' storedVersions are ``[version]``."""
+    """Every CRD's storedVersions is ``[version]``."""
     for model in CRDS:
         if await _stored_versions(client, [version], model.resource.crd_name) is None:
             return False
@@ -147,6 +153,8 @@ async def api(control_plane: Endpoint) -> AsyncIterator[Api]:
         spec = {**SPEC, "failover": {"maxDataLossBytes": 1048576}}
         created = await _create(client, OLD, {"metadata": {"name": "before", "namespace": namespace}, "spec": spec})
         api.written["before"] = created["metadata"]["resourceVersion"]
+        pooler = {"metadata": {"name": "before-pool", "namespace": namespace}, "spec": {"cluster": "before"}}
+        api.poolers["before-pool"] = (await _create(client, OLD_POOLER, pooler))["metadata"]["resourceVersion"]
         try:
             yield api
         finally:
@@ -186,6 +194,24 @@ async def test_this_release_serves_v1beta1_beside_the_stored_v1alpha1(api: Api) 
     api.written["after"] = after["metadata"]["resourceVersion"]
     listed, _ = await client.list(NEW, ns)
     assert sorted(item["metadata"]["name"] for item in listed) == ["after", "before"]
+
+    # The PostgresPooler too: its CRD serves both versions, and an object crosses with only apiVersion changed.
+    pooler_crd = await client.get(CRD, POOLERS_CRD)
+    versions = {v["name"]: (v["served"], v["storage"]) for v in pooler_crd["spec"]["versions"]}
+    assert versions == {"v1alpha1": (True, True), "v1beta1": (True, False)}
+    pooler = await eventually(lambda: _read(client, NEW_POOLER, "before-pool", ns), timeout=30)
+    assert (pooler["apiVersion"], pooler["spec"]["cluster"], pooler["spec"]["mode"]) == (
+        "kanri.dev/v1beta1", "before", "transaction")  # fmt: skip
+    parameters = {"default_pool_size": "20"}
+    await client.patch(NEW_POOLER, "before-pool", {"spec": {"instances": 3, "parameters": parameters}}, ns)
+    old_pooler = await client.get(OLD_POOLER, "before-pool", ns)
+    assert (old_pooler["spec"]["instances"], old_pooler["spec"]["parameters"]) == (3, parameters)
+    manifest = {"metadata": {"name": "after-pool", "namespace": ns}, "spec": {"cluster": "after", "type": "ro"}}
+    await _create(client, NEW_POOLER, manifest)
+    after_pool = await client.get(OLD_POOLER, "after-pool", ns)
+    assert (after_pool["apiVersion"], after_pool["spec"]["type"]) == ("kanri.dev/v1alpha1", "ro")
+    api.poolers["before-pool"] = old_pooler["metadata"]["resourceVersion"]
+    api.poolers["after-pool"] = after_pool["metadata"]["resourceVersion"]
 
     # v1alpha1 is still the storage version: nothing to migrate.
     assert await _stored_versions(client, ["v1alpha1"])
@@ -253,6 +279,13 @@ async def test_the_next_release_migrates_every_object_to_v1beta1_and_prunes(api:
     for item in new:
         name = item["metadata"]["name"]
         assert item["metadata"]["resourceVersion"] != api.written[name], f"{name} was not rewritten"
+    pooler_crd = await client.get(CRD, POOLERS_CRD)
+    assert {v["name"]: v["storage"] for v in pooler_crd["spec"]["versions"]} == {"v1alpha1": False, "v1beta1": True}
+    poolers, _ = await client.list(NEW_POOLER, ns)
+    assert {item["metadata"]["name"] for item in poolers} == set(api.poolers)
+    for item in poolers:
+        name = item["metadata"]["name"]
+        assert item["metadata"]["resourceVersion"] != api.poolers[name], f"pooler {name} was not rewritten"
     migrated = api.registry.get_sample_value(
         "kanri_storage_migration_objects_total", {"crd": CLUSTERS_CRD, "result": "migrated"}
     )
@@ -290,6 +323,10 @@ async def test_with_nobody_serving_after_the_migration_v1beta1_works_and_v1alpha
         await client.get(OLD, "before", ns)
     assert failed.value.status == 500
     assert "conversion webhook" in failed.value.message
+    assert (await client.get(NEW_POOLER, "before-pool", ns))["spec"]["instances"] == 3  # stored in v1beta1
+    with pytest.raises(ApiError) as failed:
+        await client.get(OLD_POOLER, "before-pool", ns)
+    assert failed.value.status == 500
     # v1beta1, the preferred version, is stored now: metadata-only reads and namespace deletion need no conversion.
     status, text = await _metadata_list(client, NEW)
     assert status == 200, text

@@ -1,5 +1,5 @@
-"""PostgresCluster and PostgresBackup v1beta1: every valid object converts to the other version and back unchanged,
-defaults agree on both paths, and no v1alpha1 field is missing from v1beta1."""
+"""PostgresCluster, PostgresBackup and PostgresPooler v1beta1: every valid object converts to the other version and
+back unchanged, defaults agree on both paths, and no v1alpha1 field is missing from v1beta1."""
 
 from __future__ import annotations
 
@@ -19,8 +19,10 @@ from kanri.postgres.api.conversion import (
     POSTGRES,
     POSTGRES_BACKUPS,
     POSTGRES_CLUSTERS,
+    POSTGRES_POOLERS,
     PostgresClusterV1Alpha1,
 )
+from kanri.postgres.api.v1alpha1 import postgres_pooler
 from kanri.runtime import ConversionError, crd_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -208,6 +210,42 @@ def test_a_backup_changes_only_its_api_version() -> None:
     assert POSTGRES_BACKUPS.convert(new, V1ALPHA1) == backup
 
 
+pooler_specs = st.fixed_dictionaries(
+    {"cluster": st.sampled_from(["db", "orders-main"])},
+    optional={"type": st.sampled_from(["rw", "ro"]), "instances": st.integers(0, 16),
+              "mode": st.sampled_from(["transaction", "session"]),
+              "parameters": st.dictionaries(st.sampled_from(postgres_pooler.USER_PARAMETERS),
+                                            st.sampled_from(["0", "20", "on", "SELECT 1"]), max_size=4),
+              "resources": st.just({"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}})},
+)  # fmt: skip
+_READY = {"type": "Ready", "status": "True", "reason": "Ready", "message": "2 of 2",
+          "lastTransitionTime": "2026-12-01T10:00:00Z"}  # fmt: skip
+pooler_statuses = st.fixed_dictionaries(
+    {"conditions": st.sampled_from([[], [_READY]])},  # a default the models write out
+    optional={"instances": st.integers(0, 16), "readyInstances": st.integers(0, 16), "service": st.just("db-pooler"),
+              "authSecretVersion": st.just("4711"), "configHash": st.just("0" * 64),
+              "observedGeneration": st.integers(0, 99)},
+)  # fmt: skip
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from([V1ALPHA1, V1BETA1]), pooler_specs, st.none() | pooler_statuses)
+def test_every_pooler_converts_to_the_other_version_and_back(
+    api_version: str, spec: dict[str, Any], status: dict[str, Any] | None
+) -> None:
+    pooler: dict[str, Any] = {"apiVersion": api_version, "kind": "PostgresPooler", "spec": spec,
+                              "metadata": {"name": "db-pooler", "namespace": "prod"}}  # fmt: skip
+    if status is not None:
+        pooler["status"] = status
+    other = V1BETA1 if api_version == V1ALPHA1 else V1ALPHA1
+    converted = POSTGRES_POOLERS.convert(pooler, other)
+    back = POSTGRES_POOLERS.convert(converted, api_version)
+    # The defaults (type, instances, mode, parameters) are filled in; nothing else changes but apiVersion, either way.
+    assert converted == {**back, "apiVersion": other}
+    assert back == {**pooler, "spec": {"type": "rw", "instances": 2, "mode": "transaction", "parameters": {}, **spec}}
+    assert POSTGRES_POOLERS.convert(back, other) == converted
+
+
 # --- every field of v1alpha1 has its place in v1beta1 ------------------------------------------------------------
 
 RENAMED = {
@@ -234,7 +272,8 @@ def _field_paths(model: type[BaseModel], prefix: str = "") -> set[str]:
 
 
 @pytest.mark.parametrize(("old", "new"), [(v1alpha1.PostgresCluster, v1beta1.PostgresCluster),
-                                          (v1alpha1.PostgresBackup, v1beta1.PostgresBackup)])  # fmt: skip
+                                          (v1alpha1.PostgresBackup, v1beta1.PostgresBackup),
+                                          (postgres_pooler.PostgresPooler, v1beta1.PostgresPooler)])  # fmt: skip
 def test_every_v1alpha1_field_is_in_v1beta1_or_declared_renamed(old: type[BaseModel], new: type[BaseModel]) -> None:
     old_paths, new_paths = _field_paths(old), _field_paths(new)
     expected = {RENAMED.get(path, path) for path in old_paths}
@@ -279,10 +318,14 @@ def test_the_two_version_crd_stores_v1beta1_and_deprecates_v1alpha1() -> None:
     assert versions["v1beta1"]["additionalPrinterColumns"] == today["additionalPrinterColumns"]
 
 
-def test_the_backup_crd_has_both_versions_with_one_schema() -> None:
-    crd = crd_for(*POSTGRES_BACKUPS.resources)
+@pytest.mark.parametrize(
+    ("conversion", "deployed_file"),
+    [(POSTGRES_BACKUPS, "postgresbackups.kanri.dev.yaml"), (POSTGRES_POOLERS, "postgrespoolers.kanri.dev.yaml")],
+)
+def test_the_backup_and_pooler_crds_have_both_versions_with_one_schema(conversion: Any, deployed_file: str) -> None:
+    crd = crd_for(*conversion.resources)
     assert [v["name"] for v in crd["spec"]["versions"]] == ["v1beta1", "v1alpha1"]
-    deployed = yaml.safe_load((ROOT / "deploy/crds/postgresbackups.kanri.dev.yaml").read_text())
+    deployed = yaml.safe_load((ROOT / "deploy/crds" / deployed_file).read_text())
     new, old = _served_as(crd["spec"]["versions"][0]), _served_as(crd["spec"]["versions"][1])
     assert new == {**old, "name": "v1beta1"}
     assert old == _served_as(deployed["spec"]["versions"][0])

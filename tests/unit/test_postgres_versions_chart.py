@@ -84,8 +84,8 @@ def test_on_the_operator_serves_behind_a_service_on_9443_with_exactly_the_conver
     needed = as_grants({(p.kind, p.subresource): p.verbs for p in CONVERSION})
     assert needed <= granted, f"not granted: {needed - granted}"
     crd_rules = [rule for rule in conversion_role["rules"] if rule["apiGroups"] == ["apiextensions.k8s.io"]]
-    assert all(rule["resourceNames"] == ["postgresclusters.kanri.dev", "postgresbackups.kanri.dev"]
-               for rule in crd_rules)  # fmt: skip
+    names = ["postgresclusters.kanri.dev", "postgresbackups.kanri.dev", "postgrespoolers.kanri.dev"]
+    assert all(rule["resourceNames"] == names for rule in crd_rules)
     for binding in [*of_kind(objects, "RoleBinding"), *of_kind(objects, "ClusterRoleBinding")]:
         if binding["roleRef"]["name"] in {"kanri-operator-webhook", "kanri-operator-conversion"}:
             assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kanri-operator",
@@ -111,7 +111,7 @@ def test_the_storage_version_reaches_the_operator_and_selects_its_versions(store
     assert env[STORAGE_VERSION_ENV] == stored  # the default is named, not left to the operator's own default
     versions = versions_from_environment({STORAGE_VERSION_ENV: env[STORAGE_VERSION_ENV]})
     stored_by_crd = [[v["name"] for v in crd_for(*c.resources)["spec"]["versions"] if v["storage"]] for c in versions]
-    assert stored_by_crd == [[stored], [stored]]
+    assert stored_by_crd == [[stored], [stored], [stored]]  # clusters, backups, poolers
 
 
 def test_the_storage_version_is_only_set_with_the_webhook_and_only_to_a_version_the_crds_have() -> None:

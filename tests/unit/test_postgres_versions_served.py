@@ -9,9 +9,15 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 
-from kanri.postgres.api.conversion import POSTGRES, POSTGRES_BACKUPS, POSTGRES_CLUSTERS
-from kanri.postgres.api.served import SERVED, SERVED_BACKUPS, SERVED_CLUSTERS, STORAGE_VERSION, served_crds
-from kanri.postgres.api.v1alpha1.postgres_pooler import PostgresPooler
+from kanri.postgres.api.conversion import POSTGRES, POSTGRES_BACKUPS, POSTGRES_CLUSTERS, POSTGRES_POOLERS
+from kanri.postgres.api.served import (
+    SERVED,
+    SERVED_BACKUPS,
+    SERVED_CLUSTERS,
+    SERVED_POOLERS,
+    STORAGE_VERSION,
+    served_crds,
+)
 from kanri.postgres.operator import (
     CONVERSION,
     OperatorOptions,
@@ -52,7 +58,8 @@ def test_this_release_stores_v1alpha1_and_serves_v1beta1_through_the_webhook() -
 
 
 @pytest.mark.parametrize(
-    ("served", "target"), [(SERVED_CLUSTERS, POSTGRES_CLUSTERS), (SERVED_BACKUPS, POSTGRES_BACKUPS)]
+    ("served", "target"),
+    [(SERVED_CLUSTERS, POSTGRES_CLUSTERS), (SERVED_BACKUPS, POSTGRES_BACKUPS), (SERVED_POOLERS, POSTGRES_POOLERS)],
 )
 def test_each_version_is_served_as_the_target_shape_serves_it_but_for_the_storage_flag(
     served: Any, target: Any
@@ -91,9 +98,11 @@ def test_the_webhook_is_configured_from_the_pod_environment() -> None:
 def test_without_a_webhook_the_operator_keeps_its_single_version_crds() -> None:
     assert [len(crd["spec"]["versions"]) for crd in operator_crds()] == [1, 1, 1]  # the pooler's too
     assert all("conversion" not in crd["spec"] for crd in operator_crds())
-    # the PostgresPooler is served in v1alpha1 alone, outside the conversion (docs/pooler.md)
-    assert operator_crds(WEBHOOK) == [*served_crds(WEBHOOK.client_config()), crd_for(PostgresPooler)]
-    assert _versions(operator_crds(WEBHOOK, POSTGRES)[0])["v1beta1"]["storage"] is True
+    # with the webhook, every kind in both versions: the PostgresPooler's CRD too (docs/pooler.md)
+    assert operator_crds(WEBHOOK) == served_crds(WEBHOOK.client_config())
+    assert [crd["metadata"]["name"] for crd in operator_crds(WEBHOOK)] == [
+        "postgresclusters.kanri.dev", "postgresbackups.kanri.dev", "postgrespoolers.kanri.dev"]  # fmt: skip
+    assert all(_versions(crd)["v1beta1"]["storage"] is True for crd in operator_crds(WEBHOOK, POSTGRES))
 
 
 def test_conversion_rights_stay_out_of_the_default_grants() -> None:
@@ -107,7 +116,8 @@ async def test_serving_adds_the_webhook_to_every_replica_and_a_migration_per_crd
     async with Client(Connection("http://127.0.0.1:1")) as client:
         manager = Manager(client, ManagerOptions(name="t", health_port=None))
         serving = serve_versions(manager, client, SERVED, WEBHOOK, events=EventRecorder(client, component="t"), rate=5)
-        assert [m.crd_name for m in serving.migrations] == ["postgresclusters.kanri.dev", "postgresbackups.kanri.dev"]
+        assert [m.crd_name for m in serving.migrations] == [
+            "postgresclusters.kanri.dev", "postgresbackups.kanri.dev", "postgrespoolers.kanri.dev"]  # fmt: skip
         assert all(m.rate == 5 and m.ready == serving.webhook.ready for m in serving.migrations)
         assert not serving.webhook.ready()
         assert not manager.ready()  # /readyz waits for conversion
@@ -118,7 +128,7 @@ async def test_the_operator_with_a_webhook_brings_the_two_version_crds_and_is_un
         options = OperatorOptions(webhook=WEBHOOK, upgrade_crds=True, health_port=None, leader_election=False)
         manager = build_manager(client, options)
         assert isinstance(manager, _CrdUpgradingManager)
-        assert manager.crds == [*served_crds(WEBHOOK.client_config()), crd_for(PostgresPooler)]
+        assert manager.crds == served_crds(WEBHOOK.client_config())
         assert not manager.ready()
         plain = build_manager(client, OperatorOptions(upgrade_crds=True, health_port=None, webhook=None))
         assert isinstance(plain, _CrdUpgradingManager)

@@ -20,7 +20,6 @@ from kanri.kit import Permission, grant
 from kanri.postgres.api import CUSTOM_RESOURCES
 from kanri.postgres.api.served import SERVED  # issue 28: the versions this release serves
 from kanri.postgres.api.v1alpha1.backup import S3Repository
-from kanri.postgres.api.v1alpha1.postgres_pooler import PostgresPooler
 from kanri.postgres.backup.archiving import BackupMetrics, BackupSettings, identities_for, utc_now
 from kanri.postgres.backup.cleanup import FINALIZER_TIMEOUT
 from kanri.postgres.backup.controller import BackupClient, PostgresBackupReconciler
@@ -156,6 +155,7 @@ CONVERSION: tuple[Permission, ...] = (
     grant(CRD, "patch", subresource="status"),
     grant(POSTGRES_CLUSTER, "get", "list", "update"),
     grant(POSTGRES_BACKUP, "get", "list", "update"),
+    grant(POSTGRES_POOLER, "get", "list", "update"),
     grant(EVENT, "create", "patch"),
 )
 
@@ -334,8 +334,8 @@ def build_manager(
 def operator_crds(webhook: WebhookOptions | None = None, versions: Conversions = SERVED) -> list[Obj]:
     """The CRDs this operator serves: without a webhook v1alpha1 alone, as deploy/crds/ holds them; with one,
     every version of ``versions`` converted by it."""
-    if webhook is not None:  # the pooler's kind is served in v1alpha1 alone, without conversion
-        return [*versioned_crds(versions, webhook), crd_for(PostgresPooler)]
+    if webhook is not None:  # the PostgresPooler's too, since it is served in v1beta1 as well
+        return versioned_crds(versions, webhook)
     return [crd_for(*kind_versions) for kind_versions in CUSTOM_RESOURCES]
 
 

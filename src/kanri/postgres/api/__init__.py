@@ -17,5 +17,5 @@ __all__ = ["CUSTOM_RESOURCES", "v1alpha1", "v1beta1"]
 CUSTOM_RESOURCES: tuple[tuple[type[CustomResource], ...], ...] = (
     (v1alpha1.PostgresCluster,),
     (v1alpha1.PostgresBackup,),
-    (PostgresPooler,),  # v1alpha1 only: not in the v1beta1 conversion (docs/pooler.md)
+    (PostgresPooler,),
 )

@@ -1,9 +1,9 @@
 """The versions of the PostgreSQL API and the conversion between them: v1beta1 the hub, v1alpha1 a deprecated spoke.
 
-``POSTGRES_CLUSTERS`` and ``POSTGRES_BACKUPS`` are kanri.runtime ``Conversion``s: what the operator's conversion
-webhook will serve, what ``kanri convert`` uses offline, and (``.resources``) what the two-version CRDs are generated
-from. The conversion works on the wire form (camelCase dicts), so a field added to v1alpha1's models and inherited by
-v1beta1 crosses unchanged without code here; only what differs is touched.
+``POSTGRES_CLUSTERS``, ``POSTGRES_BACKUPS`` and ``POSTGRES_POOLERS`` are kanri.runtime ``Conversion``s: what the
+operator's conversion webhook will serve, what ``kanri convert`` uses offline, and (``.resources``) what the
+two-version CRDs are generated from. The conversion works on the wire form (camelCase dicts), so a field added to
+v1alpha1's models and inherited by v1beta1 crosses unchanged without code here; only what differs is touched.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from kanri.postgres.api import v1alpha1, v1beta1
+from kanri.postgres.api.v1alpha1 import postgres_pooler
 from kanri.runtime import Conversion, Conversions, CustomResource
 
 __all__ = [
@@ -18,13 +19,17 @@ __all__ = [
     "POSTGRES",
     "POSTGRES_BACKUPS",
     "POSTGRES_CLUSTERS",
+    "POSTGRES_POOLERS",
     "REMOVAL_DATE",
     "PostgresBackupV1Alpha1",
     "PostgresClusterV1Alpha1",
+    "PostgresPoolerV1Alpha1",
     "backup_from_v1beta1",
     "backup_to_v1beta1",
     "cluster_from_v1beta1",
     "cluster_to_v1beta1",
+    "pooler_from_v1beta1",
+    "pooler_to_v1beta1",
     "resource_keywords",
 ]
 
@@ -71,6 +76,10 @@ class PostgresBackupV1Alpha1(v1alpha1.PostgresBackup, **_spoke_of(v1alpha1.Postg
     """A base backup of a PostgresCluster (deprecated version: use kanri.dev/v1beta1)."""
 
 
+class PostgresPoolerV1Alpha1(postgres_pooler.PostgresPooler, **_spoke_of(postgres_pooler.PostgresPooler)):
+    """PgBouncer in front of a PostgresCluster (deprecated version: use kanri.dev/v1beta1)."""
+
+
 def _wire(model: CustomResource) -> dict[str, Any]:
     data: dict[str, Any] = model.model_dump(mode="json", by_alias=True, exclude_none=True)
     data.pop("apiVersion", None)
@@ -108,6 +117,14 @@ def backup_from_v1beta1(new: v1beta1.PostgresBackup) -> PostgresBackupV1Alpha1:
     return PostgresBackupV1Alpha1.model_validate(_wire(new))
 
 
+def pooler_to_v1beta1(old: PostgresPoolerV1Alpha1) -> v1beta1.PostgresPooler:
+    return v1beta1.PostgresPooler.model_validate(_wire(old))
+
+
+def pooler_from_v1beta1(new: v1beta1.PostgresPooler) -> PostgresPoolerV1Alpha1:
+    return PostgresPoolerV1Alpha1.model_validate(_wire(new))
+
+
 POSTGRES_CLUSTERS = Conversion(v1beta1.PostgresCluster)
 """PostgresCluster's versions: v1beta1 the hub (and the storage version once served), v1alpha1 a spoke."""
 POSTGRES_CLUSTERS.spoke(PostgresClusterV1Alpha1, to_hub=cluster_to_v1beta1, from_hub=cluster_from_v1beta1)
@@ -116,5 +133,9 @@ POSTGRES_BACKUPS = Conversion(v1beta1.PostgresBackup)
 """PostgresBackup's versions: the same shape in both, so only apiVersion changes."""
 POSTGRES_BACKUPS.spoke(PostgresBackupV1Alpha1, to_hub=backup_to_v1beta1, from_hub=backup_from_v1beta1)
 
-POSTGRES = Conversions(POSTGRES_CLUSTERS, POSTGRES_BACKUPS)
+POSTGRES_POOLERS = Conversion(v1beta1.PostgresPooler)
+"""PostgresPooler's versions: the same shape in both (it holds no byte count), so only apiVersion changes."""
+POSTGRES_POOLERS.spoke(PostgresPoolerV1Alpha1, to_hub=pooler_to_v1beta1, from_hub=pooler_from_v1beta1)
+
+POSTGRES = Conversions(POSTGRES_CLUSTERS, POSTGRES_BACKUPS, POSTGRES_POOLERS)
 """Every kind of the PostgreSQL API the operator converts: what its conversion webhook and ``kanri convert`` serve."""

@@ -8,9 +8,9 @@ v1alpha1 is the storage version; only readers of v1beta1 need the webhook the ne
 
 ``kanri.postgres.api.conversion`` holds the second step (v1beta1 the hub *and* the storage version,
 ``KANRI_STORAGE_VERSION=v1beta1``), whose storage migration rewrites every object in v1beta1. Here the same conversion
-functions are registered on copies of the two models whose only difference is the ``storage`` flag, so the CRDs,
-the webhook's readiness self-test (it reads a stored object in each *non-storage* version) and ``crd_for`` all
-agree on what the API server stores.
+functions are registered on copies of each kind's models (PostgresCluster, PostgresBackup, PostgresPooler) whose only
+difference is the ``storage`` flag, so the CRDs, the webhook's readiness self-test (it reads a stored object in each
+*non-storage* version) and ``crd_for`` all agree on what the API server stores.
 """
 
 from __future__ import annotations
@@ -22,10 +22,13 @@ from kanri.postgres.api import v1beta1
 from kanri.postgres.api.conversion import (
     PostgresBackupV1Alpha1,
     PostgresClusterV1Alpha1,
+    PostgresPoolerV1Alpha1,
     backup_from_v1beta1,
     backup_to_v1beta1,
     cluster_from_v1beta1,
     cluster_to_v1beta1,
+    pooler_from_v1beta1,
+    pooler_to_v1beta1,
     resource_keywords,
 )
 from kanri.runtime import Conversion, Conversions, CustomResource, crd_for
@@ -34,16 +37,19 @@ __all__ = [
     "SERVED",
     "SERVED_BACKUPS",
     "SERVED_CLUSTERS",
+    "SERVED_POOLERS",
     "STORAGE_VERSION",
     "ServedPostgresBackupV1Beta1",
     "ServedPostgresClusterV1Beta1",
+    "ServedPostgresPoolerV1Beta1",
     "StoredPostgresBackupV1Alpha1",
     "StoredPostgresClusterV1Alpha1",
+    "StoredPostgresPoolerV1Alpha1",
     "served_crds",
 ]
 
 STORAGE_VERSION = "v1alpha1"
-"""The version the API server stores PostgresClusters and PostgresBackups in under this release."""
+"""The version the API server stores PostgresClusters, PostgresBackups and PostgresPoolers in under this release."""
 
 M = TypeVar("M", bound=CustomResource)
 Obj = dict[str, Any]
@@ -77,6 +83,16 @@ class ServedPostgresBackupV1Beta1(v1beta1.PostgresBackup, **_keywords(v1beta1.Po
     removed when retention expires it."""
 
 
+class StoredPostgresPoolerV1Alpha1(PostgresPoolerV1Alpha1, **_keywords(PostgresPoolerV1Alpha1, storage=True)):
+    """PgBouncer in front of a PostgresCluster (deprecated version: use kanri.dev/v1beta1)."""
+
+
+class ServedPostgresPoolerV1Beta1(v1beta1.PostgresPooler, **_keywords(v1beta1.PostgresPooler, storage=False)):
+    """PgBouncer in front of a PostgresCluster: a Deployment of PgBouncer pods and a Service named after the pooler.
+    Clients connect with TLS (a certificate from the cluster's CA) as the cluster's users with their own passwords;
+    PgBouncer looks them up through a dedicated role and verifies the cluster's certificate (verify-full)."""
+
+
 def _as(model: type[M], value: CustomResource) -> M:
     """``value`` re-validated as ``model``: the same version's data, declared with this release's storage flag."""
     return model.model_validate(value.model_dump(mode="json", by_alias=True, exclude_none=True))
@@ -98,6 +114,14 @@ def _backup_down(new: ServedPostgresBackupV1Beta1) -> StoredPostgresBackupV1Alph
     return _as(StoredPostgresBackupV1Alpha1, backup_from_v1beta1(new))
 
 
+def _pooler_up(old: StoredPostgresPoolerV1Alpha1) -> ServedPostgresPoolerV1Beta1:
+    return _as(ServedPostgresPoolerV1Beta1, pooler_to_v1beta1(old))
+
+
+def _pooler_down(new: ServedPostgresPoolerV1Beta1) -> StoredPostgresPoolerV1Alpha1:
+    return _as(StoredPostgresPoolerV1Alpha1, pooler_from_v1beta1(new))
+
+
 SERVED_CLUSTERS = Conversion(ServedPostgresClusterV1Beta1)
 """PostgresCluster as this release serves it: v1beta1 the hub (not stored yet), v1alpha1 the storage version."""
 SERVED_CLUSTERS.spoke(StoredPostgresClusterV1Alpha1, to_hub=_cluster_up, from_hub=_cluster_down)
@@ -106,11 +130,15 @@ SERVED_BACKUPS = Conversion(ServedPostgresBackupV1Beta1)
 """PostgresBackup as this release serves it: the same shape in both versions, v1alpha1 stored."""
 SERVED_BACKUPS.spoke(StoredPostgresBackupV1Alpha1, to_hub=_backup_up, from_hub=_backup_down)
 
-SERVED = Conversions(SERVED_CLUSTERS, SERVED_BACKUPS)
+SERVED_POOLERS = Conversion(ServedPostgresPoolerV1Beta1)
+"""PostgresPooler as this release serves it: the same shape in both versions, v1alpha1 stored."""
+SERVED_POOLERS.spoke(StoredPostgresPoolerV1Alpha1, to_hub=_pooler_up, from_hub=_pooler_down)
+
+SERVED = Conversions(SERVED_CLUSTERS, SERVED_BACKUPS, SERVED_POOLERS)
 """What the operator's conversion webhook serves in this release."""
 
 
 def served_crds(webhook: Mapping[str, Any]) -> list[Obj]:
-    """The two-version CRDs of this release, converted by the webhook at ``webhook`` (its ``clientConfig``,
-    without ``caBundle``: the operator writes that)."""
+    """The two-version CRDs of this release, one per kind, converted by the webhook at ``webhook`` (its
+    ``clientConfig``, without ``caBundle``: the operator writes that)."""
     return [crd_for(*conversion.resources, webhook=webhook) for conversion in SERVED]

@@ -1,4 +1,5 @@
-"""Which version the API server stores PostgresClusters and PostgresBackups in: the second step of a version change.
+"""Which version the API server stores PostgresClusters, PostgresBackups and PostgresPoolers in: the second step of a
+version change.
 
 docs/runtime-versions.md's release rule: a release that *adds* a version keeps the old storage version, and storage
 switches only once every replica knows both versions. This release carries both steps and lets the platform team

@@ -4,13 +4,14 @@ What changed from v1alpha1 (docs/postgrescluster.md, "v1beta1"): ``spec.failover
 ``spec.replication.maxReadLagBytes`` (raw byte counts) became ``maxDataLoss`` and ``maxReadLag``, quantities such as
 ``16Mi``, like every other size in the API.
 Everything else is v1alpha1's models, imported rather than copied, so the two versions cannot drift apart
-silently. PostgresBackup is unchanged apart from its version. Served (not stored) by an operator given a
-conversion webhook (``kanri.postgres.api.served``); deploy/crds/ still holds v1alpha1 alone, and
-``kanri.postgres.api.conversion`` holds both versions and the conversion between them.
+silently. PostgresBackup and PostgresPooler are unchanged apart from their version (neither holds a byte count).
+Served (not stored) by an operator given a conversion webhook (``kanri.postgres.api.served``); deploy/crds/ still
+holds v1alpha1 alone, and ``kanri.postgres.api.conversion`` holds both versions and the conversion between them.
 """
 
 from kanri.postgres.api.v1beta1.cluster import PostgresCluster
 from kanri.postgres.api.v1beta1.postgres_backup import PostgresBackup
+from kanri.postgres.api.v1beta1.postgres_pooler import PostgresPooler
 from kanri.postgres.api.v1beta1.replication import (
     DEFAULT_MAX_DATA_LOSS,
     MAX_BYTES,
@@ -28,6 +29,7 @@ __all__ = [
     "PostgresBackup",
     "PostgresCluster",
     "PostgresClusterSpec",
+    "PostgresPooler",
     "Replication",
     "byte_count",
     "byte_quantity",

@@ -1,0 +1,27 @@
+"""The PostgresPooler resource in kanri.dev/v1beta1: v1alpha1's shape, served in the same version as its cluster.
+
+Its spec names the cluster, the Service type, instances, pool mode, PgBouncer parameters and resources: none of the
+byte counts v1beta1 turned into quantities, so nothing is reshaped and the conversion changes only apiVersion."""
+
+from __future__ import annotations
+
+from kanri.postgres.api.v1alpha1 import postgres_pooler as v1alpha1
+
+__all__ = ["PostgresPooler"]
+
+_V1ALPHA1 = v1alpha1.PostgresPooler.resource
+
+
+class PostgresPooler(
+    v1alpha1.PostgresPooler,
+    group=_V1ALPHA1.group,
+    version="v1beta1",
+    kind=_V1ALPHA1.kind,
+    plural=_V1ALPHA1.plural,
+    short_names=_V1ALPHA1.short_names,
+    categories=_V1ALPHA1.categories,
+    printer_columns=_V1ALPHA1.printer_columns,
+):
+    """PgBouncer in front of a PostgresCluster: a Deployment of PgBouncer pods and a Service named after the pooler.
+    Clients connect with TLS (a certificate from the cluster's CA) as the cluster's users with their own passwords;
+    PgBouncer looks them up through a dedicated role and verifies the cluster's certificate (verify-full)."""
