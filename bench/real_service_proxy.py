@@ -40,7 +40,7 @@ from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.names import app_secret, read_write_service
 from kanri.runtime import Client
 from kanri.runtime.kinds import NAMESPACE, POD, SECRET, SERVICE
-from service_proxy import LOGIN, measure
+from service_proxy import LOGIN, add_pgbench_arguments, measure
 from tests.e2e.postgres_helpers import cluster, ready
 from tests.integration.realnode_support import coredns_on, environment, local_path_on, three_real_nodes
 from tests.postgres_support import Operator, install_postgres_crd
@@ -129,11 +129,7 @@ def report(results: dict[str, dict[str, dict[str, list[float]]]], args: argparse
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seconds", type=int, default=20, help="pgbench -T of each run")
-    parser.add_argument("--rounds", type=int, default=1, help="runs of each workload and target")
-    parser.add_argument("--scale", type=int, default=10, help="pgbench -i -s")
-    parser.add_argument("--clients", type=int, default=8, help="pgbench -c")
-    parser.add_argument("--threads", type=int, default=2, help="pgbench -j")
+    add_pgbench_arguments(parser)
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds the cluster may take to be Ready")
     args = parser.parse_args()
     args.init = True

@@ -240,13 +240,18 @@ def report(results: dict[str, dict[str, list[float]]], args: argparse.Namespace)
     print(json.dumps(summary))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_pgbench_arguments(parser: argparse.ArgumentParser) -> None:
+    """The pgbench knobs :func:`measure` reads (also bench/real_service_proxy.py's)."""
     parser.add_argument("--seconds", type=int, default=20, help="pgbench -T of each run")
     parser.add_argument("--rounds", type=int, default=1, help="runs of each workload and target")
     parser.add_argument("--scale", type=int, default=10, help="pgbench -i -s")
     parser.add_argument("--clients", type=int, default=8, help="pgbench -c")
     parser.add_argument("--threads", type=int, default=2, help="pgbench -j")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_pgbench_arguments(parser)
     parser.add_argument("--wait", type=float, default=600.0, help="seconds to wait for another local node to stop")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds the pod may take to be Ready")
     parser.add_argument("--cluster", action="store_true", help="a PostgresCluster's -rw Service instead of a plain pod")

@@ -23,7 +23,6 @@ import signal
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager, suppress
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -35,7 +34,8 @@ from kanri.contract.scram import verifier
 from kanri.postgres.pooler.agent import primary_watch, stranded
 from kanri.postgres.pooler.agent.metrics import console_session
 from tests.forwarder import Forwarder
-from tests.integration.test_instance_manager import Instance, Workspace, postmasters, primary, replica, workspace
+from tests.integration.test_instance_exporter import server_processes
+from tests.integration.test_instance_manager import Instance, Workspace, primary, replica, workspace
 from tests.pgbouncer_support import PASSWORD, PGBOUNCER, Bouncer, running
 from tests.support import eventually
 
@@ -166,16 +166,7 @@ def renewals() -> float:
 def instance_processes(instance: Instance) -> list[int]:
     """The instance manager, its postmaster and the postmaster's children (backends, walsender...)."""
     assert instance.process is not None
-    masters = [int(pid) for pid in postmasters(instance.pgdata)]
-    children = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) in masters:
-            children.append(int(stat.parent.name))
-    return [instance.process.pid, *masters, *children]
+    return [instance.process.pid, *server_processes(instance)]
 
 
 @contextmanager
