@@ -9,6 +9,7 @@ from typing import Any
 
 import psycopg
 
+from kanri.postgres.children.rehearsal import REHEARSAL
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.labels import CLUSTER
 from kanri.runtime import ApiError, Client, get_condition
@@ -53,7 +54,11 @@ async def cluster_ip(client: Client, namespace: str, service: str) -> str:
 
 
 async def pods_of(client: Client, namespace: str, name: str) -> list[Obj]:
-    pods = (await client.list(POD, namespace, label_selector=f"{CLUSTER}={name}"))[0]
+    """The cluster's instance pods. Not its restore rehearsal's (it carries the cluster label too, runs for minutes on
+    a loaded machine after a first backup and serves no TCP: a CI run's upgrade e2e once waited on it as if it were an
+    instance)."""
+    selector = f"{CLUSTER}={name},!{REHEARSAL}"
+    pods = (await client.list(POD, namespace, label_selector=selector))[0]
     return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
 
 
