@@ -3,22 +3,15 @@
 from __future__ import annotations
 
 from kanri.postgres.api import v1alpha1
+from kanri.postgres.api.v1beta1._version import v1beta1_of
 from kanri.postgres.api.v1beta1.spec import PostgresClusterSpec
 
 __all__ = ["PostgresCluster"]
 
-_V1ALPHA1 = v1alpha1.PostgresCluster.resource
-
 
 class PostgresCluster(
     v1alpha1.PostgresCluster,  # the name rule, printer columns and status are v1alpha1's
-    group=_V1ALPHA1.group,
-    version="v1beta1",
-    kind=_V1ALPHA1.kind,
-    plural=_V1ALPHA1.plural,
-    short_names=_V1ALPHA1.short_names,
-    categories=_V1ALPHA1.categories,
-    printer_columns=_V1ALPHA1.printer_columns,
+    **v1beta1_of(v1alpha1.PostgresCluster),
 ):
     """A PostgreSQL cluster managed by kanri: one primary, streaming replicas, their volumes and backups. The
     operator keeps pods, volumes, Services (<name>-rw for writes, <name>-ro for replicas, <name>-r for any) and

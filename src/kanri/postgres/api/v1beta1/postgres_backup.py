@@ -3,21 +3,14 @@
 from __future__ import annotations
 
 from kanri.postgres.api import v1alpha1
+from kanri.postgres.api.v1beta1._version import v1beta1_of
 
 __all__ = ["PostgresBackup"]
-
-_V1ALPHA1 = v1alpha1.PostgresBackup.resource
 
 
 class PostgresBackup(
     v1alpha1.PostgresBackup,
-    group=_V1ALPHA1.group,
-    version="v1beta1",
-    kind=_V1ALPHA1.kind,
-    plural=_V1ALPHA1.plural,
-    short_names=_V1ALPHA1.short_names,
-    categories=_V1ALPHA1.categories,
-    printer_columns=_V1ALPHA1.printer_columns,
+    **v1beta1_of(v1alpha1.PostgresBackup),
 ):
     """A base backup of a PostgresCluster. Create one to back up on demand (kubectl get pgbackup lists them); the
     cluster's spec.backup.schedule creates them too (<cluster>-initial, then <cluster>-<yyyymmddhhmm>). A backup is

@@ -6,21 +6,14 @@ byte counts v1beta1 turned into quantities, so nothing is reshaped and the conve
 from __future__ import annotations
 
 from kanri.postgres.api.v1alpha1 import postgres_pooler as v1alpha1
+from kanri.postgres.api.v1beta1._version import v1beta1_of
 
 __all__ = ["PostgresPooler"]
-
-_V1ALPHA1 = v1alpha1.PostgresPooler.resource
 
 
 class PostgresPooler(
     v1alpha1.PostgresPooler,
-    group=_V1ALPHA1.group,
-    version="v1beta1",
-    kind=_V1ALPHA1.kind,
-    plural=_V1ALPHA1.plural,
-    short_names=_V1ALPHA1.short_names,
-    categories=_V1ALPHA1.categories,
-    printer_columns=_V1ALPHA1.printer_columns,
+    **v1beta1_of(v1alpha1.PostgresPooler),
 ):
     """PgBouncer in front of a PostgresCluster: a Deployment of PgBouncer pods and a Service named after the pooler.
     Clients connect with TLS (a certificate from the cluster's CA) as the cluster's users with their own passwords;
