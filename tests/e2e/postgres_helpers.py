@@ -14,7 +14,7 @@ from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.postgres.labels import CLUSTER
 from kanri.runtime import ApiError, Client, get_condition
 from kanri.runtime.kinds import POD, SECRET, SERVICE
-from tests.support import eventually
+from tests.support import NotYet, eventually
 
 Obj = dict[str, Any]
 
@@ -155,6 +155,31 @@ async def gone(client: Client, namespace: str, name: str, kind: Any = POSTGRES_C
     except ApiError as exc:
         return exc.not_found
     return False
+
+
+async def deleted(client: Client, namespace: str, name: str, timeout: float) -> None:
+    """Wait until the PostgresCluster ``name`` is gone; if it is not by ``timeout``, fail with what it still waits
+    for (its phase, finalizers and conditions) — "still there" alone does not say which step of the deletion hangs."""
+    last: Obj = {}
+
+    async def gone_now() -> bool:
+        nonlocal last
+        try:
+            found = await client.get(POSTGRES_CLUSTER, name, namespace)
+        except ApiError as exc:
+            if exc.not_found:
+                return True
+            raise
+        status = found.get("status") or {}
+        last = {"phase": status.get("phase"), "finalizers": found["metadata"].get("finalizers"),
+                "conditions": [(c.get("type"), c.get("status"), c.get("reason"), c.get("message"))
+                               for c in status.get("conditions") or []]}  # fmt: skip
+        return False
+
+    try:
+        await eventually(gone_now, timeout=timeout, interval=1)
+    except NotYet:
+        raise AssertionError(f"{namespace}/{name} still exists {timeout:g} s after its deletion: {last}") from None
 
 
 async def ready_with_row(client: Client, namespace: str, name: str, replicas: int, value: int = 1) -> None:

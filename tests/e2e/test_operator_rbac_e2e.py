@@ -38,7 +38,15 @@ from kanri.local.seaweedfs import backup_tools_bin
 from kanri.postgres.kinds import POSTGRES_CLUSTER
 from kanri.runtime import Client
 from kanri.runtime.kinds import EVENT, POD, PVC, ROLE_BINDING, SECRET, SERVICE_ACCOUNT
-from tests.e2e.postgres_helpers import cluster, every_instance_has, gone, names, ready, ready_with_row, write_row
+from tests.e2e.postgres_helpers import (
+    cluster,
+    deleted,
+    every_instance_has,
+    names,
+    ready,
+    ready_with_row,
+    write_row,
+)
 from tests.e2e.test_backup_archiving_e2e import archiving, start_store
 from tests.e2e.test_base_backup_e2e import phase_is
 from tests.helm_support import CHART, helm_async
@@ -235,7 +243,7 @@ async def test_the_operator_works_under_its_service_account_and_is_denied_what_i
 
             # Delete (deletionPolicy Delete): claims, Secrets and the cluster's objects in the bucket go.
             await client.delete(POSTGRES_CLUSTER, NAME, namespace)
-            await eventually(lambda: gone(client, namespace, NAME), timeout=120, interval=1)
+            await deleted(client, namespace, NAME, timeout=120)
             assert await names(client, PVC, namespace, NAME) == []
 
             async def no_secrets() -> bool:  # the backup credentials go with the garbage collector, after the cluster

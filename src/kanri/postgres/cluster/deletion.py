@@ -9,6 +9,10 @@ by ``spec.deletionPolicy`` as it is when the object is deleted:
 - ``Delete``: the StatefulSets are deleted first (so the pods go and the claims' protection lets them go), then the
   claims and the Secrets. The finalizer is removed once the deletes are *accepted*: a claim stays until its pod is
   gone, and waiting for that here would only delay the garbage collector that removes the pod.
+  The operator's one-shot pods (a restore rehearsal, an upgrade check, an upgrade: :mod:`kanri.postgres.pods.oneshot`)
+  are deleted too, when trusted: the garbage collector would take them only once the cluster is gone, and the
+  backups' deletion waits for every pod of the cluster first — a rehearsal started by the first backup and still
+  running at the deletion held the finalizer until its deadline.
 """
 
 from __future__ import annotations
@@ -17,10 +21,11 @@ from typing import Any
 
 from kanri.postgres import names
 from kanri.postgres.labels import foreign, of_cluster
+from kanri.postgres.pods import oneshot
 from kanri.runtime import Cache, Client, EventRecorder
-from kanri.runtime.kinds import PVC, SECRET, STATEFUL_SET
+from kanri.runtime.kinds import POD, PVC, SECRET, STATEFUL_SET
 
-__all__ = ["FINALIZER", "cleanup", "data_of"]
+__all__ = ["FINALIZER", "cleanup", "data_of", "one_shot_pods_of"]
 
 Obj = dict[str, Any]
 FINALIZER = "kanri.dev/cleanup"
@@ -42,6 +47,14 @@ def data_of(cache: Cache, cluster: Obj) -> tuple[list[str], list[str]]:
     return claims, secrets
 
 
+def one_shot_pods_of(cache: Cache, cluster: Obj) -> list[str]:
+    """Names of the one-shot pods in the cache that the operator made for ``cluster`` (:func:`oneshot.trusted`): a pod
+    someone else made under such a name is never deleted."""
+    meta, status = cluster["metadata"], cluster.get("status") or {}
+    found = ((name, cache.get(POD, name, meta["namespace"])) for name in oneshot.purposes(meta["name"]))
+    return [name for name, pod in found if pod is not None and oneshot.trusted(pod, cluster, status)]
+
+
 async def cleanup(client: Client, cache: Cache, events: EventRecorder, cluster: Obj) -> None:
     """Carry out ``deletionPolicy`` for a cluster being deleted. Idempotent: deleting what is gone is a no-op."""
     meta = cluster["metadata"]
@@ -51,12 +64,15 @@ async def cleanup(client: Client, cache: Cache, events: EventRecorder, cluster: 
     if policy == "Delete":
         for sts in cache.owned_by(STATEFUL_SET, meta["uid"]):
             await client.delete(STATEFUL_SET, sts["metadata"]["name"], namespace, propagation_policy="Background")
+        pods = one_shot_pods_of(cache, cluster)
+        for pod in pods:
+            await client.delete(POD, pod, namespace)
         for claim in claims:
             await client.delete(PVC, claim, namespace)
         for secret in secrets:
             await client.delete(SECRET, secret, namespace)
         await events.normal(cluster, "DataDeleted", f"deletionPolicy Delete: deleted PersistentVolumeClaims "
-                            f"{_list(claims)} and Secrets {_list(secrets)}")  # fmt: skip
+                            f"{_list(claims)} and Secrets {_list(secrets)}; stopped {_list(pods)}")  # fmt: skip
         return
     for secret in secrets:
         await _release(client, cache.get(SECRET, secret, namespace), meta["uid"])
