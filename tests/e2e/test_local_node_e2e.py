@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import secrets
 import shutil
 import tempfile
@@ -19,7 +20,7 @@ from kanri.local import Endpoint
 from kanri.local.node import LocalNode, NodeOptions, log_path
 from kanri.local.node.kinds import PERSISTENT_VOLUME
 from kanri.runtime import Client, get_condition
-from kanri.runtime.kinds import DEPLOYMENT, ENDPOINT_SLICE, POD, PVC, SERVICE, STATEFUL_SET
+from kanri.runtime.kinds import DEPLOYMENT, ENDPOINT_SLICE, EVENT, POD, PVC, SERVICE, STATEFUL_SET
 from tests.local_node_support import allow_privileged_pods, running_node, with_test_network
 from tests.support import eventually
 
@@ -301,3 +302,66 @@ async def _read(path: Path, lines: int = 1) -> str | None:
         if len(text.splitlines()) >= lines:
             return text.strip() if lines == 1 else text
     return None
+
+
+def sleeper(namespace: str, name: str, node: str) -> Obj:
+    """A pod bound to ``node`` (no scheduler involved) that sleeps until deleted."""
+    return {
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app": "sleeper"}},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": SHELL, "args": ["exec sleep 3600"]}],
+        },
+    }
+
+
+async def test_a_pod_the_network_cannot_take_says_why_and_starts_once_an_address_is_freed(
+    control_plane: Endpoint, client: Client, namespace: str, tmp_path: Path
+) -> None:
+    """Issue 27 item 6: a pod that cannot start says why in an Event. A node whose pod slice is a /29 has five
+    addresses for pods (the first is its own); a sixth pod finds none. It stays ContainerCreating with a Warning
+    ``FailedCreatePodSandBox`` that says so, and starts once another pod's deletion frees an address (its set-up is
+    retried). Before, the node's pod worker died on the error and the pod stayed ContainerCreating without a word."""
+    options = with_test_network(
+        NodeOptions(data_dir=tmp_path / "node", name=f"test-e2e-{secrets.token_hex(3)}", images=IMAGES)
+    )
+    options = dataclasses.replace(options, node_cidr_mask_size=29)
+    async with running_node(control_plane.kubeconfig, options) as local:
+        assert str(local.options.pod_slice).endswith("/29"), local.options
+        names = [f"sleeper-{i}" for i in range(6)]
+        for name in names:
+            await client.create(POD, sleeper(namespace, name, local.options.name))
+
+        async def phases() -> dict[str, str]:
+            pods = (await client.list(POD, namespace, label_selector="app=sleeper"))[0]
+            return {p["metadata"]["name"]: str((p.get("status") or {}).get("phase")) for p in pods}
+
+        async def five_running() -> dict[str, str] | None:
+            found = await phases()
+            return found if sorted(found.values()).count("Running") == 5 else None
+
+        found = await eventually(five_running, timeout=90, interval=0.5)
+        waiting = [name for name, phase in found.items() if phase != "Running"]
+        assert len(waiting) == 1, found
+
+        async def told() -> list[str]:
+            events = (await client.list(EVENT, namespace))[0]
+            return [str(e.get("message")) for e in events if e.get("reason") == "FailedCreatePodSandBox"
+                    and (e.get("involvedObject") or {}).get("name") == waiting[0]]  # fmt: skip
+
+        messages = await eventually(told, timeout=30, interval=0.5)
+        assert any("no free address" in m for m in messages), messages
+        pod = await client.get(POD, waiting[0], namespace)
+        states = [c.get("state") or {} for c in (pod.get("status") or {}).get("containerStatuses") or []]
+        assert [s.get("waiting", {}).get("reason") for s in states] == ["ContainerCreating"], states
+
+        await client.delete(POD, next(name for name in names if name not in waiting), namespace)
+
+        async def started() -> dict[str, str] | None:
+            found = await phases()
+            return found if found.get(waiting[0]) == "Running" else None
+
+        await eventually(started, timeout=60, interval=0.5)
+        for name in names:
+            await client.delete(POD, name, namespace, grace_period_seconds=0)

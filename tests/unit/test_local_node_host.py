@@ -25,6 +25,14 @@ def test_three_nodes_get_names_zones_slices_and_a_third_of_the_machine_each() ->
     assert {n.pod_cidr for n in nodes} == {"10.244.0.0/16"}  # one network: pods' routes cover every slice
 
 
+def test_smaller_slices_follow_the_mask_size_and_leave_slice_zero_to_the_gateway() -> None:
+    nodes = node_options(NodeOptions(data_dir=Path("/h"), node_cidr_mask_size=29), 2)
+    assert [n.pod_slice for n in nodes] == ["10.244.0.8/29", "10.244.0.16/29"]
+    assert [n.internal_ip for n in nodes] == ["10.244.0.9", "10.244.0.17"]
+    with pytest.raises(ValueError, match="do not fit"):  # a /30 leaves a node no address for a pod
+        node_options(NodeOptions(data_dir=Path("/h"), node_cidr_mask_size=30), 1)
+
+
 def test_zone_names_go_on_past_z() -> None:
     assert [zone_name(i) for i in (0, 25, 26, 27)] == ["zone-a", "zone-z", "zone-aa", "zone-ab"]
 

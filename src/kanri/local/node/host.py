@@ -35,7 +35,6 @@ from kanri.runtime import Client, Manager, ManagerOptions
 log = structlog.get_logger("kanri.local.node")
 
 VERBS = ("stop", "start", "freeze", "thaw", "partition", "heal")
-SLICE_PREFIX = 24
 
 
 def zone_name(index: int) -> str:
@@ -50,12 +49,13 @@ def zone_name(index: int) -> str:
 
 def node_options(host: NodeOptions, count: int) -> list[NodeOptions]:
     """The options of each of ``count`` nodes: ``<name>-<i>`` (from 1), zone ``zone-<letter>``, data dir
-    ``<host data dir>/<node>``, pod slice ``/24`` number ``i`` of the pod CIDR with its first address as the node's
-    own, the machine split ``count`` ways."""
+    ``<host data dir>/<node>``, pod slice number ``i`` of the pod CIDR (a ``/24`` unless ``node_cidr_mask_size``
+    says otherwise) with its first address as the node's own, the machine split ``count`` ways."""
     network = ipaddress.IPv4Network(host.pod_cidr)
-    if network.prefixlen > SLICE_PREFIX - 1 or count < 1 or count >= 2 ** (SLICE_PREFIX - network.prefixlen):
-        raise ValueError(f"{count} node slices of /{SLICE_PREFIX} do not fit into the pod CIDR {host.pod_cidr}")
-    slices = network.subnets(new_prefix=SLICE_PREFIX)
+    prefix = host.node_cidr_mask_size
+    if not network.prefixlen < prefix <= 29 or count < 1 or count >= 2 ** (prefix - network.prefixlen):
+        raise ValueError(f"{count} node slices of /{prefix} do not fit into the pod CIDR {host.pod_cidr}")
+    slices = network.subnets(new_prefix=prefix)
     next(slices)  # slice 0 holds the gateway
     nodes = []
     for index, pod_slice in zip(range(count), slices, strict=False):

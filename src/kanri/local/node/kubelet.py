@@ -58,7 +58,7 @@ from kanri.local.node.containers import (
 from kanri.local.node.images import ImageEntry, ImageMap, command_line
 from kanri.local.node.kinds import PERSISTENT_VOLUME, delete_now
 from kanri.local.node.mounts import Mount, PodVolumes, VolumeNotReady, container_mounts, supplemental_groups
-from kanri.local.node.network import AddressPool, PodNetwork
+from kanri.local.node.network import AddressPool, NetworkError, PodNetwork
 from kanri.local.node.options import NodeOptions
 from kanri.local.node.probes import ContainerProber, ExecFn, subprocess_exec
 from kanri.local.node.rootfs import host_mountpoint, named_paths, root_layout
@@ -175,7 +175,7 @@ class PodWorker:
         self.volumes = PodVolumes(pod_dir(kubelet.options.data_dir, self.namespace, self.name, self.uid), kubelet)
         self.pod_mounts: list[Mount] = []
         self.setup_done = asyncio.Event()
-        self._mount_message = ""
+        self._waiting_message = ""
 
     def start(self) -> None:
         # A context of its own: the worker outlives the reconcile that started it (and its log bindings).
@@ -192,6 +192,11 @@ class PodWorker:
             else:
                 for state in self.states:
                     self._final(state)
+        except Exception as exc:  # a bug of this node: never a pod left ContainerCreating without a word
+            log.exception("pod worker failed", pod=f"{self.namespace}/{self.name}")
+            with contextlib.suppress(Exception):
+                await self.kubelet.events.warning(self.pod, "Failed", f"the node's pod worker failed: {exc!r}")
+            raise
         finally:
             with contextlib.suppress(Exception):
                 await self.kubelet.release(self)
@@ -213,6 +218,9 @@ class PodWorker:
                 self.pod_mounts = await asyncio.to_thread(self._pod_files)
             except VolumeNotReady as exc:
                 await self._waiting_for_volumes(str(exc), exc.reason)
+            except NetworkError as exc:  # as the real kubelet says when CNI fails (say, no free address): retried
+                await self._waiting(f"failed to set up the pod's network: {exc}", "ContainerCreating",
+                                    "FailedCreatePodSandBox")  # fmt: skip
             except (ApiError, OSError) as exc:
                 await self._waiting_for_volumes(f"setting up the pod failed: {exc}", "ContainerCreating")
             else:
@@ -226,12 +234,17 @@ class PodWorker:
         return False
 
     async def _waiting_for_volumes(self, message: str, reason: str) -> None:
+        await self._waiting(message, reason, "FailedMount")
+
+    async def _waiting(self, message: str, reason: str, event: str) -> None:
+        """Every container waits with ``reason``; a Warning Event ``event`` says why, once per distinct message (not
+        once per retry)."""
         for state in self.states:
             state.kind, state.reason, state.message = "waiting", reason, message
         self.kubelet.notify(self)
-        if message != self._mount_message:  # one Event per distinct problem, not one per retry
-            self._mount_message = message
-            await self.kubelet.events.warning(self.pod, "FailedMount", message)
+        if message != self._waiting_message:
+            self._waiting_message = message
+            await self.kubelet.events.warning(self.pod, event, message)
 
     def _pod_files(self) -> list[Mount]:
         options = self.kubelet.options

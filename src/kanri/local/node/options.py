@@ -66,6 +66,9 @@ class NodeOptions:
     network and report ``internal_ip`` as their address."""
     pod_cidr: str = "10.244.0.0/16"
     """Pod addresses come from here; ``internal_ip`` (the bridge's address, the pods' gateway) must be inside it."""
+    node_cidr_mask_size: int = 24
+    """The prefix length of each node's slice of ``pod_cidr`` (the controller-manager's ``--node-cidr-mask-size``):
+    a /24 gives a node 253 pod addresses; a smaller slice makes address exhaustion reachable in a test."""
     bridge: str = "kanri0"
     """The Linux bridge in the host's network namespace that every pod's veth joins (at most 15 characters)."""
     service_link: str = "kanri-svc"
