@@ -56,10 +56,12 @@ REAL_NODE_SERVICE_CIDR = "10.97.0.0/16"
 """The Service range of the ``real_nodes`` process's control plane: not the home-made node's 10.96.0.0/16."""
 
 REAL_NODE_CONFLICT = re.compile(
-    r"local_node_support|running_node|LocalNode\b|kanri\.local\.(node|registry|cluster)\b|\"local\", \"up\"\)"
+    r"local_node_support|running_node|LocalNode\b|kanri\.local\.(node|cluster)\b|start_registry\b"
+    r"|\"local\", \"up\"\)"
 )
-"""What in a real-node module's source would meet the home-made node: a home-made node of its own, or a local cluster
-brought up without ``--real-nodes`` (``kanri local up`` starts one)."""
+"""What in a real-node module's source would meet the home-made node: a home-made node of its own, a local cluster
+brought up without ``--real-nodes`` (``kanri local up`` starts one) or its registry. (A ``LocalRegistry`` in a test's
+own directory takes a free port and meets nothing.)"""
 
 
 HOST_WIDE_USE = re.compile(

@@ -34,6 +34,7 @@ from kanri.local.realnode import local as realnode_local
 from kanri.local.realnode.addons import LocalPathProvisioner, NetworkPolicyAgent, cluster_dns_ip
 from kanri.local.realnode.addons.localpath import STORAGE_CLASS
 from kanri.local.realnode.spec import HOST_BRIDGE
+from kanri.local.registry import LocalRegistry
 from tests.integration.realnode_support import http_get
 from tests.support import eventually
 
@@ -51,6 +52,7 @@ def kanri_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
         yield home
     finally:
         realnode_local.stop(home / "clusters" / CLUSTER)
+        LocalRegistry(home / "clusters" / CLUSTER).stop()
         ControlPlane(home / "clusters" / CLUSTER).stop()
         shutil.rmtree(home, ignore_errors=True)
 
@@ -76,6 +78,19 @@ def assert_addons_run(cluster_dir: Path) -> None:
     service_cidr = json.loads((cluster_dir / "config.json").read_text())["serviceCIDR"]  # make test: 10.97.0.0/16
     assert {node.cluster_dns for node in nodes} == {cluster_dns_ip(service_cidr)}  # the range's tenth address
     assert all(NetworkPolicyAgent(node).listening() for node in nodes)
+
+
+def assert_nodes_pull_from_the_registry(cluster_dir: Path) -> None:
+    """The cluster's registry runs, and every node's containerd is told to pull ``kanri.local`` images from its port
+    (the pull itself: tests/integration/test_real_node.py)."""
+    registry = LocalRegistry(cluster_dir)
+    assert registry.is_ready(), registry.log_tail()
+    port = int(registry.address.rsplit(":", 1)[1])
+    for node in realnode_local.saved_nodes(cluster_dir):
+        assert node.registry is not None, node.spec.name
+        assert node.registry.port == port, (node.registry, port)
+        hosts = (node.layout.registry_hosts / "kanri.local" / "hosts.toml").read_text()
+        assert f"https://10.250.0.1:{port}/v2/kanri" in hosts, hosts
 
 
 def provisioner(cluster_dir: Path) -> LocalPathProvisioner:
@@ -246,6 +261,9 @@ def crash(cluster_dir: Path) -> None:
         cgroups.kill_all(node.spec.cgroup)
     for provisioner_pid in provisioner(cluster_dir).pids():
         os.kill(provisioner_pid, signal.SIGKILL)
+    registry = LocalRegistry(cluster_dir).running_pid()
+    assert registry is not None
+    os.kill(registry, signal.SIGKILL)
 
     async def control_plane_gone() -> bool:
         return ControlPlane(cluster_dir).running_pid() is None
@@ -262,6 +280,7 @@ def test_up_crash_up_down(kanri_home: Path) -> None:
     print(up.output)
     assert node_states(cluster_dir) == running  # still running after `up` returned
     assert_addons_run(cluster_dir)
+    assert_nodes_pull_from_the_registry(cluster_dir)
     assert "local-path provisioner (default StorageClass local-path): started" in up.output, up.output
     provisioner_pids = provisioner(cluster_dir).pids()
     assert len(provisioner_pids) == 1, provisioner_pids
@@ -303,6 +322,7 @@ def test_up_crash_up_down(kanri_home: Path) -> None:
     assert node_states(cluster_dir) == running
     assert all(node.is_ready() for node in realnode_local.saved_nodes(cluster_dir))
     assert_addons_run(cluster_dir)
+    assert_nodes_pull_from_the_registry(cluster_dir)  # the registry back on its port: the nodes' hosts.toml holds
     assert "local-path provisioner (default StorageClass local-path): started" in recovered.output
     assert len(provisioner(cluster_dir).pids()) == 1
 
@@ -312,6 +332,7 @@ def test_up_crash_up_down(kanri_home: Path) -> None:
     assert {state for _, state in node_states(cluster_dir).values()} == {"Stopped"}
     assert [item for node in realnode_local.saved_nodes(cluster_dir) for item in node.leftovers()] == []
     assert ControlPlane(cluster_dir).running_pid() is None
+    assert LocalRegistry(cluster_dir).running_pid() is None
     assert provisioner(cluster_dir).leftovers() == []
     if not any(Path(f"/sys/class/net/{HOST_BRIDGE}/brif").glob("*")):
         assert network.host_leftovers() == []

@@ -21,10 +21,13 @@ from typing import Any
 
 import pytest
 
+from kanri.images.push import push_layout
+from kanri.images.registry import Destination, Oras
 from kanri.local.controlplane import Endpoint
 from kanri.local.paths import build_dir
-from kanri.local.realnode import NodeSpec, RealNode, cgroups
+from kanri.local.realnode import NodeRegistry, NodeSpec, RealNode, cgroups
 from kanri.local.realnode.images import IMAGE_REGISTRY, built_images
+from kanri.local.registry import LocalRegistry, RegistryEndpoint
 from tests.integration.realnode_support import http_get, kubectl, pod, root_variant
 from tests.support import NotYet, eventually
 
@@ -36,8 +39,23 @@ ROOT_IMAGE_REPOSITORY = f"{IMAGE_REGISTRY}/kanri-tools-root"
 
 
 @pytest.fixture(scope="module")
-def real_node(control_plane: Endpoint, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealNode]:
-    """A real node on the session's control plane, with the tools image and a root-user variant of it."""
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryEndpoint]:
+    """A local registry (distribution, TLS with a CA of its own) on the machine's loopback, as `kanri local up`
+    starts one."""
+    local = LocalRegistry(tmp_path_factory.mktemp("registry"))
+    endpoint = local.start()
+    try:
+        yield endpoint
+    finally:
+        local.stop()
+
+
+@pytest.fixture(scope="module")
+def real_node(
+    control_plane: Endpoint, registry: RegistryEndpoint, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RealNode]:
+    """A real node on the session's control plane, with the tools image and a root-user variant of it, pulling what
+    it does not hold from the local registry."""
     work = tmp_path_factory.mktemp("real-node")
     root_variant(built_images(build_dir() / "images")["kanri-tools"].layout, work / "tools-root")
     node = RealNode(
@@ -46,6 +64,7 @@ def real_node(control_plane: Endpoint, tmp_path_factory: pytest.TempPathFactory)
         control_plane.kubeconfig.parent,
         images=("kanri-tools",),
         extra_layouts=((work / "tools-root", ROOT_IMAGE_REPOSITORY),),
+        registry=NodeRegistry(int(registry.address.rsplit(":", 1)[1]), registry.ca_file),
     )
     seconds = node.start()
     print(f"real node {NODE}: start -> Ready in {seconds:.1f} s")
@@ -295,6 +314,59 @@ async def test_a_pod_that_cannot_start_says_why_in_its_status_and_an_event(
         return reasons if "ErrImageNeverPull" in reasons else None
 
     await eventually(event_reasons, timeout=30)
+
+
+async def test_an_image_only_in_the_local_registry_is_pulled_under_the_name_imported_images_have(
+    real_node: RealNode, registry: RegistryEndpoint, kubeconfig: Path, namespace: str, tmp_path: Path
+) -> None:
+    """Registry pulls (issue 27): the node's containerd pulls ``kanri.local/<repository>:<tag>`` from the local
+    registry (where ``kanri images push --local`` puts it) over TLS verified against the registry's CA, through the
+    gateway's DNAT to the machine's loopback. The image was never imported into the node.
+
+    It is an image of its own (the pause image's, as root: a new image ID). Pulled under a new name, an image the node
+    also holds imported would become unusable to ``imagePullPolicy: Never`` pods under its imported name — the real
+    kubelet's pull records (KEP-2535) then ask for a pull to verify access, which Never forbids: the later tests of
+    this module failed that way when this test pulled the tools image under another name."""
+    paused = tmp_path / "pause-root"
+    root_variant(real_node.image("kanri-pause").layout, paused)
+    tag = real_node.image("kanri-pause").tag
+    destination = Destination(registry.address, "kanri", ca_file=registry.ca_file)
+    pushed = await asyncio.to_thread(push_layout, Oras(), paused, "kanri-pause-pulled", destination)
+    digest = next(p.digest for p in pushed if p.tag == tag)
+    always = {"imagePullPolicy": "Always"}
+    image = f"{IMAGE_REGISTRY}/kanri-pause-pulled:{tag}"
+    manifest = pod("pulled", NODE, image, [], restart="Always", container=always)
+    del manifest["spec"]["containers"][0]["command"]  # the image's own entrypoint: catatonit, pausing
+    await create(kubeconfig, namespace, manifest)
+    status = await running(kubeconfig, namespace, "pulled")
+    assert status["containerStatuses"][0]["imageID"].endswith(digest), status  # what the registry served
+    assert "Pulled" in await reasons_of(kubeconfig, namespace, "pulled", "Pulled")
+
+    # a tag the registry does not hold: the kubelet says so (the registry's answer, through containerd)
+    missing = f"{IMAGE_REGISTRY}/kanri-pause-pulled:never-pushed"
+    await create(kubeconfig, namespace, pod("unpushed", NODE, missing, ["true"], container=always))
+
+    async def refused() -> dict[str, Any] | None:
+        waiting = container_state(await pod_status(kubeconfig, namespace, "unpushed")).get("waiting") or {}
+        return waiting if waiting.get("reason") in ("ErrImagePull", "ImagePullBackOff") else None
+
+    waiting = await eventually(refused, timeout=60)
+    assert "not found" in str(waiting.get("message")), waiting
+
+
+async def reasons_of(kubeconfig: Path, namespace: str, name: str, wanted: str) -> set[str]:
+    """The reasons of the Events about pod ``name``, once ``wanted`` is among them."""
+
+    async def check() -> set[str] | None:
+        selector = f"involvedObject.name={name}"
+        events = json.loads(
+            await kubectl(kubeconfig, "-n", namespace, "get", "events", "--field-selector", selector, "-o", "json")
+        )
+        reasons = {e["reason"] for e in events["items"]}
+        return reasons if wanted in reasons else None
+
+    found: set[str] = await eventually(check, timeout=30)
+    return found
 
 
 def ticker_clock(node: RealNode) -> Path | None:

@@ -4,13 +4,14 @@ Service's endpoint, and the state a saved node shows in ``kanri local node list`
 from __future__ import annotations
 
 import ipaddress
+import tomllib
 from pathlib import Path
 
 from kanri.local.realnode import ZONES, RealNode
 from kanri.local.realnode import local as realnode_local
-from kanri.local.realnode.configs import kube_proxy_args
+from kanri.local.realnode.configs import containerd_config, kube_proxy_args, registry_hosts
 from kanri.local.realnode.network import _pod_routes
-from kanri.local.realnode.node import apiserver_endpoint_slice
+from kanri.local.realnode.node import NodeRegistry, apiserver_endpoint_slice
 from kanri.local.realnode.spec import MAX_NODES, POD_SUPERNET, NodeLayout, NodeSpec
 
 
@@ -83,3 +84,20 @@ def test_saved_nodes_that_never_ran_here_are_stopped(tmp_path: Path) -> None:
 def test_no_real_nodes_no_rows(tmp_path: Path) -> None:
     assert realnode_local.rows(tmp_path) == []
     assert realnode_local.stop(tmp_path) == []
+
+
+def test_containerd_pulls_kanri_local_from_the_local_registry_under_its_prefix() -> None:
+    layout = NodeLayout(Path("/n"))
+    config = containerd_config(layout, Path("/bin"), "kanri.local/kanri-pause:1")
+    images = tomllib.loads(config)["plugins"]["io.containerd.cri.v1.images"]
+    assert images["registry"] == {"config_path": "/n/certs.d"}
+    hosts = tomllib.loads(registry_hosts(layout, 5000, "kanri"))
+    # the gateway's port (DNAT to the machine's loopback), the prefix as the API root, the registry's own CA
+    assert hosts == {"server": "https://10.250.0.1:5000/v2/kanri", "capabilities": ["pull", "resolve"],
+                     "ca": "/n/pki/registry-ca.crt", "override_path": True}  # fmt: skip
+
+
+def test_a_saved_node_keeps_its_registry() -> None:
+    registry = NodeRegistry(5000, Path("/r/ca.crt"))
+    assert NodeRegistry.loaded(registry.saved()) == registry
+    assert NodeRegistry.loaded(None) is None

@@ -31,11 +31,11 @@ from kanri.local.node import NodeOptions
 from kanri.local.node.control import ControlError, call
 from kanri.local.node.network import NodeLock
 from kanri.local.nodeprocess import NodeProcess
-from kanri.local.realnode import RealNodeError
+from kanri.local.realnode import NodeRegistry, RealNodeError
 from kanri.local.realnode import chaos as realnode_chaos  # issue 27 (rn-cluster)
 from kanri.local.realnode import local as realnode_local
 from kanri.local.realnode.addons import AddonError
-from kanri.local.registry import LocalRegistry, registry_binary
+from kanri.local.registry import LocalRegistry, RegistryEndpoint, registry_binary
 from kanri.runtime import Client
 
 app = typer.Typer(
@@ -106,8 +106,12 @@ def start_real_cluster(name: str) -> ControlPlane:
     home-made node; the nodes keep running after this process (their own sessions and cgroups)."""
     refuse_other_kind_of_nodes(name, real_nodes=True)
     cp, _ = _start_control_plane(name)
+    # before the nodes, which pull from it what they do not hold; the main job's images are imported instead (each
+    # node's start), so the built images are not all copied into it here: `kanri images push --local` does that
+    endpoint = start_registry(name, push_built=False)
+    registry = None if endpoint is None else NodeRegistry(int(endpoint.address.rsplit(":", 1)[1]), endpoint.ca_file)
     with err.status("starting three real nodes"):
-        seconds = realnode_local.start(paths.cluster_dir(name), cp.data_dir)
+        seconds = realnode_local.start(paths.cluster_dir(name), cp.data_dir, registry)
     started = ", ".join(f"{node} in {s:.1f} s" for node, s in sorted(seconds.items()))
     err.print(f"[green]real nodes ready[/green] ({started or 'all already running'})")
     via = realnode_local.route_services(paths.cluster_dir(name), cp.data_dir)
@@ -134,26 +138,27 @@ def start_cluster(name: str, image_map: Path | None = None, nodes: int = 3) -> C
     return cp
 
 
-def start_registry(name: str) -> None:
-    """Start the cluster's image registry and push what `make images` built to it (nothing is copied twice); a
-    checkout without `make registry-tools` runs on without one, and says so."""
+def start_registry(name: str, *, push_built: bool = True) -> RegistryEndpoint | None:
+    """Start the cluster's image registry and (``push_built``) push what `make images` built to it (nothing is
+    copied twice); a checkout without `make registry-tools` runs on without one, and says so (None)."""
     registry = LocalRegistry(paths.cluster_dir(name))
     if not registry_binary().is_file():
         err.print("[yellow]no image registry[/yellow]: run `make registry-tools` to build it")
-        return
+        return None
     with err.status("starting the image registry"):
         endpoint = registry.start()
     err.print(f"[green]image registry ready[/green] at {endpoint.address} (CA {endpoint.ca_file})")
-    if not catalog_file().is_file():
-        return
+    if not push_built or not catalog_file().is_file():
+        return endpoint
     dest = Destination(endpoint.address, "kanri", ca_file=endpoint.ca_file)
     try:
         with err.status("pushing the built images to it"):
             pushed = push_images(Oras(), built_images(), dest)
     except (PushError, RegistryClientError) as exc:
         err.print(f"[yellow]the built images were not pushed:[/yellow] {exc}")
-        return
+        return endpoint
     err.print(f"  {len(pushed)} image(s) under {endpoint.address}/kanri")
+    return endpoint
 
 
 @app.command()

@@ -1,5 +1,6 @@
 """The local cluster's OCI image registry: distribution's ``registry`` (built by ``make registry-tools``) serving
-HTTPS on a loopback port, with a CA of its own.
+HTTPS on a loopback port, with a CA of its own. Its certificate also names the real nodes' gateway address, where
+their containerd reaches it (``kanri.local.realnode.node.NodeRegistry``).
 
 One :class:`LocalRegistry` owns ``<cluster dir>/registry``: ``config.yml`` (the port, chosen free on the first start
 and kept, so image references stay valid across restarts), ``pki/`` (``ca.crt`` is what clients trust; the keys are
@@ -33,6 +34,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kanri.local import paths
 from kanri.local.detached import DetachedProcess, DetachedProcessError
 from kanri.local.ports import free_port
+from kanri.local.realnode.spec import GATEWAY
 
 HOST = "127.0.0.1"
 _CA_DAYS = 3650
@@ -216,7 +218,8 @@ class LocalRegistry(DetachedProcess):
     def _write_config(self) -> None:
         """(Re)write ``config.yml`` keeping its port, and a fresh serving certificate (the CA is kept)."""
         port = self._port() if self.config_file.is_file() else free_port(HOST)
-        issue_certificates(self.pki_dir, [HOST, "localhost"])
+        # the real nodes reach this loopback port at the host bridge's address (kanri.local.realnode.network)
+        issue_certificates(self.pki_dir, [HOST, "localhost", GATEWAY])
         config = {
             "version": 0.1,
             "log": {"level": "info", "formatter": "text", "accesslog": {"disabled": True}},

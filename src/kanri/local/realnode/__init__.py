@@ -7,7 +7,7 @@ per zone.
 """
 
 from kanri.local.realnode.cluster import ZONES, RealCluster
-from kanri.local.realnode.node import RealNode, RealNodeError
+from kanri.local.realnode.node import NodeRegistry, RealNode, RealNodeError
 from kanri.local.realnode.spec import NodeSpec
 
-__all__ = ["ZONES", "NodeSpec", "RealCluster", "RealNode", "RealNodeError"]
+__all__ = ["ZONES", "NodeRegistry", "NodeSpec", "RealCluster", "RealNode", "RealNodeError"]

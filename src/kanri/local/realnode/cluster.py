@@ -9,7 +9,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from kanri.local.realnode.node import RealNode
+from kanri.local.realnode.node import NodeRegistry, RealNode
 from kanri.local.realnode.spec import NodeSpec
 
 ZONES = ("kanri-a", "kanri-b", "kanri-c")
@@ -32,6 +32,7 @@ class RealCluster:
         first_node_images: tuple[str, ...] = (),
         extra_layouts: tuple[tuple[Path, str], ...] = (),
         cluster_dns: str | None = None,
+        registry: NodeRegistry | None = None,
     ) -> None:
         self.nodes = [
             RealNode(
@@ -41,6 +42,7 @@ class RealCluster:
                 images=images + (first_node_images if i == 0 else ()),
                 extra_layouts=extra_layouts,
                 cluster_dns=cluster_dns,
+                registry=registry,
             )
             for i in range(count)
         ]

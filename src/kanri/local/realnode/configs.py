@@ -28,6 +28,7 @@ from kanri.local.realnode.spec import (
     CNI_LEASES,
     CONTAINERD_SOCKET,
     CONTAINERD_STATE,
+    GATEWAY,
     POD_SUPERNET,
     NodeLayout,
     NodeSpec,
@@ -73,6 +74,8 @@ def containerd_config(layout: NodeLayout, bin_dir: Path, pause_image: str) -> st
         "ttrpc": {"address": f"{CONTAINERD_SOCKET}.ttrpc"},
         "plugins.'io.containerd.cri.v1.images'": {"snapshotter": "overlayfs"},
         "plugins.'io.containerd.cri.v1.images'.pinned_images": {"sandbox": pause_image},
+        # per registry host a hosts.toml (registry_hosts below); none there: images come by import only
+        "plugins.'io.containerd.cri.v1.images'.registry": {"config_path": str(layout.registry_hosts)},
         cri_runtime: {
             "netns_mounts_under_state_dir": True,
             "enable_selinux": False,
@@ -210,6 +213,18 @@ def cni_network(spec: NodeSpec) -> dict[str, Any]:
             {"type": "portmap", "capabilities": {"portMappings": True}, "backend": "nftables"},
         ],
     }
+
+
+def registry_hosts(layout: NodeLayout, port: int, prefix: str) -> str:
+    """containerd's ``hosts.toml`` for the registry host ``kanri.local`` (``images.IMAGE_REGISTRY``): pull
+    ``kanri.local/<repository>:<tag>`` from the machine's local registry at the gateway's ``port``, under its
+    ``prefix`` (what ``kanri images push --local`` pushes to: ``<prefix>/<repository>``), trusting its CA. The
+    ``override_path`` makes the URL's path the registry API's root, so the names pods use are the ones imported
+    images have, whichever way an image arrived."""
+    server = f"https://{GATEWAY}:{port}/v2/{prefix}"
+    keys = {"server": server, "capabilities": ["pull", "resolve"], "ca": str(layout.registry_ca),
+            "override_path": True}  # fmt: skip
+    return "\n".join(f"{key} = {_toml(value)}" for key, value in keys.items()) + "\n"
 
 
 def write_all(

@@ -25,7 +25,7 @@ from kanri.local.realnode.addons import (
     install_coredns,
 )
 from kanri.local.realnode.cluster import RealCluster
-from kanri.local.realnode.node import RealNode, node_bin_dir
+from kanri.local.realnode.node import NodeRegistry, RealNode, node_bin_dir
 from kanri.local.realnode.spec import HOST_BRIDGE
 
 #: Node ``i`` is ``real-<i>`` (zones kanri-a, kanri-b, kanri-c): short, since the kubelet's socket paths are bounded.
@@ -56,6 +56,7 @@ def local_cluster(
     *,
     extra_layouts: tuple[tuple[Path, str], ...] = (),
     cluster_dns: str | None = None,
+    registry: NodeRegistry | None = None,
 ) -> RealCluster:
     """The cluster's three real nodes (not started)."""
     return RealCluster(
@@ -66,14 +67,16 @@ def local_cluster(
         images=IMAGES,
         extra_layouts=extra_layouts,
         cluster_dns=cluster_dns,
+        registry=registry,
     )
 
 
-def start(cluster_dir: Path, control_plane_dir: Path) -> dict[str, float]:
+def start(cluster_dir: Path, control_plane_dir: Path, registry: NodeRegistry | None = None) -> dict[str, float]:
     """Start every node that has no process (a crashed one is cleaned by name first), all at once, with the
     add-ons when they are built: CoreDNS (the nodes' ``clusterDNS``) and a NetworkPolicy agent in each started
     node (it dies with its node). The seconds each started node took. Nodes with processes are left alone, chaos
-    and all (``up`` is idempotent)."""
+    and all (``up`` is idempotent). ``registry``: the cluster's local registry, which the nodes pull what they do
+    not hold from."""
     names = {node.spec.name for node in local_cluster(cluster_dir, control_plane_dir).nodes if not node.pids()}
     if not names:
         return {}
@@ -85,7 +88,7 @@ def start(cluster_dir: Path, control_plane_dir: Path) -> dict[str, float]:
         extra = (coredns_image(bin_dir, chaos.real_nodes_dir(cluster_dir) / "coredns-image"),)
         config = json.loads((control_plane_dir / "config.json").read_text())
         dns = cluster_dns_ip(str(config["serviceCIDR"]))
-    cluster = local_cluster(cluster_dir, control_plane_dir, extra_layouts=extra, cluster_dns=dns)
+    cluster = local_cluster(cluster_dir, control_plane_dir, extra_layouts=extra, cluster_dns=dns, registry=registry)
     todo = [node for node in cluster.nodes if node.spec.name in names]
     with ThreadPoolExecutor(max_workers=len(todo)) as pool:
         futures = {node.spec.name: pool.submit(node.start) for node in todo}

@@ -7,8 +7,9 @@ Layout::
 
 The API server listens on the host's 127.0.0.1 only. A node reaches it at the bridge address: a DNAT rule of the
 host (nftables table ``ip kanri-realnode``) sends the port on to 127.0.0.1, which the bridge accepts because its
-``route_localnet`` is on. The API server reaches each kubelet at the node's address through the bridge's connected
-route. Inside the node, the CNI bridge plugin (run by containerd) gives each pod its own namespace and address.
+``route_localnet`` is on; the local registry's port, when nodes pull from it, the same way. The API server reaches
+each kubelet at the node's address through the bridge's connected route. Inside the node, the CNI bridge plugin
+(run by containerd) gives each pod its own namespace and address.
 
 Routing follows the addressing plan, so no node needs to know which others run: node ``j``'s pods
 (``10.251.<j>.0/24``) are reached through node ``j``'s address (``10.250.0.<10+j>``), on the host and in every other
@@ -30,9 +31,11 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-from kanri.local.realnode.spec import HOST_BRIDGE, MAX_NODES, NODE_NETWORK, NodeSpec, node_ip, pod_cidr
+from kanri.local.realnode.spec import GATEWAY, HOST_BRIDGE, MAX_NODES, NODE_NETWORK, NodeSpec, node_ip, pod_cidr
 
 NAT_TABLE = "kanri-realnode"
+LOOPBACK_CHAIN = "apiserver"
+"""The table's DNAT chain: named for its first rule, it also forwards the local registry's port."""
 PARTITION_TABLE = "kanri-partition"
 NETNS_DIR = Path("/run/netns")
 HOST_LOCK = Path("/run/kanri-realnode.lock")
@@ -71,20 +74,25 @@ def ensure_host_network(apiserver_port: int) -> None:
     """Create the bridge, the table and the DNAT rule for this API server port unless they exist (idempotent).
 
     One rule per port: the nodes of two local clusters share the bridge, each reaching its own API server."""
-    gateway = f"{NODE_NETWORK.network_address + 1}"
     if not _link_exists(HOST_BRIDGE):
         _run("ip", "link", "add", HOST_BRIDGE, "type", "bridge")
-        _run("ip", "addr", "add", f"{gateway}/{NODE_NETWORK.prefixlen}", "dev", HOST_BRIDGE)
+        _run("ip", "addr", "add", f"{GATEWAY}/{NODE_NETWORK.prefixlen}", "dev", HOST_BRIDGE)
     _run("ip", "link", "set", HOST_BRIDGE, "up")
     _run("ip", "-batch", "-", stdin=_pod_routes().format(dev=HOST_BRIDGE))
     # DNAT to 127.0.0.1 is dropped as a martian unless the receiving interface allows loopback destinations.
     Path(f"/proc/sys/net/ipv4/conf/{HOST_BRIDGE}/route_localnet").write_text("1\n")
+    forward_to_loopback(apiserver_port)
+
+
+def forward_to_loopback(port: int) -> None:
+    """The DNAT rule that sends the nodes' connections to the gateway's ``port`` on to the host's 127.0.0.1 (the API
+    server's port, the local registry's); idempotent. Needs :func:`ensure_host_network` first."""
     _run("nft", "add", "table", "ip", NAT_TABLE)
     chain = "{ type nat hook prerouting priority dstnat; policy accept; }"
-    _run("nft", "add", "chain", "ip", NAT_TABLE, "apiserver", chain)
-    match = f'iifname "{HOST_BRIDGE}" ip daddr {gateway} tcp dport {apiserver_port}'
-    if f"dport {apiserver_port} " not in _run("nft", "list", "chain", "ip", NAT_TABLE, "apiserver"):
-        _run("nft", f"add rule ip {NAT_TABLE} apiserver {match} dnat to 127.0.0.1:{apiserver_port}")
+    _run("nft", "add", "chain", "ip", NAT_TABLE, LOOPBACK_CHAIN, chain)
+    match = f'iifname "{HOST_BRIDGE}" ip daddr {GATEWAY} tcp dport {port}'
+    if f"dport {port} " not in _run("nft", "list", "chain", "ip", NAT_TABLE, LOOPBACK_CHAIN):
+        _run("nft", f"add rule ip {NAT_TABLE} {LOOPBACK_CHAIN} {match} dnat to 127.0.0.1:{port}")
 
 
 def add_node_network(spec: NodeSpec) -> None:

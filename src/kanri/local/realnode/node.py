@@ -15,11 +15,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kanri.local import paths
 from kanri.local.realnode import cgroups, configs, network
-from kanri.local.realnode.images import BuiltImage, built_images
+from kanri.local.realnode.images import IMAGE_REGISTRY, BuiltImage, built_images
 from kanri.local.realnode.launch import import_image
 from kanri.local.realnode.pki import issue_node_certificates
 from kanri.local.realnode.plan import LaunchPlan
@@ -70,13 +72,34 @@ def node_bin_dir() -> Path:
     return paths.build_dir() / "node" / "bin"
 
 
+@dataclass(frozen=True)
+class NodeRegistry:
+    """The machine's local registry (:class:`kanri.local.registry.LocalRegistry`: ``127.0.0.1:<port>``, its CA in
+    ``ca_file``) that the node pulls ``kanri.local/<repository>:<tag>`` from when it does not hold the image —
+    ``<prefix>/<repository>`` there, where ``kanri images push --local`` puts it."""
+
+    port: int
+    ca_file: Path
+    prefix: str = "kanri"
+
+    def saved(self) -> dict[str, object]:
+        """As ``node.json`` keeps it."""
+        return {"port": self.port, "caFile": str(self.ca_file), "prefix": self.prefix}
+
+    @classmethod
+    def loaded(cls, saved: dict[str, Any] | None) -> NodeRegistry | None:
+        """From :meth:`saved` (None: the node pulls from no registry)."""
+        return None if not saved else cls(int(saved["port"]), Path(saved["caFile"]), str(saved["prefix"]))
+
+
 class RealNode:
     """One node named ``spec.name`` whose files live in ``data_dir``, for the control plane of ``control_plane_dir``.
 
     ``images`` are the built images (names in ``.build/images/images.json``) imported at start besides the pause
     image; pods name them ``kanri.local/<repository>:<tag>``. ``extra_layouts`` are more OCI layouts, each with the
     repository its tag is imported into. ``cluster_dns`` is the ClusterIP of the cluster's DNS Service (the
-    kubelet's ``clusterDNS``), if there is one.
+    kubelet's ``clusterDNS``), if there is one. ``registry``: where the node pulls the images it does not hold
+    (none: import only, and a pod of a missing image fails ``ErrImageNeverPull`` or ``ErrImagePull``).
     """
 
     def __init__(
@@ -90,8 +113,10 @@ class RealNode:
         bin_dir: Path | None = None,
         images_dir: Path | None = None,
         cluster_dns: str | None = None,
+        registry: NodeRegistry | None = None,
     ) -> None:
         self.spec = spec
+        self.registry = registry
         self.layout = NodeLayout(data_dir)
         self.control_plane_dir = control_plane_dir
         self.bin_dir = bin_dir or node_bin_dir()
@@ -112,6 +137,7 @@ class RealNode:
             "binDir": str(self.bin_dir),
             "imagesDir": str(self._images_dir),
             "clusterDNS": self.cluster_dns,
+            "registry": None if self.registry is None else self.registry.saved(),
         }
         self.layout.state_file.write_text(json.dumps(state, indent=2) + "\n")
 
@@ -128,6 +154,7 @@ class RealNode:
             bin_dir=Path(state["binDir"]),
             images_dir=Path(state["imagesDir"]),
             cluster_dns=state["clusterDNS"],
+            registry=NodeRegistry.loaded(state.get("registry")),
         )
 
     @property
@@ -177,11 +204,14 @@ class RealNode:
         with network.host_lock():
             network.ensure_host_network(port)
             network.add_node_network(spec)
+            if self.registry is not None:
+                network.forward_to_loopback(self.registry.port)
         control_plane_pki = self.control_plane_dir / "pki"
         issue_node_certificates(control_plane_pki, layout.pki, spec.name, spec.ip)
         for name in ("ca.crt", "proxy.crt", "proxy.key"):  # proxy.*: kube-proxy's identity, system:kube-proxy
             shutil.copyfile(control_plane_pki / name, layout.pki / name)
         configs.write_all(layout, spec, self.bin_dir, images[PAUSE_IMAGE].ref, port, self.cluster_dns)
+        self._write_registry_hosts()
         for directory in (layout.containerd_root, layout.kubelet_root, layout.pod_logs):
             directory.mkdir(exist_ok=True)
         for manifest in (APISERVER_KUBELET_BINDING, apiserver_endpoint_slice(spec.gateway, port)):
@@ -204,6 +234,16 @@ class RealNode:
             kube_proxy_args=configs.kube_proxy_args(layout, spec),
         )
         plan.save(layout.launch_plan)
+
+    def _write_registry_hosts(self) -> None:
+        """containerd's registry host for ``kanri.local`` (:func:`configs.registry_hosts`), or none."""
+        hosts = self.layout.registry_hosts / IMAGE_REGISTRY
+        shutil.rmtree(hosts, ignore_errors=True)
+        if self.registry is None:
+            return
+        hosts.mkdir(parents=True)
+        shutil.copyfile(self.registry.ca_file, self.layout.registry_ca)
+        (hosts / "hosts.toml").write_text(configs.registry_hosts(self.layout, self.registry.port, self.registry.prefix))
 
     def _kubectl(self, *args: str, stdin: str | None = None) -> str:
         result = subprocess.run(

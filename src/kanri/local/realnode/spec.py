@@ -12,6 +12,8 @@ from pathlib import Path
 #: node's pod network (``kanri0``, 10.244.0.0/16) and the Service range (10.96.0.0/16).
 HOST_BRIDGE = "kanri-rn0"
 NODE_NETWORK = ipaddress.IPv4Network("10.250.0.0/24")
+#: The host's address on the bridge: the nodes' gateway, where they reach the API server and the local registry.
+GATEWAY = str(NODE_NETWORK.network_address + 1)
 #: Node ``i``'s pods get ``10.251.i.0/24`` (the CNI bridge inside the node's network namespace).
 POD_SUPERNET = ipaddress.IPv4Network("10.251.0.0/16")
 MAX_NODES = 200
@@ -41,7 +43,7 @@ class NodeSpec:
 
     @property
     def gateway(self) -> str:
-        return str(NODE_NETWORK.network_address + 1)
+        return GATEWAY
 
     @property
     def ip(self) -> str:
@@ -103,6 +105,16 @@ class NodeLayout:
     @property
     def pod_logs(self) -> Path:
         return self.root / "pod-logs"
+
+    @property
+    def registry_hosts(self) -> Path:
+        """containerd's ``config_path`` for registries: ``<registry host>/hosts.toml`` (:mod:`.configs`)."""
+        return self.root / "certs.d"
+
+    @property
+    def registry_ca(self) -> Path:
+        """The CA of the machine's local registry, as the node's containerd trusts it."""
+        return self.pki / "registry-ca.crt"
 
     @property
     def cni_conf(self) -> Path:
