@@ -10,6 +10,8 @@ from typing import Any, TypeVar
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from kanri.runtime import ApiError, Client, Kind
+
 T = TypeVar("T")
 
 
@@ -49,6 +51,17 @@ async def is_gone(read: Callable[[], Awaitable[object]]) -> bool:
             return True
         raise
     return False
+
+
+async def exists(client: Client, kind: Kind, name: str, namespace: str) -> bool:
+    """Whether the object exists (kanri's Client: a 404 is :class:`ApiError` ``not_found``)."""
+    try:
+        await client.get(kind, name, namespace)
+    except ApiError as exc:
+        if exc.not_found:
+            return False
+        raise
+    return True
 
 
 def status_message(exc: ApiException) -> str:

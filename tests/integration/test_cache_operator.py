@@ -20,7 +20,7 @@ from kanri.local.controlplane import Endpoint
 from kanri.runtime import ApiError, Client, Manager, ManagerOptions, get_condition, install_crd
 from kanri.runtime.kinds import CONFIG_MAP, PERSISTENT_VOLUME, SECRET, SERVICE, STATEFUL_SET
 from tests.integration.test_kafka_volumes import claims_bound, grown, storage_class, volume_for
-from tests.support import eventually
+from tests.support import eventually, exists
 
 DURABLE: dict[str, Any] = {"dataPolicy": "Durable", "replicas": 3, "storage": {"size": "1Gi"}}
 
@@ -51,16 +51,6 @@ def passes(registry: CollectorRegistry) -> float:
     """Reconciles the cache controller finished (it looks again every 5 s while no primary answers)."""
     labels = [{"controller": "cache", "result": result} for result in ("success", "requeue_after")]
     return sum(registry.get_sample_value("controller_runtime_reconcile_total", x) or 0.0 for x in labels)
-
-
-async def exists(client: Client, kind: Any, name: str, namespace: str) -> bool:
-    try:
-        await client.get(kind, name, namespace)
-    except ApiError as exc:
-        if exc.not_found:
-            return False
-        raise
-    return True
 
 
 async def test_children_are_written_and_no_primary_is_reported(

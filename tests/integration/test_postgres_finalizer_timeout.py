@@ -24,7 +24,7 @@ from kanri.runtime import ApiError, Client
 from kanri.runtime.kinds import EVENT, POD, SECRET, SERVICE_ACCOUNT
 from tests.integration.test_postgres_reconciler import pgc
 from tests.postgres_support import Operator, install_postgres_crd
-from tests.support import NotYet, eventually
+from tests.support import NotYet, eventually, exists
 
 Obj = dict[str, Any]
 DEADLINE = 12.0
@@ -59,16 +59,6 @@ async def _finalized(client: Client, namespace: str, name: str) -> Obj:
         return found if found["metadata"].get("finalizers") else None
 
     return await eventually(finalized, timeout=30, interval=0.2)
-
-
-async def _exists(client: Client, kind: Any, name: str, namespace: str) -> bool:
-    try:
-        await client.get(kind, name, namespace)
-    except ApiError as exc:
-        if exc.not_found:
-            return False
-        raise
-    return True
 
 
 async def test_a_store_that_stays_down_holds_a_deleted_cluster_only_until_the_deadline(
@@ -123,7 +113,7 @@ async def test_a_rehearsal_still_running_is_stopped_by_the_deletion_and_does_not
     async with operator.running(refresh=1.0):
         cluster = await _finalized(client, namespace, "rehearsed")
         # the pod runs under the instances' ServiceAccount, which the operator creates with the other children
-        await eventually(lambda: _exists(client, SERVICE_ACCOUNT, "rehearsed-instance", namespace), timeout=30)
+        await eventually(lambda: exists(client, SERVICE_ACCOUNT, "rehearsed-instance", namespace), timeout=30)
         # The pod exactly as the operator makes it (its controller the cluster), recorded in status as its own; it is
         # never scheduled here, so it "runs" until something deletes it.
         pod = await client.create(POD, rehearsal_pod(cluster, 16, "first-backup"))
