@@ -32,8 +32,7 @@ from kanri.runtime.kinds import (
 )
 from tests.helm_support import Obj, of_kind, template
 from tests.integration.test_cache_agent_labels import ca_file
-from tests.integration.test_cache_operator import exists
-from tests.support import NotYet, eventually
+from tests.support import NotYet, eventually, exists
 
 NAME = "kanri-cache-operator"
 
