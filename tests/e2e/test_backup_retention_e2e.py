@@ -17,7 +17,7 @@ import pytest
 
 from kanri.local.seaweedfs import backup_tools_bin
 from kanri.postgres.kinds import POSTGRES_BACKUP, POSTGRES_CLUSTER
-from kanri.runtime import ApiError, Client
+from kanri.runtime import Client
 from kanri.runtime.kinds import EVENT
 from tests.e2e.postgres_helpers import cluster, ready
 from tests.e2e.test_backup_archiving_e2e import (  # noqa: F401  (node, store: the fixtures)
@@ -27,7 +27,7 @@ from tests.e2e.test_backup_archiving_e2e import (  # noqa: F401  (node, store: t
 )
 from tests.e2e.test_base_backup_e2e import Clock, base_ids, clocked, phase_is  # noqa: F401  (clocked: a fixture)
 from tests.postgres_support import Operator
-from tests.support import NotYet, eventually
+from tests.support import NotYet, eventually, exists
 
 Obj = dict[str, Any]
 NAME = "ret"
@@ -46,13 +46,7 @@ def backup(name: str, namespace: str) -> Obj:
 
 
 async def gone(client: Client, namespace: str, name: str) -> bool:
-    try:
-        await client.get(POSTGRES_BACKUP, name, namespace)
-    except ApiError as exc:
-        if exc.not_found:
-            return True
-        raise
-    return False
+    return not await exists(client, POSTGRES_BACKUP, name, namespace)
 
 
 async def test_retention_expires_a_backup_whose_postgresbackup_was_deleted_once_outside_the_window(

@@ -17,7 +17,7 @@ from kanri.runtime._events import EventRecorder
 from kanri.runtime._finalizers import add_finalizer, finalizer_step, has_finalizer, remove_finalizer
 from kanri.runtime._kinds import CONFIG_MAP, EVENT, SERVICE_ACCOUNT
 from kanri.runtime._ownership import child_name, is_controlled_by, set_owner
-from tests.support import eventually
+from tests.support import eventually, exists
 
 Obj = dict[str, Any]
 OURS = "kanri.dev/cleanup"
@@ -48,13 +48,7 @@ async def config_map(client: Client, namespace: str, name: str, **meta: Any) -> 
 
 
 async def gone(client: Client, name: str, namespace: str) -> bool:
-    try:
-        await client.get(CONFIG_MAP, name, namespace)
-    except ApiError as exc:
-        if exc.not_found:
-            return True
-        raise
-    return False
+    return not await exists(client, CONFIG_MAP, name, namespace)
 
 
 async def test_add_and_remove_finalizer_change_the_object_and_no_ops_make_no_request(
